@@ -1,0 +1,356 @@
+"""Operator CLI: `python -m service serve|migrate|psql|account|member|token|credits|subscription|rfp`.
+
+With `--json` a command prints exactly one JSON object on stdout; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import date
+from typing import Any
+
+import asyncpg
+import attrs
+
+from . import accounts, db, logs
+from . import config as config_module
+from .config import Config, ConfigError
+
+log = logging.getLogger("service")
+
+
+# -- database access for commands ---------------------------------------------------------
+
+
+class Database:
+    """The configured database (starting the embedded one if need be), migrated."""
+
+    def __init__(self, config: Config) -> None:
+        self.url, self.embedded = db.database_url(config)
+
+    async def connect(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(self.url)
+        await db.migrate(conn)
+        return conn
+
+
+def run_with_connection(config: Config, work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
+    database = Database(config)
+
+    async def main() -> Any:
+        conn = await database.connect()
+        try:
+            return await work(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(main())
+
+
+def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
+    print(json.dumps(payload) if getattr(args, "json", False) else text)
+
+
+# -- serve --------------------------------------------------------------------------------
+
+
+async def bootstrap_demo(url: str, config: Config) -> dict | None:
+    """On first start with an empty database, create a demo account and return it."""
+    conn = await asyncpg.connect(url)
+    try:
+        await db.migrate(conn)
+        if await conn.fetchval(db.query("any_account")):
+            return None
+        return await accounts.create_account(conn, "Demo", "admin@example.com", credits=100)
+    finally:
+        await conn.close()
+
+
+def print_demo(demo: dict, config: Config) -> None:
+    base = f"http://localhost:{config.server.port}"
+    token = demo["token"]
+    print(
+        f"""
+First start: created the demo account {demo['account']['id']} with admin {demo['member']['email']}.
+Its API token (shown once; keep it):
+
+    {token}
+
+Try:
+    curl -s -X POST {base}/api/v1/rfps -H 'Authorization: Bearer {token}' \\
+         -H 'Content-Type: application/json' -d '{{"rfp": {{"title": "Acme security review"}}}}'
+    curl -s '{base}/api/v1/rfps/search?query=acme' -H 'Authorization: Bearer {token}'
+""",
+        flush=True,
+    )
+
+
+def serve_worker(config: Config) -> None:
+    """One service process: the app on the shared port until SIGINT or SIGTERM."""
+    from aiohttp import web
+
+    from .app import create_app
+
+    logs.setup(config.logging)
+    web.run_app(
+        create_app(config),
+        host=config.server.host,
+        port=config.server.port,
+        reuse_port=config.server.workers > 1,
+        access_log_class=logs.AccessLogger,
+        shutdown_timeout=config.server.shutdown_timeout,
+        print=None,
+        handler_cancellation=True,
+    )
+
+
+def cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["host"] = args.host
+    if args.port is not None:
+        overrides["port"] = args.port
+    if args.workers is not None:
+        overrides["workers"] = args.workers
+    config = attrs.evolve(config, server=attrs.evolve(config.server, **overrides))
+    database = Database(config)
+    config = attrs.evolve(config, database=attrs.evolve(config.database, url=database.url))
+    try:
+        demo = asyncio.run(bootstrap_demo(database.url, config))
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise ConfigError(f"cannot reach the database: {exc}") from None
+    if demo:
+        print_demo(demo, config)
+    where = "embedded PostgreSQL in " + str(database.embedded.pgdata) if database.embedded else "DATABASE_URL"
+    log.info(
+        "serving on http://%s:%s with %d worker(s), database: %s",
+        config.server.host, config.server.port, config.server.workers, where,
+    )
+    try:
+        if config.server.workers == 1:
+            serve_worker(config)
+        else:
+            run_workers(config)
+    finally:
+        if database.embedded:
+            database.embedded.stop()
+            log.info("embedded PostgreSQL stopped")
+    return 0
+
+
+def run_workers(config: Config) -> None:
+    """N processes on one port (SO_REUSEPORT); signals are passed on, then we wait for all."""
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=serve_worker, args=(config,)) for _ in range(config.server.workers)]
+    for worker in workers:
+        worker.start()
+
+    def forward(signum: int, _frame: object) -> None:
+        for worker in workers:
+            if worker.pid and worker.is_alive():
+                os.kill(worker.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for worker in workers:
+        worker.join()
+
+
+# -- other commands -----------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
+    database = Database(config)
+    applied = asyncio.run(db.migrate_url(database.url))
+    emit(args, {"applied": applied}, f"applied: {', '.join(applied) or 'nothing (up to date)'}")
+    return 0
+
+
+def cmd_psql(args: argparse.Namespace, config: Config) -> int:
+    database = Database(config)
+    asyncio.run(db.migrate_url(database.url))
+    psql = str(database.embedded.bin_dir / "psql") if database.embedded else "psql"
+    # Not exec: the embedded server is stopped when this process exits, after psql.
+    import subprocess
+
+    return subprocess.call([psql, database.url, *args.psql_args])
+
+
+def cmd_account_create(args: argparse.Namespace, config: Config) -> int:
+    result = run_with_connection(
+        config, lambda c: accounts.create_account(c, args.name, args.admin_email, args.credits)
+    )
+    emit(
+        args,
+        result,
+        f"account {result['account']['id']} ({result['account']['name']}), admin "
+        f"{result['member']['email']} ({result['member']['id']}), token:\n{result['token']}",
+    )
+    return 0
+
+
+def cmd_member_create(args: argparse.Namespace, config: Config) -> int:
+    member = run_with_connection(
+        config, lambda c: accounts.add_member(c, args.account, args.email, args.role)
+    )
+    emit(args, {"member": member}, f"member {member['id']}: {member['email']} ({member['role']})")
+    return 0
+
+
+def cmd_token_create(args: argparse.Namespace, config: Config) -> int:
+    scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
+    token = run_with_connection(
+        config, lambda c: accounts.create_token(c, args.account, args.email, scopes)
+    )
+    emit(args, {"token": token}, token)
+    return 0
+
+
+def cmd_credits_add(args: argparse.Namespace, config: Config) -> int:
+    balance = run_with_connection(
+        config, lambda c: accounts.change_credits(c, args.account, args.amount, "grant")
+    )
+    emit(args, {"account": args.account, "credits": balance}, f"{args.account}: {balance} credits")
+    return 0
+
+
+def cmd_subscription_set(args: argparse.Namespace, config: Config) -> int:
+    run_with_connection(
+        config, lambda c: accounts.set_subscription(c, args.account, args.status)
+    )
+    emit(args, {"account": args.account, "subscription": args.status},
+         f"{args.account}: subscription {args.status}")
+    return 0
+
+
+def cmd_rfp_create(args: argparse.Namespace, config: Config) -> int:
+    from .auth import Principal
+    from .convert import structure
+    from .errors import ValidationFailed
+    from .rfps import RfpCreate, create_rfp
+
+    raw = {"title": args.title, "description": args.description, "framework": args.framework,
+           "deadline": args.deadline, "context": args.context}
+    try:
+        data = structure({k: v for k, v in raw.items() if v is not None}, RfpCreate)
+    except ValidationFailed as exc:
+        raise accounts.OperatorError("; ".join(exc.details or [])) from None
+
+    async def work(conn: asyncpg.Connection) -> str:
+        await accounts.require_account(conn, args.account)
+        member = await conn.fetchrow(db.query("member_by_email"), args.account, args.owner_email)
+        if member is None:
+            raise accounts.OperatorError(f"{args.owner_email} is not a member of {args.account}")
+        owner = Principal(member_id=member["id"], user_id=member["user_id"],
+                          account_id=args.account, role=member["role"], scopes=frozenset(),
+                          name="", email=member["email"])
+        return await create_rfp(conn, owner, data)
+
+    rfp_id = run_with_connection(config, work)
+    emit(args, {"id": rfp_id}, rfp_id)
+    return 0
+
+
+# -- argument parsing ---------------------------------------------------------------------
+
+
+def _iso_date(text: str) -> str:
+    date.fromisoformat(text)
+    return text
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m service", description=__doc__)
+    top.add_argument("--config", help="config file (default: config.toml, or $RFP_CONFIG)")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler: Callable, parent: Any = sub, **kwargs: Any) -> Any:
+        p = parent.add_parser(name, **kwargs)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("serve", cmd_serve, help="run the HTTP service")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--workers", type=int)
+    p = command("migrate", cmd_migrate, help="apply pending migrations")
+    p.add_argument("--json", action="store_true")
+    p = command("psql", cmd_psql, help="open psql on the service's database")
+    p.add_argument("psql_args", nargs=argparse.REMAINDER)
+
+    group = sub.add_parser("account", help="accounts").add_subparsers(dest="action", required=True)
+    p = command("create", cmd_account_create, group, help="create an account with its admin")
+    p.add_argument("--name", required=True)
+    p.add_argument("--admin-email", required=True)
+    p.add_argument("--credits", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("member", help="members").add_subparsers(dest="action", required=True)
+    p = command("create", cmd_member_create, group, help="add a member to an account")
+    p.add_argument("--account", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--role", required=True, choices=["admin", "member", "viewer"])
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("token", help="API tokens").add_subparsers(dest="action", required=True)
+    p = command("create", cmd_token_create, group, help="create a token for a member")
+    p.add_argument("--account", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--scopes", default="read,write")
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("credits", help="credits").add_subparsers(dest="action", required=True)
+    p = command("add", cmd_credits_add, group, help="grant credits to an account")
+    p.add_argument("--account", required=True)
+    p.add_argument("--amount", type=int, required=True)
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("subscription", help="subscription").add_subparsers(
+        dest="action", required=True
+    )
+    p = command("set", cmd_subscription_set, group, help="activate or deactivate an account")
+    p.add_argument("--account", required=True)
+    p.add_argument("--status", required=True, choices=["active", "inactive"])
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("rfp", help="RFPs").add_subparsers(dest="action", required=True)
+    p = command("create", cmd_rfp_create, group, help="create an RFP")
+    p.add_argument("--account", required=True)
+    p.add_argument("--owner-email", required=True)
+    p.add_argument("--title", required=True)
+    p.add_argument("--description")
+    p.add_argument("--framework")
+    p.add_argument("--deadline", type=_iso_date)
+    p.add_argument("--context")
+    p.add_argument("--json", action="store_true")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        config = config_module.load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    logs.setup(config.logging)
+    try:
+        return args.handler(args, config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except accounts.OperatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""`create_app(config)`: the one factory. Shared objects, middlewares and every route."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from . import db, health, rfps
+from .auth import auth_middleware
+from .config import Config
+from .errors import error_middleware
+from .keys import CONFIG, POOL
+from .logs import request_id_middleware
+from .ratelimit import rate_limit_middleware
+
+
+def routes() -> list[web.RouteDef]:
+    """Every route of the service. The name keys rate limits (config `rate_limits.<name>`)."""
+    return [
+        web.get("/healthz", health.healthz, name="healthz", allow_head=False),
+        web.get("/readyz", health.readyz, name="readyz", allow_head=False),
+        web.post("/api/v1/rfps", rfps.post_rfp, name="create_rfp"),
+        web.get("/api/v1/rfps/search", rfps.search_rfps, name="search_rfps", allow_head=False),
+        web.get("/api/v1/rfps/{id}", rfps.get_rfp, name="get_rfp", allow_head=False),
+        web.patch("/api/v1/rfps/{id}", rfps.patch_rfp, name="update_rfp"),
+        web.get(
+            "/api/v1/rfps/{id}/rfp_items", rfps.list_rfp_items, name="list_rfp_items",
+            allow_head=False,
+        ),
+    ]
+
+
+def create_app(config: Config) -> web.Application:
+    """The service's application; `config.database.url` must name a reachable database."""
+    if not config.database.url:
+        raise ValueError("create_app needs config.database.url (start the embedded server first)")
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes,
+        middlewares=[
+            request_id_middleware,
+            error_middleware,
+            auth_middleware,
+            rate_limit_middleware,
+        ],
+    )
+    app[CONFIG] = config
+    app.cleanup_ctx.append(_pool)
+    app.add_routes(routes())
+    return app
+
+
+async def _pool(app: web.Application) -> AsyncIterator[None]:
+    pool = await db.create_pool(app[CONFIG].database.url, app[CONFIG])
+    app[POOL] = pool
+    yield
+    await pool.close()

@@ -1,0 +1,200 @@
+"""Tokens (format, checksum, hashing), the authenticated principal, and access policies.
+
+A token is `rfpk_` + 30 random base62 characters + a 6-character base62 CRC32 of those 30: a
+mistyped token fails the checksum and is rejected without a database query. Only its SHA-256 is
+stored; the lookup is by hash, and the stored hash is compared again in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import string
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
+
+import asyncpg
+import attrs
+from aiohttp import web
+
+from . import db
+from .errors import Forbidden, InsufficientScope, Unauthorized
+from .keys import POOL
+
+TOKEN_PREFIX = "rfpk_"
+SCOPES = ("read", "write")
+ROLES = ("admin", "member", "viewer")
+_BASE62 = string.digits + string.ascii_letters
+_RANDOM_LEN = 30
+_CHECKSUM_LEN = 6
+
+
+def base62(number: int, width: int) -> str:
+    chars = []
+    for _ in range(width):
+        number, digit = divmod(number, 62)
+        chars.append(_BASE62[digit])
+    return "".join(reversed(chars))
+
+
+def new_id(prefix: str) -> str:
+    """A prefixed, unguessable, URL-safe id: `rfp_` + 22 base62 characters (~131 bits)."""
+    return f"{prefix}_" + "".join(secrets.choice(_BASE62) for _ in range(22))
+
+
+def _checksum(body: str) -> str:
+    return base62(zlib.crc32(body.encode()), _CHECKSUM_LEN)
+
+
+def new_token() -> str:
+    body = "".join(secrets.choice(_BASE62) for _ in range(_RANDOM_LEN))
+    return TOKEN_PREFIX + body + _checksum(body)
+
+
+def token_well_formed(token: str) -> bool:
+    if not token.startswith(TOKEN_PREFIX) or len(token) != len(TOKEN_PREFIX) + 36:
+        return False
+    body, checksum = token[len(TOKEN_PREFIX) : -_CHECKSUM_LEN], token[-_CHECKSUM_LEN:]
+    return all(c in _BASE62 for c in body) and hmac.compare_digest(_checksum(body), checksum)
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+@attrs.frozen(kw_only=True)
+class Principal:
+    """Who is calling: a membership (member of one account) through one token."""
+
+    member_id: str
+    user_id: int
+    account_id: str
+    role: str
+    scopes: frozenset[str]
+    name: str
+    email: str
+
+
+async def issue_token(
+    conn: asyncpg.Connection,
+    member_id: str,
+    scopes: Iterable[str],
+    expires_at: datetime | None = None,
+) -> str:
+    """Store a new token for a member and return it; this is the only time it is visible."""
+    token = new_token()
+    await conn.execute(
+        db.query("insert_api_token"), member_id, hash_token(token), sorted(set(scopes)), expires_at
+    )
+    return token
+
+
+async def authenticate(conn: asyncpg.Connection, token: str) -> Principal | None:
+    if not token_well_formed(token):
+        return None
+    digest = hash_token(token)
+    row = await conn.fetchrow(db.query("principal_by_token_hash"), digest)
+    if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
+        return None
+    return Principal(
+        member_id=row["member_id"],
+        user_id=row["user_id"],
+        account_id=row["account_id"],
+        role=row["role"],
+        scopes=frozenset(row["scopes"]),
+        name=row["name"],
+        email=row["email"],
+    )
+
+
+# -- access policies -------------------------------------------------------------------
+
+
+@attrs.frozen
+class Policy:
+    public: bool = False
+    scope: str | None = None
+    roles: frozenset[str] = frozenset(ROLES)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def requires(scope: str, roles: Iterable[str] = ROLES) -> Callable[[Handler], Handler]:
+    """Mark a handler as needing a token with `scope`, held by a member with one of `roles`."""
+    assert scope in SCOPES
+
+    def mark(handler: Handler) -> Handler:
+        handler.policy = Policy(scope=scope, roles=frozenset(roles))  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+def public(handler: Handler) -> Handler:
+    """Mark a handler as reachable without a token (health checks, sign-in)."""
+    handler.policy = Policy(public=True)  # type: ignore[attr-defined]
+    return handler
+
+
+def policy_of(handler: object) -> Policy | None:
+    return getattr(handler, "policy", None)
+
+
+def _challenge(error: str | None = None) -> dict[str, str]:
+    value = 'Bearer realm="api"'
+    if error:
+        value += f', error="{error}"'
+    return {"WWW-Authenticate": value}
+
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+
+
+def principal(request: web.Request) -> Principal:
+    return request[PRINCIPAL]
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    route = request.match_info.route
+    if request.match_info.http_exception is not None:
+        return await handler(request)  # unknown route or method: 404 / 405, no auth needed
+    policy = policy_of(route.handler)
+    if policy is None:
+        raise RuntimeError(f"route {route.name or route} has no access policy")
+    if policy.public:
+        return await handler(request)
+
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if not header:
+        raise Unauthorized(
+            "authentication required: send Authorization: Bearer <token>", headers=_challenge()
+        )
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized(
+            "the Authorization header must be 'Bearer <token>'",
+            headers=_challenge("invalid_request"),
+        )
+    async with request.app[POOL].acquire() as conn:
+        who = await authenticate(conn, token.strip())
+    if who is None:
+        raise Unauthorized(
+            "the token is invalid, expired or revoked", headers=_challenge("invalid_token")
+        )
+    if policy.scope not in who.scopes:
+        raise InsufficientScope(
+            f"this operation needs a token with the {policy.scope!r} scope",
+            headers={
+                "WWW-Authenticate": f'Bearer realm="api", error="insufficient_scope", '
+                f'scope="{policy.scope}"'
+            },
+        )
+    if who.role not in policy.roles:
+        allowed = " or ".join(sorted(policy.roles))
+        raise Forbidden(f"this operation needs the {allowed} role; yours is {who.role}")
+    request[PRINCIPAL] = who
+    return await handler(request)

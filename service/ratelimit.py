@@ -1,0 +1,77 @@
+"""Token-bucket rate limits per member and route, kept in PostgreSQL so every process shares them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+import attrs
+from aiohttp import web
+
+from . import db
+from .auth import PRINCIPAL
+from .config import RateLimit
+from .errors import ApiError, RateLimited
+from .keys import CONFIG, POOL
+
+
+@attrs.frozen
+class Decision:
+    allowed: bool
+    limit: int
+    remaining: int
+    retry_after: float  # seconds until one more request is allowed
+    reset: float  # seconds until the bucket is full again
+
+    def headers(self) -> dict[str, str]:
+        headers = {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(math.ceil(self.reset)),
+        }
+        if not self.allowed:
+            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
+        return headers
+
+
+async def take(conn: asyncpg.Connection, key: str, limit: RateLimit) -> Decision:
+    """Spend one request from the bucket `key`; atomic, so concurrent processes agree."""
+    rate = limit.limit / limit.period_seconds
+    row = await conn.fetchrow(db.query("take_rate_limit_token"), key, float(limit.limit), rate)
+    remaining = row["remaining"]
+    return Decision(
+        allowed=row["allowed"],
+        limit=limit.limit,
+        remaining=max(0, math.floor(remaining)),
+        retry_after=row["retry_after"],
+        reset=max(0.0, (limit.limit - remaining) / rate),
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    route_name = request.match_info.route.name
+    limit = request.app[CONFIG].rate_limits.get(route_name) if route_name else None
+    if limit is None:
+        return await handler(request)
+    who = request.get(PRINCIPAL)
+    subject = who.member_id if who is not None else (request.remote or "unknown")
+    async with request.app[POOL].acquire() as conn:
+        decision = await take(conn, f"{route_name}:{subject}", limit)
+    if not decision.allowed:
+        raise RateLimited(
+            f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds; "
+            f"retry in {max(1, math.ceil(decision.retry_after))} s",
+            headers=decision.headers(),
+        )
+    try:
+        response = await handler(request)
+    except ApiError as error:
+        error.headers.update(decision.headers())
+        raise
+    response.headers.update(decision.headers())
+    return response

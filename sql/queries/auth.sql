@@ -1,0 +1,22 @@
+-- insert_api_token --
+-- Store a token's hash for a member; the token itself is never stored.
+INSERT INTO api_tokens (member_id, token_hash, scopes, expires_at)
+VALUES ($1, $2, $3, $4)
+RETURNING id;
+
+-- principal_by_token_hash --
+-- The member, account and user behind a live (unrevoked, unexpired) token.
+SELECT t.token_hash, t.scopes,
+       m.id AS member_id, m.account_id, m.role::text AS role,
+       u.id AS user_id, u.email,
+       display_name(u.first_name, u.last_name, u.email) AS name
+  FROM api_tokens t
+  JOIN members m ON m.id = t.member_id
+  JOIN users u ON u.id = m.user_id
+ WHERE t.token_hash = $1
+   AND t.revoked_at IS NULL
+   AND (t.expires_at IS NULL OR t.expires_at > now());
+
+-- take_rate_limit_token --
+-- One request against a shared token bucket: (allowed, remaining, retry_after seconds).
+SELECT allowed, remaining, retry_after FROM take_rate_limit_token($1, $2, $3);

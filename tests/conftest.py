@@ -1,0 +1,154 @@
+"""Test harness: a real PostgreSQL (embedded, or $DATABASE_URL), one fresh database per test.
+
+A template database is migrated once per session; each test gets `CREATE DATABASE … TEMPLATE`,
+which is a file copy and takes a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import attrs
+import pytest
+from aiohttp.test_utils import TestClient
+
+from service import accounts, db
+from service import config as config_module
+from service.app import create_app
+from service.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """An admin URL of the PostgreSQL server the tests use."""
+    if os.environ.get("DATABASE_URL"):
+        yield os.environ["DATABASE_URL"]
+        return
+    server = db.EmbeddedPostgres(ROOT / "var" / "test")
+    yield server.url()
+    server.stop()
+
+
+async def _admin(server_url: str, sql: str) -> None:
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url: str) -> Iterator[str]:
+    name = f"rfp_template_{os.getpid()}"
+
+    async def build() -> None:
+        await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}"')
+        await _admin(server_url, f'CREATE DATABASE "{name}"')
+        await db.migrate_url(db.with_database(server_url, name))
+
+    asyncio.run(build())
+    yield name
+    asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+async def database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
+    name = f"rfp_test_{secrets.token_hex(6)}"
+    await _admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield db.with_database(server_url, name)
+    await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def config(database_url: str) -> Config:
+    return config_module.structure(
+        {
+            "database": {"url": database_url, "pool_min_size": 1, "pool_max_size": 5},
+            "server": {"web_base_url": "https://app.example.test"},
+        }
+    )
+
+
+@pytest.fixture
+async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(database_url)
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, config: Config) -> TestClient:
+    return await aiohttp_client(create_app(config))
+
+
+@attrs.frozen
+class Actor:
+    """A member with a token, as tests use them."""
+
+    account_id: str
+    member_id: str
+    user_id: int
+    email: str
+    token: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@pytest.fixture
+def make_account(conn: asyncpg.Connection) -> Any:
+    """`await make_account(credits=…)` → the admin Actor of a new account."""
+
+    async def make(name: str = "Acme", credits: int = 10, email: str | None = None) -> Actor:
+        email = email or f"admin-{secrets.token_hex(4)}@example.test"
+        made = await accounts.create_account(conn, name, email, credits)
+        return Actor(
+            account_id=made["account"]["id"],
+            member_id=made["member"]["id"],
+            user_id=made["member"]["user_id"],
+            email=email,
+            token=made["token"],
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_member(conn: asyncpg.Connection) -> Any:
+    """`await make_member(account_id, role, scopes)` → an Actor with that role and token scopes."""
+
+    async def make(account_id: str, role: str = "member", scopes: str = "read,write") -> Actor:
+        email = f"{role}-{secrets.token_hex(4)}@example.test"
+        member = await accounts.add_member(conn, account_id, email, role)
+        token = await accounts.create_token(conn, account_id, email, scopes.split(","))
+        return Actor(
+            account_id=account_id,
+            member_id=member["id"],
+            user_id=member["user_id"],
+            email=email,
+            token=token,
+        )
+
+    return make
+
+
+@pytest.fixture
+async def admin(make_account: Any) -> Actor:
+    return await make_account()
+
+
+def with_config(config: Config, **sections: dict[str, Any]) -> Config:
+    """A copy of `config` with some settings changed, e.g. with_config(c, server={...})."""
+    raw = config_module._converter.unstructure(config)
+    for section, values in sections.items():
+        raw[section] = {**raw.get(section, {}), **values} if isinstance(values, dict) else values
+    return config_module.structure(raw)

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+
+async def test_get_rfp__returns_spec_fields_with_context(client, admin):
+    created = await client.post(
+        "/api/v1/rfps",
+        json={"rfp": {"title": "Acme review", "context": "bid for Acme", "framework": "cjis-6"}},
+        headers=admin.headers,
+    )
+    assert created.status == 201
+    rfp_id = (await created.json())["id"]
+
+    response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)
+    body = await response.json()
+    assert response.status == 200
+    assert body["context"] == "bid for Acme"
+    assert body["web_link"] == f"https://app.example.test/rfps/{rfp_id}"
+    assert body["owner"] == {"id": admin.user_id, "name": body["owner"]["name"], "email": admin.email}
+    assert body["state"] == "new"
+    assert body["stats"] == {
+        "total_items": 0, "needs_input_items": 0, "auto_answered_items": 0,
+        "approved_items": 0, "overall_completion_percentage": 0,
+    }
+
+
+async def test_get_rfp__other_account_is_404(client, make_account):
+    mine, theirs = await make_account(), await make_account()
+    created = await client.post("/api/v1/rfps", json={"rfp": {"title": "x"}}, headers=mine.headers)
+    rfp_id = (await created.json())["id"]
+    response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=theirs.headers)
+    assert response.status == 404
+    assert (await response.json())["error"]["code"] == "not_found"
