@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from service.auth import new_id
+from service.retrieval import find_references
+
+
+async def test_find_references__matches_on_some_words_and_ranks_question_first(conn, admin):
+    rows = [
+        ("Do you enforce multi-factor authentication?", "Yes, for all staff."),
+        (None, "Our office has a multi-purpose room."),
+        ("Is data encrypted at rest?", "Yes, AES-256."),
+    ]
+    for question, answer in rows:
+        await conn.execute(
+            "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES ($1, $2, $3, $4)",
+            new_id("kb"), admin.account_id, question, answer,
+        )
+    found = await find_references(conn, admin.account_id, "Which authentication factors do you require?")
+    assert [ref.question for ref in found] == ["Do you enforce multi-factor authentication?"]
+    assert 0 < found[0].score < 1
+
+
+async def test_find_references__other_account_entries_are_invisible(conn, make_account):
+    mine, theirs = await make_account(), await make_account()
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, answer) VALUES ($1, $2, 'encryption at rest')",
+        new_id("kb"), theirs.account_id,
+    )
+    assert await find_references(conn, mine.account_id, "encryption") == []
