@@ -135,3 +135,14 @@ async def test_outbox__mail_rolls_back_with_its_transaction(conn):
             await mail.enqueue(conn, config, "ada@example.test", "Confirm", "link")
             raise RuntimeError("the user could not be stored")
     assert await outbox(conn) == []
+
+
+def test_config_example__documents_mail_and_members_defaults():
+    import tomllib
+
+    from conftest import ROOT
+
+    raw = tomllib.loads((ROOT / "config.example.toml").read_text())
+    example = config_module.structure(raw)
+    assert example.mail == config_module.MailConfig()
+    assert example.members == config_module.MembersConfig()
