@@ -129,3 +129,13 @@ async def test_invitation__needs_admin_role_and_valid_fields(client, admin, make
     bad = await invite(client, admin, email="nope", role="boss")
     assert bad.status == 422
     assert len((await bad.json())["error"]["details"]) == 2
+
+
+def test_access_log__redacts_link_tokens():
+    from service.logs import redact_url
+
+    assert redact_url("/api/v1/invitations/abc-_1/accept") == "/api/v1/invitations/[redacted]/accept"
+    assert redact_url("/api/v1/users/confirmation?token=abc&x=1") == (
+        "/api/v1/users/confirmation?token=[redacted]&x=1"
+    )
+    assert redact_url("/api/v1/rfps/rfp_1") == "/api/v1/rfps/rfp_1"
