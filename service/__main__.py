@@ -170,7 +170,8 @@ def cmd_psql(args: argparse.Namespace, config: Config) -> int:
         await (await database.connect()).close()
 
     asyncio.run(migrated())
-    psql = str(database.embedded.bin_dir / "psql") if database.embedded else "psql"
+    # The wheel's psql works with DATABASE_URL too, so no client needs installing.
+    psql = str(db.psql_path())
     # Not exec: the embedded server is stopped when this process exits, after psql.
     import subprocess
 
@@ -286,7 +287,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int)
     p = command("migrate", cmd_migrate, help="apply pending migrations")
     p.add_argument("--json", action="store_true")
-    p = command("psql", cmd_psql, help="open psql on the service's database")
+    p = command("psql", cmd_psql, help="open psql on the service's database; extra arguments go to psql")
     p.add_argument("psql_args", nargs=argparse.REMAINDER)
 
     group = sub.add_parser("account", help="accounts").add_subparsers(dest="action", required=True)
@@ -338,7 +339,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args, extra = cli.parse_known_args(argv)
+    if args.command == "psql":  # everything after `psql` goes to psql, options included
+        args.psql_args = [*extra, *args.psql_args]
+    elif extra:
+        cli.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         config = config_module.load(args.config)
     except ConfigError as exc:

@@ -308,3 +308,9 @@ def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "exited with code" in stderr
+
+
+def test_psql__runs_the_bundled_psql_on_the_configured_database(database_url):
+    result = cli(database_url, "psql", "-tA", "-c", "SELECT count(*) FROM schema_migrations")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(len(list((ROOT / "sql" / "migrations").glob("*.sql"))))
