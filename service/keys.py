@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncpg
 from aiohttp import web
 
 from .config import Config
 
+if TYPE_CHECKING:  # the pipeline imports auth, which imports these keys
+    from .events import QuestionEvents
+    from .pipeline import Pipeline
+
 CONFIG = web.AppKey("config", Config)
 POOL = web.AppKey("pool", asyncpg.Pool)
+PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
+EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
