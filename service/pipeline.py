@@ -208,12 +208,10 @@ async def persist(
 ) -> bool:
     """Store `after` if `before` is still what the database holds and we hold the lease.
 
-    A refund (engine failure) and the answer of a linked RFP item commit with the transition, so
-    each happens exactly once. False: another worker moved the question; drop it.
+    A refund (engine failure) and the answer of a linked RFP item commit with the transition;
+    the refund is also guarded in SQL, so it happens at most once per question.
+    False: another worker moved the question; drop it.
     """
-    refund = after.engine_failure is not None and after.charged_credits > 0 and not before.refunded
-    if refund:
-        after = attrs.evolve(after, refunded=True)
     answers_item = after.state == "complete" and after.rfp_item_id is not None
     async with conn.transaction():
         moved = await conn.fetchval(
@@ -222,12 +220,15 @@ async def persist(
             after.context, after.references_json(), after.draft_answer, after.verbatim_answer,
             after.sufficient_context, list(after.engine_points), after.engine_failure,
             after.confidence, after.confidence_rationale, after.requires_attention,
-            list(after.attention_points), after.answer, after.refunded, lease_seconds,
+            list(after.attention_points), after.answer, lease_seconds,
         )
         if moved is None:
             return False
-        if refund:
-            await change_credits(conn, after.account_id, after.charged_credits, "refund", after.id)
+        if after.engine_failure is not None:
+            # Guarded in SQL (`AND NOT refunded`): however often this runs, one refund.
+            refund = await conn.fetchval(db.query("mark_question_refunded"), after.id)
+            if refund:
+                await change_credits(conn, after.account_id, refund, "refund", after.id)
         if answers_item:
             item_state = "needs_input" if after.requires_attention else "auto_answered"
             rfp_id = await conn.fetchval(

@@ -50,18 +50,31 @@ class LocalEngine:
                 text = best.reference.answer  # exactly the entry's answer: verbatim
             return Draft(text=text, sufficient_context=True, used=tuple(used), attention_points=points)
 
-        # Extractive: the sentences of the relevant entries that share most terms with the question.
+        # Extractive: greedily the sentences of the relevant entries that cover the most question
+        # terms not covered yet (entry relevance breaks ties), up to the detail level's count.
         wanted = coverage.terms(request.question)
-        candidates: list[tuple[float, int, str, str]] = []
-        for order, m in enumerate(coverage.relevant(matches)[:3]):
-            for position, sentence in enumerate(sentences(m.reference.answer)):
-                overlap = len(wanted & coverage.terms(sentence)) / max(1, len(wanted))
-                # Entry relevance first, then the sentence's own overlap, then reading order.
-                weight = m.score + overlap - 0.01 * position
-                candidates.append((weight, order * 1000 + position, sentence, m.reference.kb_item_id))
-        chosen = sorted(candidates, key=lambda c: -c[0])[: SENTENCES[level]]
+        candidates = [
+            (m.score, order * 1000 + position, sentence, m.reference.kb_item_id,
+             coverage.terms(sentence))
+            for order, m in enumerate(coverage.relevant(matches)[:3])
+            for position, sentence in enumerate(sentences(m.reference.answer))
+        ]
+        chosen: list[tuple] = []
+        uncovered = set(wanted)
+        while candidates and len(chosen) < SENTENCES[level]:
+            best_sentence = max(
+                candidates,
+                key=lambda c, left=frozenset(uncovered): (
+                    len(c[4] & left) / max(1, len(wanted)) + 0.3 * c[0] - 0.001 * (c[1] % 1000)
+                ),
+            )
+            if chosen and not best_sentence[4] & uncovered and level < 2:
+                break  # nothing new to say; high detail keeps adding supporting sentences
+            chosen.append(best_sentence)
+            candidates.remove(best_sentence)
+            uncovered -= best_sentence[4]
         chosen.sort(key=lambda c: c[1])  # keep each entry's own sentence order
-        used = tuple(dict.fromkeys(c[3] for c in chosen))
+        used = tuple(dict.fromkeys(c[3] for c in sorted(chosen, key=lambda c: -c[0])))
         return Draft(
             text=" ".join(c[2] for c in chosen),
             sufficient_context=True,

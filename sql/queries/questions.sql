@@ -72,10 +72,9 @@ UPDATE questions
        requires_attention = $14,
        attention_points = $15,
        answer = $16,
-       refunded = $17,
        lease_owner = CASE WHEN $4::question_state = 'complete' THEN NULL ELSE lease_owner END,
        lease_expires_at = CASE WHEN $4::question_state = 'complete' THEN NULL
-                               ELSE now() + make_interval(secs => $18) END,
+                               ELSE now() + make_interval(secs => $17) END,
        updated_at = now()
  WHERE id = $1 AND state = $2::question_state AND lease_owner = $3
 RETURNING id;
@@ -94,3 +93,9 @@ RETURNING rfp_id;
 -- count_unfinished_questions --
 -- How many questions are not complete yet (bench and tests).
 SELECT count(*)::integer FROM questions WHERE state <> 'complete';
+
+-- mark_question_refunded --
+-- Record that a question's credits were given back; returns them only the first time.
+UPDATE questions SET refunded = true
+ WHERE id = $1 AND NOT refunded AND charged_credits > 0
+RETURNING charged_credits;
