@@ -49,3 +49,10 @@ async def balance_and_ledger(conn: asyncpg.Connection, account_id: str) -> tuple
     )
     return balance, ledger
 
+
+
+async def wait_all_complete(conn: asyncpg.Connection, seconds: float) -> None:
+    unfinished = "SELECT count(*) FROM questions WHERE state <> 'complete'"
+    async with asyncio.timeout(seconds):
+        while await conn.fetchval(unfinished):  # noqa: ASYNC110 (polls the database, not an event)
+            await asyncio.sleep(0.05)
