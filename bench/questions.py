@@ -127,7 +127,9 @@ async def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--entries", type=int, default=10_000)
-    parser.add_argument("--workers", type=int, default=1, help="service processes (serve --workers)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="service processes on one database, each on its own port; clients "
+                             "are spread over them (`serve --workers` cannot be started from here)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
 
@@ -138,12 +140,14 @@ async def main() -> int:
         embedded = db.EmbeddedPostgres(ROOT / "var" / "bench")
         server_url = embedded.url()
     url, token, asked = await prepare(server_url, args.entries)
-    config = (f"[server]\nworkers = {args.workers}\n[database]\npool_max_size = 20\n"
+    config = ("[database]\npool_max_size = 20\n"
               "[logging]\nlevel = \"WARNING\"\n"
               "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n")
     tmp = ROOT / "var" / "bench-run"
     tmp.mkdir(parents=True, exist_ok=True)
-    service = await ServiceProcess(url, config, tmp).start()
+    services = [ServiceProcess(url, config, tmp) for _ in range(args.processes)]
+    await asyncio.gather(*(service.start() for service in services))
+    urls = [service.url for service in services]
     try:
         connector = aiohttp.TCPConnector(limit=0)
         headers = {"Authorization": f"Bearer {token}"}
@@ -152,16 +156,17 @@ async def main() -> int:
             warm: list[float] = []
             errors: list[str] = []
             until = time.monotonic() + args.warmup
-            await asyncio.gather(*(client(session, service.url, asked, until, warm, errors, rng)
-                                   for _ in range(args.clients)))
+            await asyncio.gather(*(client(session, urls[i % len(urls)], asked, until, warm, errors, rng)
+                                   for i in range(args.clients)))
             latencies: list[float] = []
             started = time.monotonic()
             until = started + args.seconds
-            await asyncio.gather(*(client(session, service.url, asked, until, latencies, errors, rng)
-                                   for _ in range(args.clients)))
+            await asyncio.gather(*(client(session, urls[i % len(urls)], asked, until, latencies, errors,
+                                          rng) for i in range(args.clients)))
             elapsed = time.monotonic() - started
     finally:
-        service.stop()
+        for service in services:
+            service.stop()
         if embedded:
             admin = await asyncpg.connect(server_url)
             name = url.rsplit("/", 1)[-1].split("?")[0]
@@ -169,7 +174,7 @@ async def main() -> int:
             await admin.close()
             embedded.stop()
     result = {
-        "clients": args.clients, "workers": args.workers, "entries": args.entries,
+        "clients": args.clients, "processes": args.processes, "entries": args.entries,
         "completed": len(latencies), "errors": len(errors),
         "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
         "p99_ms": round(percentile(latencies, 99) * 1000, 1) if latencies else None,

@@ -203,6 +203,16 @@ NEXT: dict[str, tuple[str, Step]] = {source: (target, step) for source, target, 
 # -- persisting a transition ---------------------------------------------------------------------
 
 
+def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -> tuple:
+    return (
+        after.id, before.state, owner, after.state,
+        after.context, after.references_json(), after.draft_answer, after.verbatim_answer,
+        after.sufficient_context, list(after.engine_points), after.engine_failure,
+        after.confidence, after.confidence_rationale, after.requires_attention,
+        list(after.attention_points), after.answer, lease_seconds,
+    )
+
+
 async def persist(
     conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float
 ) -> bool:
@@ -213,14 +223,13 @@ async def persist(
     False: another worker moved the question; drop it.
     """
     answers_item = after.state == "complete" and after.rfp_item_id is not None
+    if after.engine_failure is None and not answers_item:
+        # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
+        args = _advance_args(owner, before, after, lease_seconds)
+        return await conn.fetchval(db.query("advance_question"), *args) is not None
     async with conn.transaction():
         moved = await conn.fetchval(
-            db.query("advance_question"),
-            after.id, before.state, owner, after.state,
-            after.context, after.references_json(), after.draft_answer, after.verbatim_answer,
-            after.sufficient_context, list(after.engine_points), after.engine_failure,
-            after.confidence, after.confidence_rationale, after.requires_attention,
-            list(after.attention_points), after.answer, lease_seconds,
+            db.query("advance_question"), *_advance_args(owner, before, after, lease_seconds)
         )
         if moved is None:
             return False
