@@ -99,15 +99,19 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(pipeline.run(), name="pipeline"),
         asyncio.create_task(events.keep_connected(config.questions.poll_seconds), name="listen"),
     ]
-    yield
-    for task in background:
-        task.cancel()
-    for task in background:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    unfinished = set(pipeline.active)
-    await scheduler.close()
-    with contextlib.suppress(Exception):
-        await pipeline.release(unfinished)
-    await events.close()
-    await session.close()
+    try:
+        yield
+    finally:
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        unfinished = set(pipeline.active)
+        try:
+            await scheduler.close()
+            with contextlib.suppress(Exception):
+                await pipeline.release(unfinished)
+        finally:
+            await events.close()
+            await session.close()

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from datetime import datetime
@@ -318,21 +319,22 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                      "X-Accel-Buffering": "no"}
         )
         await response.prepare(request)
-        sent = STATES.index(row["state"])
-        await response.write(_event(row["state"], unstructure(Question.from_row(row))))
-        while STATES[sent] != "complete":
-            try:
-                await asyncio.wait_for(changes.get(), poll)
-            except TimeoutError:
-                await response.write(b": waiting\n\n")  # a comment: keeps proxies from timing out
-                # and falls through to a poll, in case a notification was lost
-            async with pool.acquire() as conn:
-                row = await fetch_question(conn, question_id, account_id)
-            current = STATES.index(row["state"])
-            for passed in STATES[sent + 1 : current]:
-                await response.write(_event(passed, {"id": question_id, "state": passed}))
-            if current > sent:
-                await response.write(_event(row["state"], unstructure(Question.from_row(row))))
-                sent = current
-        await response.write_eof()
+        with contextlib.suppress(ConnectionResetError):  # the client went away: just stop
+            sent = STATES.index(row["state"])
+            await response.write(_event(row["state"], unstructure(Question.from_row(row))))
+            while STATES[sent] != "complete":
+                try:
+                    await asyncio.wait_for(changes.get(), poll)
+                except TimeoutError:
+                    await response.write(b": waiting\n\n")  # a comment: keeps proxies from timing out
+                    # and falls through to a poll, in case a notification was lost
+                async with pool.acquire() as conn:
+                    row = await fetch_question(conn, question_id, account_id)
+                current = STATES.index(row["state"])
+                for passed in STATES[sent + 1 : current]:
+                    await response.write(_event(passed, {"id": question_id, "state": passed}))
+                if current > sent:
+                    await response.write(_event(row["state"], unstructure(Question.from_row(row))))
+                    sent = current
+            await response.write_eof()
     return response
