@@ -1,4 +1,4 @@
-"""Operator CLI: `python -m service serve|migrate|psql|account|member|token|credits|subscription|rfp`.
+"""Operator CLI: `python -m service serve|migrate|psql|account|member|token|credits|subscription|rfp|kb`.
 
 With `--json` a command prints exactly one JSON object on stdout; logs go to stderr.
 """
@@ -259,6 +259,35 @@ def cmd_rfp_create(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
+    from .convert import unstructure
+    from .errors import ValidationFailed
+    from .knowledge import decode_csv, import_csv
+
+    try:
+        with open(args.file, "rb") as handle:
+            raw = handle.read()
+        text = decode_csv(raw)
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
+    except ValidationFailed as exc:
+        raise accounts.OperatorError("; ".join(exc.details or [])) from None
+
+    async def work(conn: asyncpg.Connection) -> Any:
+        await accounts.require_account(conn, args.account)
+        try:
+            return await import_csv(conn, args.account, text)
+        except ValidationFailed as exc:
+            raise accounts.OperatorError("; ".join(exc.details or [])) from None
+
+    report = run_with_connection(config, work)
+    lines = [f"imported {report.imported} ({report.created} new, {report.updated} updated), "
+             f"rejected {len(report.rejected)}"]
+    lines += [f"  row {r.row}: {r.reason}" for r in report.rejected]
+    emit(args, unstructure(report), "\n".join(lines))
+    return 0
+
+
 # -- argument parsing ---------------------------------------------------------------------
 
 
@@ -330,6 +359,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--framework")
     p.add_argument("--deadline", type=_iso_date)
     p.add_argument("--context")
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("kb", help="knowledge base").add_subparsers(dest="action", required=True)
+    p = command("import", cmd_kb_import, group, help="import knowledge-base entries from a CSV file")
+    p.add_argument("--account", required=True)
+    p.add_argument("file", metavar="FILE.csv")
     p.add_argument("--json", action="store_true")
     return top
 

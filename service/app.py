@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from . import db, health, rfps
+from . import db, health, knowledge, rfps
 from .auth import auth_middleware
 from .config import Config
 from .errors import error_middleware
@@ -27,6 +27,25 @@ def routes() -> list[web.RouteDef]:
         web.get(
             "/api/v1/rfps/{id}/rfp_items", rfps.list_rfp_items, name="list_rfp_items",
             allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items", knowledge.post_item, name="create_knowledge_base_item"
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items", knowledge.list_items, name="list_knowledge_base_items",
+            allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/import", knowledge.import_items,
+            name="import_knowledge_base_items",
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items/{id}", knowledge.get_item, name="get_knowledge_base_item",
+            allow_head=False,
+        ),
+        web.delete(
+            "/api/v1/knowledge_base_items/{id}", knowledge.delete_item,
+            name="delete_knowledge_base_item",
         ),
     ]
 
