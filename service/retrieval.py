@@ -24,10 +24,15 @@ import attrs
 
 from . import db
 
-CANDIDATE_BUDGET = 3000  # sum of the document frequencies of the lexemes that choose candidates
-CANDIDATE_LIMIT = 3000  # most candidate rows ranked by ts_rank
-RERANK = 60  # candidates re-ranked in Python
-CONCEPT_WEIGHT = 0.8  # a concept's weight relative to the question's mean lexeme idf
+# The candidate stage reads one heap page per candidate row; that, not ranking, is what costs
+# (bench/retrieval.py). So the rows read are bounded, not the lexemes used.
+CANDIDATE_BUDGET = 300  # sum of the document frequencies of the lexemes that choose candidates
+CANDIDATE_LIMIT = 400  # most candidate rows read and ranked by ts_rank
+RERANK = 80  # candidates re-ranked in Python
+# How the ranking score is made of the features (weights sum to 1, so the score is in [0, 1]);
+# chosen by measurement on the development set (docs/answer-quality.md).
+WEIGHTS = {"question": 0.35, "coverage": 0.35, "answer": 0.30, "precision": 0.0}
+CONCEPT_WEIGHT = 1.5  # a concept's weight relative to the question's mean lexeme idf
 
 
 @attrs.frozen(kw_only=True)
@@ -49,7 +54,6 @@ class Reference:
 
 # -- tsvector text as PostgreSQL prints it: 'lexeme':1A,4 'other':2C -------------------------
 
-_VECTOR_ITEM = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 _POINTER = re.compile(
     r"^\s*(?:please\s+)?(?:see|refer\s+to|refer|as\s+per|per)\s+(?:answer\s+|question\s+|entry\s+)?"
     r"([A-Za-z0-9&][\w&.\-]*?)\.?\s*$",
@@ -57,14 +61,30 @@ _POINTER = re.compile(
 )
 
 
-def parse_vector(text: str) -> dict[str, str]:
-    """{lexeme: weights} where weights holds one letter per position (A question, B title, C answer)."""
-    parsed = {}
-    for match in _VECTOR_ITEM.finditer(text):
-        lexeme = match.group(1).replace("''", "'")
-        positions = match.group(2) or ""
-        parsed[lexeme] = "".join(p[-1] if p[-1] in "ABC" else "D" for p in positions.split(",") if p)
-    return parsed
+def lexeme_weights(vector: str, lexeme: str) -> str:
+    """The weights of a lexeme's positions in a tsvector's text ('lex':1A,4 …): one letter per
+    position, A question, B title, C answer ("" when absent). A substring search, not a parse:
+    only the question's few lexemes are looked up."""
+    key = "'" + lexeme.replace("'", "''") + "'"
+    start = vector.find(key + ":")
+    while start > 0 and vector[start - 1] != " ":
+        start = vector.find(key + ":", start + 1)
+    if start < 0:
+        return "" if vector.find(key) < 0 or not _bare(vector, key) else "D"
+    end = vector.find(" ", start + len(key))
+    positions = vector[start + len(key) + 1 : end if end >= 0 else None]
+    return "".join(p[-1] if p[-1] in "ABC" else "D" for p in positions.split(","))
+
+
+def _bare(vector: str, key: str) -> bool:
+    """Whether the lexeme occurs without positions (stripped vectors): 'lex' then space or end."""
+    index = vector.find(key)
+    while index >= 0:
+        after = index + len(key)
+        if (index == 0 or vector[index - 1] == " ") and (after == len(vector) or vector[after] == " "):
+            return True
+        index = vector.find(key, index + 1)
+    return False
 
 
 def pointer_target(answer: str) -> str | None:
@@ -82,12 +102,16 @@ def idf(df: int, items: int) -> float:
 
 @attrs.frozen
 class _Term:
-    key: str  # a lexeme, or "concept:<name>"
+    key: str  # a lexeme, or a concept's name
     weight: float
+    is_concept: bool = False
 
 
-def _choose_candidate_lexemes(terms: Sequence[tuple[str, int]]) -> list[str]:
-    """The rarest lexemes whose document frequencies sum to at most CANDIDATE_BUDGET (≥ 1)."""
+def _choose_candidate_lexemes(terms: Sequence[tuple[str, int]], items: int) -> list[str]:
+    """The rarest lexemes whose document frequencies sum to at most CANDIDATE_BUDGET (≥ 1);
+    every lexeme when the whole knowledge base is within the candidate limit."""
+    if items <= CANDIDATE_LIMIT:
+        return [lexeme for lexeme, df in terms if df > 0]
     chosen, total = [], 0
     for lexeme, df in sorted((t for t in terms if t[1] > 0), key=lambda t: (t[1], t[0])):
         if chosen and total + df > CANDIDATE_BUDGET:
@@ -116,9 +140,9 @@ async def find_references(
 
     terms = [_Term(lexeme, idf(df, items)) for lexeme, df in lexemes]
     mean_idf = sum(t.weight for t in terms) / len(terms)
-    terms += [_Term(f"concept:{row['concept']}", CONCEPT_WEIGHT * mean_idf) for row in concepts]
+    terms += [_Term(row["concept"], CONCEPT_WEIGHT * mean_idf, True) for row in concepts]
 
-    candidate_lexemes = _choose_candidate_lexemes(lexemes)
+    candidate_lexemes = _choose_candidate_lexemes(lexemes, items)
     ranking_lexemes = [lexeme for lexeme, df in lexemes if df > 0]
     if not candidate_lexemes and not phrases:
         return []
@@ -138,30 +162,34 @@ async def find_references(
     total = sum(t.weight for t in terms)
     scored = []
     for row in candidates:
-        vector = parse_vector(row["vector"])
+        vector = row["vector"]
         hits = concept_hits.get(row["id"], set())
         in_question = in_answer = anywhere = 0.0
+        matched_question_lexemes = 0
         for term in terms:
-            if term.key.startswith("concept:"):
-                weights = "AC" if term.key[8:] in hits else ""
+            if term.is_concept:
+                weights = "AC" if term.key in hits else ""
             else:
-                weights = vector.get(term.key, "")
+                weights = lexeme_weights(vector, term.key)
             if _field_share(weights, "AB"):
                 in_question += term.weight
+                matched_question_lexemes += not term.is_concept
             if _field_share(weights, "CD"):
                 in_answer += term.weight
             if weights:
                 anywhere += term.weight
-        question_lexemes = sum(1 for w in vector.values() if _field_share(w, "AB"))
+        question_lexemes = row["question_lexemes"]
         question_match = in_question / total
         coverage = anywhere / total
         # How much of the entry's own question the asked one accounts for: a long entry question
         # sharing two words is a weaker match than a short one sharing the same two.
-        matched_question_lexemes = sum(
-            1 for t in terms if not t.key.startswith("concept:") and _field_share(vector.get(t.key, ""), "AB")
-        )
         precision = matched_question_lexemes / question_lexemes if question_lexemes else 0.0
-        score = 0.45 * question_match + 0.35 * coverage + 0.20 * (in_answer / total) * 0 + 0.20 * precision
+        score = (
+            WEIGHTS["question"] * question_match
+            + WEIGHTS["coverage"] * coverage
+            + WEIGHTS["answer"] * in_answer / total
+            + WEIGHTS["precision"] * precision
+        )
         scored.append((score, question_match, coverage, row))
     scored.sort(key=lambda s: (-s[0], s[3]["id"]))
     top = scored[:limit]

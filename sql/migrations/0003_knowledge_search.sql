@@ -79,7 +79,7 @@ SELECT v.concept, p.phrase
   FROM (VALUES
     ('mfa', 'MFA|2FA|two-factor|two factor|multi-factor|multifactor|multi factor|second factor|one-time password|OTP'),
     ('sso', 'SSO|single sign-on|single sign on|SAML|federated identity|identity federation|identity provider|IdP|Shibboleth|InCommon|OpenID Connect|OIDC'),
-    ('disaster_recovery', 'disaster recovery|DR|DRP|recovery plan|failover|RTO|RPO|recovery time objective|recovery point objective'),
+    ('disaster_recovery', 'disaster recovery|disaster response|DR|DRP|recovery plan|failover|RTO|RPO|recovery time objective|recovery point objective'),
     ('business_continuity', 'business continuity|BC|BCP|BCM|continuity plan|operational resilience|resilience'),
     ('pen_test', 'penetration test|penetration testing|pen test|pentest|pen-test|ethical hacking|red team'),
     ('vuln_scan', 'vulnerability scan|vulnerability scanning|vulnerability assessment|vulnerability management|scanning'),
@@ -114,7 +114,7 @@ SELECT v.concept, p.phrase
     ('pci', 'PCI|PCI DSS|cardholder data|payment card'),
     ('accessibility', 'accessibility|VPAT|WCAG|section 508|ADA'),
     ('fips', 'FIPS|FIPS 140-2|FIPS 140-3|approved cryptographic|validated cryptographic module'),
-    ('governance', 'governance|CISO|chief information security officer|security officer|security team|oversight'),
+    ('governance', 'governance|information security office|information security staff|security staff|security program|CISO|chief information security officer|security officer|security team|oversight'),
     ('remote_access', 'remote access|VPN|virtual private network|remote connection'),
     ('session', 'session timeout|session management|idle timeout|inactivity timeout|automatic logoff'),
     ('tenant_isolation', 'multi-tenant|multitenant|tenant isolation|segregation|logical separation|data segregation'),

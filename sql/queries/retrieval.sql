@@ -36,16 +36,17 @@ WITH queries AS (
               FROM (SELECT quote_literal(l) FROM unnest($4::text[]) AS l
                     UNION ALL SELECT '(' || p || ')' FROM unnest($3::text[]) AS p) AS a(part)
            )::tsquery AS ranking
-), cand AS (
-    SELECT k.id
+), cand AS MATERIALIZED (
+    SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.search_vector
       FROM knowledge_items k, queries q
      WHERE k.account_id = $1 AND k.search_vector @@ q.candidate
      LIMIT $5
 )
-SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.search_vector::text AS vector,
-       ts_rank('{0.1, 0.2, 0.4, 1.0}', k.search_vector, q.ranking) AS rank
-  FROM cand JOIN knowledge_items k ON k.id = cand.id, queries q
- ORDER BY rank DESC, k.id
+SELECT c.id, c.external_id, c.title, c.question, c.answer, c.source, c.search_vector::text AS vector,
+       length(ts_filter(c.search_vector, '{a,b}')) AS question_lexemes,
+       ts_rank('{0.1, 0.2, 0.4, 1.0}', c.search_vector, q.ranking) AS rank
+  FROM cand c, queries q
+ ORDER BY rank DESC, c.id
  LIMIT $6;
 
 -- knowledge_concept_matches --
