@@ -50,7 +50,7 @@ def words(rng: random.Random) -> list[str]:
     return made
 
 
-def sampler(rng: random.Random, vocabulary: list[str]):  # noqa: ANN201  (a closure)
+def sampler(rng: random.Random, vocabulary: list[str]):
     weights = [1 / (rank + 1) ** 1.07 for rank in range(len(vocabulary))]
     cumulative = list(__import__("itertools").accumulate(weights))
 
@@ -60,7 +60,7 @@ def sampler(rng: random.Random, vocabulary: list[str]):  # noqa: ANN201  (a clos
     return text
 
 
-async def load(conn: asyncpg.Connection, account_id: str, n: int, text) -> None:  # noqa: ANN001
+async def load(conn: asyncpg.Connection, account_id: str, n: int, text) -> None:
     batch = 5_000
     for start in range(0, n, batch):
         size = min(batch, n - start)

@@ -40,7 +40,7 @@ async def assess(
     if not references:
         return Coverage(
             sufficient=False,
-            confidence=0.9,
+            confidence=MAX_CONFIDENCE,
             rationale="no knowledge-base entry shares a term with the question",
         )
     best = references[0]

@@ -130,9 +130,10 @@ async def evaluate(
     server_url: str, kb_csv: Path, questions_csv: Path, labels_csv: Path, asker: Asker = retrieval_asker
 ) -> dict[str, Any]:
     """Run the evaluation in a scratch database on the server of `server_url`, then drop it."""
+    # Small local files, read once before anything runs: blocking reads are fine here.
     questions = read_questions(questions_csv)
     labels = read_labels(labels_csv)
-    kb_text = decode_csv(kb_csv.read_bytes())
+    kb_text = decode_csv(kb_csv.read_bytes())  # noqa: ASYNC240 (see above)
     name = f"rfp_eval_{secrets.token_hex(6)}"
     admin = await asyncpg.connect(server_url)
     try:

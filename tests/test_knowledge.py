@@ -163,7 +163,7 @@ async def test_import_csv__too_many_rows_is_422(client, admin):
 async def test_cli_kb_import__json_prints_one_object(tmp_path, config, conn, admin):
     path = tmp_path / "kb.csv"
     path.write_text("id,question,answer\nE-1,Q?,A.\nE-2,Q2?,\n")
-    done = subprocess.run(
+    done = subprocess.run(  # noqa: ASYNC221 (the CLI is its own process; the test just waits)
         [sys.executable, "-m", "service", "kb", "import", "--account", admin.account_id, str(path),
          "--json"],
         capture_output=True, text=True, env={"DATABASE_URL": config.database.url, "PATH": ""},
