@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test psql migrate lint bench eval fuzz clean
+.PHONY: run test psql migrate lint bench bench-retrieval eval fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,16 @@ bench: $(STAMP)  ## question bench: ask-to-complete latency and throughput (benc
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service tests
+
+bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic entries
+	$(PY) bench/retrieval.py 10000 100000 --naive
+
+EVAL ?= ../shared/eval
+eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
+	@if [ -d "$(EVAL)" ]; then \
+		$(PY) -m service eval --kb $(EVAL)/kb.csv --questions $(EVAL)/dev_questions.csv \
+			--labels $(EVAL)/dev_labels.csv; \
+	else echo "skipped: no evaluation set at $(EVAL) (set EVAL=path)"; fi
 
 clean:
 	rm -rf $(VENV) var/test

@@ -10,7 +10,7 @@ import aiohttp
 import aiojobs
 from aiohttp import web
 
-from . import db, health, members, questions, rfps
+from . import db, health, knowledge, members, questions, rfps
 from .auth import auth_middleware
 from .config import Config
 from .engines import AnswerEngine
@@ -59,6 +59,25 @@ def routes() -> list[web.RouteDef]:
         web.get(
             "/api/v1/questions/{id}/events", questions.question_events, name="question_events",
             allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items", knowledge.post_item, name="create_knowledge_base_item"
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items", knowledge.list_items, name="list_knowledge_base_items",
+            allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/import", knowledge.import_items,
+            name="import_knowledge_base_items",
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items/{id}", knowledge.get_item, name="get_knowledge_base_item",
+            allow_head=False,
+        ),
+        web.delete(
+            "/api/v1/knowledge_base_items/{id}", knowledge.delete_item,
+            name="delete_knowledge_base_item",
         ),
     ]
 
