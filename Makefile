@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## serve on :8080 with the embedded PostgreSQL (or $$DATABASE_URL)
 	$(PY) -m service serve
 
-test: $(STAMP)  ## the whole test suite, on a real PostgreSQL
-	$(PY) -m pytest -q
+test: $(STAMP)  ## the whole test suite, on a real PostgreSQL (3 workers: tests mostly wait on I/O)
+	$(PY) -m pytest -q -n 3
 
 psql: $(STAMP)  ## psql on the service's database
 	$(PY) -m service psql

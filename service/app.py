@@ -144,9 +144,9 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     finally:
         for task in background:
             task.cancel()
-        for task in background:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A task cancelled inside a query may end in a driver error instead of CancelledError;
+        # either way it is over, and shutdown must go on.
+        await asyncio.gather(*background, return_exceptions=True)
         unfinished = set(pipeline.active)
         try:
             await scheduler.close()
