@@ -9,9 +9,6 @@ import argparse
 import asyncio
 import json
 import logging
-import multiprocessing
-import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import date
@@ -20,7 +17,7 @@ from typing import Any
 import asyncpg
 import attrs
 
-from . import accounts, db, logs
+from . import accounts, db, logs, workers
 from . import config as config_module
 from .config import Config, ConfigError
 
@@ -93,25 +90,6 @@ Try:
     )
 
 
-def serve_worker(config: Config) -> None:
-    """One service process: the app on the shared port until SIGINT or SIGTERM."""
-    from aiohttp import web
-
-    from .app import create_app
-
-    logs.setup(config.logging)
-    web.run_app(
-        create_app(config),
-        host=config.server.host,
-        port=config.server.port,
-        reuse_port=config.server.workers > 1,
-        access_log_class=logs.AccessLogger,
-        shutdown_timeout=config.server.shutdown_timeout,
-        print=None,
-        handler_cancellation=True,
-    )
-
-
 def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     overrides: dict[str, Any] = {}
     if args.host:
@@ -136,32 +114,14 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     )
     try:
         if config.server.workers == 1:
-            serve_worker(config)
+            workers.serve_worker(config)
         else:
-            run_workers(config)
+            workers.run_workers(config)
     finally:
         if database.embedded:
             database.embedded.stop()
             log.info("embedded PostgreSQL stopped")
     return 0
-
-
-def run_workers(config: Config) -> None:
-    """N processes on one port (SO_REUSEPORT); signals are passed on, then we wait for all."""
-    ctx = multiprocessing.get_context("spawn")
-    workers = [ctx.Process(target=serve_worker, args=(config,)) for _ in range(config.server.workers)]
-    for worker in workers:
-        worker.start()
-
-    def forward(signum: int, _frame: object) -> None:
-        for worker in workers:
-            if worker.pid and worker.is_alive():
-                os.kill(worker.pid, signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    for worker in workers:
-        worker.join()
 
 
 # -- other commands -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from .config import Config
 from .errors import error_middleware
 from .keys import CONFIG, POOL
 from .logs import request_id_middleware
+from .metrics import METRICS, Metrics, get_metrics, metrics_middleware
 from .ratelimit import rate_limit_middleware
 
 
@@ -35,18 +36,17 @@ def create_app(config: Config) -> web.Application:
     """The service's application; `config.database.url` must name a reachable database."""
     if not config.database.url:
         raise ValueError("create_app needs config.database.url (start the embedded server first)")
-    app = web.Application(
-        client_max_size=config.server.max_body_bytes,
-        middlewares=[
-            request_id_middleware,
-            error_middleware,
-            auth_middleware,
-            rate_limit_middleware,
-        ],
-    )
+    middlewares = [request_id_middleware, error_middleware, auth_middleware, rate_limit_middleware]
+    if config.metrics.enabled:
+        middlewares.insert(1, metrics_middleware)  # outside errors: it sees the rendered status
+    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
+    # Always present, so code may count unconditionally; exposed only when enabled.
+    app[METRICS] = Metrics()
     app.cleanup_ctx.append(_pool)
     app.add_routes(routes())
+    if config.metrics.enabled:
+        app.router.add_get("/metrics", get_metrics, name="metrics", allow_head=False)
     return app
 
 

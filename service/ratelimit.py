@@ -14,6 +14,7 @@ from .auth import PRINCIPAL
 from .config import RateLimit
 from .errors import ApiError, RateLimited
 from .keys import CONFIG, POOL
+from .metrics import METRICS
 
 
 @attrs.frozen
@@ -63,6 +64,7 @@ async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.S
     async with request.app[POOL].acquire() as conn:
         decision = await take(conn, f"{route_name}:{subject}", limit)
     if not decision.allowed:
+        request.app[METRICS].rate_limit_rejections.labels(route_name).inc()
         raise RateLimited(
             f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds; "
             f"retry in {max(1, math.ceil(decision.retry_after))} s",
