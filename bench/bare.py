@@ -11,7 +11,7 @@ import asyncpg
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from service.db import query  # noqa: E402  (after the path set-up above)
+from service.db import query
 
 POOL = web.AppKey("pool", asyncpg.Pool)
 
@@ -44,7 +44,7 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-async def pool_ctx(app: web.Application):  # noqa: ANN201
+async def pool_ctx(app: web.Application):
     app[POOL] = await asyncpg.create_pool(DSN, min_size=2, max_size=10)
     yield
     await app[POOL].close()

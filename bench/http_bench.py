@@ -16,8 +16,19 @@ import json
 import os
 
 from _setup import (
-    BENCH_DIR, create_account, fresh_database, free_port, load, machine, median, peak_rss_mib,
-    run, server_url, start_bare, start_service, stop,
+    BENCH_DIR,
+    create_account,
+    free_port,
+    fresh_database,
+    load,
+    machine,
+    median,
+    peak_rss_mib,
+    run,
+    server_url,
+    start_bare,
+    start_service,
+    stop,
 )
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))

@@ -85,7 +85,7 @@ def wrk_load(args: argparse.Namespace) -> dict:
     command = ["wrk", "-t1", f"-c{args.concurrency}", f"-d{max(1, round(args.seconds))}s", "--latency"]
     for header in args.header:
         command += ["-H", header]
-    output = subprocess.run(command + [args.url[0]], capture_output=True, text=True, check=True).stdout
+    output = subprocess.run([*command, args.url[0]], capture_output=True, text=True, check=True).stdout
     requests = int(re.search(r"(\d+) requests in", output).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
     socket_errors = re.search(r"Socket errors: (.*)", output)

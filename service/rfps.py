@@ -18,6 +18,9 @@ from .models import Page, Rfp, RfpItem
 MAX_TITLE = 500
 MAX_TEXT = 100_000
 MAX_ITEMS_PER_CREATE = 5_000
+# Search counts matches up to this many (500 pages): every search's work stays bounded.
+SEARCH_COUNT_CAP = 10_000
+TOTAL_COUNT_CAPPED_HEADER = "X-Total-Count-Capped"
 
 
 def _bounded(limit: int) -> Any:
@@ -121,15 +124,20 @@ async def search_rfps(request: web.Request) -> web.Response:
     account_id = principal(request).account_id
     base_url = request.app[CONFIG].server.web_base_url
     async with db.connection(request) as conn:
-        total = await conn.fetchval(db.query("count_search_rfps"), account_id, pattern)
+        total = await conn.fetchval(
+            db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
+        )
         rows = await conn.fetch(
             db.query("search_rfps"), account_id, pattern, page.size, page.offset
         )
+    # At the cap, total_count says "at least this many" and a header says so (docs: Operations).
+    headers = {TOTAL_COUNT_CAPPED_HEADER: "true"} if total >= SEARCH_COUNT_CAP else None
     return web.json_response(
         {
             "rfps": [Rfp.from_row(row, base_url).to_json(with_context=False) for row in rows],
             "pagination": page.pagination(total, len(rows)),
-        }
+        },
+        headers=headers,
     )
 
 
