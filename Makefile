@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test psql migrate lint bench eval fuzz clean
+.PHONY: run test psql migrate lint bench eval fuzz clean bench-http bench-search
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,14 @@ migrate: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service tests
+
+bench: bench-http bench-search  ## every benchmark; results go into BENCHMARKS.md by hand
+
+bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} and search
+	$(PY) bench/http_bench.py
+
+bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
+	$(PY) bench/search_1m.py
 
 clean:
 	rm -rf $(VENV) var/test

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from . import db, health, rfps
+from . import db, health, members, rfps
 from .auth import auth_middleware
 from .config import Config
 from .errors import error_middleware
@@ -29,6 +29,25 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/rfps/{id}/rfp_items", rfps.list_rfp_items, name="list_rfp_items",
             allow_head=False,
         ),
+        web.post("/api/v1/users", members.post_user, name="create_user"),
+        web.post(
+            "/api/v1/users/confirmation", members.post_confirmation, name="confirm_email"
+        ),
+        web.get(
+            "/api/v1/users/confirmation", members.get_confirmation, name="confirm_email_link",
+            allow_head=False,
+        ),
+        web.post("/api/v1/tokens", members.post_token, name="create_token"),
+        web.post("/api/v1/invitations", members.post_invitation, name="create_invitation"),
+        web.get(
+            "/api/v1/invitations/{token}", members.get_invitation, name="get_invitation",
+            allow_head=False,
+        ),
+        web.post(
+            "/api/v1/invitations/{token}/accept", members.accept_invitation,
+            name="accept_invitation",
+        ),
+        web.get("/api/v1/members", members.list_members, name="list_members", allow_head=False),
     ]
 
 
@@ -44,6 +63,8 @@ def create_app(config: Config) -> web.Application:
     # Always present, so code may count unconditionally; exposed only when enabled.
     app[METRICS] = Metrics()
     app.cleanup_ctx.append(_pool)
+    app.cleanup_ctx.append(members.passwords_context)
+    app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.add_routes(routes())
     if config.metrics.enabled:
         app.router.add_get("/metrics", get_metrics, name="metrics", allow_head=False)
