@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from . import db, health, members, rfps
+from . import db, health, members, openapi, rfps
 from .auth import auth_middleware
 from .config import Config
 from .errors import error_middleware
@@ -48,6 +48,10 @@ def routes() -> list[web.RouteDef]:
             name="accept_invitation",
         ),
         web.get("/api/v1/members", members.list_members, name="list_members", allow_head=False),
+        web.get("/api/v1/openapi.json", openapi.get_openapi, name="openapi", allow_head=False),
+        web.get("/docs", openapi.get_docs, name="docs", allow_head=False),
+        web.get("/docs/init.js", openapi.get_docs_init, name="docs_init", allow_head=False),
+        web.get("/docs/assets/{name}", openapi.get_docs_asset, name="docs_asset", allow_head=False),
     ]
 
 

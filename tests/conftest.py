@@ -220,3 +220,11 @@ def smtp() -> Iterator[SmtpSink]:
 async def mail_client(aiohttp_client: Any, config: Config, smtp: SmtpSink) -> TestClient:
     """A client whose app delivers mail to the `smtp` sink."""
     return await aiohttp_client(create_app(with_config(config, mail=mail_settings(smtp.port))))
+
+
+@pytest.fixture
+def aiohttp_client_cls() -> type[TestClient]:
+    """Every test client checks each response against the OpenAPI description."""
+    from openapi_check import ValidatingClient
+
+    return ValidatingClient
