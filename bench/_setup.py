@@ -121,8 +121,12 @@ def load(urls: list[str], headers: list[str], concurrency: int, seconds: float) 
         command += ["--url", url]
     for header in headers:
         command += ["--header", header]
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    return json.loads(output)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"load generator failed: {done.stderr[-2000:]}")
+    if done.stderr:
+        print(done.stderr.strip(), file=sys.stderr)
+    return json.loads(done.stdout)
 
 
 def machine() -> str:

@@ -73,11 +73,11 @@ async def python_load(args: argparse.Namespace) -> dict:
     }
 
 
-_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
 def _ms(text: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()
     return float(number) * _UNITS[unit]
 
 
@@ -112,7 +112,14 @@ def main() -> None:
     use_wrk = args.loadgen == "wrk" or (
         args.loadgen == "auto" and shutil.which("wrk") and len(args.url) == 1
     )
-    result = wrk_load(args) if use_wrk else asyncio.run(python_load(args))
+    result = None
+    if use_wrk:
+        try:
+            result = wrk_load(args)
+        except (subprocess.CalledProcessError, AttributeError, ValueError) as exc:
+            print(f"wrk failed ({exc!r}); using the Python generator", file=sys.stderr)
+    if result is None:
+        result = asyncio.run(python_load(args))
     json.dump(result, sys.stdout)
     print()
 

@@ -217,7 +217,8 @@ def document() -> dict[str, Any]:
                 security=[], body=obj),
             "get": _op("confirm_email_link", "the link from the confirmation mail", {
                 "200": {"description": "confirmed (a sentence for the browser)",
-                        "content": {"text/plain": {"schema": {"type": "string"}}}}, "400": _error("token missing"),
+                        "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "400": _error("token missing"),
                 "404": _error("unknown or used link")}, security=[],
                 params=[{"name": "token", "in": "query", "required": True,
                          "schema": {"type": "string"}}]),
