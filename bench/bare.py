@@ -1,5 +1,6 @@
-"""The floor: bare aiohttp + asyncpg serving the same SQL as the service, without auth, rate
-limits, middlewares, models or logging. `python bench/bare.py DATABASE_URL PORT ACCOUNT_ID`."""
+"""The floor: bare aiohttp + asyncpg running the same SQL statements as the service's handlers,
+without auth, rate limits, middlewares, models or logging.
+`python bench/bare.py DATABASE_URL PORT ACCOUNT_ID`."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ async def search(request: web.Request) -> web.Response:
     page = int(request.query.get("page", "1"))
     pattern = "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     async with request.app[POOL].acquire() as conn:
-        total = await conn.fetchval(query("count_search_rfps"), ACCOUNT, pattern)
+        await conn.execute(query("plan_each_search"))
+        total = await conn.fetchval(query("count_search_rfps_capped"), ACCOUNT, pattern, 10_000)
         rows = await conn.fetch(query("search_rfps"), ACCOUNT, pattern, 20, (page - 1) * 20)
     return web.json_response(
         {"rfps": [dict(r) for r in rows], "pagination": {"total_count": total}}, dumps=dumps
