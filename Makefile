@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+EVAL   ?= ../shared/eval
 
-.PHONY: run test psql migrate lint bench bench-retrieval eval fuzz clean
+.PHONY: run test psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,16 +25,23 @@ psql: $(STAMP)  ## psql on the service's database
 migrate: $(STAMP)
 	$(PY) -m service migrate
 
-bench: $(STAMP)  ## question bench: ask-to-complete latency and throughput (bench/questions.py)
-	$(PY) bench/questions.py
-
 lint: $(STAMP)
-	$(VENV)/bin/ruff check service tests
+	$(VENV)/bin/ruff check service tests bench
+
+bench: bench-questions bench-retrieval bench-http bench-search  ## every benchmark; results go into BENCHMARKS.md
+
+bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP (bench/questions.py)
+	$(PY) bench/questions.py
 
 bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic entries
 	$(PY) bench/retrieval.py 10000 100000 --naive
 
-EVAL ?= ../shared/eval
+bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} and search
+	$(PY) bench/http_bench.py
+
+bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
+	$(PY) bench/search_1m.py
+
 eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
 	@if [ -d "$(EVAL)" ]; then \
 		$(PY) -m service eval --kb $(EVAL)/kb.csv --questions $(EVAL)/dev_questions.csv \

@@ -255,3 +255,11 @@ def make_rfp(conn: asyncpg.Connection) -> Any:
         return rfp_id
 
     return make
+
+
+@pytest.fixture
+def aiohttp_client_cls() -> type[TestClient]:
+    """Every test client checks each response against the OpenAPI description."""
+    from openapi_check import ValidatingClient
+
+    return ValidatingClient
