@@ -117,17 +117,24 @@ class Policy:
     public: bool = False
     scope: str | None = None
     roles: frozenset[str] = frozenset(ROLES)
+    # Whether a body-less request keeps its auth connection for the handler (db.connection).
+    # Off for long-lived streams, which must not pin a pool connection while they wait.
+    hold_connection: bool = True
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def requires(scope: str, roles: Iterable[str] = ROLES) -> Callable[[Handler], Handler]:
+def requires(
+    scope: str, roles: Iterable[str] = ROLES, *, hold_connection: bool = True
+) -> Callable[[Handler], Handler]:
     """Mark a handler as needing a token with `scope`, held by a member with one of `roles`."""
     assert scope in SCOPES
 
     def mark(handler: Handler) -> Handler:
-        handler.policy = Policy(scope=scope, roles=frozenset(roles))  # type: ignore[attr-defined]
+        handler.policy = Policy(  # type: ignore[attr-defined]
+            scope=scope, roles=frozenset(roles), hold_connection=hold_connection
+        )
         return handler
 
     return mark
@@ -183,8 +190,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             "the Authorization header must be 'Bearer <token>'",
             headers=_challenge("invalid_request"),
         )
-    if request.body_exists:
-        # Not held while a (possibly slow) client uploads a body: release, handler acquires anew.
+    if request.body_exists or not policy.hold_connection:
+        # Not held while a (possibly slow) client uploads a body, nor for a stream: release now,
+        # and the handler acquires anew.
         async with request.app[POOL].acquire() as conn:
             who = await authenticate(conn, token.strip())
         check(policy, who)

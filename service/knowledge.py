@@ -17,7 +17,6 @@ from . import db
 from .auth import new_id, principal, requires
 from .convert import NonBlank, converter, read_object, structure, unstructure
 from .errors import NotFound, UnsupportedMediaType, ValidationFailed
-from .keys import POOL
 from .models import Page
 
 MAX_QUESTION = 10_000
@@ -281,7 +280,7 @@ def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
 async def post_item(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "knowledge_base_item")
     data = structure(fields, KnowledgeItemInput, root="knowledge_base_item")
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         item = await create_item(conn, principal(request).account_id, data)
     response = _item_response(item, status=201)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
@@ -292,7 +291,7 @@ async def post_item(request: web.Request) -> web.Response:
 async def list_items(request: web.Request) -> web.Response:
     page = Page.from_query(request.query)
     account_id = principal(request).account_id
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         total = await conn.fetchval(db.query("count_knowledge_items"), account_id)
         rows = await conn.fetch(db.query("list_knowledge_items"), account_id, page.size, page.offset)
     return web.json_response(
@@ -306,7 +305,7 @@ async def list_items(request: web.Request) -> web.Response:
 @requires("read")
 async def get_item(request: web.Request) -> web.Response:
     item_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         row = await conn.fetchrow(
             db.query("get_knowledge_item"), item_id, principal(request).account_id
         )
@@ -318,7 +317,7 @@ async def get_item(request: web.Request) -> web.Response:
 @requires("write", roles=("admin", "member"))
 async def delete_item(request: web.Request) -> web.Response:
     item_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         deleted = await conn.fetchval(
             db.query("delete_knowledge_item"), item_id, principal(request).account_id
         )
@@ -330,6 +329,6 @@ async def delete_item(request: web.Request) -> web.Response:
 @requires("write", roles=("admin", "member"))
 async def import_items(request: web.Request) -> web.Response:
     text = await _read_csv_body(request)
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, text)
     return web.json_response(unstructure(report))

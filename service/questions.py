@@ -21,7 +21,7 @@ from .accounts import change_credits
 from .auth import new_id, principal, requires
 from .convert import NonBlank, converter, read_object, structure, unstructure
 from .errors import NotFound, UsageBlocked, ValidationFailed
-from .keys import CONFIG, EVENTS, PIPELINE, POOL
+from .keys import CONFIG, EVENTS, PIPELINE
 from .models import MemberRef
 from .pipeline import STATES
 
@@ -261,7 +261,7 @@ async def post_question(request: web.Request) -> web.Response:
     ask = parse_ask(body, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
     key = _idempotency_key(request)
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         question_id = await _replay(conn, who.member_id, key, ask) if key else None
         if question_id is None:
             try:
@@ -294,7 +294,7 @@ async def post_question(request: web.Request) -> web.Response:
 
 @requires("read")
 async def get_question(request: web.Request) -> web.Response:
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         row = await fetch_question(conn, request.match_info["id"], principal(request).account_id)
     return web.json_response(unstructure(Question.from_row(row)))
 
@@ -303,16 +303,15 @@ def _event(state: str, data: dict[str, Any]) -> bytes:
     return f"event: {state}\nid: {state}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-@requires("read")
+@requires("read", hold_connection=False)
 async def question_events(request: web.Request) -> web.StreamResponse:
     """Server-Sent Events: the current state at once, then one event per state change; the
     stream ends after `complete`. States passed while nobody looked are sent as {id, state}."""
     question_id = request.match_info["id"]
     account_id = principal(request).account_id
     poll = request.app[CONFIG].questions.poll_seconds
-    pool = request.app[POOL]
     with request.app[EVENTS].subscribe(question_id) as changes:
-        async with pool.acquire() as conn:
+        async with db.connection(request) as conn:
             row = await fetch_question(conn, question_id, account_id)  # 404 before streaming
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
@@ -328,7 +327,7 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                 except TimeoutError:
                     await response.write(b": waiting\n\n")  # a comment: keeps proxies from timing out
                     # and falls through to a poll, in case a notification was lost
-                async with pool.acquire() as conn:
+                async with db.connection(request) as conn:
                     row = await fetch_question(conn, question_id, account_id)
                 current = STATES.index(row["state"])
                 for passed in STATES[sent + 1 : current]:

@@ -44,3 +44,28 @@ async def test_request_connection__every_route_works_with_a_one_connection_pool(
             f"/api/v1/rfps/{rfp_id}", json={"rfp": {"title": "y"}}, headers=admin.headers
         )
         assert patched.status == 200
+
+
+async def test_event_streams__do_not_pin_pool_connections(config, admin, aiohttp_client):
+    slow = with_config(
+        config,
+        database={"pool_min_size": 1, "pool_max_size": 2},
+        questions={"step_delay_seconds": 1.0},
+    )
+    client = await aiohttp_client(create_app(slow))
+    asked = await client.post(
+        "/api/v1/questions", json={"question": {"question": "Is data encrypted?"}}, headers=admin.headers
+    )
+    question_id = (await asked.json())["id"]
+    streams = [
+        await client.get(f"/api/v1/questions/{question_id}/events", headers=admin.headers)
+        for _ in range(3)
+    ]
+    try:
+        assert all(stream.status == 200 for stream in streams)
+        async with asyncio.timeout(5):  # three streams holding connections would starve this
+            response = await client.get(f"/api/v1/questions/{question_id}", headers=admin.headers)
+        assert response.status == 200
+    finally:
+        for stream in streams:
+            stream.close()
