@@ -295,17 +295,25 @@ def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
 def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     from pathlib import Path
 
-    from .evaluation import evaluate
+    from .evaluation import evaluate, fit_decision, read_labels
 
     paths = [Path(args.kb), Path(args.questions), Path(args.labels)]
     for path in paths:
         if not path.is_file():
             raise accounts.OperatorError(f"no such file: {path}")
     database = Database(config)
-    result = asyncio.run(evaluate(database.url, *paths))
+    result = asyncio.run(evaluate(database.url, *paths, config=config.questions))
+    if args.fit:
+        fitted = fit_decision(result, read_labels(paths[2]))
+        if args.write_model:
+            Path(args.write_model).write_text(json.dumps(fitted["model"], indent=2) + "\n")
+        if not args.json:
+            print(json.dumps({k: v for k, v in fitted.items() if k != "leave_one_out_probabilities"},
+                             indent=2))
+        result["fit"] = fitted
     if args.json:
         keep = ("id", "references", "sufficient_context", "confidence", "verbatim_answer", "answer",
-                "correct")
+                "requires_attention", "correct")
         result["questions"] = [{k: q.get(k) for k in keep} for q in result["questions"]]
         print(json.dumps(result))
         return 0
@@ -407,6 +415,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", required=True, metavar="Q.csv")
     p.add_argument("--labels", required=True, metavar="L.csv")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--fit", action="store_true",
+                   help="also fit the coverage decision model on these labels (with leave-one-out)")
+    p.add_argument("--write-model", metavar="MODEL.json",
+                   help="with --fit: write the fitted model there (service/coverage_model.json "
+                        "is the one the service uses)")
     return top
 
 

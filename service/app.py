@@ -10,7 +10,7 @@ import aiohttp
 import aiojobs
 from aiohttp import web
 
-from . import db, health, knowledge, members, openapi, questions, rfps
+from . import db, health, knowledge, members, openapi, questions, review, rfps
 from .auth import auth_middleware
 from .config import Config
 from .engines import AnswerEngine
@@ -57,6 +57,7 @@ def routes() -> list[web.RouteDef]:
         web.get(
             "/api/v1/questions/{id}", questions.get_question, name="get_question", allow_head=False
         ),
+        web.post("/api/v1/questions/{id}/review", review.post_review, name="review_question"),
         web.get(
             "/api/v1/questions/{id}/events", questions.question_events, name="question_events",
             allow_head=False,

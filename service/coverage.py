@@ -1,65 +1,256 @@
-"""Coverage: does the knowledge base hold enough to answer a question? The engine's decision signal.
+"""Coverage: does the knowledge base answer a question, and how sure are we? The one place.
 
-`assess` looks at the retrieved references (best first) and says whether the first one answers
-the question, with a confidence that is the measured share of such decisions that were right on
-the development set (docs/answer-quality.md). Lexical retrieval alone is not sure of much: no
-decision gets a confidence of 0.8 or more, so "confidence ≥ 0.8" never promises what it can't keep.
+`decide` says whether the first retrieved reference answers the question, from a small logistic
+model over features of the retrieval (`features`); its coefficients are data
+(`coverage_model.json`, refitted with `python -m service eval … --fit`, which also reports
+leave-one-out numbers). The local engine uses the decision; `assess` turns the engine's outcome
+into the answer's confidence, rationale, attention points and requires_attention.
+
+Confidence is the model's probability that the decision is right, kept below CONFIDENT unless the
+question is one the knowledge base already holds word for word (an entry's own question, e.g. one
+saved from a review): lexical evidence alone never earned ≥ 0.8 on the development set.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Sequence
+from pathlib import Path
 
-import asyncpg
 import attrs
 
 from .retrieval import Reference
 
-# From this first-reference score on, the entry is taken to answer the question. Chosen for the
-# best decision accuracy on the development set (score < 0.30 there was 70% "not covered").
-SUFFICIENT_SCORE = 0.30
-# Measured right-rates on the development set: "not covered" below the threshold, and the first
-# reference correct above it (rising slowly with the score).
-NOT_COVERED_CONFIDENCE = 0.7
-COVERED_CONFIDENCE_BASE = 0.25
-COVERED_CONFIDENCE_SLOPE = 0.25
-MAX_CONFIDENCE = 0.75
+MODEL_PATH = Path(__file__).with_name("coverage_model.json")
+# Answers under this confidence need a person's look before they are relied on.
+ATTENTION_BELOW = 0.6
+# Confidence at or above this promises ≥ 90% right; only a word-for-word known question gets it.
+CONFIDENT = 0.8
+EXACT_CONFIDENCE = 0.95
+# For choosing sentences and the verbatim reuse of an entry (not for the decision).
+VERBATIM_MATCH = 0.6
+RELEVANT_MATCH = 0.35
+
+_WORD = re.compile(r"[a-z0-9]+")
+STOPWORDS = frozenset(
+    """a about above after all also am an and any are as at be been being both but by can could
+    did do does doing done for from had has have having how i if in into is it its itself just may
+    me might must my no nor not of off on once only or other our ours out over own please provide
+    same shall should so some such than that the their theirs them then there these they this
+    those through to too under until up very was we were what when where which while who whom why
+    will with would you your yours describe explain list state""".split()
+)
+
+
+def terms(text: str | None) -> set[str]:
+    """Content words of a text, lower-cased, crudely stemmed (plural and -ing/-ed endings)."""
+    found = set()
+    for word in _WORD.findall((text or "").lower()):
+        if word in STOPWORDS or len(word) < 2:
+            continue
+        for suffix in ("ing", "ed", "es", "s"):
+            if len(word) > len(suffix) + 3 and word.endswith(suffix):
+                word = word[: -len(suffix)]
+                break
+        found.add(word)
+    return found
+
+
+def normalized(text: str | None) -> str:
+    return " ".join(_WORD.findall((text or "").lower()))
+
+
+def same_question(question: str, reference: Reference) -> bool:
+    """The entry was written for exactly this question (case, spacing and punctuation aside)."""
+    return bool(reference.question) and normalized(question) == normalized(reference.question)
+
+
+def overlap(question: str, reference: Reference) -> float:
+    """Share of the question's content words the entry mentions anywhere (unweighted)."""
+    wanted = terms(question)
+    if not wanted:
+        return 0.0
+    everything = terms(reference.question) | terms(reference.title) | terms(reference.answer)
+    return len(wanted & everything) / len(wanted)
+
+
+# -- the decision --------------------------------------------------------------------------------
+
+FEATURES = ("score", "margin", "question_match", "coverage", "overlap")
+
+
+def features(question: str, references: Sequence[Reference]) -> dict[str, float]:
+    """What the decision looks at, each in [0, 1] (all 0 when nothing was retrieved)."""
+    if not references:
+        return dict.fromkeys(FEATURES, 0.0)
+    best = references[0]
+    second = references[1].score if len(references) > 1 else 0.0
+    return {
+        "score": best.score,
+        "margin": max(0.0, best.score - second),
+        "question_match": best.question_match,
+        "coverage": best.coverage,
+        "overlap": overlap(question, best),
+    }
 
 
 @attrs.frozen(kw_only=True)
-class Coverage:
+class Model:
+    intercept: float
+    coefficients: dict[str, float]
+    threshold: float = 0.5
+
+    def probability(self, values: dict[str, float]) -> float:
+        z = self.intercept + sum(self.coefficients.get(k, 0.0) * v for k, v in values.items())
+        return 1 / (1 + math.exp(-max(-30.0, min(30.0, z))))
+
+    @classmethod
+    def load(cls, path: Path = MODEL_PATH) -> Model:
+        data = json.loads(path.read_text())
+        return cls(intercept=data["intercept"], coefficients=data["coefficients"],
+                   threshold=data.get("threshold", 0.5))
+
+
+MODEL = Model.load()
+
+
+@attrs.frozen(kw_only=True)
+class Decision:
     sufficient: bool
     confidence: float  # in [0, 1]: how likely the decision (either way) is right
+    probability: float  # that the first reference answers the question
+    exact: bool  # the first reference was written for exactly this question
     rationale: str
 
 
-async def assess(
-    conn: asyncpg.Connection, account_id: str, question: str, references: Sequence[Reference]
-) -> Coverage:
-    """Whether `references[0]` answers `question`; `conn` and `account_id` are for future signals."""
+def _label(ref: Reference) -> str:
+    name = f"“{ref.title}”" if ref.title else f"“{(ref.question or ref.answer)[:60]}”"
+    external = f", external id {ref.external_id}" if ref.external_id else ""
+    return f"{name} ({ref.kb_item_id}{external})"
+
+
+def decide(question: str, references: Sequence[Reference], model: Model = MODEL) -> Decision:
+    """Whether `references[0]` answers `question`, and how sure that is."""
     if not references:
-        return Coverage(
-            sufficient=False,
-            confidence=MAX_CONFIDENCE,
-            rationale="no knowledge-base entry shares a term with the question",
-        )
+        return Decision(sufficient=False, confidence=0.75, probability=0.0, exact=False,
+                        rationale="Not covered: retrieval found no knowledge-base entry sharing its terms.")
     best = references[0]
-    name = best.external_id or best.kb_item_id
-    if best.score < SUFFICIENT_SCORE:
-        return Coverage(
-            sufficient=False,
-            confidence=NOT_COVERED_CONFIDENCE,
-            rationale=(
-                f"the closest entry ({name}) matches only {best.coverage:.0%} of the question's "
-                f"weighted terms (score {best.score:.2f} < {SUFFICIENT_SCORE:.2f})"
-            ),
+    if same_question(question, best):
+        return Decision(sufficient=True, confidence=EXACT_CONFIDENCE, probability=1.0, exact=True,
+                        rationale=f"The knowledge base holds this very question: {_label(best)}.")
+    values = features(question, references)
+    p = model.probability(values)
+    sufficient = p >= model.threshold
+    confidence = round(min(CONFIDENT - 0.01, p if sufficient else 1 - p), 4)
+    evidence = (f"best match {_label(best)}: score {best.score:.2f}, {best.coverage:.0%} of the "
+                f"question's weighted terms, {best.question_match:.0%} in its own question, margin "
+                f"{values['margin']:.2f} over the next; estimated {p:.0%} likely to answer it")
+    rationale = (f"Covered: {evidence}." if sufficient
+                 else f"Not covered: no entry matches the question well enough ({evidence}).")
+    return Decision(sufficient=sufficient, confidence=confidence, probability=round(p, 4),
+                    exact=False, rationale=rationale)
+
+
+# -- matching for composition (which entries and sentences to use) -------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Match:
+    reference: Reference
+    score: float  # in [0, 1]: how well this entry speaks to the question
+    missing: frozenset[str]  # question terms the entry does not mention
+
+
+def match(question: str, reference: Reference) -> Match:
+    wanted = terms(question)
+    if not wanted:
+        return Match(reference=reference, score=0.0, missing=frozenset())
+    asked = terms(reference.question)
+    everything = asked | terms(reference.title) | terms(reference.answer)
+    by_question = len(wanted & asked) / len(wanted)
+    anywhere = len(wanted & everything) / len(wanted)
+    score = 0.75 * max(by_question, 0.8 * anywhere) + 0.25 * max(0.0, min(1.0, reference.score))
+    return Match(reference=reference, score=round(score, 4), missing=frozenset(wanted - everything))
+
+
+def relevant(question: str, references: Sequence[Reference]) -> list[Match]:
+    """The references that speak to the question, in retrieval order."""
+    return [m for m in (match(question, r) for r in references) if m.score >= RELEVANT_MATCH]
+
+
+# -- the answer's assessment ---------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Assessment:
+    confidence: float
+    rationale: str
+    requires_attention: bool
+    attention_points: tuple[str, ...]
+
+
+def assess(
+    question: str,
+    references: list[Reference],
+    *,
+    answer: str | None,
+    verbatim: bool,
+    sufficient_context: bool,
+    used: tuple[str, ...],
+    engine_points: tuple[str, ...] = (),
+    failure: str | None = None,
+) -> Assessment:
+    """Confidence in [0, 1], what it rests on, and what a person should check."""
+    if failure is not None:
+        return Assessment(
+            confidence=0.0,
+            rationale="No answer: the answer engine failed, so there is nothing to be confident in.",
+            requires_attention=True,
+            attention_points=(f"The answer engine failed ({failure}); the credit was refunded. "
+                              "Ask again later or answer by hand.", *engine_points),
         )
-    confidence = min(MAX_CONFIDENCE, COVERED_CONFIDENCE_BASE + COVERED_CONFIDENCE_SLOPE * best.score)
-    return Coverage(
-        sufficient=True,
-        confidence=round(confidence, 2),
-        rationale=(
-            f"entry {name} matches {best.coverage:.0%} of the question's weighted terms, "
-            f"{best.question_match:.0%} in its own question (score {best.score:.2f})"
-        ),
+    decision = decide(question, references)
+    if not sufficient_context:
+        nearest = (f" The nearest entry is {_label(references[0])}." if references else "")
+        points = [f"The knowledge base has no entry that answers this question.{nearest} "
+                  "Answer it by hand, and consider adding the answer to the knowledge base."]
+        # Confident that nothing answers it, but a person must still write the answer.
+        confidence = decision.confidence if not decision.sufficient else 1 - decision.probability
+        return Assessment(
+            confidence=round(min(0.2, confidence / 4), 4),
+            rationale=decision.rationale if not decision.sufficient else (
+                "Not covered: the answer engine found nothing in the references that answers it."),
+            requires_attention=True,
+            attention_points=(*points, *engine_points),
+        )
+
+    by_id = {ref.kb_item_id: ref for ref in references}
+    drawn = [by_id[i] for i in used if i in by_id] or references[:1]
+    points: list[str] = []
+    # The decision is about the first reference; an answer from another one is less certain.
+    agrees = decision.sufficient and bool(drawn) and drawn[0].kb_item_id == references[0].kb_item_id
+    confidence = decision.confidence if agrees else min(decision.probability, 0.5)
+    if verbatim:
+        rationale = f"Verbatim reuse. {decision.rationale}"
+    else:
+        confidence *= 0.95 if len(drawn) == 1 else 0.9  # composed text is a step removed
+        rationale = (f"Composed from {len(drawn)} entr{'y' if len(drawn) == 1 else 'ies'}. "
+                     f"{decision.rationale}")
+        if len(drawn) > 1:
+            points.append("The answer combines " + ", ".join(_label(r) for r in drawn)
+                          + "; check that they agree and are equally current.")
+    if drawn and not decision.exact:
+        missing = match(question, drawn[0]).missing
+        if missing:
+            points.append("The question mentions " + ", ".join(f"“{t}”" for t in sorted(missing))
+                          + f" which {_label(drawn[0])} does not address; confirm the answer covers it.")
+        points.append(f"Check that {_label(drawn[0])} still reflects current practice.")
+    confidence = round(max(0.0, min(1.0, confidence)), 4)
+    return Assessment(
+        confidence=confidence,
+        rationale=rationale,
+        requires_attention=confidence < ATTENTION_BELOW or not answer,
+        attention_points=(*points, *engine_points),
     )

@@ -1,5 +1,7 @@
-"""Answer-quality evaluation: load a knowledge base into a scratch database, ask every question,
-score the outcome against labels (hit@1, hit@5, decision accuracy, calibration, latency).
+"""Answer-quality evaluation: load a knowledge base into a scratch database, ask every question
+through the real question pipeline (retrieval, the configured engine, confidence), one at a time,
+and score the outcome against labels (hit@1, hit@5, decision accuracy, calibration, latency).
+`fit_decision` refits the coverage model (service/coverage_model.json) and reports leave-one-out.
 
 Files: KB CSV (id, question, answer, …), questions CSV (id, question), labels CSV
 (question_id, kb_id, alt_kb_ids `;`-separated, coverage). See /work/shared/eval/README.md.
@@ -8,23 +10,23 @@ Files: KB CSV (id, question, answer, …), questions CSV (id, question), labels 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import secrets
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiojobs
 import asyncpg
 import attrs
 
-from . import accounts, db
+from . import accounts, coverage, db
+from .config import QuestionsConfig
 from .knowledge import decode_csv, import_csv
-from .retrieval import Reference, find_references
-
-# Asks one question in an account: (references best first, outcome fields of the answer).
-Asker = Callable[[asyncpg.Connection, str, str], Awaitable[tuple[list[Reference], dict[str, Any]]]]
+from .retrieval import Reference
 
 
 @attrs.frozen(kw_only=True)
@@ -56,20 +58,33 @@ def read_labels(path: Path) -> dict[str, Label]:
     return labels
 
 
-async def retrieval_asker(
-    conn: asyncpg.Connection, account_id: str, question: str
-) -> tuple[list[Reference], dict[str, Any]]:
-    """Retrieval and coverage assessment only, without an answer engine."""
-    from .coverage import assess
+async def ask_through_pipeline(
+    pool: asyncpg.Pool, pipeline: Any, account_id: str, user_id: int, text: str
+) -> tuple[list[str], dict[str, Any]]:
+    """Ask one question as the API does (free of charge) and run it through the pipeline to
+    `complete` in this task: (the references' external ids, best first, and the outcome)."""
+    from .pipeline import Work
+    from .questions import create_question
 
-    references = await find_references(conn, account_id, question, limit=5)
-    coverage = await assess(conn, account_id, question, references)
-    answer = references[0].answer if coverage.sufficient and references else None
-    return references, {
-        "sufficient_context": coverage.sufficient,
-        "confidence": coverage.confidence,
-        "verbatim_answer": answer is not None,
-        "answer": answer,
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            question_id = await create_question(
+                conn, account_id=account_id, user_id=user_id, text=text, charge=False
+            )
+        rows = await conn.fetch(db.query("claim_questions"), pipeline.owner, 1, 60.0)
+    assert [row["id"] for row in rows] == [question_id], "the scratch database has one question"
+    await pipeline.process(Work.from_row(rows[0]))
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT * FROM questions WHERE id = $1", question_id)
+    stored = json.loads(row["references"]) if row["references"] else []
+    return [r["external_id"] for r in stored], {
+        "sufficient_context": row["sufficient_context"],
+        "confidence": row["confidence"],
+        "requires_attention": row["requires_attention"],
+        "verbatim_answer": row["verbatim_answer"],
+        "answer": row["answer"],
+        "features": coverage.features(text, [Reference(**{
+            f.name: r[f.name] for f in attrs.fields(Reference)}) for r in stored]),
     }
 
 
@@ -127,9 +142,13 @@ def score(
 
 
 async def evaluate(
-    server_url: str, kb_csv: Path, questions_csv: Path, labels_csv: Path, asker: Asker = retrieval_asker
+    server_url: str, kb_csv: Path, questions_csv: Path, labels_csv: Path,
+    config: QuestionsConfig | None = None, engine: Any = None,
 ) -> dict[str, Any]:
     """Run the evaluation in a scratch database on the server of `server_url`, then drop it."""
+    from .engines.local import LocalEngine
+    from .pipeline import Pipeline
+
     # Small local files, read once before anything runs: blocking reads are fine here.
     questions = read_questions(questions_csv)
     labels = read_labels(labels_csv)
@@ -141,25 +160,28 @@ async def evaluate(
     finally:
         await admin.close()
     try:
-        conn = await asyncpg.connect(db.with_database(server_url, name))
+        pool = await asyncpg.create_pool(db.with_database(server_url, name), min_size=1, max_size=4)
+        scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
         try:
-            await db.migrate(conn)
-            made = await accounts.create_account(conn, "Evaluation", "eval@example.invalid", 0)
-            account_id = made["account"]["id"]
-            report = await import_csv(conn, account_id, kb_text)
+            async with pool.acquire() as conn:
+                await db.migrate(conn)
+                made = await accounts.create_account(conn, "Evaluation", "eval@example.invalid", 0)
+                account_id = made["account"]["id"]
+                user_id = made["member"]["user_id"]
+                report = await import_csv(conn, account_id, kb_text)
+            pipeline = Pipeline(pool, engine or LocalEngine(), config or QuestionsConfig(), scheduler)
             outcomes, latencies = [], []
             for question_id, text in questions:
                 started = time.perf_counter()
-                references, outcome = await asker(conn, account_id, text)
+                references, outcome = await ask_through_pipeline(
+                    pool, pipeline, account_id, user_id, text
+                )
                 latencies.append((time.perf_counter() - started) * 1000)
-                outcomes.append({
-                    "id": question_id,
-                    "question": text,
-                    "references": [r.external_id for r in references],
-                    **outcome,
-                })
+                outcomes.append({"id": question_id, "question": text, "references": references,
+                                 **outcome})
         finally:
-            await conn.close()
+            await scheduler.close()
+            await pool.close()
     finally:
         admin = await asyncpg.connect(server_url)
         try:
@@ -169,3 +191,67 @@ async def evaluate(
     result = score(outcomes, labels, latencies)
     result["knowledge_base"] = {"imported": report.imported, "rejected": len(report.rejected)}
     return result
+
+
+# -- fitting the coverage model ------------------------------------------------------------------
+
+
+def _fit(rows: list[tuple[dict[str, float], int]], l2: float) -> coverage.Model:
+    """Logistic regression by gradient descent on standardised features (a few dozen rows: no
+    library needed), L2-penalised so that a small development set cannot push any coefficient far;
+    returned on the raw features."""
+    names = coverage.FEATURES
+    mean = {k: statistics.fmean(v[k] for v, _ in rows) for k in names}
+    scale = {k: statistics.pstdev([v[k] for v, _ in rows]) or 1.0 for k in names}
+    data = [({k: (v[k] - mean[k]) / scale[k] for k in names}, y) for v, y in rows]
+    weights = dict.fromkeys(names, 0.0)
+    intercept = 0.0
+    for _ in range(2000):
+        model = coverage.Model(intercept=intercept, coefficients=weights)
+        errors = [(model.probability(v) - y, v) for v, y in data]
+        intercept -= 0.5 * sum(e for e, _ in errors) / len(data)
+        weights = {
+            k: weights[k] - 0.5 * (sum(e * v[k] for e, v in errors) / len(data) + l2 * weights[k])
+            for k in names
+        }
+    return coverage.Model(
+        intercept=round(intercept - sum(weights[k] * mean[k] / scale[k] for k in names), 4),
+        coefficients={k: round(weights[k] / scale[k], 4) for k in names},
+    )
+
+
+def fit_decision(result: dict[str, Any], labels: dict[str, Label], l2: float = 0.1) -> dict[str, Any]:
+    """Fit the coverage model on an evaluation's outcomes: does the first reference answer it?
+    Returns the model, and decision accuracy in-sample and leave-one-out (each question decided
+    by a model fitted without it)."""
+    rows = []
+    for o in result["questions"]:
+        label = labels.get(o["id"])
+        if label is None:
+            continue
+        right = bool(o["references"]) and label.accepts(o["references"][0])
+        rows.append((o, o["features"], int(label.answerable and right), label.answerable))
+
+    def accuracy(decide: Callable[[int], bool]) -> float:
+        correct = sum(
+            (decide(i) and y == 1) or (not decide(i) and not answerable)
+            for i, (_, _, y, answerable) in enumerate(rows)
+        )
+        return round(correct / len(rows), 4)
+
+    # Trained on the questions a decision can get right: the first reference is right (1) or
+    # nothing answers the question (0). When the first reference is wrong for an answerable
+    # question, either decision is wrong, so those teach nothing about the choice.
+    def trained(skip: int | None) -> coverage.Model:
+        return _fit([(f, y) for j, (_, f, y, answerable) in enumerate(rows)
+                     if j != skip and (y or not answerable)], l2)
+
+    model = trained(None)
+    loo = [trained(i).probability(rows[i][1]) for i in range(len(rows))]
+    return {
+        "model": {"intercept": model.intercept, "coefficients": model.coefficients,
+                  "threshold": model.threshold},
+        "in_sample_accuracy": accuracy(lambda i: model.probability(rows[i][1]) >= model.threshold),
+        "leave_one_out_accuracy": accuracy(lambda i: loo[i] >= model.threshold),
+        "leave_one_out_probabilities": {rows[i][0]["id"]: round(p, 4) for i, p in enumerate(loo)},
+    }

@@ -23,10 +23,10 @@ import aiojobs
 import asyncpg
 import attrs
 
-from . import db
+from . import coverage, db
 from .accounts import change_credits
 from .config import QuestionsConfig
-from .engines import AnswerEngine, AnswerRequest, EngineFailure, coverage
+from .engines import AnswerEngine, AnswerRequest, EngineFailure
 from .retrieval import Reference, find_references
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from service import retrieval
-from service.coverage import assess
+from service.coverage import decide
 from service.knowledge import import_csv
 from service.retrieval import find_references, lexeme_weights
 
@@ -97,18 +97,27 @@ def test_lexeme_weights__reads_positions_of_one_lexeme():
     assert lexeme_weights(vector, "monk") == ""
 
 
-async def test_assess__nothing_found_is_not_sufficient(conn, admin):
-    coverage = await assess(conn, admin.account_id, "Anything?", [])
-    assert not coverage.sufficient and coverage.rationale
+def test_decide__nothing_found_is_not_sufficient():
+    decision = decide("Anything?", [])
+    assert not decision.sufficient and decision.rationale
 
 
-async def test_assess__close_match_is_sufficient_unrelated_is_not(conn, admin):
+async def test_decide__close_match_is_sufficient_unrelated_is_not(conn, admin):
     await _load(conn, admin.account_id)
     close = "Do you enforce multi-factor authentication for administrators?"
     refs = await find_references(conn, admin.account_id, close)
-    assert (await assess(conn, admin.account_id, close, refs)).sufficient
+    assert decide(close, refs).sufficient
     far = "Do you hold FedRAMP High authorization for your payroll subsidiaries in Brazil?"
     refs = await find_references(conn, admin.account_id, far)
-    coverage = await assess(conn, admin.account_id, far, refs)
-    assert not coverage.sufficient
-    assert 0 <= coverage.confidence < 0.8
+    decision = decide(far, refs)
+    assert not decision.sufficient
+    assert 0 <= decision.confidence < 0.8
+
+
+async def test_decide__a_paraphrase_is_sufficient_below_the_confident_band(conn, admin):
+    await _load(conn, admin.account_id)
+    question = "Is 2FA enforced for administrator accounts?"
+    refs = await find_references(conn, admin.account_id, question)
+    decision = decide(question, refs)
+    assert refs[0].external_id == "IAM-1" and decision.sufficient and not decision.exact
+    assert decision.confidence < 0.8

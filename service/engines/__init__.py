@@ -1,7 +1,8 @@
 """Answer engines: turn a question and its retrieved references into a draft answer.
 
 Every engine implements `AnswerEngine`; the pipeline knows nothing else about them. Whether the
-references cover the question, and how confident that makes us, is decided in `coverage.py`.
+references cover the question, and how confident that makes us, is decided in
+`service/coverage.py`.
 """
 
 from __future__ import annotations

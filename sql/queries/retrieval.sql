@@ -44,6 +44,7 @@ WITH queries AS (
 )
 SELECT c.id, c.external_id, c.title, c.question, c.answer, c.source, c.search_vector::text AS vector,
        length(ts_filter(c.search_vector, '{a,b}')) AS question_lexemes,
+       length(ts_filter(c.search_vector, '{c,d}')) AS answer_lexemes,
        ts_rank('{0.1, 0.2, 0.4, 1.0}', c.search_vector, q.ranking) AS rank
   FROM cand c, queries q
  ORDER BY rank DESC, c.id

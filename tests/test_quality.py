@@ -1,0 +1,119 @@
+"""Answer quality through the real pipeline: vocabulary, pointers, Yes/No first, not covered,
+learning from review, and the eval CLI's --json shape. Small fixtures of our own."""
+
+from __future__ import annotations
+
+import json
+
+from helpers_questions import ask, wait_complete
+from test_cli import cli
+
+from service.engines.local import NOT_COVERED
+from service.knowledge import import_csv
+
+KB = (
+    "id,question,answer\n"
+    'IAM-1,Is multi-factor authentication enforced for administrators?,"Yes, administrators '
+    'sign in with multi-factor authentication using hardware keys."\n'
+    'CEK-1,Are encryption keys rotated?,Please see CEK-2.\n'
+    'CEK-2,How are cryptographic keys managed?,"Keys live in a KMS and rotate every 90 days."\n'
+    'HRS-1,Is background screening performed for new hires?,"Yes. Every hire is screened '
+    'before starting."\n'
+    'LOG-1,Are audit logs retained?,"Audit logs are kept for one year in a central store."\n'
+    'OFF-1,Where is your office?,"Our office is in Lisbon."\n'
+)
+
+
+async def _ask(client, admin, text: str) -> dict:
+    body = await (await ask(client, admin.headers, text)).json()
+    return await wait_complete(client, body["id"], admin.headers)
+
+
+async def test_quality__synonym_makes_2fa_find_the_multi_factor_entry(client, conn, admin):
+    await import_csv(conn, admin.account_id, KB)
+    done = await _ask(client, admin, "Is 2FA enforced for administrators?")
+    assert done["sufficient_context"] is True
+    assert done["references"][0]["external_id"] == "IAM-1"
+    assert "hardware keys" in done["answer"]
+
+
+async def test_quality__please_see_entry_answers_with_its_target(client, conn, admin):
+    await import_csv(conn, admin.account_id, KB)
+    done = await _ask(client, admin, "Are encryption keys rotated?")
+    assert done["sufficient_context"] is True
+    assert "rotate every 90 days" in done["answer"] and "Please see" not in done["answer"]
+
+
+async def test_quality__yes_no_question_gets_yes_first(client, conn, admin):
+    await import_csv(conn, admin.account_id, KB)
+    done = await _ask(client, admin, "Do you perform background screening of new hires?")
+    assert done["sufficient_context"] is True
+    assert done["answer"].startswith("Yes")
+    # Low detail keeps only the first sentence, and still leads with the entry's "Yes".
+    body = await (await ask(client, admin.headers, "Is background screening performed for new "
+                            "hires?", answer_detail_level=0)).json()
+    low = await wait_complete(client, body["id"], admin.headers)
+    assert low["answer"] == "Yes."
+
+
+async def test_quality__not_covered_is_insufficient_and_needs_attention(client, conn, admin):
+    await import_csv(conn, admin.account_id, KB)
+    done = await _ask(client, admin, "Do you sponsor a rooftop beekeeping club for staff?")
+    assert done["sufficient_context"] is False and done["requires_attention"] is True
+    assert done["answer"] == NOT_COVERED and done["confidence"] < 0.8
+
+
+async def test_quality__below_review_threshold_always_requires_attention(client, conn, admin):
+    await import_csv(conn, admin.account_id, KB)
+    for text in ("How long do you keep audit logs?", "Is 2FA used by admins?",
+                 "Where are your offices and data centers?"):
+        done = await _ask(client, admin, text)
+        assert done["confidence"] >= 0.6 or done["requires_attention"] is True, done
+
+
+async def test_review__approved_answer_makes_the_next_ask_verbatim_and_confident(client, conn, admin):
+    await import_csv(conn, admin.account_id, KB)
+    question = "How long are audit trails kept before deletion?"
+    first = await _ask(client, admin, question)
+    assert first["confidence"] < 0.8
+    corrected = "Audit trails are kept for 13 months, then deleted."
+    response = await client.post(f"/api/v1/questions/{first['id']}/review",
+                                 json={"approved": True, "answer": corrected}, headers=admin.headers)
+    assert response.status == 201, await response.text()
+    entry = await response.json()
+    assert entry["question"] == question and entry["answer"] == corrected
+    again = await _ask(client, admin, question)
+    assert again["answer"] == corrected and again["verbatim_answer"] is True
+    assert again["sufficient_context"] is True and again["confidence"] >= 0.8
+    assert again["requires_attention"] is False
+
+
+async def test_review__approving_without_an_answer_to_approve_is_422(client, conn, admin):
+    await import_csv(conn, admin.account_id, KB)
+    done = await _ask(client, admin, "Do you sponsor a rooftop beekeeping club for staff?")
+    response = await client.post(f"/api/v1/questions/{done['id']}/review",
+                                 json={"approved": True}, headers=admin.headers)
+    assert response.status == 422
+    missing = await client.post("/api/v1/questions/q_nope/review", json={"approved": True},
+                                headers=admin.headers)
+    assert missing.status == 404
+
+
+def test_eval_cli__json_shape_on_a_tiny_set(database_url, tmp_path):
+    (tmp_path / "kb.csv").write_text(KB)
+    (tmp_path / "q.csv").write_text(
+        "id,question\nQ1,Is 2FA enforced for administrators?\nQ2,Do you sponsor a rooftop "
+        "beekeeping club?\n"
+    )
+    (tmp_path / "l.csv").write_text("question_id,kb_id,alt_kb_ids,coverage\nQ1,IAM-1,,full\nQ2,,,none\n")
+    result = cli(database_url, "eval", "--kb", str(tmp_path / "kb.csv"), "--questions",
+                 str(tmp_path / "q.csv"), "--labels", str(tmp_path / "l.csv"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1
+    out = json.loads(result.stdout)
+    assert out["hit_at_1"] == 1.0 and out["hit_at_5"] == 1.0 and out["decision_accuracy"] == 1.0
+    q1, q2 = out["questions"]
+    assert set(q1) >= {"id", "references", "sufficient_context", "confidence", "verbatim_answer",
+                       "answer"}
+    assert q1["id"] == "Q1" and q1["references"][0] == "IAM-1" and q1["sufficient_context"] is True
+    assert q2["sufficient_context"] is False
