@@ -10,12 +10,12 @@ import aiohttp
 import aiojobs
 from aiohttp import web
 
-from . import db, health, knowledge, members, openapi, questions, review, rfps
+from . import db, embeddings, health, knowledge, members, openapi, questions, review, rfps
 from .auth import auth_middleware
 from .config import Config
 from .engines import AnswerEngine
 from .errors import error_middleware
-from .keys import CONFIG, EVENTS, PIPELINE, POOL
+from .keys import CONFIG, EVENTS, INDEXER, PIPELINE, POOL
 from .logs import request_id_middleware
 from .metrics import METRICS, Metrics, get_metrics, metrics_middleware
 from .ratelimit import rate_limit_middleware
@@ -135,7 +135,15 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
 
     session = aiohttp.ClientSession()
     scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
-    pipeline = Pipeline(app[POOL], make_engine(app, session), config.questions, scheduler)
+    try:
+        embedder = embeddings.make_embedder(config.embeddings, session)
+        if embedder is not None:
+            async with app[POOL].acquire() as conn:
+                await embeddings.check_available(conn)
+    except BaseException:
+        await session.close()
+        raise
+    pipeline = Pipeline(app[POOL], make_engine(app, session), config.questions, scheduler, embedder)
     events = QuestionEvents(config.database.url, pipeline.wake)
     await events.connect()
     app[PIPELINE] = pipeline
@@ -144,6 +152,10 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(pipeline.run(), name="pipeline"),
         asyncio.create_task(events.keep_connected(config.questions.poll_seconds), name="listen"),
     ]
+    if embedder is not None:
+        indexer = embeddings.Indexer(app[POOL], embedder, config.embeddings)
+        app[INDEXER] = indexer
+        background.append(asyncio.create_task(indexer.run(), name="embeddings"))
     try:
         yield
     finally:

@@ -23,7 +23,7 @@ import aiojobs
 import asyncpg
 import attrs
 
-from . import accounts, coverage, db
+from . import accounts, coverage, db, embeddings
 from .config import QuestionsConfig
 from .knowledge import decode_csv, import_csv
 from .retrieval import Reference
@@ -84,7 +84,7 @@ async def ask_through_pipeline(
         "verbatim_answer": row["verbatim_answer"],
         "answer": row["answer"],
         "features": coverage.features(text, [Reference(**{
-            f.name: r[f.name] for f in attrs.fields(Reference)}) for r in stored]),
+            f.name: r[f.name] for f in attrs.fields(Reference) if f.name in r}) for r in stored]),
     }
 
 
@@ -143,7 +143,7 @@ def score(
 
 async def evaluate(
     server_url: str, kb_csv: Path, questions_csv: Path, labels_csv: Path,
-    config: QuestionsConfig | None = None, engine: Any = None,
+    config: QuestionsConfig | None = None, engine: Any = None, embedder: Any = None,
 ) -> dict[str, Any]:
     """Run the evaluation in a scratch database on the server of `server_url`, then drop it."""
     from .engines.local import LocalEngine
@@ -169,7 +169,18 @@ async def evaluate(
                 account_id = made["account"]["id"]
                 user_id = made["member"]["user_id"]
                 report = await import_csv(conn, account_id, kb_text)
-            pipeline = Pipeline(pool, engine or LocalEngine(), config or QuestionsConfig(), scheduler)
+            embedded = 0
+            if embedder is not None:
+                from .config import EmbeddingsConfig
+                from .embeddings import Indexer
+
+                async with pool.acquire() as conn:
+                    await embeddings.check_available(conn)
+                started = time.perf_counter()
+                embedded = await Indexer(pool, embedder, EmbeddingsConfig()).catch_up()
+                embedding_seconds = time.perf_counter() - started
+            pipeline = Pipeline(pool, engine or LocalEngine(), config or QuestionsConfig(), scheduler,
+                                embedder)
             outcomes, latencies = [], []
             for question_id, text in questions:
                 started = time.perf_counter()
@@ -190,6 +201,9 @@ async def evaluate(
             await admin.close()
     result = score(outcomes, labels, latencies)
     result["knowledge_base"] = {"imported": report.imported, "rejected": len(report.rejected)}
+    if embedder is not None:
+        result["embeddings"] = {"model": embedder.model, "entries": embedded,
+                                "seconds": round(embedding_seconds, 2)}
     return result
 
 

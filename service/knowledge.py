@@ -16,6 +16,7 @@ from aiohttp import web
 from . import db
 from .auth import new_id, principal, requires
 from .convert import NonBlank, converter, read_object, structure, unstructure
+from .embeddings import entries_written
 from .errors import NotFound, UnsupportedMediaType, ValidationFailed
 from .models import Page
 
@@ -282,6 +283,7 @@ async def post_item(request: web.Request) -> web.Response:
     data = structure(fields, KnowledgeItemInput, root="knowledge_base_item")
     async with db.connection(request) as conn:
         item = await create_item(conn, principal(request).account_id, data)
+    entries_written(request.app)
     response = _item_response(item, status=201)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
     return response
@@ -331,4 +333,5 @@ async def import_items(request: web.Request) -> web.Response:
     text = await _read_csv_body(request)
     async with db.connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, text)
+    entries_written(request.app)
     return web.json_response(unstructure(report))

@@ -23,7 +23,8 @@ from collections.abc import Iterable, Sequence
 import asyncpg
 import attrs
 
-from . import db
+from . import db, embeddings
+from .embeddings import Embedder
 
 # The candidate stage reads one heap page per candidate row; that, not ranking, is what costs
 # (bench/retrieval.py). So the rows read are bounded, not the lexemes used.
@@ -36,6 +37,12 @@ RERANK = 200  # candidates re-ranked in Python (a cut to 80 by ts_rank lost righ
 BM25_K1 = 1.2
 BM25_B = 0.75
 CONCEPT_WEIGHT = 1.5  # a concept's weight relative to the question's mean lexeme idf
+# Dense retrieval (only with an embedding backend): the entries nearest in meaning that join the
+# lexical candidates, and reciprocal-rank fusion's constant (60, the usual) and the lexical
+# ranking's weight in it relative to the dense one's (docs/answer-quality.md).
+DENSE_NEAREST = 50
+RRF_K = 60
+LEXICAL_WEIGHT = 1.5
 # A concept found in an entry counts like a lexeme found once in a field of average length.
 CONCEPT_TF = 1 / (1 + BM25_K1)
 
@@ -48,13 +55,16 @@ class Reference:
     question: str | None
     answer: str
     source: str | None
-    score: float  # in [0, 1]; higher is a better match
+    score: float  # in [0, 1]; the lexical (BM25F) match, higher is better
     # Share (0 to 1, idf-weighted) of the question's terms found in the entry's own question/title.
     question_match: float = 0.0
     # Share (0 to 1, idf-weighted) of the question's terms found anywhere in the entry.
     coverage: float = 0.0
     # The entry's own answer when it only pointed elsewhere ("Please see X") and `answer` is X's.
     pointer: str | None = None
+    # Cosine similarity of the entry's embedding to the question's (None: no embedding backend,
+    # or the entry is not embedded yet).
+    dense: float | None = None
 
 
 # -- tsvector text as PostgreSQL prints it: 'lexeme':1A,4 'other':2C -------------------------
@@ -131,8 +141,15 @@ def _field_share(weights: str, field: str) -> bool:
 
 
 async def find_references(
-    conn: asyncpg.Connection, account_id: str, text: str, limit: int = 5
+    conn: asyncpg.Connection,
+    account_id: str,
+    text: str,
+    limit: int = 5,
+    embedder: Embedder | None = None,
 ) -> list[Reference]:
+    """The entries that may answer `text`, best first. With an `embedder`, the DENSE_NEAREST
+    entries nearest in meaning join the lexical candidates and the order is the reciprocal-rank
+    fusion of the lexical (BM25F) and the dense ranking; without one, the lexical order."""
     rows = await conn.fetch(db.query("query_terms"), account_id, text)
     if not rows:
         return []
@@ -149,21 +166,66 @@ async def find_references(
 
     candidate_lexemes = _choose_candidate_lexemes(lexemes, items)
     ranking_lexemes = [lexeme for lexeme, df in lexemes if df > 0]
-    if not candidate_lexemes and not phrases:
-        return []
-    candidates = await conn.fetch(
-        db.query("knowledge_candidates"),
-        account_id,
-        candidate_lexemes,
-        [query for _, query in phrases],
-        ranking_lexemes,
-        CANDIDATE_LIMIT,
-        RERANK,
-    )
+    candidates: list[asyncpg.Record] = []
+    if candidate_lexemes or phrases:
+        candidates = await conn.fetch(
+            db.query("knowledge_candidates"),
+            account_id,
+            candidate_lexemes,
+            [query for _, query in phrases],
+            ranking_lexemes,
+            CANDIDATE_LIMIT,
+            RERANK,
+        )
+    dense: dict[str, float] = {}
+    if embedder is not None:
+        known = {row["id"] for row in candidates}
+        dense = await embeddings.similarities(
+            conn, embedder, account_id, text, DENSE_NEAREST, sorted(known)
+        )
+        extra = sorted(set(dense) - known)
+        if extra:
+            candidates = [
+                *candidates,
+                *await conn.fetch(db.query("knowledge_ranking_rows"), account_id, extra),
+            ]
     if not candidates:
         return []
     concept_hits = await _concept_hits(conn, account_id, phrases, [c["id"] for c in candidates])
 
+    scored = _bm25f(terms, candidates, concept_hits)
+    scored.sort(key=lambda s: (-s[0], s[3]["id"]))
+    if dense:
+        scored = _fuse(scored, dense)
+    top = scored[:limit]
+    return await _resolve_pointers(
+        conn,
+        account_id,
+        [
+            Reference(
+                kb_item_id=row["id"],
+                external_id=row["external_id"],
+                title=row["title"],
+                question=row["question"],
+                answer=row["answer"],
+                source=row["source"],
+                score=round(min(max(score, 0.0), 1.0), 4),
+                question_match=round(question_match, 4),
+                coverage=round(coverage, 4),
+                dense=round(dense[row["id"]], 4) if row["id"] in dense else None,
+            )
+            for score, question_match, coverage, row in top
+        ],
+    )
+
+
+_Scored = tuple[float, float, float, asyncpg.Record]
+
+
+def _bm25f(
+    terms: Sequence[_Term], candidates: Sequence[asyncpg.Record], concept_hits: dict[str, set[str]]
+) -> list[_Scored]:
+    """(score in [0, 1], question_match, coverage, row) of each candidate."""
     total = sum(t.weight for t in terms)
     mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
     mean_answer = sum(row["answer_lexemes"] for row in candidates) / len(candidates) or 1.0
@@ -192,28 +254,21 @@ async def find_references(
             if weights:
                 anywhere += term.weight
         # Each field's saturation term is < 1, so 2·total bounds the sum.
-        score = bm25 / (2 * total)
-        scored.append((score, in_question / total, anywhere / total, row))
-    scored.sort(key=lambda s: (-s[0], s[3]["id"]))
-    top = scored[:limit]
-    return await _resolve_pointers(
-        conn,
-        account_id,
-        [
-            Reference(
-                kb_item_id=row["id"],
-                external_id=row["external_id"],
-                title=row["title"],
-                question=row["question"],
-                answer=row["answer"],
-                source=row["source"],
-                score=round(min(max(score, 0.0), 1.0), 4),
-                question_match=round(question_match, 4),
-                coverage=round(coverage, 4),
-            )
-            for score, question_match, coverage, row in top
-        ],
-    )
+        scored.append((bm25 / (2 * total), in_question / total, anywhere / total, row))
+    return scored
+
+
+def _fuse(lexical: list[_Scored], dense: dict[str, float]) -> list[_Scored]:
+    """Reciprocal-rank fusion: each entry scores 1/(RRF_K + rank) in the lexical order (given)
+    and in the dense order (similarity, highest first); entries are re-ordered by the sum."""
+    by_similarity = sorted(dense, key=lambda i: (-dense[i], i))
+    dense_rank = {item_id: rank for rank, item_id in enumerate(by_similarity, 1)}
+    fused = {
+        s[3]["id"]: LEXICAL_WEIGHT / (RRF_K + rank)
+        + (1 / (RRF_K + dense_rank[s[3]["id"]]) if s[3]["id"] in dense_rank else 0.0)
+        for rank, s in enumerate(lexical, 1)
+    }
+    return sorted(lexical, key=lambda s: (-fused[s[3]["id"]], s[3]["id"]))
 
 
 async def _concept_hits(
