@@ -263,8 +263,9 @@ def _fuse(lexical: list[_Scored], dense: dict[str, float]) -> list[_Scored]:
     and in the dense order (similarity, highest first); entries are re-ordered by the sum."""
     by_similarity = sorted(dense, key=lambda i: (-dense[i], i))
     dense_rank = {item_id: rank for rank, item_id in enumerate(by_similarity, 1)}
+    # An entry only dense retrieval found shares no term: it has no lexical rank at all.
     fused = {
-        s[3]["id"]: LEXICAL_WEIGHT / (RRF_K + rank)
+        s[3]["id"]: (LEXICAL_WEIGHT / (RRF_K + rank) if s[0] > 0 else 0.0)
         + (1 / (RRF_K + dense_rank[s[3]["id"]]) if s[3]["id"] in dense_rank else 0.0)
         for rank, s in enumerate(lexical, 1)
     }
