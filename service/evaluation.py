@@ -214,7 +214,8 @@ def _fit(rows: list[tuple[dict[str, float], int]], l2: float) -> coverage.Model:
     """Logistic regression by gradient descent on standardised features (a few dozen rows: no
     library needed), L2-penalised so that a small development set cannot push any coefficient far;
     returned on the raw features."""
-    names = coverage.FEATURES
+    names = coverage.DENSE_FEATURES if any("dense" in v for v, _ in rows) else coverage.FEATURES
+    rows = [({k: v.get(k, 0.0) for k in names}, y) for v, y in rows]
     mean = {k: statistics.fmean(v[k] for v, _ in rows) for k in names}
     scale = {k: statistics.pstdev([v[k] for v, _ in rows]) or 1.0 for k in names}
     data = [({k: (v[k] - mean[k]) / scale[k] for k in names}, y) for v, y in rows]
@@ -262,10 +263,21 @@ def fit_decision(result: dict[str, Any], labels: dict[str, Label], l2: float = 0
 
     model = trained(None)
     loo = [trained(i).probability(rows[i][1]) for i in range(len(rows))]
+    # Calibration under leave-one-out: how often a decision made with confidence ≥ CONFIDENT
+    # (the probability of the side it takes) was right.
+    confident = [
+        i for i, p in enumerate(loo) if max(p, 1 - p) >= coverage.CONFIDENT
+    ]
+    confident_right = sum(
+        (loo[i] >= model.threshold and rows[i][2] == 1)
+        or (loo[i] < model.threshold and not rows[i][3])
+        for i in confident
+    )
     return {
         "model": {"intercept": model.intercept, "coefficients": model.coefficients,
                   "threshold": model.threshold},
         "in_sample_accuracy": accuracy(lambda i: model.probability(rows[i][1]) >= model.threshold),
         "leave_one_out_accuracy": accuracy(lambda i: loo[i] >= model.threshold),
+        "leave_one_out_confident": {"questions": len(confident), "correct": confident_right},
         "leave_one_out_probabilities": {rows[i][0]["id"]: round(p, 4) for i, p in enumerate(loo)},
     }

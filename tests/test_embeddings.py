@@ -207,3 +207,18 @@ async def test_app__embeddings_backend_without_the_table_refuses_to_start(conn):
     await conn.execute("DROP TABLE knowledge_embeddings")
     with pytest.raises(RuntimeError, match="pgvector"):
         await embeddings.check_available(conn)
+
+
+def test_decide__without_a_dense_model_the_lexical_decision_stands():
+    import attrs
+
+    from service import coverage
+    from service.retrieval import Reference
+
+    ref = Reference(kb_item_id="kb_1", external_id="X-1", title=None, question="Backups?",
+                    answer="Nightly copies.", source=None, score=0.3, question_match=0.5, coverage=0.6)
+    dense = attrs.evolve(ref, dense=0.7)
+    assert "dense" in coverage.features("How often are backups taken?", [dense])
+    assert coverage.DENSE_MODEL is None  # none shipped (docs/answer-quality.md)
+    assert coverage.decide("How often are backups taken?", [dense]) == coverage.decide(
+        "How often are backups taken?", [ref])
