@@ -271,23 +271,29 @@ def entries_written(app: web.Application) -> None:
         indexer.wake()
 
 
-async def similarities(
-    conn: asyncpg.Connection,
-    embedder: Embedder,
-    account_id: str,
-    text: str,
-    nearest: int,
-    also: Sequence[str],
-) -> dict[str, float]:
-    """{entry id: cosine similarity to `text`} for the `nearest` entries and the entries `also`;
-    {} when the backend fails (retrieval then stays lexical, and says so in the log)."""
+async def embed_question(embedder: Embedder, text: str) -> list[float] | None:
+    """The question's vector, or None when the backend fails (retrieval then stays lexical, and
+    says so in the log)."""
     try:
         [vector] = await embedder.embed([text])
     except EmbeddingFailure as exc:
         log.warning("question not embedded, retrieval is lexical only: %s", exc)
-        return {}
+        return None
+    return vector
+
+
+async def similarities(
+    conn: asyncpg.Connection,
+    model: str,
+    account_id: str,
+    vector: Sequence[float],
+    nearest: int,
+    also: Sequence[str],
+) -> dict[str, float]:
+    """{entry id: cosine similarity to `vector`} for the `nearest` entries of the account (model
+    `model`) and the entries `also`."""
     rows = await conn.fetch(
         query_sql("embeddings_dense", len(vector)),
-        account_id, embedder.model, vector_literal(vector), nearest, list(also),
+        account_id, model, vector_literal(vector), nearest, list(also),
     )
     return {row["item_id"]: float(row["similarity"]) for row in rows}
