@@ -136,10 +136,6 @@ def _choose_candidate_lexemes(terms: Sequence[tuple[str, int]], items: int) -> l
     return chosen
 
 
-def _field_share(weights: str, field: str) -> bool:
-    return any(w in field for w in weights)
-
-
 async def find_references(
     conn: asyncpg.Connection,
     account_id: str,
@@ -248,30 +244,37 @@ def _bm25f(
     total = sum(t.weight for t in terms)
     mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
     mean_answer = sum(row["answer_lexemes"] for row in candidates) / len(candidates) or 1.0
+    # Per query, not per candidate: each lexeme as it is quoted in a tsvector's text.
+    lexical = [("'" + t.key.replace("'", "''") + "'", t.key, t.weight) for t in terms if not t.is_concept]
+    concepts = [(t.key, t.weight) for t in terms if t.is_concept]
     scored = []
     for row in candidates:
         vector = row["vector"]
-        hits = concept_hits.get(row["id"], set())
+        hits = concept_hits.get(row["id"])
         in_question = anywhere = bm25 = 0.0
-        norm_question = 1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question
-        norm_answer = 1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer
-        for term in terms:
-            if term.is_concept:
-                found = term.key in hits
-                weights = "AC" if found else ""
-                bm25 += term.weight * (2 * CONCEPT_TF if found else 0.0)
-            else:
-                weights = lexeme_weights(vector, term.key)
-                tf_question = sum(w in "AB" for w in weights)
-                tf_answer = len(weights) - tf_question
-                bm25 += term.weight * (
-                    tf_question / (tf_question + BM25_K1 * norm_question)
-                    + tf_answer / (tf_answer + BM25_K1 * norm_answer)
-                )
-            if _field_share(weights, "AB"):
-                in_question += term.weight
-            if weights:
-                anywhere += term.weight
+        saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
+        saturation_answer = BM25_K1 * (1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer)
+        for key, lexeme, weight in lexical:
+            if key not in vector:  # most of a question's lexemes are not in a given entry
+                continue
+            weights = lexeme_weights(vector, lexeme)
+            if not weights:
+                continue
+            tf_question = weights.count("A") + weights.count("B")
+            tf_answer = len(weights) - tf_question
+            bm25 += weight * (
+                tf_question / (tf_question + saturation_question)
+                + tf_answer / (tf_answer + saturation_answer)
+            )
+            anywhere += weight
+            if tf_question:
+                in_question += weight
+        if hits:
+            for concept, weight in concepts:
+                if concept in hits:  # counted as found once in each field
+                    bm25 += weight * 2 * CONCEPT_TF
+                    in_question += weight
+                    anywhere += weight
         # Each field's saturation term is < 1, so 2·total bounds the sum.
         scored.append((bm25 / (2 * total), in_question / total, anywhere / total, row))
     return scored
