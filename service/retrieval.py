@@ -154,6 +154,13 @@ async def find_references(
         # the account index instead of the few the GIN index finds: 76 → 23 ms p50 at 10,000
         # entries (bench/retrieval.py). Planning each time costs well under a millisecond.
         await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        if question_vector is not None:
+            # HNSW returns at most ef_search rows (default 40) before the account filter;
+            # iterative scans go on until DENSE_NEAREST of this account's entries are found.
+            await conn.execute(
+                f"SET LOCAL hnsw.ef_search = {2 * DENSE_NEAREST}; "
+                "SET LOCAL hnsw.iterative_scan = relaxed_order"
+            )
         return await _find(conn, account_id, text, limit, embedder, question_vector)
 
 
