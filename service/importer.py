@@ -10,9 +10,9 @@ HTTP handler runs it in a thread and the CLI calls it directly. What the file ho
 - the section column: the given one, else a header like "Section", "Category", "Domain";
   a blank section cell keeps the previous row's section (merged cells read that way).
 
-A row whose only text is outside the question column is a section heading: it sets the section of
-the rows below it. Rows skipped are reported with their row number and why; wholly empty rows are
-skipped silently.
+A row whose only text is outside the question column, and is not an identifier like "AC-2", is a
+section heading: it sets the section of the rows below it. Rows skipped are reported with their
+row number and why; wholly empty rows are skipped silently.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ _SECTION_HEADERS = [
     re.compile(p)
     for p in (r"^(section|category|domain|area|topic|group|function|chapter)( name| title)?$",)
 ]
+# "AC-2", "GNRL-01", "1.2.3", "ID.AM-01": a row's identifier, not a section heading.
+_IDENTIFIER_VALUE = re.compile(r"^(?=\S*\d)[\w.\-/#]+$")
 _COLUMN_LETTERS = re.compile(r"^[A-Za-z]{1,3}$")
 
 Progress = Callable[[int], None]
@@ -282,7 +284,7 @@ def _items(
         if section_cell:
             section = section_cell[:MAX_SECTION]
         if not question:
-            if len(filled) == 1:
+            if len(filled) == 1 and not _IDENTIFIER_VALUE.match(filled[0][1]):
                 section = filled[0][1][:MAX_SECTION]
                 skip(number, "section heading")
             else:
