@@ -186,3 +186,20 @@ async def test_complete_rfp_item__does_not_overwrite_a_reviewed_item(client, adm
     assert stored is None
     item = await conn.fetchrow("SELECT answer, state::text FROM rfp_items WHERE id = $1", item_id)
     assert (item["answer"], item["state"]) == ("Mine.", "approved")
+
+
+async def test_create_items__other_accounts_rfp_is_404(client, make_account):
+    mine, theirs = await make_account(), await make_account()
+    rfp_id = await new_rfp(client, mine)
+    response = await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items",
+                                 json={"rfp_item": {"question": "Mine?"}}, headers=theirs.headers)
+    assert response.status == 404
+    assert await item_ids(client, mine, rfp_id) == []
+
+
+async def test_review__unknown_field_is_422(client, admin):
+    rfp_id = await new_rfp(client, admin, ["Q?"])
+    [item_id] = await item_ids(client, admin, rfp_id)
+    response = await review(client, admin, rfp_id, item_id, confidence=1)
+    assert response.status == 422
+    assert (await response.json())["error"]["details"] == ["rfp_item: unknown field(s): confidence"]
