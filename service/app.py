@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from . import db, health, rfps, workflow
+from . import db, health, members, rfps, workflow
 from .auth import auth_middleware
 from .config import Config
 from .errors import error_middleware
@@ -40,6 +40,25 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/rfps/{id}/rfp_items/{item_id}", workflow.patch_rfp_item, name="review_rfp_item"
         ),
         web.get("/api/v1/rfps/{id}/export", workflow.export_rfp, name="export_rfp", allow_head=False),
+        web.post("/api/v1/users", members.post_user, name="create_user"),
+        web.post(
+            "/api/v1/users/confirmation", members.post_confirmation, name="confirm_email"
+        ),
+        web.get(
+            "/api/v1/users/confirmation", members.get_confirmation, name="confirm_email_link",
+            allow_head=False,
+        ),
+        web.post("/api/v1/tokens", members.post_token, name="create_token"),
+        web.post("/api/v1/invitations", members.post_invitation, name="create_invitation"),
+        web.get(
+            "/api/v1/invitations/{token}", members.get_invitation, name="get_invitation",
+            allow_head=False,
+        ),
+        web.post(
+            "/api/v1/invitations/{token}/accept", members.accept_invitation,
+            name="accept_invitation",
+        ),
+        web.get("/api/v1/members", members.list_members, name="list_members", allow_head=False),
     ]
 
 
@@ -58,6 +77,8 @@ def create_app(config: Config) -> web.Application:
     )
     app[CONFIG] = config
     app.cleanup_ctx.append(_pool)
+    app.cleanup_ctx.append(members.passwords_context)
+    app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.add_routes(routes())
     return app
 

@@ -75,6 +75,37 @@ class RateLimit:
     period_seconds: float = attrs.field(validator=_positive)
 
 
+@attrs.frozen(kw_only=True)
+class MailConfig:
+    # Empty smtp_host: no SMTP; each message (with its link) is written to the log instead.
+    smtp_host: str = ""
+    smtp_port: int = attrs.field(default=587, validator=_port)
+    # "starttls" (upgrade a plain connection; port 587), "tls" (implicit TLS; port 465) or "none".
+    security: Literal["starttls", "tls", "none"] = "starttls"
+    smtp_username: str = ""
+    smtp_password: str = attrs.field(default="", repr=False)  # env RFP_SMTP_PASSWORD
+    from_address: str = "RFP service <no-reply@localhost>"
+    timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    # Failed deliveries are retried after retry_base_seconds, doubling each time (at most 1 hour).
+    max_attempts: int = attrs.field(default=8, validator=_positive)
+    retry_base_seconds: float = attrs.field(default=30.0, validator=_positive)
+    # How often the sender looks for due mail written by other processes.
+    poll_interval_seconds: float = attrs.field(default=5.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class MembersConfig:
+    confirmation_ttl_hours: float = attrs.field(default=48.0, validator=_positive)
+    invitation_ttl_days: float = attrs.field(default=7.0, validator=_positive)
+    # Failed sign-ins (POST /api/v1/tokens) allowed per e-mail address and per client address.
+    sign_in_per_email: RateLimit = attrs.Factory(
+        lambda: RateLimit(limit=10, period_seconds=900)
+    )
+    sign_in_per_address: RateLimit = attrs.Factory(
+        lambda: RateLimit(limit=50, period_seconds=900)
+    )
+
+
 def _default_rate_limits() -> dict[str, RateLimit]:
     return {"ask_question": RateLimit(limit=10, period_seconds=60)}
 
@@ -85,6 +116,8 @@ class Config:
     database: DatabaseConfig = DatabaseConfig()
     logging: LoggingConfig = LoggingConfig()
     auth: AuthConfig = AuthConfig()
+    mail: MailConfig = MailConfig()
+    members: MembersConfig = MembersConfig()
     # Keyed by route name (see service/app.py); routes without an entry are not limited.
     rate_limits: dict[str, RateLimit] = attrs.field(factory=_default_rate_limits)
 
@@ -118,6 +151,8 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
         except ValueError:
             raise ConfigError(f"PORT: must be an integer, got {env['PORT']!r}") from None
         overrides.setdefault("server", {})["port"] = port
+    if "RFP_SMTP_PASSWORD" in env:
+        overrides.setdefault("mail", {})["smtp_password"] = env["RFP_SMTP_PASSWORD"]
     if "RFP_LOG_JSON" in env:
         overrides.setdefault("logging", {})["json"] = env["RFP_LOG_JSON"].lower() in (
             "1", "true", "yes",

@@ -6,6 +6,10 @@ import asyncpg
 from aiohttp import web
 
 from .config import Config
+from .mail import MailSender
+from .passwords import Passwords
 
 CONFIG = web.AppKey("config", Config)
 POOL = web.AppKey("pool", asyncpg.Pool)
+PASSWORDS = web.AppKey("passwords", Passwords)
+MAIL_SENDER = web.AppKey("mail_sender", MailSender)

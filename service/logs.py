@@ -18,6 +18,12 @@ REQUEST_ID_HEADER = "X-Request-Id"
 REQUEST_ID = web.RequestKey("request_id", str)
 # A client-supplied id is kept when it is short and harmless, so logs can be joined across systems.
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# Secrets that travel in URLs (invitation and confirmation links) never reach the access log.
+_URL_SECRET = re.compile(r"(/invitations/|[?&]token=)[^/?&]+")
+
+
+def redact_url(path_qs: str) -> str:
+    return _URL_SECRET.sub(r"\1[redacted]", path_qs)
 
 
 def setup(config: LoggingConfig) -> None:
@@ -66,7 +72,7 @@ class AccessLogger(AbstractAccessLogger):
         extra = {
             "request_id": request.get(REQUEST_ID),
             "method": request.method,
-            "path": request.path,
+            "path": redact_url(request.path),
             "route": getattr(route, "name", None),
             "status": response.status,
             "duration_ms": round(time * 1000, 2),
@@ -76,7 +82,7 @@ class AccessLogger(AbstractAccessLogger):
         self.logger.info(
             "%s %s %s %.1fms request_id=%s member=%s",
             request.method,
-            request.path_qs,
+            redact_url(request.path_qs),
             response.status,
             time * 1000,
             extra["request_id"],

@@ -152,3 +152,71 @@ def with_config(config: Config, **sections: dict[str, Any]) -> Config:
     for section, values in sections.items():
         raw[section] = {**raw.get(section, {}), **values} if isinstance(values, dict) else values
     return config_module.structure(raw)
+
+
+# -- mail: a real SMTP server on loopback (members' tests) ---------------------------------
+
+
+class SmtpSink:
+    """An aiosmtpd server on 127.0.0.1 that keeps every message it accepts."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.messages: list[Any] = []
+        self._controller: Any = None
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        import email
+        import email.policy
+
+        self.messages.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
+        return "250 OK"
+
+    def start(self) -> None:
+        from aiosmtpd.controller import Controller
+
+        self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        self._controller.start()
+
+    def stop(self) -> None:
+        if self._controller is not None:
+            self._controller.stop()
+            self._controller = None
+
+    async def wait_for(self, count: int, within_seconds: float = 10.0) -> list[Any]:
+        """The first `count` messages, once that many have arrived."""
+        async with asyncio.timeout(within_seconds):
+            # Polling: the server runs in its own thread and event loop.
+            while len(self.messages) < count:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        return self.messages[:count]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def mail_settings(port: int) -> dict[str, Any]:
+    """Settings for delivering to an SmtpSink quickly: no TLS, fast polling and retries."""
+    return {
+        "smtp_host": "127.0.0.1", "smtp_port": port, "security": "none",
+        "poll_interval_seconds": 0.05, "retry_base_seconds": 0.1, "timeout_seconds": 2.0,
+    }
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpSink]:
+    sink = SmtpSink()
+    sink.start()
+    yield sink
+    sink.stop()
+
+
+@pytest.fixture
+async def mail_client(aiohttp_client: Any, config: Config, smtp: SmtpSink) -> TestClient:
+    """A client whose app delivers mail to the `smtp` sink."""
+    return await aiohttp_client(create_app(with_config(config, mail=mail_settings(smtp.port))))

@@ -1,0 +1,133 @@
+"""Outgoing mail: an outbox row written in the caller's transaction, delivered in the background.
+
+The sender claims one due message at a time with `FOR UPDATE SKIP LOCKED` and a lease (the row's
+`next_attempt_at` moves past the SMTP timeout), so several processes never send the same message
+at once; a message whose sender died is picked up again when the lease runs out. Delivery is
+at-least-once: a crash between the SMTP server's acceptance and the `sent` update sends it again,
+with the same Message-ID. Failures are retried with exponential backoff up to `max_attempts`.
+With no SMTP host configured, delivering a message means writing it, link included, to the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+from email.message import EmailMessage
+
+import aiosmtplib
+import asyncpg
+
+from . import db
+from .config import MailConfig
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 3600.0
+
+
+async def enqueue(
+    conn: asyncpg.Connection, config: MailConfig, recipient: str, subject: str, body: str
+) -> int:
+    """Store a message to send once the caller's transaction commits; returns its outbox id."""
+    _, from_address = email.utils.parseaddr(config.from_address)
+    domain = from_address.rpartition("@")[2] or "localhost"
+    message_id = email.utils.make_msgid(domain=domain)
+    return await conn.fetchval(db.query("enqueue_mail"), message_id, recipient, subject, body)
+
+
+def backoff_seconds(config: MailConfig, attempts: int) -> float:
+    """Delay before the next attempt after `attempts` failed ones: base, 2 * base, 4 * base …, at most 1 h."""
+    return min(MAX_BACKOFF_SECONDS, config.retry_base_seconds * 2 ** max(0, attempts - 1))
+
+
+class MailSender:
+    """Delivers due outbox messages until cancelled; `wake()` makes it look right away."""
+
+    def __init__(self, pool: asyncpg.Pool, config: MailConfig) -> None:
+        self._pool = pool
+        self._config = config
+        self._wake = asyncio.Event()
+        # Long enough that a slow SMTP exchange ends before another sender may claim the row.
+        self.lease_seconds = config.timeout_seconds * 2 + 30
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                delivered_any = await self.deliver_due()
+            except Exception:  # the database may be away for a while; the loop must survive it
+                log.exception("mail sender: delivery round failed; retrying")
+                delivered_any = False
+            if not delivered_any:
+                try:
+                    async with asyncio.timeout(self._config.poll_interval_seconds):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+
+    async def deliver_due(self) -> bool:
+        """Attempt every message due now, one claim at a time; whether any was attempted."""
+        attempted = False
+        while (row := await self._claim()) is not None:
+            attempted = True
+            await self._attempt(row)
+        return attempted
+
+    async def _claim(self) -> asyncpg.Record | None:
+        async with self._pool.acquire() as conn:
+            return await conn.fetchrow(db.query("claim_mail"), 1, self.lease_seconds)
+
+    async def _attempt(self, row: asyncpg.Record) -> None:
+        try:
+            await self._send(row)
+        except Exception as exc:  # any failure of one message is recorded on it, never fatal
+            error = f"{type(exc).__name__}: {exc}"[:1000]
+            delay = backoff_seconds(self._config, row["attempts"])
+            async with self._pool.acquire() as conn:
+                state = await conn.fetchval(
+                    db.query("mark_mail_failed"), row["id"], row["attempts"], delay,
+                    self._config.max_attempts, error,
+                )
+            if state == "failed":
+                log.error("mail %s to %s: giving up after %d attempts: %s",
+                          row["id"], row["recipient"], row["attempts"], error)
+            else:
+                log.warning("mail %s to %s: attempt %d failed (%s); retrying in %.0f s",
+                            row["id"], row["recipient"], row["attempts"], error, delay)
+            return
+        async with self._pool.acquire() as conn:
+            await conn.execute(db.query("mark_mail_sent"), row["id"], row["attempts"])
+        log.info("mail %s to %s sent", row["id"], row["recipient"])
+
+    def message(self, row: asyncpg.Record) -> EmailMessage:
+        message = EmailMessage()
+        message["From"] = self._config.from_address
+        message["To"] = row["recipient"]
+        message["Subject"] = row["subject"]
+        message["Message-ID"] = row["message_id"]
+        message["Date"] = email.utils.formatdate(localtime=False)
+        message.set_content(row["body"])
+        return message
+
+    async def _send(self, row: asyncpg.Record) -> None:
+        config = self._config
+        if not config.smtp_host:
+            log.info(
+                "mail (no SMTP configured, so it is logged instead of sent)\nTo: %s\nSubject: %s\n\n%s",
+                row["recipient"], row["subject"], row["body"],
+            )
+            return
+        await aiosmtplib.send(
+            self.message(row),
+            hostname=config.smtp_host,
+            port=config.smtp_port,
+            username=config.smtp_username or None,
+            password=config.smtp_password or None,
+            use_tls=config.security == "tls",
+            start_tls=config.security == "starttls",
+            timeout=config.timeout_seconds,
+        )

@@ -1,0 +1,36 @@
+-- enqueue_mail --
+-- Put a message in the outbox; the caller's transaction decides whether it is ever sent.
+INSERT INTO mail_outbox (message_id, recipient, subject, body)
+VALUES ($1, $2, $3, $4)
+RETURNING id;
+
+-- claim_mail --
+-- Claim up to $1 due messages for $2 seconds (the lease); rows another sender holds are skipped.
+UPDATE mail_outbox
+   SET attempts = attempts + 1,
+       next_attempt_at = now() + make_interval(secs => $2)
+ WHERE id IN (
+        SELECT id FROM mail_outbox
+         WHERE state = 'pending' AND next_attempt_at <= now()
+         ORDER BY next_attempt_at, id
+         LIMIT $1
+           FOR UPDATE SKIP LOCKED
+       )
+RETURNING id, message_id, recipient, subject, body, attempts;
+
+-- mark_mail_sent --
+-- The claimed attempt ($2) succeeded; erase the body, which holds a one-time link.
+UPDATE mail_outbox
+   SET state = 'sent', sent_at = now(), body = '', last_error = NULL
+ WHERE id = $1 AND attempts = $2 AND state = 'pending'
+RETURNING id;
+
+-- mark_mail_failed --
+-- The claimed attempt ($2) failed: retry after $3 seconds, or give up after $4 attempts.
+UPDATE mail_outbox
+   SET last_error = $5,
+       state = CASE WHEN attempts >= $4 THEN 'failed'::mail_state ELSE 'pending'::mail_state END,
+       body = CASE WHEN attempts >= $4 THEN '' ELSE body END,
+       next_attempt_at = now() + make_interval(secs => $3)
+ WHERE id = $1 AND attempts = $2 AND state = 'pending'
+RETURNING state::text AS state;

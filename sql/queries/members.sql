@@ -1,0 +1,140 @@
+-- user_email_taken --
+-- Whether a user with this e-mail (any case) exists.
+SELECT EXISTS (SELECT 1 FROM users WHERE lower(email) = lower($1));
+
+-- account_for_members --
+-- An account's name and subscription status ('active' or 'inactive').
+SELECT name, subscription_status::text AS subscription_status FROM accounts WHERE id = $1;
+
+-- insert_user_with_password --
+-- A new, unconfirmed user who accepted the terms now.
+INSERT INTO users (email, first_name, last_name, password_hash, terms_accepted_at)
+VALUES ($1, $2, $3, $4, now())
+RETURNING id;
+
+-- insert_confirmed_user --
+-- A new user whose address is confirmed (an accepted invitation proves it).
+INSERT INTO users (email, first_name, last_name, password_hash, confirmed_at, terms_accepted_at)
+VALUES ($1, $2, $3, $4, now(), now())
+RETURNING id;
+
+-- user_by_email --
+-- The user with this e-mail (any case), for sign-in and invitations.
+SELECT id, email, password_hash, confirmed_at FROM users WHERE lower(email) = lower($1);
+
+-- lock_user_by_email --
+-- The user with this e-mail, locked for the rest of the transaction.
+SELECT id, email, password_hash, confirmed_at FROM users WHERE lower(email) = lower($1) FOR UPDATE;
+
+-- accept_terms_for_invited_user --
+-- An existing user accepting an invitation: set the password if none, confirm, record the terms.
+UPDATE users
+   SET password_hash = coalesce(password_hash, $2),
+       first_name = CASE WHEN first_name = '' AND last_name = '' THEN $3 ELSE first_name END,
+       last_name = CASE WHEN first_name = '' AND last_name = '' THEN $4 ELSE last_name END,
+       confirmed_at = coalesce(confirmed_at, now()),
+       terms_accepted_at = now(),
+       updated_at = now()
+ WHERE id = $1;
+
+-- update_password_hash --
+-- Store a stronger hash of the same password (parameters changed since it was set).
+UPDATE users SET password_hash = $2, updated_at = now() WHERE id = $1;
+
+-- insert_email_confirmation --
+-- A one-time confirmation link for a user, stored as the hash of its token.
+INSERT INTO email_confirmations (user_id, token_hash, expires_at)
+VALUES ($1, $2, now() + make_interval(secs => $3));
+
+-- use_email_confirmation --
+-- Spend a live confirmation token; returns its user, or nothing when unknown, used or expired.
+UPDATE email_confirmations
+   SET used_at = now()
+ WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()
+RETURNING user_id;
+
+-- confirm_user --
+-- Mark a user's address as confirmed (the first confirmation counts).
+UPDATE users SET confirmed_at = coalesce(confirmed_at, now()), updated_at = now()
+ WHERE id = $1
+RETURNING id, email, confirmed_at;
+
+-- insert_membership --
+-- A membership of a user in an account (never the owner: the operator CLI creates owners).
+INSERT INTO members (id, account_id, user_id, role)
+VALUES ($1, $2, $3, $4::member_role)
+RETURNING id;
+
+-- is_member --
+-- Whether the user with this e-mail is already a member of the account.
+SELECT EXISTS (
+    SELECT 1 FROM members m JOIN users u ON u.id = m.user_id
+     WHERE m.account_id = $1 AND lower(u.email) = lower($2)
+);
+
+-- get_member --
+-- One membership as the Member object shows it.
+SELECT m.id, m.role::text AS role, m.is_owner, m.created_at, m.updated_at,
+       u.email, u.first_name, u.last_name,
+       display_name(u.first_name, u.last_name, u.email) AS name
+  FROM members m JOIN users u ON u.id = m.user_id
+ WHERE m.id = $1 AND m.account_id = $2;
+
+-- count_members --
+-- How many members an account has.
+SELECT count(*) FROM members WHERE account_id = $1;
+
+-- list_members --
+-- A page of an account's members, oldest first.
+SELECT m.id, m.role::text AS role, m.is_owner, m.created_at, m.updated_at,
+       u.email, u.first_name, u.last_name,
+       display_name(u.first_name, u.last_name, u.email) AS name
+  FROM members m JOIN users u ON u.id = m.user_id
+ WHERE m.account_id = $1
+ ORDER BY m.created_at, m.id
+ LIMIT $2 OFFSET $3;
+
+-- membership_for_sign_in --
+-- The user's membership in account $2, or (when $2 is null) their oldest membership.
+SELECT m.id, m.account_id
+  FROM members m
+ WHERE m.user_id = $1 AND ($2::text IS NULL OR m.account_id = $2)
+ ORDER BY m.created_at, m.id
+ LIMIT 1;
+
+-- revoke_pending_invitations --
+-- Revoke the live invitation to this address in the account, so its link stops working.
+UPDATE invitations SET state = 'revoked', updated_at = now()
+ WHERE account_id = $1 AND lower(email) = lower($2) AND state = 'pending';
+
+-- insert_invitation --
+-- A new invitation whose link token is stored as a hash.
+INSERT INTO invitations (id, account_id, email, role, token_hash, invited_by, expires_at)
+VALUES ($1, $2, $3, $4::member_role, $5, $6, now() + make_interval(secs => $7))
+RETURNING id, email, role::text AS role, state::text AS state, expires_at, created_at;
+
+-- invitation_by_token_hash --
+-- The invitation behind a link token, with its account's name.
+SELECT i.id, i.account_id, i.email, i.role::text AS role, i.state::text AS state,
+       i.expires_at, i.created_at, i.expires_at <= now() AS expired, a.name AS account_name
+  FROM invitations i JOIN accounts a ON a.id = i.account_id
+ WHERE i.token_hash = $1;
+
+-- lock_invitation_by_token_hash --
+-- The invitation behind a link token, locked while it is being accepted.
+SELECT id, account_id, email, role::text AS role, state::text AS state,
+       expires_at <= now() AS expired
+  FROM invitations
+ WHERE token_hash = $1
+   FOR UPDATE;
+
+-- mark_invitation_accepted --
+-- Use a pending invitation; matches no row when someone else used or revoked it first.
+UPDATE invitations
+   SET state = 'accepted', accepted_at = now(), member_id = $2, updated_at = now()
+ WHERE id = $1 AND state = 'pending'
+RETURNING id;
+
+-- refund_rate_limit_token --
+-- Give back the token a successful sign-in took, so only failures count against the bucket.
+UPDATE rate_limit_buckets SET tokens = least($2, tokens + 1) WHERE bucket_key = $1;

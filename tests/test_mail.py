@@ -1,0 +1,148 @@
+"""The mail outbox and its sender, against a real SMTP server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+from conftest import SmtpSink, free_port, mail_settings, with_config
+
+from service import config as config_module
+from service import db, mail
+from service.app import create_app
+from service.mail import MailSender
+
+
+def mail_config(**settings: Any) -> Any:
+    return config_module.structure({"mail": settings}).mail
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=6)
+    yield pool
+    await pool.close()
+
+
+async def outbox(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    return await conn.fetch("SELECT state::text, attempts, body, last_error FROM mail_outbox ORDER BY id")
+
+
+async def wait_until(probe: Any, within_seconds: float = 10.0) -> None:
+    async with asyncio.timeout(within_seconds):
+        # Polling: the outbox is a table; there is no event to wait on.
+        while not await probe():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+async def test_sender__server_down_then_back_delivers_once(aiohttp_client, config, admin, conn):
+    sink = SmtpSink(free_port())  # not started: connections are refused
+    settings = mail_settings(sink.port) | {"max_attempts": 20, "retry_base_seconds": 0.05}
+    client = await aiohttp_client(create_app(with_config(config, mail=settings)))
+    response = await client.post(
+        "/api/v1/users",
+        json={"user": {"email": "ada@example.test", "password": "correct horse battery",
+                       "terms_of_service": True}},
+        headers=admin.headers,
+    )
+    assert response.status == 201
+    async def retried() -> bool:
+        return (await outbox(conn))[0]["attempts"] >= 2
+
+    await wait_until(retried)
+    [row] = await outbox(conn)
+    assert row["state"] == "pending" and row["last_error"]
+    assert sink.messages == []
+
+    sink.start()
+    try:
+        [message] = await sink.wait_for(1)
+        assert message["To"] == "ada@example.test"
+
+        async def sent() -> bool:
+            return (await outbox(conn))[0]["state"] == "sent"
+
+        await wait_until(sent)
+        await asyncio.sleep(0.3)  # a few more polling rounds: nothing is sent again
+        assert len(sink.messages) == 1
+    finally:
+        sink.stop()
+
+
+async def test_sender__concurrent_senders_send_each_message_once(pool, smtp):
+    config = mail_config(**mail_settings(smtp.port))
+    async with pool.acquire() as conn:
+        for number in range(30):
+            await mail.enqueue(conn, config, f"user{number}@example.test", f"hello {number}", "body")
+    senders = [MailSender(pool, config) for _ in range(3)]
+    await asyncio.gather(*(sender.deliver_due() for sender in senders))
+    messages = await smtp.wait_for(30)
+    await asyncio.sleep(0.2)
+    assert len(smtp.messages) == 30
+    assert len({m["Message-ID"] for m in messages}) == 30
+    async with pool.acquire() as conn:
+        rows = await outbox(conn)
+    assert {(r["state"], r["attempts"]) for r in rows} == {("sent", 1)}
+
+
+async def test_claim__a_claimed_message_is_not_claimed_again_within_its_lease(conn):
+    config = mail_config()
+    first = await mail.enqueue(conn, config, "a@example.test", "a", "body")
+    second = await mail.enqueue(conn, config, "b@example.test", "b", "body")
+    claimed = [await conn.fetchrow(db.query("claim_mail"), 1, 60) for _ in range(3)]
+    assert [row["id"] if row else None for row in claimed] == [first, second, None]
+    await conn.execute("UPDATE mail_outbox SET next_attempt_at = now() - interval '1 second'")
+    retaken = await conn.fetchrow(db.query("claim_mail"), 1, 60)  # lease over: the sender died
+    assert retaken["id"] == first and retaken["attempts"] == 2
+
+
+async def test_sender__without_smtp_writes_message_with_link_to_log(pool, caplog):
+    config = mail_config()  # no smtp_host
+    async with pool.acquire() as conn:
+        await mail.enqueue(conn, config, "ada@example.test", "Confirm", "open https://x.test/confirm?token=abc")
+    with caplog.at_level(logging.INFO, logger="service.mail"):
+        assert await MailSender(pool, config).deliver_due()
+    assert "https://x.test/confirm?token=abc" in caplog.text
+    async with pool.acquire() as conn:
+        assert [r["state"] for r in await outbox(conn)] == ["sent"]
+
+
+async def test_sender__gives_up_after_max_attempts_and_erases_body(pool):
+    config = mail_config(**mail_settings(free_port()) | {"max_attempts": 2, "retry_base_seconds": 0.01})
+    async with pool.acquire() as conn:
+        await mail.enqueue(conn, config, "ada@example.test", "Confirm", "secret link")
+    sender = MailSender(pool, config)
+    async with asyncio.timeout(5):
+        while True:
+            await sender.deliver_due()
+            async with pool.acquire() as conn:
+                [row] = await outbox(conn)
+            if row["state"] != "pending":
+                break
+            await asyncio.sleep(0.02)
+    assert (row["state"], row["attempts"], row["body"]) == ("failed", 2, "")
+    assert row["last_error"]
+
+
+async def test_outbox__mail_rolls_back_with_its_transaction(conn):
+    config = mail_config()
+    with pytest.raises(RuntimeError):
+        async with conn.transaction():
+            await mail.enqueue(conn, config, "ada@example.test", "Confirm", "link")
+            raise RuntimeError("the user could not be stored")
+    assert await outbox(conn) == []
+
+
+def test_config_example__documents_mail_and_members_defaults():
+    import tomllib
+
+    from conftest import ROOT
+
+    raw = tomllib.loads((ROOT / "config.example.toml").read_text())
+    example = config_module.structure(raw)
+    assert example.mail == config_module.MailConfig()
+    assert example.members == config_module.MembersConfig()
