@@ -237,9 +237,10 @@ async def import_rfp_items(request: web.Request) -> web.Response:
 # -- review ---------------------------------------------------------------------------------
 
 
-async def _item(conn: asyncpg.Connection, request: web.Request) -> asyncpg.Record:
+async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -> asyncpg.Record:
     row = await conn.fetchrow(
-        db.query("lock_rfp_item"), request.match_info["item_id"], request.match_info["id"],
+        db.query("lock_rfp_item" if lock else "get_rfp_item"),
+        request.match_info["item_id"], request.match_info["id"],
         principal(request).account_id,
     )
     if row is None:
@@ -249,8 +250,8 @@ async def _item(conn: asyncpg.Connection, request: web.Request) -> asyncpg.Recor
 
 @requires("read")
 async def get_rfp_item(request: web.Request) -> web.Response:
-    async with request.app[POOL].acquire() as conn, conn.transaction():
-        row = await _item(conn, request)
+    async with request.app[POOL].acquire() as conn:
+        row = await _item(conn, request, lock=False)
     return web.json_response(unstructure(RfpItem.from_row(row)))
 
 
@@ -291,7 +292,7 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
     async with request.app[POOL].acquire() as conn, conn.transaction():
-        current = await _item(conn, request)
+        current = await _item(conn, request, lock=True)
         row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
     return web.json_response(unstructure(RfpItem.from_row(row)))
 

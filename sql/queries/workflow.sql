@@ -17,6 +17,13 @@ SELECT i.*
  WHERE i.id = $1 AND i.rfp_id = $2 AND r.account_id = $3
    FOR UPDATE OF i;
 
+-- get_rfp_item --
+-- One item of an account's RFP.
+SELECT i.*
+  FROM rfp_items i
+  JOIN rfps r ON r.id = i.rfp_id
+ WHERE i.id = $1 AND i.rfp_id = $2 AND r.account_id = $3;
+
 -- review_rfp_item --
 -- Store a reviewed item. Moving it to pending from another state reopens it: the link to the
 -- question that answered it goes, so the next "answer all" answers it again.
