@@ -9,12 +9,10 @@ import argparse
 import asyncio
 import json
 import logging
-import multiprocessing
-import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -36,10 +34,25 @@ class Database:
     def __init__(self, config: Config) -> None:
         self.url, self.embedded = db.database_url(config)
 
-    async def connect(self) -> asyncpg.Connection:
-        conn = await asyncpg.connect(self.url)
-        await db.migrate(conn)
+    async def connect(self, *, migrate: bool = True) -> asyncpg.Connection:
+        conn = await connect(self.url)
+        if migrate:
+            await db.migrate(conn)
         return conn
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    """A connection, or a ConfigError saying which server could not be reached and why."""
+    try:
+        return await asyncpg.connect(url, timeout=10)
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        from yarl import URL
+
+        try:
+            where = str(URL(url).with_password(None)) if URL(url).password else url
+        except ValueError:
+            where = "the configured URL"
+        raise ConfigError(f"database.url: cannot connect to {where}: {exc}") from None
 
 
 def run_with_connection(config: Config, work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
@@ -64,12 +77,15 @@ def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
 
 async def bootstrap_demo(url: str, config: Config) -> dict | None:
     """On first start with an empty database, create a demo account and return it."""
-    conn = await asyncpg.connect(url)
+    conn = await connect(url)
     try:
         await db.migrate(conn)
-        if await conn.fetchval(db.query("any_account")):
-            return None
-        return await accounts.create_account(conn, "Demo", "admin@example.com", credits=100)
+        async with conn.transaction():
+            # Two service instances starting at once on an empty database make one demo, not two.
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", db.MIGRATION_LOCK_ID)
+            if await conn.fetchval(db.query("any_account")):
+                return None
+            return await accounts.create_account(conn, "Demo", "admin@example.com", credits=100)
     finally:
         await conn.close()
 
@@ -93,25 +109,6 @@ Try:
     )
 
 
-def serve_worker(config: Config) -> None:
-    """One service process: the app on the shared port until SIGINT or SIGTERM."""
-    from aiohttp import web
-
-    from .app import create_app
-
-    logs.setup(config.logging)
-    web.run_app(
-        create_app(config),
-        host=config.server.host,
-        port=config.server.port,
-        reuse_port=config.server.workers > 1,
-        access_log_class=logs.AccessLogger,
-        shutdown_timeout=config.server.shutdown_timeout,
-        print=None,
-        handler_cancellation=True,
-    )
-
-
 def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     overrides: dict[str, Any] = {}
     if args.host:
@@ -120,13 +117,13 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         overrides["port"] = args.port
     if args.workers is not None:
         overrides["workers"] = args.workers
-    config = attrs.evolve(config, server=attrs.evolve(config.server, **overrides))
+    try:
+        config = attrs.evolve(config, server=attrs.evolve(config.server, **overrides))
+    except ValueError as exc:  # the same validators as config.toml: `workers: must be …`
+        raise ConfigError(f"invalid option --{exc}") from None
     database = Database(config)
     config = attrs.evolve(config, database=attrs.evolve(config.database, url=database.url))
-    try:
-        demo = asyncio.run(bootstrap_demo(database.url, config))
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise ConfigError(f"cannot reach the database: {exc}") from None
+    demo = asyncio.run(bootstrap_demo(database.url, config))
     if demo:
         print_demo(demo, config)
     where = "embedded PostgreSQL in " + str(database.embedded.pgdata) if database.embedded else "DATABASE_URL"
@@ -134,34 +131,19 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         "serving on http://%s:%s with %d worker(s), database: %s",
         config.server.host, config.server.port, config.server.workers, where,
     )
+    from .server import run_workers, serve_worker  # imports aiohttp and the app: serve only
+
     try:
         if config.server.workers == 1:
             serve_worker(config)
+            status = 0
         else:
-            run_workers(config)
+            status = run_workers(config)
     finally:
         if database.embedded:
             database.embedded.stop()
             log.info("embedded PostgreSQL stopped")
-    return 0
-
-
-def run_workers(config: Config) -> None:
-    """N processes on one port (SO_REUSEPORT); signals are passed on, then we wait for all."""
-    ctx = multiprocessing.get_context("spawn")
-    workers = [ctx.Process(target=serve_worker, args=(config,)) for _ in range(config.server.workers)]
-    for worker in workers:
-        worker.start()
-
-    def forward(signum: int, _frame: object) -> None:
-        for worker in workers:
-            if worker.pid and worker.is_alive():
-                os.kill(worker.pid, signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    for worker in workers:
-        worker.join()
+    return status
 
 
 # -- other commands -----------------------------------------------------------------------
@@ -169,15 +151,28 @@ def run_workers(config: Config) -> None:
 
 def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
     database = Database(config)
-    applied = asyncio.run(db.migrate_url(database.url))
+
+    async def work() -> list[str]:
+        conn = await database.connect(migrate=False)
+        try:
+            return await db.migrate(conn)
+        finally:
+            await conn.close()
+
+    applied = asyncio.run(work())
     emit(args, {"applied": applied}, f"applied: {', '.join(applied) or 'nothing (up to date)'}")
     return 0
 
 
 def cmd_psql(args: argparse.Namespace, config: Config) -> int:
     database = Database(config)
-    asyncio.run(db.migrate_url(database.url))
-    psql = str(database.embedded.bin_dir / "psql") if database.embedded else "psql"
+
+    async def migrated() -> None:  # so that the tables are there to look at
+        await (await database.connect()).close()
+
+    asyncio.run(migrated())
+    # The wheel's psql works with DATABASE_URL too, so no client needs installing.
+    psql = str(db.psql_path())
     # Not exec: the embedded server is stopped when this process exits, after psql.
     import subprocess
 
@@ -215,9 +210,19 @@ def cmd_token_create(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_credits_add(args: argparse.Namespace, config: Config) -> int:
-    balance = run_with_connection(
-        config, lambda c: accounts.change_credits(c, args.account, args.amount, "grant")
-    )
+    if args.amount == 0:
+        raise accounts.OperatorError("--amount must not be 0")
+
+    async def work(conn: asyncpg.Connection) -> int:
+        try:
+            reason = "grant" if args.amount > 0 else "adjustment"
+            return await accounts.change_credits(conn, args.account, args.amount, reason)
+        except asyncpg.CheckViolationError:
+            raise accounts.OperatorError(
+                f"{args.account} has fewer than {-args.amount} credits to remove"
+            ) from None
+
+    balance = run_with_connection(config, work)
     emit(args, {"account": args.account, "credits": balance}, f"{args.account}: {balance} credits")
     return 0
 
@@ -277,7 +282,7 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
     if sys.stderr.isatty():
         from tqdm import tqdm
 
-        progress = tqdm(desc=f"reading {os.path.basename(args.file)}", unit=" rows", file=sys.stderr)
+        progress = tqdm(desc=f"reading {Path(args.file).name}", unit=" rows", file=sys.stderr)
     try:
         with open(args.file, "rb") as file:
             found = importer.parse(file, options, filename=args.file,
@@ -358,7 +363,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int)
     p = command("migrate", cmd_migrate, help="apply pending migrations")
     p.add_argument("--json", action="store_true")
-    p = command("psql", cmd_psql, help="open psql on the service's database")
+    p = command("psql", cmd_psql, help="open psql on the service's database; extra arguments go to psql")
     p.add_argument("psql_args", nargs=argparse.REMAINDER)
 
     group = sub.add_parser("account", help="accounts").add_subparsers(dest="action", required=True)
@@ -425,7 +430,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args, extra = cli.parse_known_args(argv)
+    if args.command == "psql":  # everything after `psql` goes to psql, options included
+        args.psql_args = [*extra, *args.psql_args]
+    elif extra:
+        cli.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         config = config_module.load(args.config)
     except ConfigError as exc:

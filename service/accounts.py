@@ -26,10 +26,11 @@ async def change_credits(
     conn: asyncpg.Connection, account_id: str, amount: int, reason: str, subject_id: str | None = None
 ) -> int:
     """Add (or, negative, remove) credits and record it in the ledger; returns the new balance."""
-    balance = await conn.fetchval(db.query("add_credits"), account_id, amount)
-    if balance is None:
-        raise OperatorError(f"no account {account_id}")
-    await conn.execute(db.query("insert_ledger_entry"), account_id, amount, reason, subject_id)
+    async with conn.transaction():  # the balance and its ledger entry change together
+        balance = await conn.fetchval(db.query("add_credits"), account_id, amount)
+        if balance is None:
+            raise OperatorError(f"no account {account_id}")
+        await conn.execute(db.query("insert_ledger_entry"), account_id, amount, reason, subject_id)
     return balance
 
 

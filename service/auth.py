@@ -174,7 +174,11 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         raise Unauthorized(
             "authentication required: send Authorization: Bearer <token>", headers=_challenge()
         )
-    if scheme.lower() != "bearer" or not token.strip():
+    if scheme.lower() != "bearer":  # RFC 6750 3.1: another scheme gets a bare challenge
+        raise Unauthorized(
+            "the Authorization header must be 'Bearer <token>'", headers=_challenge()
+        )
+    if not token.strip():
         raise Unauthorized(
             "the Authorization header must be 'Bearer <token>'",
             headers=_challenge("invalid_request"),

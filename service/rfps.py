@@ -114,7 +114,7 @@ async def get_rfp(request: web.Request) -> web.Response:
 @requires("read")
 async def search_rfps(request: web.Request) -> web.Response:
     term = request.query.get("query")
-    if term is None:
+    if term is None or not term.strip():  # blank counts as missing: it would match everything
         raise ParameterMissing("query is required: GET /api/v1/rfps/search?query=term")
     page = Page.from_query(request.query)
     pattern = like_pattern(term)

@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient
 from service import accounts, db
 from service import config as config_module
 from service.app import create_app
+from service.auth import new_id
 from service.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -220,3 +221,30 @@ def smtp() -> Iterator[SmtpSink]:
 async def mail_client(aiohttp_client: Any, config: Config, smtp: SmtpSink) -> TestClient:
     """A client whose app delivers mail to the `smtp` sink."""
     return await aiohttp_client(create_app(with_config(config, mail=mail_settings(smtp.port))))
+
+
+@pytest.fixture
+async def empty_database_url(server_url: str) -> AsyncIterator[str]:
+    """A new database with nothing in it, not even the migrations."""
+    name = f"rfp_empty_{secrets.token_hex(6)}"
+    await _admin(server_url, f'CREATE DATABASE "{name}"')
+    yield db.with_database(server_url, name)
+    await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def make_rfp(conn: asyncpg.Connection) -> Any:
+    """`await make_rfp(actor, title, description=…, created_at=…)` → the id of an RFP stored directly."""
+
+    async def make(
+        owner: Actor, title: str = "An RFP", description: str | None = None, created_at: Any = None
+    ) -> str:
+        rfp_id = new_id("rfp")
+        await conn.execute(
+            "INSERT INTO rfps (id, account_id, owner_id, title, description, created_at)"
+            " VALUES ($1, $2, $3, $4, $5, coalesce($6, now()))",
+            rfp_id, owner.account_id, owner.user_id, title, description, created_at,
+        )
+        return rfp_id
+
+    return make

@@ -30,3 +30,17 @@ async def test_get_rfp__other_account_is_404(client, make_account):
     response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=theirs.headers)
     assert response.status == 404
     assert (await response.json())["error"]["code"] == "not_found"
+
+
+async def test_get_rfp__unknown_id_is_404_not_found(client, admin):
+    response = await client.get("/api/v1/rfps/rfp_doesnotexist", headers=admin.headers)
+    assert response.status == 404
+    assert (await response.json())["error"]["code"] == "not_found"
+
+
+async def test_get_rfp__viewer_with_read_token_may_read(client, admin, make_member, make_rfp):
+    viewer = await make_member(admin.account_id, role="viewer", scopes="read")
+    rfp_id = await make_rfp(admin, "Acme")
+    response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=viewer.headers)
+    assert response.status == 200
+    assert (await response.json())["id"] == rfp_id

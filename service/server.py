@@ -1,0 +1,70 @@
+"""Running the app: one process, or N processes sharing the port (SO_REUSEPORT).
+
+Kept out of `__main__` because spawned workers must import their target by module name, and
+multiprocessing never re-imports a package's `__main__`.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+from multiprocessing.connection import wait
+
+from aiohttp import web
+
+from . import logs
+from .app import create_app
+from .config import Config
+
+log = logging.getLogger("service")
+
+
+def serve_worker(config: Config) -> None:
+    """One service process: the app on the shared port until SIGINT or SIGTERM."""
+    logs.setup(config.logging)
+    web.run_app(
+        create_app(config),
+        host=config.server.host,
+        port=config.server.port,
+        reuse_port=config.server.workers > 1,
+        access_log_class=logs.AccessLogger,
+        shutdown_timeout=config.server.shutdown_timeout,
+        print=None,
+        handler_cancellation=True,
+    )
+
+
+def run_workers(config: Config) -> int:
+    """N worker processes on one port; signals are passed on. Returns 0 after a clean stop.
+
+    When a worker dies on its own (say, the port is taken) the others are stopped too, so the
+    service never runs silently short of workers.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=serve_worker, args=(config,)) for _ in range(config.server.workers)]
+    stopping = False
+
+    def stop_all(signum: int = signal.SIGTERM, _frame: object = None) -> None:
+        nonlocal stopping
+        stopping = True
+        for worker in workers:
+            if worker.pid and worker.is_alive():
+                os.kill(worker.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
+    for worker in workers:
+        worker.start()
+    running = list(workers)
+    while running:
+        for sentinel in wait([w.sentinel for w in running]):
+            worker = next(w for w in running if w.sentinel == sentinel)
+            worker.join()
+            running.remove(worker)
+            if not stopping:
+                log.error("worker %s exited with code %s; stopping the others", worker.pid, worker.exitcode)
+                stop_all()
+    failed = [w for w in workers if w.exitcode not in (0, -signal.SIGTERM, -signal.SIGINT)]
+    return 1 if failed or not stopping else 0

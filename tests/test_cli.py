@@ -1,0 +1,316 @@
+"""The operator CLI, run as `python -m service …` subprocesses against the per-test database."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from service.auth import hash_token
+from tests.conftest import ROOT
+
+
+def cli(database_url: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": database_url, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def cli_json(database_url: str, *args: str) -> dict:
+    result = cli(database_url, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    # Exactly one JSON object on stdout, nothing else there.
+    assert result.stdout.count("\n") == 1
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def account(database_url: str) -> dict:
+    return cli_json(
+        database_url, "account", "create", "--name", "Acme", "--admin-email", "boss@acme.test",
+        "--credits", "25",
+    )
+
+
+async def test_account_create__json_has_account_member_and_token(database_url, conn, account):
+    assert set(account) == {"account", "member", "token"}
+    assert set(account["account"]) == {"id", "name", "credits"}
+    assert account["account"]["id"].startswith("acct_")
+    assert account["account"]["name"] == "Acme"
+    assert account["account"]["credits"] == 25
+    assert set(account["member"]) == {"id", "user_id", "email", "role"}
+    assert account["member"]["id"].startswith("mbr_")
+    assert account["member"]["email"] == "boss@acme.test"
+    assert account["member"]["role"] == "admin"
+    assert isinstance(account["member"]["user_id"], int)
+    assert account["token"].startswith("rfpk_")
+    scopes = await conn.fetchval(
+        "SELECT scopes FROM api_tokens WHERE token_hash = $1", hash_token(account["token"])
+    )
+    assert scopes == ["read", "write"]
+    assert await conn.fetchval("SELECT credits FROM accounts WHERE id = $1", account["account"]["id"]) == 25
+
+
+async def test_member_create__json_and_stored_role(database_url, conn, account):
+    out = cli_json(
+        database_url, "member", "create", "--account", account["account"]["id"],
+        "--email", "eve@acme.test", "--role", "viewer",
+    )
+    assert out["member"]["role"] == "viewer"
+    assert out["member"]["email"] == "eve@acme.test"
+    role = await conn.fetchval("SELECT role::text FROM members WHERE id = $1", out["member"]["id"])
+    assert role == "viewer"
+
+
+async def test_token_create__json_token_with_the_asked_scopes(database_url, conn, account):
+    out = cli_json(
+        database_url, "token", "create", "--account", account["account"]["id"],
+        "--email", "boss@acme.test", "--scopes", "read",
+    )
+    assert set(out) == {"token"}
+    scopes = await conn.fetchval(
+        "SELECT scopes FROM api_tokens WHERE token_hash = $1", hash_token(out["token"])
+    )
+    assert scopes == ["read"]
+
+
+async def test_credits_add_and_subscription_set__change_the_account(database_url, conn, account):
+    account_id = account["account"]["id"]
+    assert cli(database_url, "credits", "add", "--account", account_id, "--amount", "5").returncode == 0
+    result = cli(database_url, "subscription", "set", "--account", account_id, "--status", "inactive")
+    assert result.returncode == 0
+    row = await conn.fetchrow(
+        "SELECT credits, subscription_status::text AS status FROM accounts WHERE id = $1", account_id
+    )
+    assert (row["credits"], row["status"]) == (30, "inactive")
+    ledger = await conn.fetchval("SELECT sum(amount) FROM credit_ledger WHERE account_id = $1", account_id)
+    assert ledger == 30
+
+
+async def test_credits_add__refuses_overdraft_and_zero(database_url, conn, account):
+    account_id = account["account"]["id"]
+    for amount in ("-26", "0"):
+        result = cli(database_url, "credits", "add", "--account", account_id, "--amount", amount)
+        assert result.returncode == 1
+        assert result.stderr.startswith("error: ")
+        assert "Traceback" not in result.stderr
+    assert await conn.fetchval("SELECT credits FROM accounts WHERE id = $1", account_id) == 25
+
+
+async def test_rfp_create__json_id_of_a_stored_rfp(database_url, conn, account):
+    out = cli_json(
+        database_url, "rfp", "create", "--account", account["account"]["id"],
+        "--owner-email", "boss@acme.test", "--title", "Acme review", "--description", "Annual",
+        "--framework", "cjis-6", "--deadline", "2030-01-31", "--context", "bid",
+    )
+    assert set(out) == {"id"}
+    assert out["id"].startswith("rfp_")
+    row = await conn.fetchrow("SELECT * FROM rfps WHERE id = $1", out["id"])
+    assert (row["title"], row["description"], row["framework"], str(row["deadline"]), row["context"]) == (
+        "Acme review", "Annual", "cjis-6", "2030-01-31", "bid",
+    )
+    assert row["owner_id"] == account["member"]["user_id"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["member", "create", "--account", "acct_nope", "--email", "a@b.test", "--role", "member"],
+         "no account acct_nope"),
+        (["token", "create", "--account", "{account}", "--email", "who@acme.test"],
+         "who@acme.test is not a member"),
+        (["token", "create", "--account", "{account}", "--email", "boss@acme.test", "--scopes", "admin"],
+         "scopes must be some of read, write"),
+        (["rfp", "create", "--account", "{account}", "--owner-email", "boss@acme.test",
+          "--title", "x", "--framework", "iso"], "framework: must be one of"),
+        (["member", "create", "--account", "{account}", "--email", "boss@acme.test", "--role", "member"],
+         "already a member"),
+    ],
+)
+def test_operator_errors__exit_1_with_message_and_empty_stdout(database_url, account, args, message):
+    args = [a.replace("{account}", account["account"]["id"]) for a in args]
+    result = cli(database_url, *args, "--json")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_database__exit_2_naming_the_setting():
+    result = cli("postgresql://nobody@127.0.0.1:1/none", "migrate")
+    assert result.returncode == 2
+    assert "database.url: cannot connect" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# -- serve ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_serve(env: dict, *args: str, cwd: Path = ROOT) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until_serving(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("the service did not start")
+
+
+def interrupt(proc: subprocess.Popen) -> tuple[str, str]:
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    try:
+        return proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+
+
+def api(port: int, path: str, token: str, body: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.status, json.loads(response.read())
+
+
+def read_demo_block(proc: subprocess.Popen) -> tuple[str, str]:
+    """The first-start block's token and text, printed before the service listens."""
+    lines: list[str] = []
+    while sum("curl " in line for line in lines) < 2:
+        line = proc.stdout.readline()
+        assert line, "no demo block printed: " + "".join(lines)
+        lines.append(line)
+    tokens = [m.group(1) for line in lines if (m := re.fullmatch(r"\s+(rfpk_\w+)\s*", line))]
+    assert len(tokens) == 1, lines
+    return tokens[0], "".join(lines)
+
+
+def test_serve__first_start_prints_a_working_demo_token_and_stops_on_ctrl_c(empty_database_url):
+    port = free_port()
+    proc = start_serve({"DATABASE_URL": empty_database_url, "PORT": str(port)})
+    try:
+        token, printed = read_demo_block(proc)
+        wait_until_serving(port, proc)
+        status, created = api(port, "/api/v1/rfps", token, {"rfp": {"title": "Acme"}})
+        status_search, found = api(port, "/api/v1/rfps/search?query=acme", token)
+    finally:
+        _, stderr = interrupt(proc)
+    assert proc.returncode == 0, stderr
+    assert (status, status_search) == (201, 200)
+    assert [rfp["id"] for rfp in found["rfps"]] == [created["id"]]
+    assert printed.count("curl ") == 2
+    assert f"http://localhost:{port}/api/v1/rfps" in printed
+
+
+def test_serve__second_start_creates_no_second_demo(empty_database_url):
+    port = free_port()
+    outputs = []
+    for _ in range(2):
+        proc = start_serve({"DATABASE_URL": empty_database_url, "PORT": str(port)})
+        try:
+            wait_until_serving(port, proc)
+        finally:
+            outputs.append(interrupt(proc)[0])
+    assert ["rfpk_" in out for out in outputs] == [True, False]
+
+
+def listeners(parent: int, port: int) -> list[int]:
+    """The pids of `parent`'s child processes listening on `port`."""
+    return [
+        child.pid
+        for child in psutil.Process(parent).children()
+        if any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in child.net_connections())
+    ]
+
+
+def test_serve__workers_2_serves_from_two_processes_on_one_port(empty_database_url):
+    port = free_port()
+    proc = start_serve({"DATABASE_URL": empty_database_url}, "--port", str(port), "--workers", "2")
+    try:
+        wait_until_serving(port, proc)
+        deadline = time.monotonic() + 30
+        while len(listening := listeners(proc.pid, port)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the second worker may still be starting
+        assert len(listening) == 2
+        assert proc.pid not in listening
+    finally:
+        _, stderr = interrupt(proc)
+    assert proc.returncode == 0, stderr
+    assert not any(psutil.pid_exists(pid) for pid in listening)
+
+
+def test_serve__embedded_postgres_starts_and_ctrl_c_stops_it(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--port", str(port)],
+        env={**env, "PYTHONPATH": str(ROOT), "RFP_DATA_DIR": str(tmp_path / "var")},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_serving(port, proc, timeout=120)
+        pid_file = tmp_path / "var" / "pg" / "postmaster.pid"
+        postmaster = int(pid_file.read_text().split()[0])
+        assert psutil.pid_exists(postmaster)
+    finally:
+        stdout, stderr = interrupt(proc)
+    assert proc.returncode == 0, stderr
+    assert "rfpk_" in stdout
+    assert not pid_file.exists()
+    assert not psutil.pid_exists(postmaster) or psutil.Process(postmaster).status() == psutil.STATUS_ZOMBIE
+
+
+def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = start_serve({"DATABASE_URL": database_url}, "--port", str(port), "--workers", "2")
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "exited with code" in stderr
+
+
+def test_psql__runs_the_bundled_psql_on_the_configured_database(database_url):
+    result = cli(database_url, "psql", "-tA", "-c", "SELECT count(*) FROM schema_migrations")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(len(list((ROOT / "sql" / "migrations").glob("*.sql"))))

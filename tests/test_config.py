@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from service import config as config_module
+from service.config import Config, ConfigError, load
+from tests.conftest import ROOT
+
+EXAMPLE = ROOT / "config.example.toml"
+
+
+def _leaf_paths(data: dict, prefix: str = "") -> set[str]:
+    paths = set()
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        paths |= _leaf_paths(value, path + ".") if isinstance(value, dict) else {path}
+    return paths
+
+
+def test_example__documents_every_setting():
+    documented = _leaf_paths(tomllib.loads(EXAMPLE.read_text()))
+    every = _leaf_paths(config_module._converter.unstructure(Config()))
+    assert documented == every
+
+
+def test_example__values_are_the_defaults():
+    assert config_module.structure(tomllib.loads(EXAMPLE.read_text())) == Config()
+
+
+def test_load__without_file_or_environment_gives_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no config.toml here
+    assert load(env={}) == Config()
+
+
+def test_load__reads_config_toml_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.toml").write_text("[server]\nport = 8181\n")
+    assert load(env={}).server.port == 8181
+
+
+def test_load__reads_the_given_file(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[server]\nport = 9999\nweb_base_url = "https://rfp.example.org"\n')
+    config = load(path, env={})
+    assert config.server.port == 9999
+    assert config.server.web_base_url == "https://rfp.example.org"
+
+
+def test_load__rfp_config_names_the_file(tmp_path):
+    path = tmp_path / "elsewhere.toml"
+    path.write_text("[server]\nworkers = 3\n")
+    assert load(env={"RFP_CONFIG": str(path)}).server.workers == 3
+
+
+def test_load__missing_rfp_config_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(env={"RFP_CONFIG": str(tmp_path / "nope.toml")})
+
+
+def test_load__environment_overrides_the_file(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[server]\nport = 9999\n[database]\nurl = "postgresql://file/db"\ndata_dir = "/file"\n')
+    config = load(
+        path,
+        env={"PORT": "7000", "DATABASE_URL": "postgresql://env/db", "RFP_DATA_DIR": "/env"},
+    )
+    assert config.server.port == 7000
+    assert config.database.url == "postgresql://env/db"
+    assert config.database.data_dir == "/env"
+
+
+def test_load__port_from_environment_must_be_an_integer():
+    with pytest.raises(ConfigError, match=r"^PORT: must be an integer, got 'abc'$"):
+        load(env={"PORT": "abc"})
+
+
+def test_load__invalid_toml_names_the_file(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("[server\n")
+    with pytest.raises(ConfigError, match=r"config\.toml: not valid TOML"):
+        load(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[server]\nport = 70000", "server.port: must be a TCP port"),
+        ('[server]\nport = "8080"', "server.port: must be an integer"),
+        ("[server]\nworkers = 0", "server.workers: must be greater than 0"),
+        ('[server]\nweb_base_url = "ftp://x"', "server.web_base_url: must start with http"),
+        ("[server]\nmax_body_bytes = -1", "server.max_body_bytes: must be greater than 0"),
+        ("[database]\npool_max_size = 0", "database.pool_max_size: must be greater than 0"),
+        ("[database]\nhost = 'x'", "database.host: unknown setting"),
+        ('[logging]\nlevel = "LOUD"', "logging.level: must be one of DEBUG, INFO, WARNING, ERROR"),
+        ('[logging]\njson = "yes"', "logging.json: must be true or false"),
+        ("[auth]\ntoken_ttl_days = -1", "auth.token_ttl_days: must be 0 or more"),
+        ("[rate_limits.ask_question]\nlimit = 5", "rate_limits.ask_question.period_seconds: is required"),
+        ("[rate_limits.ask_question]\nlimit = 0\nperiod_seconds = 60",
+         "rate_limits.ask_question.limit: must be greater than 0"),
+        ("colour = 'blue'", "colour: unknown setting"),
+    ],
+)
+def test_load__bad_setting_is_an_error_naming_it(tmp_path, toml, message):
+    path = tmp_path / "config.toml"
+    path.write_text(toml + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load(path, env={})
+    assert message in str(caught.value)
+
+
+def _without_database(env: os._Environ[str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in ("DATABASE_URL", "RFP_CONFIG", "PORT")}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"PORT": "abc"}, "PORT: must be an integer"), ({"PORT": "99999"}, "server.port: must be a TCP port")],
+)
+def test_serve__bad_setting_stops_start_up_naming_it(tmp_path, env, message):
+    # Runs in an empty directory with no DATABASE_URL: it must fail before starting a database.
+    result = subprocess.run(
+        [sys.executable, "-m", "service", "serve"],
+        cwd=tmp_path,
+        env={**_without_database(os.environ), "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "var").exists()

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import logging
+
+import pytest
+from aiohttp import web
+
+from service.app import create_app
+from service.auth import public, requires
+
+
+async def test_unknown_route__404_not_found_error_object(client, admin):
+    response = await client.get("/api/v1/nothing-here", headers=admin.headers)
+    assert response.status == 404
+    assert response.headers["Content-Type"].startswith("application/json")
+    body = await response.json()
+    assert body["error"]["code"] == "not_found"
+    assert set(body["error"]) == {"code", "message"}
+
+
+async def test_unknown_route__404_also_without_a_token(client):
+    response = await client.get("/no/such/route")
+    assert response.status == 404
+    assert (await response.json())["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", "/api/v1/rfps/rfp_x", "GET, PATCH"),
+        ("GET", "/api/v1/rfps", "POST"),
+        ("POST", "/healthz", "GET"),
+    ],
+)
+async def test_wrong_method__405_with_allow_header(client, admin, method, path, allowed):
+    response = await client.request(method, path, headers=admin.headers)
+    assert response.status == 405
+    assert response.headers["Allow"] == allowed
+    body = await response.json()
+    assert body["error"]["code"] == "method_not_allowed"
+
+
+async def test_request_id__generated_when_absent(client):
+    response = await client.get("/healthz")
+    request_id = response.headers["X-Request-Id"]
+    assert len(request_id) == 16
+    other = await client.get("/healthz")
+    assert other.headers["X-Request-Id"] != request_id
+
+
+async def test_request_id__client_value_is_echoed_on_success_and_error(client):
+    ok = await client.get("/healthz", headers={"X-Request-Id": "trace-123"})
+    error = await client.get("/api/v1/rfps/search", headers={"X-Request-Id": "trace-456"})
+    assert ok.headers["X-Request-Id"] == "trace-123"
+    assert error.status == 401
+    assert error.headers["X-Request-Id"] == "trace-456"
+
+
+async def test_request_id__unsafe_client_value_is_replaced(client):
+    response = await client.get("/healthz", headers={"X-Request-Id": "x" * 65})
+    assert response.headers["X-Request-Id"] != "x" * 65
+    assert len(response.headers["X-Request-Id"]) == 16
+
+
+class Boom(Exception):
+    pass
+
+
+@public
+async def explode(request: web.Request) -> web.Response:
+    raise Boom("secret detail: password=hunter2")
+
+
+@requires("read")
+async def explode_authenticated(request: web.Request) -> web.Response:
+    raise Boom("secret detail: password=hunter2")
+
+
+@pytest.fixture
+async def failing_client(aiohttp_client, config):
+    app = create_app(config)
+    app.router.add_get("/boom", explode)
+    app.router.add_get("/api/v1/boom", explode_authenticated)
+    return await aiohttp_client(app)
+
+
+@pytest.mark.parametrize("path", ["/boom", "/api/v1/boom"])
+async def test_unexpected_failure__500_internal_error_without_stack_trace(
+    failing_client, admin, caplog, path
+):
+    with caplog.at_level(logging.ERROR, logger="service.errors"):
+        response = await failing_client.get(
+            path, headers={**admin.headers, "X-Request-Id": "req-500"}
+        )
+    text = await response.text()
+    assert response.status == 500
+    assert response.headers["Content-Type"].startswith("application/json")
+    assert response.headers["X-Request-Id"] == "req-500"
+    assert (await response.json())["error"]["code"] == "internal_error"
+    for leak in ("Traceback", "Boom", "hunter2", "explode"):
+        assert leak not in text
+    # ...but it is logged once, with the request id and the traceback, for the operator.
+    (record,) = [r for r in caplog.records if r.name == "service.errors"]
+    assert "req-500" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is Boom
+
+
+async def test_route_without_access_policy__refuses_to_serve(aiohttp_client, config, caplog):
+    async def unguarded(request: web.Request) -> web.Response:
+        return web.json_response({"leaked": True})
+
+    app = create_app(config)
+    app.router.add_get("/unguarded", unguarded)
+    client = await aiohttp_client(app)
+    with caplog.at_level(logging.ERROR, logger="service.errors"):
+        response = await client.get("/unguarded")
+    assert response.status == 500
+    assert "leaked" not in await response.text()
