@@ -24,6 +24,9 @@ psql: $(STAMP)  ## psql on the service's database
 migrate: $(STAMP)
 	$(PY) -m service migrate
 
+bench: $(STAMP)  ## question bench: ask-to-complete latency and throughput (bench/questions.py)
+	$(PY) bench/questions.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service tests
 

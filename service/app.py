@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
+import aiohttp
+import aiojobs
 from aiohttp import web
 
-from . import db, health, members, rfps, workflow
+from . import db, health, members, questions, rfps, workflow
 from .auth import auth_middleware
 from .config import Config
+from .engines import AnswerEngine
 from .errors import error_middleware
-from .keys import CONFIG, POOL
+from .keys import CONFIG, EVENTS, PIPELINE, POOL
 from .logs import request_id_middleware
 from .ratelimit import rate_limit_middleware
 
@@ -59,6 +64,14 @@ def routes() -> list[web.RouteDef]:
             name="accept_invitation",
         ),
         web.get("/api/v1/members", members.list_members, name="list_members", allow_head=False),
+        web.post("/api/v1/questions", questions.post_question, name="ask_question"),
+        web.get(
+            "/api/v1/questions/{id}", questions.get_question, name="get_question", allow_head=False
+        ),
+        web.get(
+            "/api/v1/questions/{id}/events", questions.question_events, name="question_events",
+            allow_head=False,
+        ),
     ]
 
 
@@ -79,6 +92,7 @@ def create_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
+    app.cleanup_ctx.append(_pipeline)
     app.add_routes(routes())
     return app
 
@@ -88,3 +102,49 @@ async def _pool(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = pool
     yield
     await pool.close()
+
+
+def make_engine(app: web.Application, session: aiohttp.ClientSession) -> AnswerEngine:
+    config = app[CONFIG]
+    if config.questions.engine == "openai":
+        from .engines.openai import OpenAIEngine
+
+        return OpenAIEngine(config.openai, session)
+    from .engines.local import LocalEngine
+
+    return LocalEngine()
+
+
+async def _pipeline(app: web.Application) -> AsyncIterator[None]:
+    """The question pipeline, its event listener and the model client, started and stopped together."""
+    config = app[CONFIG]
+    from .events import QuestionEvents
+    from .pipeline import Pipeline
+
+    session = aiohttp.ClientSession()
+    scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
+    pipeline = Pipeline(app[POOL], make_engine(app, session), config.questions, scheduler)
+    events = QuestionEvents(config.database.url, pipeline.wake)
+    await events.connect()
+    app[PIPELINE] = pipeline
+    app[EVENTS] = events
+    background = [
+        asyncio.create_task(pipeline.run(), name="pipeline"),
+        asyncio.create_task(events.keep_connected(config.questions.poll_seconds), name="listen"),
+    ]
+    try:
+        yield
+    finally:
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        unfinished = set(pipeline.active)
+        try:
+            await scheduler.close()
+            with contextlib.suppress(Exception):
+                await pipeline.release(unfinished)
+        finally:
+            await events.close()
+            await session.close()

@@ -35,7 +35,7 @@ def _port(instance: object, attribute: attrs.Attribute, value: int) -> None:
         raise SettingInvalid(attribute.name, f"must be a TCP port (0-65535), got {value}")
 
 
-def _not_negative(instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _not_negative(instance: object, attribute: attrs.Attribute, value: int | float) -> None:
     if value < 0:
         raise SettingInvalid(attribute.name, f"must be 0 or more, got {value}")
 
@@ -118,6 +118,40 @@ class MembersConfig:
     )
 
 
+
+@attrs.frozen(kw_only=True)
+class QuestionsConfig:
+    # Credits one question costs; 0 = free (nothing is written to the ledger).
+    credits_per_question: int = attrs.field(default=1, validator=_not_negative)
+    max_question_chars: int = attrs.field(default=10_000, validator=_positive)
+    max_custom_prompt_chars: int = attrs.field(default=4_000, validator=_positive)
+    # Knowledge-base entries retrieved per question.
+    references_limit: int = attrs.field(default=5, validator=_positive)
+    # Questions one process works on at once.
+    concurrency: int = attrs.field(default=32, validator=_positive)
+    # A worker's hold on a question; renewed while a step runs. A crashed worker's questions are
+    # picked up by another process once it expires.
+    lease_seconds: float = attrs.field(default=30.0, validator=_positive)
+    # How often each process looks for unfinished questions with an expired lease.
+    poll_seconds: float = attrs.field(default=2.0, validator=_positive)
+    # Tests and benches only: a pause before each pipeline step, to kill a process mid-pipeline.
+    step_delay_seconds: float = attrs.field(default=0.0, validator=_not_negative)
+    engine: Literal["local", "openai"] = "local"
+
+
+@attrs.frozen(kw_only=True)
+class OpenAIConfig:
+    # Any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama, llama.cpp server).
+    base_url: str = attrs.field(default="https://api.openai.com/v1", validator=_http_url)
+    model: str = "gpt-4o-mini"
+    # The API key is read from this environment variable, never from the file.
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    max_attempts: int = attrs.field(default=3, validator=_positive)
+    backoff_seconds: float = attrs.field(default=1.0, validator=_not_negative)
+    temperature: float = 0.0
+
+
 def _default_rate_limits() -> dict[str, RateLimit]:
     return {"ask_question": RateLimit(limit=10, period_seconds=60)}
 
@@ -132,6 +166,8 @@ class Config:
     members: MembersConfig = MembersConfig()
     # Keyed by route name (see service/app.py); routes without an entry are not limited.
     rate_limits: dict[str, RateLimit] = attrs.field(factory=_default_rate_limits)
+    questions: QuestionsConfig = QuestionsConfig()
+    openai: OpenAIConfig = OpenAIConfig()
 
     @property
     def data_dir(self) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncpg
 from aiohttp import web
 
@@ -9,7 +11,13 @@ from .config import Config
 from .mail import MailSender
 from .passwords import Passwords
 
+if TYPE_CHECKING:  # the pipeline imports auth, which imports these keys
+    from .events import QuestionEvents
+    from .pipeline import Pipeline
+
 CONFIG = web.AppKey("config", Config)
 POOL = web.AppKey("pool", asyncpg.Pool)
 PASSWORDS = web.AppKey("passwords", Passwords)
 MAIL_SENDER = web.AppKey("mail_sender", MailSender)
+PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
+EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")

@@ -86,7 +86,9 @@ async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 
 
 @pytest.fixture
-async def client(aiohttp_client: Any, config: Config) -> TestClient:
+async def client(database_url: str, aiohttp_client: Any, config: Config) -> TestClient:
+    # database_url first: set up before, so torn down after, the app (whose background work,
+    # e.g. the question pipeline, must not see its database dropped under it).
     return await aiohttp_client(create_app(config))
 
 

@@ -1,0 +1,72 @@
+"""Question state changes as they happen, in any process: one LISTEN connection per process.
+
+The database announces every state change on the `question_events` channel from the changing
+transaction (a trigger, see 0004_questions.sql). Listeners here fan them out to the event streams
+of this process and wake the pipeline when a question is asked elsewhere. Streams also poll, so a
+lost connection only slows them down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+
+import asyncpg
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "question_events"
+
+
+class QuestionEvents:
+    def __init__(self, dsn: str, on_new: Callable[[], None]) -> None:
+        self.dsn = dsn
+        self.on_new = on_new
+        self.conn: asyncpg.Connection | None = None
+        self._streams: dict[str, set[asyncio.Queue[str]]] = {}
+
+    async def connect(self) -> None:
+        """(Re)connect the listening connection; failures are logged, streams keep polling."""
+        if self.conn is not None and not self.conn.is_closed():
+            return
+        try:
+            conn = await asyncpg.connect(self.dsn)
+            await conn.add_listener(CHANNEL, self._notified)
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("cannot listen for question events: %s", exc)
+            return
+        self.conn = conn
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                await self.conn.close()
+            self.conn = None
+
+    async def keep_connected(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            await self.connect()
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        question_id, _, state = payload.partition(" ")
+        for queue in self._streams.get(question_id, ()):
+            queue.put_nowait(state)
+        if state == "new":
+            self.on_new()
+
+    @contextlib.contextmanager
+    def subscribe(self, question_id: str) -> Iterator[asyncio.Queue[str]]:
+        """A queue of the question's new states, for as long as the block runs."""
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        self._streams.setdefault(question_id, set()).add(queue)
+        try:
+            yield queue
+        finally:
+            streams = self._streams.get(question_id)
+            if streams is not None:
+                streams.discard(queue)
+                if not streams:
+                    del self._streams[question_id]

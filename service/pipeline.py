@@ -1,0 +1,352 @@
+"""The question pipeline: a state machine run by aiojobs, persisted in PostgreSQL.
+
+The whole machine is TRANSITIONS below: (from state, to state, step). Steps compute; the runner
+persists each step's output together with the next state in one guarded update
+(`WHERE id = $1 AND state = $2 AND lease_owner = $3`), so a step that runs twice after a crash
+can only be recorded once. Questions are claimed with `FOR UPDATE SKIP LOCKED` plus a lease, so
+several processes share the work and a crashed process's questions are resumed elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import aiojobs
+import asyncpg
+import attrs
+
+from . import db
+from .accounts import change_credits
+from .config import QuestionsConfig
+from .engines import AnswerEngine, AnswerRequest, EngineFailure, coverage
+from .retrieval import Reference, find_references
+
+log = logging.getLogger(__name__)
+
+STATES = ("new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete")
+
+
+@attrs.frozen(kw_only=True)
+class Work:
+    """A question as the pipeline sees it: its input and every step's output so far."""
+
+    id: str
+    account_id: str
+    rfp_id: str | None
+    rfp_item_id: str | None
+    question: str
+    custom_prompt: str | None
+    detail_level: int
+    state: str
+    charged_credits: int
+    refunded: bool
+    context: str | None = None
+    references: tuple[Reference, ...] = ()
+    used: tuple[str, ...] = ()
+    draft_answer: str | None = None
+    verbatim_answer: bool = False
+    sufficient_context: bool | None = None
+    engine_points: tuple[str, ...] = ()
+    engine_failure: str | None = None
+    confidence: float | None = None
+    confidence_rationale: str | None = None
+    requires_attention: bool = False
+    attention_points: tuple[str, ...] = ()
+    answer: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Work:
+        stored = json.loads(row["references"]) if row["references"] else []
+        return cls(
+            id=row["id"],
+            account_id=row["account_id"],
+            rfp_id=row["rfp_id"],
+            rfp_item_id=row["rfp_item_id"],
+            question=row["question"],
+            custom_prompt=row["custom_prompt"],
+            detail_level=row["answer_detail_level"],
+            state=row["state"],
+            charged_credits=row["charged_credits"],
+            refunded=row["refunded"],
+            context=row["context"],
+            references=tuple(
+                Reference(**{f.name: ref[f.name] for f in attrs.fields(Reference)}) for ref in stored
+            ),
+            used=tuple(ref["kb_item_id"] for ref in stored if ref.get("used")),
+            draft_answer=row["draft_answer"],
+            verbatim_answer=row["verbatim_answer"],
+            sufficient_context=row["sufficient_context"],
+            engine_points=tuple(row["engine_points"] or ()),
+            engine_failure=row["engine_failure"],
+            confidence=row["confidence"],
+            confidence_rationale=row["confidence_rationale"],
+            requires_attention=row["requires_attention"],
+            attention_points=tuple(row["attention_points"] or ()),
+            answer=row["answer"],
+        )
+
+    def references_json(self) -> str | None:
+        if self.state in ("new", "ready_to_answer") and not self.references:
+            return None
+        used = set(self.used)
+        return json.dumps(
+            [attrs.asdict(ref) | {"used": ref.kb_item_id in used} for ref in self.references]
+        )
+
+
+@attrs.frozen(kw_only=True)
+class StepContext:
+    pool: asyncpg.Pool
+    engine: AnswerEngine
+    config: QuestionsConfig
+
+
+Step = Callable[[StepContext, Work], Awaitable[Work]]
+
+
+# -- the steps: each returns the question with its output filled in ------------------------------
+
+
+async def prepare(ctx: StepContext, work: Work) -> Work:
+    """Capture what the engine needs besides the question: the RFP's background, if any."""
+    context = None
+    if work.rfp_id:
+        async with ctx.pool.acquire() as conn:
+            context = await conn.fetchval(db.query("rfp_context"), work.rfp_id)
+    return attrs.evolve(work, context=context)
+
+
+async def fetch_references(ctx: StepContext, work: Work) -> Work:
+    async with ctx.pool.acquire() as conn:
+        found = await find_references(
+            conn, work.account_id, work.question, ctx.config.references_limit
+        )
+    return attrs.evolve(work, references=tuple(found))
+
+
+async def draft_answer(ctx: StepContext, work: Work) -> Work:
+    """The engine's answer from the references; its failure is an outcome, not an error."""
+    request = AnswerRequest(
+        question=work.question,
+        references=work.references,
+        detail_level=work.detail_level,
+        custom_prompt=work.custom_prompt,
+        context=work.context,
+    )
+    try:
+        draft = await ctx.engine.answer(request)
+    except EngineFailure as exc:
+        return attrs.evolve(
+            work, draft_answer=None, verbatim_answer=False, sufficient_context=None, used=(),
+            engine_points=(), engine_failure=str(exc),
+        )
+    # Verbatim only when the text is exactly one entry's answer, whatever the engine did.
+    verbatim = any(draft.text == ref.answer for ref in work.references)
+    return attrs.evolve(
+        work,
+        draft_answer=draft.text,
+        verbatim_answer=verbatim,
+        sufficient_context=draft.sufficient_context,
+        used=draft.used if draft.sufficient_context else (),
+        engine_points=draft.attention_points,
+        engine_failure=None,
+    )
+
+
+async def calculate_confidence(ctx: StepContext, work: Work) -> Work:
+    assessment = coverage.assess(
+        work.question,
+        list(work.references),
+        answer=work.draft_answer,
+        verbatim=work.verbatim_answer,
+        sufficient_context=bool(work.sufficient_context),
+        used=work.used,
+        engine_points=work.engine_points,
+        failure=work.engine_failure,
+    )
+    return attrs.evolve(
+        work,
+        confidence=assessment.confidence,
+        confidence_rationale=assessment.rationale,
+        requires_attention=assessment.requires_attention,
+        attention_points=assessment.attention_points,
+    )
+
+
+async def publish(ctx: StepContext, work: Work) -> Work:
+    """Make the answer visible (the runner also answers a linked RFP item in the same commit)."""
+    answer = work.draft_answer
+    if answer is None:
+        answer = ("No answer could be drafted: the answer engine failed. The credit for this "
+                  "question was refunded; ask again later or answer it by hand.")
+    return attrs.evolve(work, answer=answer)
+
+
+TRANSITIONS: tuple[tuple[str, str, Step], ...] = (
+    ("new", "ready_to_answer", prepare),
+    ("ready_to_answer", "references_fetched", fetch_references),
+    ("references_fetched", "answered", draft_answer),
+    ("answered", "confidence_calculated", calculate_confidence),
+    ("confidence_calculated", "complete", publish),
+)
+NEXT: dict[str, tuple[str, Step]] = {source: (target, step) for source, target, step in TRANSITIONS}
+
+
+# -- persisting a transition ---------------------------------------------------------------------
+
+
+def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -> tuple:
+    return (
+        after.id, before.state, owner, after.state,
+        after.context, after.references_json(), after.draft_answer, after.verbatim_answer,
+        after.sufficient_context, list(after.engine_points), after.engine_failure,
+        after.confidence, after.confidence_rationale, after.requires_attention,
+        list(after.attention_points), after.answer, lease_seconds,
+    )
+
+
+async def persist(
+    conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float
+) -> bool:
+    """Store `after` if `before` is still what the database holds and we hold the lease.
+
+    A refund (engine failure) and the answer of a linked RFP item commit with the transition;
+    the refund is also guarded in SQL, so it happens at most once per question.
+    False: another worker moved the question; drop it.
+    """
+    answers_item = after.state == "complete" and after.rfp_item_id is not None
+    if after.engine_failure is None and not answers_item:
+        # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
+        args = _advance_args(owner, before, after, lease_seconds)
+        return await conn.fetchval(db.query("advance_question"), *args) is not None
+    async with conn.transaction():
+        moved = await conn.fetchval(
+            db.query("advance_question"), *_advance_args(owner, before, after, lease_seconds)
+        )
+        if moved is None:
+            return False
+        if after.engine_failure is not None:
+            # Guarded in SQL (`AND NOT refunded`): however often this runs, one refund.
+            refund = await conn.fetchval(db.query("mark_question_refunded"), after.id)
+            if refund:
+                await change_credits(conn, after.account_id, refund, "refund", after.id)
+        if answers_item:
+            item_state = "needs_input" if after.requires_attention else "auto_answered"
+            rfp_id = await conn.fetchval(
+                db.query("answer_rfp_item"), after.rfp_item_id, after.answer, after.confidence,
+                item_state,
+            )
+            if rfp_id is not None:
+                await conn.execute(db.query("touch_rfp"), rfp_id)
+    return True
+
+
+# -- the runner ----------------------------------------------------------------------------------
+
+
+class Pipeline:
+    """Claims unfinished questions and runs them to `complete`, a bounded number at a time."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, engine: AnswerEngine, config: QuestionsConfig,
+        scheduler: aiojobs.Scheduler,
+    ) -> None:
+        self.pool = pool
+        self.config = config
+        self.scheduler = scheduler
+        self.ctx = StepContext(pool=pool, engine=engine, config=config)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.active: set[str] = set()
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Look for work now (a question was asked, here or in another process)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """The claim loop: at start-up, on every wake-up and every `poll_seconds`."""
+        while True:
+            self._wake.clear()
+            free = self.config.concurrency - len(self.active)
+            claimed = 0
+            if free > 0:
+                try:
+                    claimed = await self.claim(free)
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    log.warning("could not claim questions: %s", exc)
+            if claimed and claimed == free:
+                continue  # there may be more waiting
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.poll_seconds)
+
+    async def claim(self, limit: int) -> int:
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                db.query("claim_questions"), self.owner, limit, self.config.lease_seconds
+            )
+        for row in rows:
+            self.active.add(row["id"])
+            await self.scheduler.spawn(self.process(Work.from_row(row)), name=row["id"])
+        return len(rows)
+
+    async def process(self, work: Work) -> None:
+        try:
+            while work.state != "complete":
+                target, step = NEXT[work.state]
+                if self.config.step_delay_seconds:
+                    await asyncio.sleep(self.config.step_delay_seconds)
+                async with self._holding(work.id):
+                    after = attrs.evolve(await step(self.ctx, work), state=target)
+                async with self.pool.acquire() as conn:
+                    if not await persist(conn, self.owner, work, after, self.config.lease_seconds):
+                        log.info("question %s was moved by another worker; leaving it", work.id)
+                        return
+                work = after
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("question %s failed in state %s; it will be retried", work.id, work.state)
+            with contextlib.suppress(Exception):
+                async with self.pool.acquire() as conn:
+                    await conn.execute(
+                        db.query("release_lease"), work.id, self.owner, self.config.poll_seconds
+                    )
+        finally:
+            self.active.discard(work.id)
+            self.wake()
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, question_id: str) -> AsyncIterator[None]:
+        """Renew the lease while a (possibly slow) step runs, so nobody else takes the question."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.config.lease_seconds / 3)
+                async with self.pool.acquire() as conn:
+                    await conn.fetchval(
+                        db.query("renew_lease"), question_id, self.owner, self.config.lease_seconds
+                    )
+
+        renewer = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await renewer
+
+    async def release(self, question_ids: set[str]) -> None:
+        """On shutdown: hand our questions back at once instead of waiting for the leases."""
+        if not question_ids:
+            return
+        async with self.pool.acquire() as conn:
+            for question_id in question_ids:
+                await conn.execute(db.query("release_lease"), question_id, self.owner, 0.0)

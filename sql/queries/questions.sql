@@ -1,0 +1,101 @@
+-- lock_account_for_question --
+-- An account's balance and subscription, locked so concurrent asks are charged one after another.
+SELECT credits, subscription_status::text AS subscription_status FROM accounts WHERE id = $1 FOR UPDATE;
+
+-- insert_question --
+-- A new question in state `new`, with what it cost and its idempotency key (if any).
+INSERT INTO questions (id, account_id, user_id, member_id, rfp_id, rfp_item_id, question, custom_prompt,
+                       answer_detail_level, charged_credits, idempotency_key, request_hash)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+
+-- question_by_idempotency_key --
+-- The question a member already asked with this Idempotency-Key, and the hash of that request.
+SELECT id, request_hash FROM questions WHERE member_id = $1 AND idempotency_key = $2;
+
+-- get_question --
+-- One question of an account, with its asker.
+SELECT q.*, q.state::text AS state, u.email AS user_email,
+       display_name(u.first_name, u.last_name, u.email) AS user_name
+  FROM questions q
+  JOIN users u ON u.id = q.user_id
+ WHERE q.id = $1 AND q.account_id = $2;
+
+-- question_state --
+-- Where a question is in the pipeline.
+SELECT state::text FROM questions WHERE id = $1;
+
+-- claim_questions --
+-- Lease up to $2 unfinished questions whose lease is free or expired, oldest first; skips rows
+-- another process is claiming right now.
+WITH claimable AS (
+    SELECT id
+      FROM questions
+     WHERE state <> 'complete'
+       AND (lease_expires_at IS NULL OR lease_expires_at < now())
+     ORDER BY created_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE questions q
+   SET lease_owner = $1,
+       lease_expires_at = now() + make_interval(secs => $3),
+       attempts = q.attempts + 1
+  FROM claimable c
+ WHERE q.id = c.id
+RETURNING q.*, q.state::text AS state;
+
+-- renew_lease --
+-- Extend a lease this process still holds (a slow step keeps its question).
+UPDATE questions SET lease_expires_at = now() + make_interval(secs => $3)
+ WHERE id = $1 AND lease_owner = $2 AND state <> 'complete'
+RETURNING id;
+
+-- release_lease --
+-- Give a question back (shutdown, or a step failed unexpectedly) so another worker can take it.
+UPDATE questions SET lease_owner = NULL, lease_expires_at = now() + make_interval(secs => $3)
+ WHERE id = $1 AND lease_owner = $2 AND state <> 'complete';
+
+-- advance_question --
+-- A guarded transition: store a step's output and the next state, only if the question is still
+-- in the expected state and leased to us. No row back means another worker moved it.
+UPDATE questions
+   SET state = $4::question_state,
+       context = $5,
+       "references" = $6::jsonb,
+       draft_answer = $7,
+       verbatim_answer = $8,
+       sufficient_context = $9,
+       engine_points = $10,
+       engine_failure = $11,
+       confidence = $12,
+       confidence_rationale = $13,
+       requires_attention = $14,
+       attention_points = $15,
+       answer = $16,
+       lease_owner = CASE WHEN $4::question_state = 'complete' THEN NULL ELSE lease_owner END,
+       lease_expires_at = CASE WHEN $4::question_state = 'complete' THEN NULL
+                               ELSE now() + make_interval(secs => $17) END,
+       updated_at = now()
+ WHERE id = $1 AND state = $2::question_state AND lease_owner = $3
+RETURNING id;
+
+-- rfp_context --
+-- The background an RFP gives the engine.
+SELECT context FROM rfps WHERE id = $1;
+
+-- answer_rfp_item --
+-- A completed question answers its RFP item, if the item still waits for an answer.
+UPDATE rfp_items
+   SET answer = $2, confidence = $3, state = $4::rfp_item_state, updated_at = now()
+ WHERE id = $1 AND state = 'pending'
+RETURNING rfp_id;
+
+-- count_unfinished_questions --
+-- How many questions are not complete yet (bench and tests).
+SELECT count(*)::integer FROM questions WHERE state <> 'complete';
+
+-- mark_question_refunded --
+-- Record that a question's credits were given back; returns them only the first time.
+UPDATE questions SET refunded = true
+ WHERE id = $1 AND NOT refunded AND charged_credits > 0
+RETURNING charged_credits;

@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+import asyncio
+
+import aiojobs
+import asyncpg
+import attrs
+import pytest
+from conftest import with_config
+from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
+
+from service import db
+from service.config import QuestionsConfig
+from service.engines.local import LocalEngine
+from service.pipeline import STATES, TRANSITIONS, Pipeline, Work, persist
+from service.questions import create_question
+
+
+def test_transition_table__is_one_chain_over_every_state():
+    assert [source for source, _, _ in TRANSITIONS] == list(STATES[:-1])
+    assert [target for _, target, _ in TRANSITIONS] == list(STATES[1:])
+    assert len({step for _, _, step in TRANSITIONS}) == len(TRANSITIONS)
+
+
+async def test_transition_table__states_match_the_database_enum(conn):
+    labels = await conn.fetchval("SELECT enum_range(NULL::question_state)::text[]")
+    assert tuple(labels) == STATES
+
+
+async def _question(conn, account, user_id, text="Is data encrypted at rest?", charge=True) -> str:
+    async with conn.transaction():
+        return await create_question(
+            conn, account_id=account, user_id=user_id, text=text, charge=charge
+        )
+
+
+async def _work(conn, question_id) -> Work:
+    row = await conn.fetchrow("SELECT *, state::text AS state FROM questions WHERE id = $1", question_id)
+    return Work.from_row(row)
+
+
+async def test_persist__guard_rejects_a_stale_state_or_a_foreign_lease(conn, admin):
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    await conn.execute("UPDATE questions SET lease_owner = 'me' WHERE id = $1", question_id)
+    before = await _work(conn, question_id)
+    after = attrs.evolve(before, state="ready_to_answer", context="ctx")
+    assert not await persist(conn, "someone-else", before, after, 30)
+    assert await persist(conn, "me", before, after, 30)
+    # the same step recorded again (a repeat after a crash) matches nothing
+    assert not await persist(conn, "me", before, after, 30)
+    assert (await _work(conn, question_id)).state == "ready_to_answer"
+
+
+async def test_persist__engine_failure_refunds_exactly_once(conn, admin):
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    await conn.execute(
+        "UPDATE questions SET lease_owner = 'me', state = 'references_fetched' WHERE id = $1", question_id
+    )
+    before = await _work(conn, question_id)
+    failed = attrs.evolve(before, state="answered", engine_failure="boom")
+    assert await persist(conn, "me", before, failed, 30)
+    assert not await persist(conn, "me", before, failed, 30)
+    refunds = await conn.fetch(
+        "SELECT amount FROM credit_ledger WHERE reason = 'refund' AND subject_id = $1", question_id
+    )
+    assert [r["amount"] for r in refunds] == [1]
+    assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
+
+
+@pytest.fixture
+async def pool(database_url):
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
+    yield pool
+    await pool.close()
+
+
+async def test_claim__two_runners_never_claim_the_same_question(conn, pool, admin):
+    ids = {await _question(conn, admin.account_id, admin.user_id, f"q {i}?", False) for i in range(20)}
+    settings = QuestionsConfig()
+    claimed: list[list[str]] = []
+
+    async def claim_as(owner: str) -> None:
+        async with pool.acquire() as c:
+            rows = await c.fetch(db.query("claim_questions"), owner, 15, settings.lease_seconds)
+        claimed.append([r["id"] for r in rows])
+
+    await asyncio.gather(claim_as("a"), claim_as("b"))
+    assert sorted(claimed[0] + claimed[1]) == sorted(ids)
+    assert not set(claimed[0]) & set(claimed[1])
+
+
+async def test_runner__resumes_a_question_whose_worker_died(conn, pool, admin):
+    await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    # A worker claimed it, got halfway and died: its lease has expired.
+    await conn.execute(
+        "UPDATE questions SET state = 'references_fetched', lease_owner = 'dead',"
+        " lease_expires_at = now() - interval '1 second', attempts = 1 WHERE id = $1", question_id,
+    )
+    scheduler = aiojobs.Scheduler()
+    pipeline = Pipeline(pool, LocalEngine(), QuestionsConfig(poll_seconds=0.05), scheduler)
+    runner = asyncio.create_task(pipeline.run())
+    try:
+        async with asyncio.timeout(10):
+            state = "SELECT state::text FROM questions WHERE id = $1"
+            while await conn.fetchval(state, question_id) != "complete":  # noqa: ASYNC110 (polls the DB)
+                await asyncio.sleep(0.02)
+    finally:
+        runner.cancel()
+        await scheduler.close()
+    row = await conn.fetchrow("SELECT * FROM questions WHERE id = $1", question_id)
+    assert row["attempts"] == 2 and row["lease_owner"] is None
+    # retrieval was skipped (references_fetched was already stored): the stored refs were empty,
+    # so the resumed question honestly reports no coverage; and it was charged once
+    assert row["sufficient_context"] is False
+    assert await balance_and_ledger(conn, admin.account_id) == (9, 9)
+
+
+async def test_runner__a_live_lease_is_left_alone(conn, pool, admin):
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    await conn.execute(
+        "UPDATE questions SET lease_owner = 'alive', lease_expires_at = now() + interval '1 minute'"
+        " WHERE id = $1", question_id,
+    )
+    async with pool.acquire() as c:
+        rows = await c.fetch(db.query("claim_questions"), "me", 10, 30)
+    assert rows == []
+
+
+async def test_rfp_item__completed_question_answers_a_pending_item(client, conn, admin):
+    await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
+    rfp = await (await client.post(
+        "/api/v1/rfps", headers=admin.headers,
+        json={"rfp": {"title": "Bank", "items": [
+            {"question": "Is data encrypted at rest?"}, {"question": "Do you have a rooftop garden?"},
+        ]}},
+    )).json()
+    items = await conn.fetch(
+        "SELECT id, question FROM rfp_items WHERE rfp_id = $1 ORDER BY position", rfp["id"]
+    )
+    async with conn.transaction():
+        ids = [
+            await create_question(
+                conn, account_id=admin.account_id, user_id=admin.user_id, text=item["question"],
+                rfp_id=rfp["id"], rfp_item_id=item["id"], charge=False,
+            )
+            for item in items
+        ]
+    for question_id in ids:
+        await wait_complete(client, question_id, admin.headers)
+    states = await conn.fetch(
+        "SELECT state::text, answer, confidence FROM rfp_items WHERE rfp_id = $1 ORDER BY position", rfp["id"]
+    )
+    assert states[0]["state"] == "auto_answered" and states[0]["answer"] == "Yes, with AES-256."
+    assert states[1]["state"] == "needs_input" and states[1]["confidence"] < 0.5
+    # charge=False: nothing was debited
+    assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
+
+
+async def test_rfp_item__an_item_already_reviewed_is_not_overwritten(client, conn, admin):
+    rfp = await (await client.post(
+        "/api/v1/rfps", headers=admin.headers,
+        json={"rfp": {"title": "Bank", "items": [{"question": "Is data encrypted at rest?"}]}},
+    )).json()
+    item_id = await conn.fetchval("SELECT id FROM rfp_items WHERE rfp_id = $1", rfp["id"])
+    await conn.execute("UPDATE rfp_items SET state = 'approved', answer = 'by hand' WHERE id = $1", item_id)
+    async with conn.transaction():
+        question_id = await create_question(
+            conn, account_id=admin.account_id, user_id=admin.user_id, text="Is data encrypted at rest?",
+            rfp_id=rfp["id"], rfp_item_id=item_id,
+        )
+    await wait_complete(client, question_id, admin.headers)
+    item = await conn.fetchrow("SELECT state::text, answer FROM rfp_items WHERE id = $1", item_id)
+    assert tuple(item) == ("approved", "by hand")
+
+
+async def test_credits__200_concurrent_asks_on_100_credits(
+    aiohttp_client, database_url, config, conn, make_account
+):
+    from service.app import create_app
+
+    busy = with_config(config, rate_limits={"ask_question": {"limit": 1000, "period_seconds": 60}},
+                       database={"pool_max_size": 20})
+    client = await aiohttp_client(create_app(busy))
+    actor = await make_account(credits=100)
+    responses = await asyncio.gather(*(ask(client, actor.headers, f"Question {i}?") for i in range(200)))
+    statuses = [r.status for r in responses]
+    assert statuses.count(202) == 100
+    assert statuses.count(403) == 100
+    assert {(await r.json())["error"]["code"] for r in responses if r.status == 403} == {"usage_blocked"}
+    assert await balance_and_ledger(conn, actor.account_id) == (0, 0)
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 100
+    assert await conn.fetchval("SELECT count(*) FROM credit_ledger WHERE reason = 'question'") == 100

@@ -1,0 +1,214 @@
+from __future__ import annotations
+
+import asyncio
+import json
+
+from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
+
+MFA_Q = "Do you enforce multi-factor authentication for all employees?"
+MFA_A = "Yes. All employees must use multi-factor authentication with hardware keys for every system."
+
+
+async def test_ask__accepted_in_state_new_with_location_then_completes(client, conn, admin):
+    await add_entry(conn, admin.account_id, MFA_Q, MFA_A, title="MFA", external_id="SEC-1")
+    response = await ask(client, admin.headers, MFA_Q)
+    assert response.status == 202
+    body = await response.json()
+    assert body["state"] == "new"
+    assert body["id"].startswith("q_")
+    assert response.headers["Location"] == f"/api/v1/questions/{body['id']}"
+    assert body["answer"] is None and body["answer_detail_level"] == "normal"
+    assert body["user"] == {"id": admin.user_id, "name": admin.email.split("@")[0], "email": admin.email}
+    assert body["created_at"].endswith("Z")
+    done = await wait_complete(client, body["id"], admin.headers)
+    assert done["answer"] == MFA_A
+    assert done["verbatim_answer"] is True
+    assert done["sufficient_context"] is True
+    assert 0 < done["confidence"] <= 1
+    assert "MFA" in done["confidence_rationale"]
+    assert [ref["external_id"] for ref in done["references"]] == ["SEC-1"]
+    assert set(done["references"][0]) == {"id", "external_id", "title", "score"}
+
+
+async def test_ask__options_inside_or_beside_the_question(client, admin):
+    inside = await ask(client, admin.headers, "x?", answer_detail_level=0, custom_prompt="be brief")
+    beside = await client.post(
+        "/api/v1/questions", headers=admin.headers,
+        json={"question": {"question": "x?"}, "answer_detail_level": 2, "custom_prompt": "formal"},
+    )
+    both_same = await client.post(
+        "/api/v1/questions", headers=admin.headers,
+        json={"question": {"question": "x?", "answer_detail_level": 2}, "answer_detail_level": 2},
+    )
+    assert [r.status for r in (inside, beside, both_same)] == [202, 202, 202]
+    assert (await inside.json())["answer_detail_level"] == "low"
+    assert (await inside.json())["custom_prompt"] == "be brief"
+    assert (await beside.json())["answer_detail_level"] == "high"
+    assert (await beside.json())["custom_prompt"] == "formal"
+    assert (await both_same.json())["answer_detail_level"] == "high"
+
+
+async def test_ask__different_values_inside_and_beside_are_rejected(client, admin):
+    response = await client.post(
+        "/api/v1/questions", headers=admin.headers,
+        json={"question": {"question": "x?", "answer_detail_level": 0}, "answer_detail_level": 2},
+    )
+    assert response.status == 422
+    assert (await response.json())["error"]["details"] == [
+        "answer_detail_level: given inside and beside the question object with different values"
+    ]
+
+
+async def test_ask__every_validation_failure_is_listed(client, conn, admin):
+    response = await client.post(
+        "/api/v1/questions", headers=admin.headers,
+        json={"question": {"question": "   ", "answer_detail_level": 5, "custom_prompt": 3}},
+    )
+    assert response.status == 422
+    error = (await response.json())["error"]
+    assert error["code"] == "validation_failed"
+    assert len(error["details"]) == 3, error["details"]
+    assert any(d.startswith("question.question: must not be blank") for d in error["details"])
+    too_long = await ask(client, admin.headers, "a" * 10_001)
+    assert too_long.status == 422
+    assert (await too_long.json())["error"]["details"] == [
+        "question.question: must be at most 10000 characters"
+    ]
+    wrong_type = await client.post("/api/v1/questions", headers=admin.headers, json={"question": "hi"})
+    assert wrong_type.status == 422
+    missing = await client.post("/api/v1/questions", headers=admin.headers, json={"question": {}})
+    assert (await missing.json())["error"]["details"] == ["question.question: is required"]
+    # nothing was stored or charged
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 0
+    assert (await balance_and_ledger(conn, admin.account_id))[0] == 10
+
+
+async def test_ask__charges_one_credit_with_a_ledger_row(client, conn, admin):
+    body = await (await ask(client, admin.headers, "Anything?")).json()
+    rows = await conn.fetch(
+        "SELECT amount, reason, subject_id FROM credit_ledger WHERE account_id = $1 AND reason <> 'grant'",
+        admin.account_id,
+    )
+    assert [tuple(r) for r in rows] == [(-1, "question", body["id"])]
+    assert await balance_and_ledger(conn, admin.account_id) == (9, 9)
+
+
+async def test_ask__out_of_credits_is_usage_blocked_and_stores_nothing(client, conn, make_account):
+    poor = await make_account(credits=0)
+    response = await ask(client, poor.headers, "Anything?")
+    assert response.status == 403
+    assert (await response.json())["error"]["code"] == "usage_blocked"
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 0
+    assert await balance_and_ledger(conn, poor.account_id) == (0, 0)
+
+
+async def test_ask__inactive_subscription_is_usage_blocked(client, conn, admin):
+    await conn.execute("UPDATE accounts SET subscription_status = 'inactive' WHERE id = $1", admin.account_id)
+    response = await ask(client, admin.headers, "Anything?")
+    assert response.status == 403
+    assert (await response.json())["error"]["code"] == "usage_blocked"
+    assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
+
+
+async def test_ask__viewer_may_ask_but_not_with_a_read_only_token(client, admin, make_member):
+    viewer = await make_member(admin.account_id, role="viewer")
+    assert (await ask(client, viewer.headers, "Anything?")).status == 202
+    read_only = await make_member(admin.account_id, role="viewer", scopes="read")
+    response = await ask(client, read_only.headers, "Anything?")
+    assert response.status == 403
+    assert (await response.json())["error"]["code"] == "insufficient_scope"
+
+
+async def test_get_question__another_accounts_question_is_not_found(client, admin, make_account):
+    body = await (await ask(client, admin.headers, "Anything?")).json()
+    other = await make_account()
+    response = await client.get(f"/api/v1/questions/{body['id']}", headers=other.headers)
+    assert response.status == 404
+    assert (await response.json())["error"]["code"] == "not_found"
+    events = await client.get(f"/api/v1/questions/{body['id']}/events", headers=other.headers)
+    assert events.status == 404
+
+
+async def test_ask__rate_limited_after_ten_per_minute_with_headers(client, admin):
+    statuses = []
+    for _ in range(11):
+        response = await ask(client, admin.headers, "Anything?")
+        statuses.append(response.status)
+    assert statuses == [202] * 10 + [429]
+    assert response.headers["RateLimit-Limit"] == "10"
+    assert response.headers["RateLimit-Remaining"] == "0"
+    assert int(response.headers["Retry-After"]) >= 1
+    assert int(response.headers["RateLimit-Reset"]) >= 1
+    assert (await response.json())["error"]["code"] == "rate_limited"
+
+
+async def test_idempotency__retry_returns_the_first_question_and_charges_once(client, conn, admin):
+    headers = {**admin.headers, "Idempotency-Key": "order-42"}
+    first = await ask(client, headers, "Anything?")
+    first_body = await first.json()
+    await wait_complete(client, first_body["id"], admin.headers)
+    again = await ask(client, headers, "Anything?")
+    assert again.status == 202
+    assert await again.json() == first_body
+    assert again.headers["Location"] == first.headers["Location"]
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 1
+    assert await balance_and_ledger(conn, admin.account_id) == (9, 9)
+
+
+async def test_idempotency__same_key_different_body_is_rejected(client, conn, admin):
+    headers = {**admin.headers, "Idempotency-Key": "order-43"}
+    assert (await ask(client, headers, "Anything?")).status == 202
+    response = await ask(client, headers, "Something else?")
+    assert response.status == 422
+    assert "Idempotency-Key" in (await response.json())["error"]["details"][0]
+    assert await balance_and_ledger(conn, admin.account_id) == (9, 9)
+
+
+async def test_idempotency__concurrent_retries_store_one_question(client, conn, admin):
+    headers = {**admin.headers, "Idempotency-Key": "burst"}
+    responses = await asyncio.gather(*(ask(client, headers, "Anything?") for _ in range(5)))
+    bodies = [await r.json() for r in responses]
+    assert {r.status for r in responses} == {202}
+    assert len({b["id"] for b in bodies}) == 1
+    assert await balance_and_ledger(conn, admin.account_id) == (9, 9)
+
+
+async def test_idempotency__keys_are_per_member(client, conn, admin, make_member):
+    other = await make_member(admin.account_id)
+    a = await ask(client, {**admin.headers, "Idempotency-Key": "k"}, "Anything?")
+    b = await ask(client, {**other.headers, "Idempotency-Key": "k"}, "Anything?")
+    assert (await a.json())["id"] != (await b.json())["id"]
+
+
+async def read_events(response) -> list[tuple[str, dict]]:
+    events = []
+    text = (await response.read()).decode()
+    for block in text.split("\n\n"):
+        lines = [line for line in block.splitlines() if not line.startswith(":")]
+        if not lines:
+            continue
+        fields = dict(line.split(": ", 1) for line in lines)
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+async def test_events__one_event_per_state_then_close(client, conn, admin):
+    await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
+    body = await (await ask(client, admin.headers, MFA_Q)).json()
+    response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "text/event-stream"
+    events = await read_events(response)
+    assert [name for name, _ in events] == [
+        "new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete",
+    ]
+    assert [data["state"] for _, data in events] == [name for name, _ in events]
+    assert events[-1][1]["answer"] == MFA_A
+
+
+async def test_events__after_completion_sends_the_current_state_and_closes(client, admin):
+    body = await (await ask(client, admin.headers, "Anything?")).json()
+    done = await wait_complete(client, body["id"], admin.headers)
+    response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    events = await read_events(response)
+    assert events == [("complete", done)]
