@@ -44,6 +44,7 @@ def routes() -> list[web.RouteDef]:
         web.patch(
             "/api/v1/rfps/{id}/rfp_items/{item_id}", workflow.patch_rfp_item, name="review_rfp_item"
         ),
+        web.post("/api/v1/rfps/{id}/answer", workflow.answer_rfp, name="answer_rfp"),
         web.get("/api/v1/rfps/{id}/export", workflow.export_rfp, name="export_rfp", allow_head=False),
         web.post("/api/v1/users", members.post_user, name="create_user"),
         web.post(

@@ -1,4 +1,4 @@
-"""The RFP workflow: add and import items, review them, export the response.
+"""The RFP workflow: add and import items, answer them all, review them, export the response.
 
 Questionnaire uploads are streamed into a spooled temporary file (memory up to a few MiB, then
 disk) up to `server.max_upload_bytes`; the app's `client_max_size` (`server.max_body_bytes`) only
@@ -20,11 +20,12 @@ import attrs
 from aiohttp import BodyPartReader, hdrs, web
 
 from . import db, importer
-from .auth import new_id, principal, requires
+from .auth import Principal, new_id, principal, requires
 from .convert import NonBlank, converter, read_json, structure, unstructure
-from .errors import NotFound, ParameterInvalid, PayloadTooLarge, ValidationFailed
-from .keys import CONFIG, POOL
-from .models import RfpItem
+from .errors import NotFound, ParameterInvalid, PayloadTooLarge, UsageBlocked, ValidationFailed
+from .keys import CONFIG, PIPELINE, POOL
+from .models import Rfp, RfpItem
+from .questions import DetailLevel, create_question
 from .rfps import MAX_ITEMS_PER_CREATE, MAX_TEXT, MAX_TITLE, ItemInput, fetch_rfp
 
 _SPOOL_IN_MEMORY = 4 * 1024 * 1024
@@ -388,3 +389,85 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
         await response.write(buffer.getvalue().encode())
         await response.write_eof()
         return response
+
+
+# -- answering every pending item -------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class AnswerOptions:
+    """The optional body of "answer all": the same options as an ask, for every item."""
+
+    answer_detail_level: DetailLevel = 1  # type: ignore[assignment]  # normal
+    custom_prompt: str | None = None
+
+
+async def answer_pending_items(
+    conn: asyncpg.Connection, who: Principal, rfp_id: str, options: AnswerOptions, cost: int
+) -> dict[str, int]:
+    """Create one charged question per pending item not already being answered, in one transaction.
+
+    All or nothing: without an active subscription or credits for every item, nothing is asked.
+    The RFP lock makes a concurrent second call wait and then find nothing left to start.
+    """
+    async with conn.transaction():
+        if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, who.account_id) is None:
+            raise NotFound(f"no RFP {rfp_id} in this account")
+        items = await conn.fetch(db.query("lock_unanswered_items"), rfp_id)
+        if items:
+            account = await conn.fetchrow(db.query("lock_account_for_question"), who.account_id)
+            if account["subscription_status"] != "active":
+                raise UsageBlocked("the account has no active subscription; items cannot be answered")
+            if account["credits"] < cost * len(items):
+                raise UsageBlocked(
+                    f"out of credits: answering {len(items)} items costs {cost * len(items)} and the "
+                    f"account has {account['credits']}"
+                )
+        question_ids = [
+            await create_question(
+                conn, account_id=who.account_id, user_id=who.user_id, member_id=who.member_id,
+                text=item["question"], detail_level=options.answer_detail_level,
+                custom_prompt=options.custom_prompt, rfp_id=rfp_id, rfp_item_id=item["id"],
+                charge=cost > 0, credits=cost,
+            )
+            for item in items
+        ]
+        await conn.execute(
+            db.query("link_rfp_items_to_questions"), [item["id"] for item in items], question_ids
+        )
+        if items:
+            await conn.execute(db.query("touch_rfp"), rfp_id)
+        in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
+    return {"started": len(items), "in_flight": in_flight, "credits_charged": cost * len(items)}
+
+
+@requires("write", roles=("admin", "member"))
+async def answer_rfp(request: web.Request) -> web.Response:
+    """Answer every pending item through the question pipeline; 202 with what was started."""
+    fields: dict[str, Any] = {}
+    if request.body_exists and (await request.read()).strip():  # the body is optional
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ValidationFailed(["the body must be a JSON object (or empty)"])
+        fields = body
+    options = structure(fields, AnswerOptions)
+    settings = request.app[CONFIG].questions
+    limit = settings.max_custom_prompt_chars
+    if options.custom_prompt is not None and len(options.custom_prompt) > limit:
+        raise ValidationFailed([f"custom_prompt: must be at most {limit} characters"])
+    if options.custom_prompt is not None and not options.custom_prompt.strip():
+        options = attrs.evolve(options, custom_prompt=None)
+    who = principal(request)
+    rfp_id = request.match_info["id"]
+    cost = settings.credits_per_question
+    async with request.app[POOL].acquire() as conn:
+        answering = await answer_pending_items(conn, who, rfp_id, options, cost)
+        if answering["started"]:
+            request.app[PIPELINE].wake()
+        row = await fetch_rfp(conn, rfp_id, who.account_id)
+    rfp = Rfp.from_row(row, request.app[CONFIG].server.web_base_url)
+    response = web.json_response(
+        {"rfp": rfp.to_json(with_context=True), "answering": answering}, status=202
+    )
+    response.headers["Location"] = f"/api/v1/rfps/{rfp_id}"
+    return response

@@ -50,17 +50,29 @@ RETURNING id;
 -- Remember which knowledge-base entry an item was saved as.
 UPDATE rfp_items SET knowledge_item_id = $2 WHERE id = $1 RETURNING *;
 
--- complete_rfp_item --
--- The pipeline's answer for an item, applied only if the item still waits for that question
--- (a person may have approved, discarded or reopened it meanwhile).
-UPDATE rfp_items
-   SET answer = $3, confidence = $4, state = $5::rfp_item_state, updated_at = now()
- WHERE id = $1 AND question_id = $2 AND state = 'pending'
-RETURNING *;
-
 -- export_rfp_items --
 -- Every item of an RFP in questionnaire order, for an export.
 SELECT question, answer, state::text AS state, confidence, section
   FROM rfp_items
  WHERE rfp_id = $1
  ORDER BY position;
+
+-- lock_unanswered_items --
+-- An RFP's pending items not yet being answered, in order, locked against a concurrent review.
+SELECT id, question
+  FROM rfp_items
+ WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NULL
+ ORDER BY position
+   FOR UPDATE;
+
+-- link_rfp_items_to_questions --
+-- Mark items as being answered by their questions (parallel arrays of item and question ids).
+UPDATE rfp_items i
+   SET question_id = t.question_id, updated_at = now()
+  FROM unnest($1::text[], $2::text[]) AS t(id, question_id)
+ WHERE i.id = t.id;
+
+-- count_rfp_items_in_flight --
+-- How many items of an RFP are being answered now.
+SELECT count(*)::integer FROM rfp_items
+ WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NOT NULL;
