@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+EVAL   ?= ../shared/eval
 
-.PHONY: run test psql migrate lint bench eval fuzz clean
+.PHONY: run test psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +16,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## serve on :8080 with the embedded PostgreSQL (or $$DATABASE_URL)
 	$(PY) -m service serve
 
-test: $(STAMP)  ## the whole test suite, on a real PostgreSQL
-	$(PY) -m pytest -q
+test: $(STAMP)  ## the whole test suite, on a real PostgreSQL (3 workers: tests mostly wait on I/O)
+	$(PY) -m pytest -q -n 3
 
 psql: $(STAMP)  ## psql on the service's database
 	$(PY) -m service psql
@@ -24,11 +25,28 @@ psql: $(STAMP)  ## psql on the service's database
 migrate: $(STAMP)
 	$(PY) -m service migrate
 
-bench: $(STAMP)  ## question bench: ask-to-complete latency and throughput (bench/questions.py)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check service tests bench
+
+bench: bench-questions bench-retrieval bench-http bench-search  ## every benchmark; results go into BENCHMARKS.md
+
+bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP (bench/questions.py)
 	$(PY) bench/questions.py
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check service tests
+bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic entries
+	$(PY) bench/retrieval.py 10000 100000 --naive
+
+bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} and search
+	$(PY) bench/http_bench.py
+
+bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
+	$(PY) bench/search_1m.py
+
+eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
+	@if [ -d "$(EVAL)" ]; then \
+		$(PY) -m service eval --kb $(EVAL)/kb.csv --questions $(EVAL)/dev_questions.csv \
+			--labels $(EVAL)/dev_labels.csv; \
+	else echo "skipped: no evaluation set at $(EVAL) (set EVAL=path)"; fi
 
 clean:
 	rm -rf $(VENV) var/test

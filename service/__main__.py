@@ -1,4 +1,4 @@
-"""Operator CLI: `python -m service serve|migrate|psql|account|member|token|credits|subscription|rfp`.
+"""Operator CLI: `python -m service serve|migrate|psql|account|member|token|credits|subscription|rfp|kb|eval`.
 
 With `--json` a command prints exactly one JSON object on stdout; logs go to stderr.
 """
@@ -339,6 +339,66 @@ def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
+    from .convert import unstructure
+    from .errors import ValidationFailed
+    from .knowledge import decode_csv, import_csv
+
+    try:
+        with open(args.file, "rb") as handle:
+            raw = handle.read()
+        text = decode_csv(raw)
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
+    except ValidationFailed as exc:
+        raise accounts.OperatorError("; ".join(exc.details or [])) from None
+
+    async def work(conn: asyncpg.Connection) -> Any:
+        await accounts.require_account(conn, args.account)
+        try:
+            return await import_csv(conn, args.account, text)
+        except ValidationFailed as exc:
+            raise accounts.OperatorError("; ".join(exc.details or [])) from None
+
+    report = run_with_connection(config, work)
+    lines = [f"imported {report.imported} ({report.created} new, {report.updated} updated), "
+             f"rejected {len(report.rejected)}"]
+    lines += [f"  row {r.row}: {r.reason}" for r in report.rejected]
+    emit(args, unstructure(report), "\n".join(lines))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace, config: Config) -> int:
+    from pathlib import Path
+
+    from .evaluation import evaluate
+
+    paths = [Path(args.kb), Path(args.questions), Path(args.labels)]
+    for path in paths:
+        if not path.is_file():
+            raise accounts.OperatorError(f"no such file: {path}")
+    database = Database(config)
+    result = asyncio.run(evaluate(database.url, *paths))
+    if args.json:
+        keep = ("id", "references", "sufficient_context", "confidence", "verbatim_answer", "answer",
+                "correct")
+        result["questions"] = [{k: q.get(k) for k in keep} for q in result["questions"]]
+        print(json.dumps(result))
+        return 0
+    for q in result["questions"]:
+        mark = "ok " if q.get("correct") else ("BAD" if "correct" in q else "   ")
+        print(f"{mark} {q['id']:12} sufficient={q['sufficient_context']!s:5} "
+              f"confidence={q['confidence']:.2f} references={', '.join(q['references'][:3])}")
+    print(f"\nhit@1 {result['hit_at_1']}  hit@5 {result['hit_at_5']}  "
+          f"decision accuracy {result['decision_accuracy']}")
+    print("calibration (confidence band: right / questions):")
+    for band in result["calibration"]:
+        print(f"  {band['confidence']}: {band['correct']} / {band['questions']}")
+    latency = result["latency_ms"]
+    print(f"latency per question (ms): p50 {latency['p50']}  p95 {latency['p95']}  p99 {latency['p99']}")
+    return 0
+
+
 # -- argument parsing ---------------------------------------------------------------------
 
 
@@ -425,6 +485,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rfp", required=True)
     p.add_argument("--format", required=True, choices=["csv", "xlsx"])
     p.add_argument("--output", required=True, help="file to write")
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("kb", help="knowledge base").add_subparsers(dest="action", required=True)
+    p = command("import", cmd_kb_import, group, help="import knowledge-base entries from a CSV file")
+    p.add_argument("--account", required=True)
+    p.add_argument("file", metavar="FILE.csv")
+    p.add_argument("--json", action="store_true")
+
+    p = command("eval", cmd_eval, help="measure answer quality on a labelled question set")
+    p.add_argument("--kb", required=True, metavar="KB.csv")
+    p.add_argument("--questions", required=True, metavar="Q.csv")
+    p.add_argument("--labels", required=True, metavar="L.csv")
     p.add_argument("--json", action="store_true")
     return top
 

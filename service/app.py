@@ -10,13 +10,14 @@ import aiohttp
 import aiojobs
 from aiohttp import web
 
-from . import db, health, members, questions, rfps, workflow
+from . import db, health, knowledge, members, openapi, questions, rfps, workflow
 from .auth import auth_middleware
 from .config import Config
 from .engines import AnswerEngine
 from .errors import error_middleware
 from .keys import CONFIG, EVENTS, PIPELINE, POOL
 from .logs import request_id_middleware
+from .metrics import METRICS, Metrics, get_metrics, metrics_middleware
 from .ratelimit import rate_limit_middleware
 
 
@@ -73,6 +74,29 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/questions/{id}/events", questions.question_events, name="question_events",
             allow_head=False,
         ),
+        web.post(
+            "/api/v1/knowledge_base_items", knowledge.post_item, name="create_knowledge_base_item"
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items", knowledge.list_items, name="list_knowledge_base_items",
+            allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/import", knowledge.import_items,
+            name="import_knowledge_base_items",
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items/{id}", knowledge.get_item, name="get_knowledge_base_item",
+            allow_head=False,
+        ),
+        web.delete(
+            "/api/v1/knowledge_base_items/{id}", knowledge.delete_item,
+            name="delete_knowledge_base_item",
+        ),
+        web.get("/api/v1/openapi.json", openapi.get_openapi, name="openapi", allow_head=False),
+        web.get("/docs", openapi.get_docs, name="docs", allow_head=False),
+        web.get("/docs/init.js", openapi.get_docs_init, name="docs_init", allow_head=False),
+        web.get("/docs/assets/{name}", openapi.get_docs_asset, name="docs_asset", allow_head=False),
     ]
 
 
@@ -80,21 +104,20 @@ def create_app(config: Config) -> web.Application:
     """The service's application; `config.database.url` must name a reachable database."""
     if not config.database.url:
         raise ValueError("create_app needs config.database.url (start the embedded server first)")
-    app = web.Application(
-        client_max_size=config.server.max_body_bytes,
-        middlewares=[
-            request_id_middleware,
-            error_middleware,
-            auth_middleware,
-            rate_limit_middleware,
-        ],
-    )
+    middlewares = [request_id_middleware, error_middleware, auth_middleware, rate_limit_middleware]
+    if config.metrics.enabled:
+        middlewares.insert(1, metrics_middleware)  # outside errors: it sees the rendered status
+    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
+    # Always present, so code may count unconditionally; exposed only when enabled.
+    app[METRICS] = Metrics()
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
     app.add_routes(routes())
+    if config.metrics.enabled:
+        app.router.add_get("/metrics", get_metrics, name="metrics", allow_head=False)
     return app
 
 
@@ -138,9 +161,9 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     finally:
         for task in background:
             task.cancel()
-        for task in background:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A task cancelled inside a query may end in a driver error instead of CancelledError;
+        # either way it is over, and shutdown must go on.
+        await asyncio.gather(*background, return_exceptions=True)
         unfinished = set(pipeline.active)
         try:
             await scheduler.close()

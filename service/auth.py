@@ -183,8 +183,27 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             "the Authorization header must be 'Bearer <token>'",
             headers=_challenge("invalid_request"),
         )
+    if request.body_exists:
+        # Not held while a (possibly slow) client uploads a body: release, handler acquires anew.
+        async with request.app[POOL].acquire() as conn:
+            who = await authenticate(conn, token.strip())
+        check(policy, who)
+        request[PRINCIPAL] = who
+        return await handler(request)
+    # No body: keep the connection for the handler (db.connection), one acquire per request.
     async with request.app[POOL].acquire() as conn:
         who = await authenticate(conn, token.strip())
+        check(policy, who)
+        request[PRINCIPAL] = who
+        request[db.REQUEST_CONNECTION] = conn
+        try:
+            return await handler(request)
+        finally:
+            del request[db.REQUEST_CONNECTION]
+
+
+def check(policy: Policy, who: Principal | None) -> None:
+    """Raise unless `who` is a live token holder with the policy's scope and role."""
     if who is None:
         raise Unauthorized(
             "the token is invalid, expired or revoked", headers=_challenge("invalid_token")
@@ -200,5 +219,3 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if who.role not in policy.roles:
         allowed = " or ".join(sorted(policy.roles))
         raise Forbidden(f"this operation needs the {allowed} role; yours is {who.role}")
-    request[PRINCIPAL] = who
-    return await handler(request)

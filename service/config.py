@@ -75,6 +75,12 @@ class LoggingConfig:
 
 
 @attrs.frozen(kw_only=True)
+class MetricsConfig:
+    # Serve Prometheus metrics at GET /metrics (no token: bind it to a private network).
+    enabled: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class AuthConfig:
     # Lifetime of tokens obtained with e-mail and password; 0 = never expire.
     token_ttl_days: int = attrs.field(default=90, validator=_not_negative)
@@ -161,6 +167,7 @@ class Config:
     server: ServerConfig = ServerConfig()
     database: DatabaseConfig = DatabaseConfig()
     logging: LoggingConfig = LoggingConfig()
+    metrics: MetricsConfig = MetricsConfig()
     auth: AuthConfig = AuthConfig()
     mail: MailConfig = MailConfig()
     members: MembersConfig = MembersConfig()
@@ -234,6 +241,10 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
         overrides.setdefault("mail", {})["smtp_password"] = env["RFP_SMTP_PASSWORD"]
     if "RFP_LOG_JSON" in env:
         overrides.setdefault("logging", {})["json"] = env["RFP_LOG_JSON"].lower() in (
+            "1", "true", "yes",
+        )
+    if "RFP_METRICS" in env:
+        overrides.setdefault("metrics", {})["enabled"] = env["RFP_METRICS"].lower() in (
             "1", "true", "yes",
         )
     return overrides

@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 import re
 import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+from aiohttp import web
 
 from .config import Config
+from .keys import POOL
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,25 @@ async def create_pool(dsn: str, config: Config) -> asyncpg.Pool:
         min_size=min(config.database.pool_min_size, config.database.pool_max_size),
         max_size=config.database.pool_max_size,
     )
+
+
+# The connection the auth middleware holds for a request without a body (see `connection`).
+REQUEST_CONNECTION = web.RequestKey("connection", asyncpg.Connection)
+
+
+@asynccontextmanager
+async def connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
+    """A connection for a handler: the one authentication already used for this request when
+    there is one (saves a pool release, whose reset costs a round trip), else one from the pool.
+
+    Use it sequentially: asyncpg runs one statement at a time per connection.
+    """
+    held = request.get(REQUEST_CONNECTION)
+    if held is not None:
+        yield held
+        return
+    async with request.app[POOL].acquire() as conn:
+        yield conn
 
 
 # -- migrations ------------------------------------------------------------------------

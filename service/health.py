@@ -6,9 +6,9 @@ import asyncio
 
 from aiohttp import web
 
+from . import db
 from .auth import public
 from .errors import ServiceUnavailable
-from .keys import POOL
 
 
 @public
@@ -20,7 +20,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     try:
         async with asyncio.timeout(2):
-            async with request.app[POOL].acquire() as conn:
+            async with db.connection(request) as conn:
                 await conn.fetchval("SELECT 1")
     except Exception as exc:  # any failure to reach the database means not ready
         raise ServiceUnavailable(f"database unreachable: {type(exc).__name__}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import sys
@@ -26,17 +27,19 @@ def redact_url(path_qs: str) -> str:
     return _URL_SECRET.sub(r"\1[redacted]", path_qs)
 
 
+def formatter(config: LoggingConfig) -> logging.Formatter:
+    """JSON lines (the access line's fields become keys) or plain text."""
+    if config.json:
+        return JsonFormatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+        )
+    return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def setup(config: LoggingConfig) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if config.json:
-        handler.setFormatter(
-            JsonFormatter(
-                "%(asctime)s %(levelname)s %(name)s %(message)s",
-                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
-            )
-        )
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(formatter(config))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(config.level)
@@ -78,6 +81,7 @@ class AccessLogger(AbstractAccessLogger):
             "duration_ms": round(time * 1000, 2),
             "member_id": getattr(who, "member_id", None),
             "remote": request.remote,
+            "pid": os.getpid(),  # which worker answered, with `serve --workers N`
         }
         self.logger.info(
             "%s %s %s %.1fms request_id=%s member=%s",

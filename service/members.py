@@ -314,15 +314,14 @@ async def post_user(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "user")
     who = principal(request)
     config = request.app[CONFIG]
-    pool = request.app[POOL]
-    async with pool.acquire() as conn:
+    async with db.connection(request) as conn:
         account_name = await require_active_account(conn, who.account_id)
         data = await _validate_new_user(conn, fields)
     password_hash = await request.app[PASSWORDS].hash(data.password)
     token = new_link_token()
     ttl_hours = config.members.confirmation_ttl_hours
     subject, body = confirmation_mail(_base_url(request), account_name, token, ttl_hours)
-    async with pool.acquire() as conn, conn.transaction():
+    async with db.connection(request) as conn, conn.transaction():
         try:
             user_id = await conn.fetchval(
                 db.query("insert_user_with_password"),
@@ -397,13 +396,12 @@ async def post_token(request: web.Request) -> web.Response:
         raise ValidationFailed(["the body must be a JSON object with email and password"])
     data = structure(body, SignIn)
     config = request.app[CONFIG]
-    pool = request.app[POOL]
     passwords: Passwords = request.app[PASSWORDS]
     buckets = [
         (f"sign_in:address:{request.remote or 'unknown'}", config.members.sign_in_per_address),
         (f"sign_in:email:{data.email.strip().lower()}", config.members.sign_in_per_email),
     ]
-    async with pool.acquire() as conn:
+    async with db.connection(request) as conn:
         for key, limit in buckets:
             decision = await take(conn, key, limit)
             if not decision.allowed:
@@ -416,7 +414,7 @@ async def post_token(request: web.Request) -> web.Response:
     stored_hash = user["password_hash"] if user is not None else None
     if not await passwords.verify(stored_hash, data.password):
         raise Unauthorized("wrong e-mail address or password")
-    async with pool.acquire() as conn:
+    async with db.connection(request) as conn:
         for key, limit in buckets:
             await conn.execute(db.query("refund_rate_limit_token"), key, float(limit.limit))
         if user["confirmed_at"] is None:
@@ -457,7 +455,7 @@ async def post_invitation(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "invitation")
     who = principal(request)
     config = request.app[CONFIG]
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         account_name = await require_active_account(conn, who.account_id)
         data = structure(fields, NewInvitation, root="invitation")
         if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
@@ -494,7 +492,7 @@ def _usable(row: Mapping[str, Any] | None) -> Mapping[str, Any]:
 @public
 async def get_invitation(request: web.Request) -> web.Response:
     """What an invitation link offers: the account, address and role, before accepting."""
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         row = await conn.fetchrow(
             db.query("invitation_by_token_hash"), hash_token(request.match_info["token"])
         )
@@ -511,9 +509,8 @@ async def accept_invitation(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ValidationFailed(["the body must be a JSON object with password and terms_of_service"])
-    pool = request.app[POOL]
     passwords: Passwords = request.app[PASSWORDS]
-    async with pool.acquire() as conn:
+    async with db.connection(request) as conn:
         invitation = _usable(await conn.fetchrow(db.query("invitation_by_token_hash"), digest))
         data = structure(body, InvitationAcceptance)
         user = await conn.fetchrow(db.query("user_by_email"), invitation["email"])
@@ -526,7 +523,7 @@ async def accept_invitation(request: web.Request) -> web.Response:
     else:
         new_hash = await passwords.hash(data.password)
     first, last = data.first_name or "", data.last_name or ""
-    async with pool.acquire() as conn, conn.transaction():
+    async with db.connection(request) as conn, conn.transaction():
         invitation = _usable(await conn.fetchrow(db.query("lock_invitation_by_token_hash"), digest))
         user = await conn.fetchrow(db.query("lock_user_by_email"), invitation["email"])
         if user is None:
@@ -557,7 +554,7 @@ async def accept_invitation(request: web.Request) -> web.Response:
 async def list_members(request: web.Request) -> web.Response:
     page = Page.from_query(request.query)
     account_id = principal(request).account_id
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         total = await conn.fetchval(db.query("count_members"), account_id)
         rows = await conn.fetch(db.query("list_members"), account_id, page.size, page.offset)
     return web.json_response(

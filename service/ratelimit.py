@@ -13,7 +13,8 @@ from . import db
 from .auth import PRINCIPAL
 from .config import RateLimit
 from .errors import ApiError, RateLimited
-from .keys import CONFIG, POOL
+from .keys import CONFIG
+from .metrics import METRICS
 
 
 @attrs.frozen
@@ -60,9 +61,10 @@ async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.S
         return await handler(request)
     who = request.get(PRINCIPAL)
     subject = who.member_id if who is not None else (request.remote or "unknown")
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         decision = await take(conn, f"{route_name}:{subject}", limit)
     if not decision.allowed:
+        request.app[METRICS].rate_limit_rejections.labels(route_name).inc()
         raise RateLimited(
             f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds; "
             f"retry in {max(1, math.ceil(decision.retry_after))} s",

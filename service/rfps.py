@@ -12,12 +12,15 @@ from . import db
 from .auth import Principal, new_id, principal, requires
 from .convert import Framework, HttpUrl, IsoDate, NonBlank, read_object, structure, unstructure
 from .errors import NotFound, ParameterMissing, ValidationFailed
-from .keys import CONFIG, POOL
+from .keys import CONFIG
 from .models import Page, Rfp, RfpItem
 
 MAX_TITLE = 500
 MAX_TEXT = 100_000
 MAX_ITEMS_PER_CREATE = 5_000
+# Search counts matches up to this many (500 pages): every search's work stays bounded.
+SEARCH_COUNT_CAP = 10_000
+TOTAL_COUNT_CAPPED_HEADER = "X-Total-Count-Capped"
 
 
 def _bounded(limit: int) -> Any:
@@ -106,7 +109,7 @@ def _rfp_response(request: web.Request, row: asyncpg.Record, status: int = 200) 
 
 @requires("read")
 async def get_rfp(request: web.Request) -> web.Response:
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         row = await fetch_rfp(conn, request.match_info["id"], principal(request).account_id)
     return _rfp_response(request, row)
 
@@ -120,16 +123,22 @@ async def search_rfps(request: web.Request) -> web.Response:
     pattern = like_pattern(term)
     account_id = principal(request).account_id
     base_url = request.app[CONFIG].server.web_base_url
-    async with request.app[POOL].acquire() as conn:
-        total = await conn.fetchval(db.query("count_search_rfps"), account_id, pattern)
+    async with db.connection(request) as conn:
+        await conn.execute(db.query("plan_each_search"))
+        total = await conn.fetchval(
+            db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
+        )
         rows = await conn.fetch(
             db.query("search_rfps"), account_id, pattern, page.size, page.offset
         )
+    # At the cap, total_count says "at least this many" and a header says so (docs: Operations).
+    headers = {TOTAL_COUNT_CAPPED_HEADER: "true"} if total >= SEARCH_COUNT_CAP else None
     return web.json_response(
         {
             "rfps": [Rfp.from_row(row, base_url).to_json(with_context=False) for row in rows],
             "pagination": page.pagination(total, len(rows)),
-        }
+        },
+        headers=headers,
     )
 
 
@@ -140,7 +149,7 @@ async def post_rfp(request: web.Request) -> web.Response:
     if len(data.items) > MAX_ITEMS_PER_CREATE:
         raise ValidationFailed([f"rfp.items: at most {MAX_ITEMS_PER_CREATE} items per request"])
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         rfp_id = await create_rfp(conn, who, data)
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     response = _rfp_response(request, row, status=201)
@@ -153,7 +162,7 @@ async def patch_rfp(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "rfp")
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn, conn.transaction():
+    async with db.connection(request) as conn, conn.transaction():
         current = await conn.fetchrow(db.query("lock_rfp"), rfp_id, who.account_id)
         if current is None:
             raise NotFound(f"no RFP {rfp_id} in this account")
@@ -172,7 +181,7 @@ async def patch_rfp(request: web.Request) -> web.Response:
             data.portal_url,
             data.context,
         )
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     return _rfp_response(request, row)
 
@@ -185,7 +194,7 @@ def _json_value(value: Any) -> Any:
 async def list_rfp_items(request: web.Request) -> web.Response:
     page = Page.from_query(request.query)
     rfp_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         await fetch_rfp(conn, rfp_id, principal(request).account_id)
         total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
         rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset)

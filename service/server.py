@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
+import tempfile
 from multiprocessing.connection import wait
 
 from aiohttp import web
@@ -17,6 +19,7 @@ from aiohttp import web
 from . import logs
 from .app import create_app
 from .config import Config
+from .metrics import MULTIPROC_ENV
 
 log = logging.getLogger("service")
 
@@ -42,6 +45,21 @@ def run_workers(config: Config) -> int:
     When a worker dies on its own (say, the port is taken) the others are stopped too, so the
     service never runs silently short of workers.
     """
+    metrics_dir = None
+    if config.metrics.enabled and not os.environ.get(MULTIPROC_ENV):
+        # Multiprocess mode: every worker writes its samples here; /metrics on any worker sums them.
+        # Set before the workers start, because prometheus-client reads it at import.
+        metrics_dir = tempfile.mkdtemp(prefix="rfp-metrics-")
+        os.environ[MULTIPROC_ENV] = metrics_dir
+    try:
+        return _supervise(config)
+    finally:
+        if metrics_dir:
+            os.environ.pop(MULTIPROC_ENV, None)
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _supervise(config: Config) -> int:
     ctx = multiprocessing.get_context("spawn")
     workers = [ctx.Process(target=serve_worker, args=(config,)) for _ in range(config.server.workers)]
     stopping = False

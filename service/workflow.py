@@ -23,7 +23,7 @@ from . import db, importer
 from .auth import Principal, new_id, principal, requires
 from .convert import NonBlank, converter, read_json, structure, unstructure
 from .errors import NotFound, ParameterInvalid, PayloadTooLarge, UsageBlocked, ValidationFailed
-from .keys import CONFIG, PIPELINE, POOL
+from .keys import CONFIG, PIPELINE
 from .models import Rfp, RfpItem
 from .questions import DetailLevel, create_question
 from .rfps import MAX_ITEMS_PER_CREATE, MAX_TEXT, MAX_TITLE, ItemInput, fetch_rfp
@@ -144,7 +144,7 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     items = structure(raw, list[ItemInput], root=key)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         _, rows = await append_items(
             conn, who.account_id, rfp_id, [i.question.strip() for i in items],
             [i.section for i in items], returning=True,
@@ -221,7 +221,7 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     options = import_options(request.query)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     try:
@@ -230,7 +230,7 @@ async def import_rfp_items(request: web.Request) -> web.Response:
         )
     finally:
         upload.file.close()
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         report = await import_questionnaire(conn, who.account_id, rfp_id, found)
     return web.json_response({"import": report}, status=201)
 
@@ -251,7 +251,7 @@ async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -
 
 @requires("read")
 async def get_rfp_item(request: web.Request) -> web.Response:
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         row = await _item(conn, request, lock=False)
     return web.json_response(unstructure(RfpItem.from_row(row)))
 
@@ -292,7 +292,7 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
-    async with request.app[POOL].acquire() as conn, conn.transaction():
+    async with db.connection(request) as conn, conn.transaction():
         current = await _item(conn, request, lock=True)
         row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
     return web.json_response(unstructure(RfpItem.from_row(row)))
@@ -361,7 +361,7 @@ async def export_rows(conn: asyncpg.Connection, rfp_id: str) -> list[list[Any]]:
 async def export_rfp(request: web.Request) -> web.StreamResponse:
     fmt = export_format(request.query)
     rfp_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
         headers = {
             hdrs.CONTENT_DISPOSITION:
@@ -460,7 +460,7 @@ async def answer_rfp(request: web.Request) -> web.Response:
     who = principal(request)
     rfp_id = request.match_info["id"]
     cost = settings.credits_per_question
-    async with request.app[POOL].acquire() as conn:
+    async with db.connection(request) as conn:
         answering = await answer_pending_items(conn, who, rfp_id, options, cost)
         if answering["started"]:
             request.app[PIPELINE].wake()

@@ -86,9 +86,14 @@ async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 
 
 @pytest.fixture
-async def client(database_url: str, aiohttp_client: Any, config: Config) -> TestClient:
-    # database_url first: set up before, so torn down after, the app (whose background work,
-    # e.g. the question pipeline, must not see its database dropped under it).
+def aiohttp_client(database_url: str, aiohttp_client: Any) -> Any:
+    """pytest-aiohttp's fixture, set up after (so torn down before) the test's database: an
+    app's background work, e.g. the question pipeline, must not see its database dropped."""
+    return aiohttp_client
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, config: Config) -> TestClient:
     return await aiohttp_client(create_app(config))
 
 
@@ -250,3 +255,11 @@ def make_rfp(conn: asyncpg.Connection) -> Any:
         return rfp_id
 
     return make
+
+
+@pytest.fixture
+def aiohttp_client_cls() -> type[TestClient]:
+    """Every test client checks each response against the OpenAPI description."""
+    from openapi_check import ValidatingClient
+
+    return ValidatingClient

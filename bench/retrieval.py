@@ -1,0 +1,150 @@
+"""Retrieval latency at scale: N synthetic entries in a scratch database, percentiles of
+`find_references` over a set of synthetic questions.
+
+    make bench-retrieval                      # 10,000 and 100,000 entries
+    .venv/bin/python bench/retrieval.py 10000 --queries 300 [--naive]
+
+Text follows a Zipf distribution over a 30,000-word vocabulary (a few words in almost every
+entry, most words rare), like real questionnaires. `--naive` also times the first version's
+query (an OR of every question lexeme ranked with ts_rank_cd) for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import random
+import secrets
+import statistics
+import time
+from pathlib import Path
+
+import asyncpg
+
+from service import accounts, db
+from service.auth import new_id
+from service.retrieval import find_references
+
+VOCABULARY = 30_000
+SYLLABLES = ["ka", "to", "ri", "ne", "mo", "sa", "lu", "ve", "di", "po", "ga", "ze", "fi", "ba",
+             "cu", "he", "ja", "wo", "xi", "yu", "pr", "st", "tr", "ch", "qu"]
+
+NAIVE = """
+WITH q AS (SELECT replace(plainto_tsquery('english', $2)::text, ' & ', ' | ')::tsquery AS query)
+SELECT k.id, ts_rank_cd(k.search_vector, q.query, 32) AS score
+  FROM knowledge_items k, q
+ WHERE k.account_id = $1 AND q.query::text <> '' AND k.search_vector @@ q.query
+ ORDER BY score DESC, k.id LIMIT 5
+"""
+
+
+def words(rng: random.Random) -> list[str]:
+    made, seen = [], set()
+    while len(made) < VOCABULARY:
+        word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            made.append(word)
+    return made
+
+
+def sampler(rng: random.Random, vocabulary: list[str]):
+    weights = [1 / (rank + 1) ** 1.07 for rank in range(len(vocabulary))]
+    cumulative = list(__import__("itertools").accumulate(weights))
+
+    def text(n: int) -> str:
+        return " ".join(rng.choices(vocabulary, cum_weights=cumulative, k=n))
+
+    return text
+
+
+async def load(conn: asyncpg.Connection, account_id: str, n: int, text) -> None:
+    batch = 5_000
+    for start in range(0, n, batch):
+        size = min(batch, n - start)
+        await conn.execute(
+            db.query("upsert_knowledge_items"),
+            account_id,
+            [new_id("kb") for _ in range(size)],
+            [text(random.randint(8, 20)) + "?" for _ in range(size)],
+            [text(random.randint(20, 120)) for _ in range(size)],
+            [None] * size,
+            ["[]"] * size,
+            [None] * size,
+            [f"S-{start + i}" for i in range(size)],
+        )
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def at(fraction: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 2)
+
+    return {"p50": round(statistics.median(ordered), 2), "p95": at(0.95), "p99": at(0.99),
+            "max": round(ordered[-1], 2)}
+
+
+async def run(server_url: str, n: int, queries: int, naive: bool) -> dict:
+    name = f"rfp_bench_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        conn = await asyncpg.connect(db.with_database(server_url, name))
+        try:
+            await db.migrate(conn)
+            account_id = (await accounts.create_account(conn, "Bench", "b@example.invalid"))["account"]["id"]
+            rng = random.Random(7)
+            text = sampler(rng, words(rng))
+            started = time.perf_counter()
+            await load(conn, account_id, n, text)
+            await conn.execute("ANALYZE")
+            load_s = time.perf_counter() - started
+            questions = [text(random.randint(8, 25)) + "?" for _ in range(queries)]
+            for question in questions[:20]:  # warm the caches
+                await find_references(conn, account_id, question)
+            timings, found = [], 0
+            for question in questions:
+                t0 = time.perf_counter()
+                refs = await find_references(conn, account_id, question)
+                timings.append((time.perf_counter() - t0) * 1000)
+                found += bool(refs)
+            result = {"entries": n, "queries": queries, "load_seconds": round(load_s, 1),
+                      "answered": found, "find_references_ms": percentiles(timings)}
+            if naive:
+                naive_timings = []
+                for question in questions[:50]:
+                    t0 = time.perf_counter()
+                    await conn.fetch(NAIVE, account_id, question)
+                    naive_timings.append((time.perf_counter() - t0) * 1000)
+                result["naive_or_ts_rank_cd_ms"] = percentiles(naive_timings)
+            return result
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--naive", action="store_true")
+    args = parser.parse_args()
+    random.seed(11)
+    server = db.EmbeddedPostgres(Path("var/bench"))
+    try:
+        print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
+              f"{__import__('os').cpu_count()} CPUs, Python {platform.python_version()}, "
+              f"{time.strftime('%Y-%m-%d')}")
+        for n in args.sizes:
+            print(json.dumps(asyncio.run(run(server.url(), n, args.queries, args.naive))), flush=True)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

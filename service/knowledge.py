@@ -1,0 +1,335 @@
+"""Knowledge base: an account's entries (question?, answer, title, tags, source) and CSV import."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, NewType
+
+import asyncpg
+import attrs
+from aiohttp import web
+
+from . import db
+from .auth import new_id, principal, requires
+from .convert import NonBlank, converter, read_object, structure, unstructure
+from .errors import NotFound, UnsupportedMediaType, ValidationFailed
+from .keys import POOL
+from .models import Page
+
+MAX_QUESTION = 10_000
+MAX_ANSWER = 100_000
+MAX_SHORT = 500  # title, source, external id, each tag
+MAX_TAGS = 50
+MAX_IMPORT_ROWS = 10_000
+CSV_COLUMNS = ("question", "answer", "title", "tags", "source", "id")
+
+
+TagList = NewType("TagList", list)
+
+
+def _tag_list(value: Any, _: type) -> list[str]:
+    # cattrs would take a string for a list of its characters.
+    if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
+        raise ValueError("must be an array of strings")
+    return value
+
+
+converter.register_structure_hook(TagList, _tag_list)
+
+
+def _bounded(limit: int) -> Any:
+    def check(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+        if value is not None and len(value) > limit:
+            raise ValueError(f"{attribute.name} must be at most {limit} characters")
+
+    return check
+
+
+def _tags(instance: object, attribute: attrs.Attribute, value: list[str]) -> None:
+    if len(value) > MAX_TAGS:
+        raise ValueError(f"at most {MAX_TAGS} tags")
+    for tag in value:
+        if not tag.strip() or len(tag) > MAX_SHORT:
+            raise ValueError(f"each tag must be non-blank and at most {MAX_SHORT} characters")
+
+
+@attrs.frozen(kw_only=True)
+class KnowledgeItemInput:
+    answer: NonBlank = attrs.field(validator=_bounded(MAX_ANSWER))
+    question: str | None = attrs.field(default=None, validator=_bounded(MAX_QUESTION))
+    title: str | None = attrs.field(default=None, validator=_bounded(MAX_SHORT))
+    tags: TagList = attrs.field(factory=list, validator=_tags)
+    source: str | None = attrs.field(default=None, validator=_bounded(MAX_SHORT))
+
+
+@attrs.frozen(kw_only=True)
+class ImportRow(KnowledgeItemInput):
+    """A CSV row: an entry plus the importer's own id, which re-imports update by."""
+
+    external_id: str | None = attrs.field(default=None, validator=_bounded(MAX_SHORT))
+
+
+@attrs.frozen(kw_only=True)
+class KnowledgeItem:
+    id: str
+    question: str | None
+    answer: str
+    title: str | None
+    tags: list[str]
+    source: str | None
+    external_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> KnowledgeItem:
+        return cls(
+            id=row["id"],
+            question=row["question"],
+            answer=row["answer"],
+            title=row["title"],
+            tags=list(row["tags"]),
+            source=row["source"],
+            external_id=row["external_id"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+def _blank_to_none(value: str | None) -> str | None:
+    return value if value is not None and value.strip() else None
+
+
+async def create_item(
+    conn: asyncpg.Connection, account_id: str, data: KnowledgeItemInput
+) -> KnowledgeItem:
+    row = await conn.fetchrow(
+        db.query("insert_knowledge_item"),
+        new_id("kb"),
+        account_id,
+        _blank_to_none(data.question),
+        data.answer,
+        _blank_to_none(data.title),
+        [tag.strip() for tag in data.tags],
+        _blank_to_none(data.source),
+        None,  # external ids come from imports only
+    )
+    return KnowledgeItem.from_row(row)
+
+
+# -- CSV import -------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Rejection:
+    row: int  # the spreadsheet row: the header is row 1, the first entry row 2
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ImportReport:
+    imported: int
+    created: int
+    updated: int
+    rejected: list[Rejection]
+    ignored_columns: list[str]
+
+
+@attrs.frozen(kw_only=True)
+class ParsedCsv:
+    valid: list[tuple[int, ImportRow]]  # (row number, row)
+    rejected: list[Rejection]
+    ignored_columns: list[str]
+
+
+def parse_csv(text: str) -> ParsedCsv:
+    """The valid rows of a knowledge-base CSV (with their row numbers) and the rejected ones.
+
+    A header without `answer` or too many rows rejects the whole file (422); a bad row only
+    itself. Columns other than CSV_COLUMNS (spreadsheet exports carry many) are ignored and named.
+    """
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc}"]) from None
+    if header is None:
+        raise ValidationFailed(["csv: the file is empty; expected a header row question,answer,…"])
+    names = [name.strip().lower() for name in header]
+    problems = []
+    known = [name for name in names if name in CSV_COLUMNS]
+    if len(set(known)) != len(known):
+        problems.append("csv: a column appears twice in the header")
+    if "answer" not in names:
+        problems.append("csv: the header must have an answer column")
+    if problems:
+        raise ValidationFailed(problems)
+
+    valid: list[tuple[int, ImportRow]] = []
+    rejected: list[Rejection] = []
+    seen_ids: dict[str, int] = {}
+    row_number = 1
+    while True:
+        try:
+            values = next(reader, None)
+        except csv.Error as exc:
+            rejected.append(Rejection(row=row_number + 1, reason=f"not valid CSV: {exc}"))
+            break  # the reader cannot resynchronise after a broken quote
+        if values is None:
+            break
+        row_number += 1
+        if not any(value.strip() for value in values):
+            continue  # blank lines are not entries
+        if row_number - 1 > MAX_IMPORT_ROWS:
+            raise ValidationFailed([f"csv: at most {MAX_IMPORT_ROWS} rows per import; split the file"])
+        if len(values) != len(names):
+            rejected.append(Rejection(
+                row=row_number, reason=f"has {len(values)} fields; the header has {len(names)}"
+            ))
+            continue
+        fields = {name: value for name, value in zip(names, values, strict=True) if name in CSV_COLUMNS}
+        raw: dict[str, Any] = {
+            "answer": fields["answer"],
+            "question": fields.get("question") or None,
+            "title": fields.get("title") or None,
+            "source": fields.get("source") or None,
+            "external_id": (fields.get("id") or "").strip() or None,
+            "tags": [tag.strip() for tag in (fields.get("tags") or "").split(";") if tag.strip()],
+        }
+        try:
+            item = structure(raw, ImportRow)
+        except ValidationFailed as exc:
+            reason = "; ".join(exc.details or [exc.message]).replace("external_id", "id")
+            rejected.append(Rejection(row=row_number, reason=reason))
+            continue
+        if item.external_id is not None:
+            if item.external_id in seen_ids:
+                rejected.append(Rejection(
+                    row=row_number,
+                    reason=f"id {item.external_id!r} already appears on row {seen_ids[item.external_id]}",
+                ))
+                continue
+            seen_ids[item.external_id] = row_number
+        valid.append((row_number, item))
+    ignored = [name for name in names if name not in CSV_COLUMNS]
+    return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
+
+
+async def import_csv(conn: asyncpg.Connection, account_id: str, text: str) -> ImportReport:
+    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
+    parsed = parse_csv(text)
+    valid = parsed.valid
+    created = updated = 0
+    if valid:
+        items = [item for _, item in valid]
+        async with conn.transaction():
+            rows = await conn.fetch(
+                db.query("upsert_knowledge_items"),
+                account_id,
+                [new_id("kb") for _ in items],
+                [_blank_to_none(i.question) for i in items],
+                [i.answer for i in items],
+                [_blank_to_none(i.title) for i in items],
+                [json.dumps(i.tags) for i in items],
+                [_blank_to_none(i.source) for i in items],
+                [i.external_id for i in items],
+            )
+        created = sum(1 for row in rows if row["created"])
+        updated = len(rows) - created
+    return ImportReport(
+        imported=created + updated,
+        created=created,
+        updated=updated,
+        rejected=parsed.rejected,
+        ignored_columns=parsed.ignored_columns,
+    )
+
+
+def decode_csv(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValidationFailed(["csv: the file must be UTF-8 encoded"]) from None
+
+
+async def _read_csv_body(request: web.Request) -> str:
+    if request.content_type == "multipart/form-data":
+        reader = await request.multipart()
+        async for part in reader:
+            if getattr(part, "name", None) == "file":
+                return decode_csv(await part.read())  # type: ignore[union-attr]
+        raise ValidationFailed(["file: is required (a multipart field named file holding the CSV)"])
+    if request.content_type in ("text/csv", "application/csv", "text/plain"):
+        return decode_csv(await request.read())
+    raise UnsupportedMediaType(
+        "send the CSV as text/csv, or as multipart/form-data with a field named file"
+    )
+
+
+# -- handlers ---------------------------------------------------------------------------
+
+
+def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
+    return web.json_response(unstructure(item), status=status)
+
+
+@requires("write", roles=("admin", "member"))
+async def post_item(request: web.Request) -> web.Response:
+    fields, _ = await read_object(request, "knowledge_base_item")
+    data = structure(fields, KnowledgeItemInput, root="knowledge_base_item")
+    async with request.app[POOL].acquire() as conn:
+        item = await create_item(conn, principal(request).account_id, data)
+    response = _item_response(item, status=201)
+    response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
+    return response
+
+
+@requires("read")
+async def list_items(request: web.Request) -> web.Response:
+    page = Page.from_query(request.query)
+    account_id = principal(request).account_id
+    async with request.app[POOL].acquire() as conn:
+        total = await conn.fetchval(db.query("count_knowledge_items"), account_id)
+        rows = await conn.fetch(db.query("list_knowledge_items"), account_id, page.size, page.offset)
+    return web.json_response(
+        {
+            "knowledge_base_items": [unstructure(KnowledgeItem.from_row(row)) for row in rows],
+            "pagination": page.pagination(total, len(rows)),
+        }
+    )
+
+
+@requires("read")
+async def get_item(request: web.Request) -> web.Response:
+    item_id = request.match_info["id"]
+    async with request.app[POOL].acquire() as conn:
+        row = await conn.fetchrow(
+            db.query("get_knowledge_item"), item_id, principal(request).account_id
+        )
+    if row is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return _item_response(KnowledgeItem.from_row(row))
+
+
+@requires("write", roles=("admin", "member"))
+async def delete_item(request: web.Request) -> web.Response:
+    item_id = request.match_info["id"]
+    async with request.app[POOL].acquire() as conn:
+        deleted = await conn.fetchval(
+            db.query("delete_knowledge_item"), item_id, principal(request).account_id
+        )
+    if deleted is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return web.Response(status=204)
+
+
+@requires("write", roles=("admin", "member"))
+async def import_items(request: web.Request) -> web.Response:
+    text = await _read_csv_body(request)
+    async with request.app[POOL].acquire() as conn:
+        report = await import_csv(conn, principal(request).account_id, text)
+    return web.json_response(unstructure(report))

@@ -1,0 +1,130 @@
+"""Prometheus metrics: every metric object of the service, in one per-app registry.
+
+Each `create_app` gets its own `Metrics` (own `CollectorRegistry`), so several apps in one process
+(the tests) never share or collide. Code that counts something reaches it with
+`request.app[METRICS]` (or `app[METRICS]`); it is always present, and counting costs next to
+nothing when `[metrics] enabled = false` (then only the `/metrics` route and the timing
+middleware are absent).
+
+Names (all prefixed `rfp_`):
+
+| metric | type | labels | what |
+|---|---|---|---|
+| rfp_http_requests_total | counter | route, method, status | requests answered, by route name |
+| rfp_http_request_duration_seconds | histogram | route, method | time to answer |
+| rfp_pipeline_queue_depth | gauge | | questions scheduled or running in this process |
+| rfp_pipeline_step_duration_seconds | histogram | step, outcome | one step (ok, retry, failed) |
+| rfp_credits_debited_total | counter | reason | credits taken from accounts (refunds not subtracted) |
+| rfp_credits_refunded_total | counter | reason | credits given back |
+| rfp_rate_limit_rejections_total | counter | route | requests refused with 429 |
+
+`route` is the aiohttp route name from service/app.py (`unmatched` for unknown paths), never the
+raw path, so the label set stays small.
+
+Several worker processes (`serve --workers N`): prometheus-client's multiprocess mode. `serve`
+points PROMETHEUS_MULTIPROC_DIR at a fresh directory before it starts the workers, each worker
+writes its samples there, and `/metrics` on any worker reports the sum over all of them (gauges:
+`livesum`). One scrape of the shared port therefore sees the whole service.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from .auth import public
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+# Request latencies of this service sit between ~1 ms and a few seconds.
+_HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Pipeline steps include engine calls that may take tens of seconds.
+_STEP_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class Metrics:
+    """The service's metric objects, registered in `self.registry`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.http_requests = Counter(
+            "rfp_http_requests", "HTTP requests answered, by route name, method and status.",
+            ["route", "method", "status"], registry=r,
+        )
+        self.http_request_duration = Histogram(
+            "rfp_http_request_duration_seconds", "Time to answer an HTTP request, by route name.",
+            ["route", "method"], buckets=_HTTP_BUCKETS, registry=r,
+        )
+        self.pipeline_queue_depth = Gauge(
+            "rfp_pipeline_queue_depth", "Questions scheduled or running in the pipeline.",
+            registry=r, multiprocess_mode="livesum",
+        )
+        self.pipeline_step_duration = Histogram(
+            "rfp_pipeline_step_duration_seconds", "Duration of one question pipeline step.",
+            ["step", "outcome"], buckets=_STEP_BUCKETS, registry=r,
+        )
+        self.credits_debited = Counter(
+            "rfp_credits_debited", "Credits debited from accounts.", ["reason"], registry=r,
+        )
+        self.credits_refunded = Counter(
+            "rfp_credits_refunded", "Credits refunded to accounts.", ["reason"], registry=r,
+        )
+        self.rate_limit_rejections = Counter(
+            "rfp_rate_limit_rejections", "Requests refused by a rate limit (429).", ["route"],
+            registry=r,
+        )
+
+    def exposition(self) -> bytes:
+        """The text format of every sample; across all worker processes in multiprocess mode."""
+        directory = os.environ.get(MULTIPROC_ENV)
+        if directory:
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=directory)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+
+METRICS = web.AppKey("metrics", Metrics)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count and time every request by route name; sits outside the error middleware."""
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        metrics = request.app[METRICS]
+        route = request.match_info.route.name or "unmatched"
+        metrics.http_requests.labels(route, request.method, str(status)).inc()
+        metrics.http_request_duration.labels(route, request.method).observe(
+            time.perf_counter() - started
+        )
+
+
+@public
+async def get_metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS].exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

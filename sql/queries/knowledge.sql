@@ -1,0 +1,38 @@
+-- insert_knowledge_item --
+-- A new entry of an account.
+INSERT INTO knowledge_items (id, account_id, question, answer, title, tags, source, external_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+RETURNING *;
+
+-- get_knowledge_item --
+-- One entry of an account.
+SELECT * FROM knowledge_items WHERE id = $1 AND account_id = $2;
+
+-- count_knowledge_items --
+-- How many entries an account has.
+SELECT count(*)::integer FROM knowledge_items WHERE account_id = $1;
+
+-- list_knowledge_items --
+-- One page of an account's entries, newest first.
+SELECT * FROM knowledge_items
+ WHERE account_id = $1
+ ORDER BY created_at DESC, id DESC
+ LIMIT $2 OFFSET $3;
+
+-- delete_knowledge_item --
+-- Remove one entry of an account; returns its id when it existed.
+DELETE FROM knowledge_items WHERE id = $1 AND account_id = $2 RETURNING id;
+
+-- upsert_knowledge_items --
+-- Import rows (parallel arrays): a row whose external id the account already has updates that
+-- entry, the others are created. Returns each row's id and whether it was created.
+INSERT INTO knowledge_items AS k (id, account_id, question, answer, title, tags, source, external_id)
+SELECT r.id, $1, r.question, r.answer, r.title,
+       coalesce((SELECT array_agg(t) FROM jsonb_array_elements_text(r.tags) AS t), '{}'),
+       r.source, r.external_id
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[])
+       AS r(id, question, answer, title, tags, source, external_id)
+ON CONFLICT (account_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
+   SET question = excluded.question, answer = excluded.answer, title = excluded.title,
+       tags = excluded.tags, source = excluded.source, updated_at = now()
+RETURNING k.id, k.external_id, (xmax = 0) AS created;

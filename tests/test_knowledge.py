@@ -1,0 +1,177 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import aiohttp
+
+from service.retrieval import find_references
+
+ITEMS = "/api/v1/knowledge_base_items"
+
+
+async def _create(client, actor, **fields):
+    return await client.post(ITEMS, json={"knowledge_base_item": fields}, headers=actor.headers)
+
+
+async def test_create_item__201_with_fields_and_readable(client, admin):
+    response = await _create(
+        client, admin, question="Do you encrypt backups?", answer="Yes, AES-256.",
+        title="Backups", tags=["encryption", "backup"], source="policy.pdf",
+    )
+    assert response.status == 201
+    created = await response.json()
+    assert created["id"].startswith("kb_")
+    assert response.headers["Location"] == f"{ITEMS}/{created['id']}"
+    assert created["tags"] == ["encryption", "backup"]
+    read = await client.get(f"{ITEMS}/{created['id']}", headers=admin.headers)
+    assert read.status == 200
+    assert await read.json() == created
+
+
+async def test_create_item__answer_required_and_types_checked_per_field(client, admin):
+    response = await _create(client, admin, question=5, tags="x")
+    body = await response.json()
+    assert response.status == 422
+    assert sorted(body["error"]["details"]) == [
+        "knowledge_base_item.answer: is required",
+        "knowledge_base_item.question: must be a string, got number",
+        "knowledge_base_item.tags: must be an array of strings",
+    ]
+
+
+async def test_create_item__overlong_answer_is_422(client, admin):
+    response = await _create(client, admin, answer="x" * 100_001)
+    assert response.status == 422
+    assert "at most 100000 characters" in (await response.json())["error"]["details"][0]
+
+
+async def test_create_item__viewer_is_forbidden(client, admin, make_member):
+    viewer = await make_member(admin.account_id, role="viewer")
+    response = await _create(client, viewer, answer="Yes")
+    assert response.status == 403
+    assert (await response.json())["error"]["code"] == "forbidden"
+
+
+async def test_list_items__paginated_newest_first_and_own_account_only(client, admin, make_account):
+    other = await make_account()
+    await _create(client, other, answer="not mine")
+    for n in range(3):
+        await _create(client, admin, answer=f"answer {n}")
+    response = await client.get(ITEMS, headers=admin.headers)
+    body = await response.json()
+    assert [item["answer"] for item in body["knowledge_base_items"]] == [
+        "answer 2", "answer 1", "answer 0",
+    ]
+    assert body["pagination"]["total_count"] == 3
+    past = await (await client.get(f"{ITEMS}?page=2", headers=admin.headers)).json()
+    assert past["knowledge_base_items"] == [] and past["pagination"]["from"] is None
+
+
+async def test_get_and_delete__other_account_is_404(client, admin, make_account):
+    other = await make_account()
+    item_id = (await (await _create(client, admin, answer="mine")).json())["id"]
+    assert (await client.get(f"{ITEMS}/{item_id}", headers=other.headers)).status == 404
+    assert (await client.delete(f"{ITEMS}/{item_id}", headers=other.headers)).status == 404
+    assert (await client.get(f"{ITEMS}/{item_id}", headers=admin.headers)).status == 200
+
+
+async def test_delete_item__204_then_404_and_no_longer_retrieved(client, conn, admin):
+    item_id = (await (await _create(client, admin, answer="Quarterly penetration tests")).json())["id"]
+    assert (await client.delete(f"{ITEMS}/{item_id}", headers=admin.headers)).status == 204
+    assert (await client.get(f"{ITEMS}/{item_id}", headers=admin.headers)).status == 404
+    assert await find_references(conn, admin.account_id, "penetration tests") == []
+
+
+CSV = (
+    "id,question,answer,title,tags,source,vendor_note\n"
+    "E-1,Do you support MFA?,Yes; TOTP and WebAuthn.,MFA,auth;identity,sheet,x\n"
+    'E-2,"Is data encrypted\nat rest?","Yes, AES-256.",,,,\n'
+    "E-3,Blank answer,,,,,\n"
+    "E-4,Too few fields\n"
+    "E-1,Duplicate id,Yes,,,,\n"
+)
+
+
+async def test_import_csv__good_rows_committed_bad_rows_reported_by_row(client, admin):
+    response = await client.post(
+        f"{ITEMS}/import", data=CSV.encode(), headers={**admin.headers, "Content-Type": "text/csv"}
+    )
+    body = await response.json()
+    assert response.status == 200
+    assert (body["imported"], body["created"], body["updated"]) == (2, 2, 0)
+    assert body["ignored_columns"] == ["vendor_note"]
+    assert [(r["row"], r["reason"]) for r in body["rejected"]] == [
+        (4, "answer: must not be blank"),
+        (5, "has 2 fields; the header has 7"),
+        (6, "id 'E-1' already appears on row 2"),
+    ]
+    listed = await (await client.get(ITEMS, headers=admin.headers)).json()
+    by_id = {item["external_id"]: item for item in listed["knowledge_base_items"]}
+    assert by_id["E-1"]["tags"] == ["auth", "identity"]
+    assert by_id["E-2"]["question"] == "Is data encrypted\nat rest?"
+
+
+async def test_import_csv__reimport_same_id_updates_the_entry(client, admin):
+    headers = {**admin.headers, "Content-Type": "text/csv"}
+    first = "id,question,answer\nE-1,Do you support SSO?,No.\n"
+    again = "id,question,answer\nE-1,Do you support SSO?,Yes: SAML 2.0.\n"
+    await client.post(f"{ITEMS}/import", data=first, headers=headers)
+    body = await (await client.post(f"{ITEMS}/import", data=again, headers=headers)).json()
+    assert (body["created"], body["updated"]) == (0, 1)
+    listed = await (await client.get(ITEMS, headers=admin.headers)).json()
+    assert [i["answer"] for i in listed["knowledge_base_items"]] == ["Yes: SAML 2.0."]
+
+
+async def test_import_csv__multipart_file_field(client, admin):
+    form = aiohttp.FormData()
+    form.add_field("file", b"question,answer\nQ?,A.\n", filename="kb.csv", content_type="text/csv")
+    response = await client.post(f"{ITEMS}/import", data=form, headers=admin.headers)
+    assert response.status == 200
+    assert (await response.json())["imported"] == 1
+
+
+async def test_import_csv__without_answer_column_is_422(client, admin):
+    response = await client.post(
+        f"{ITEMS}/import", data="question,title\nQ?,T\n",
+        headers={**admin.headers, "Content-Type": "text/csv"},
+    )
+    assert response.status == 422
+    assert (await response.json())["error"]["details"] == ["csv: the header must have an answer column"]
+
+
+async def test_import_csv__json_body_is_415_and_viewer_403(client, admin, make_member):
+    response = await client.post(f"{ITEMS}/import", json={"x": 1}, headers=admin.headers)
+    assert response.status == 415
+    viewer = await make_member(admin.account_id, role="viewer")
+    response = await client.post(
+        f"{ITEMS}/import", data="answer\nA\n", headers={**viewer.headers, "Content-Type": "text/csv"}
+    )
+    assert response.status == 403
+
+
+async def test_import_csv__too_many_rows_is_422(client, admin):
+    body = "answer\n" + "A\n" * 10_001
+    response = await client.post(
+        f"{ITEMS}/import", data=body, headers={**admin.headers, "Content-Type": "text/csv"}
+    )
+    assert response.status == 422
+    assert "at most 10000 rows" in (await response.json())["error"]["details"][0]
+
+
+async def test_cli_kb_import__json_prints_one_object(tmp_path, config, conn, admin):
+    path = tmp_path / "kb.csv"
+    path.write_text("id,question,answer\nE-1,Q?,A.\nE-2,Q2?,\n")
+    done = subprocess.run(  # noqa: ASYNC221 (the CLI is its own process; the test just waits)
+        [sys.executable, "-m", "service", "kb", "import", "--account", admin.account_id, str(path),
+         "--json"],
+        capture_output=True, text=True, env={"DATABASE_URL": config.database.url, "PATH": ""},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["imported"] == 1
+    assert report["rejected"] == [{"row": 3, "reason": "answer: must not be blank"}]
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items WHERE account_id = $1",
+                               admin.account_id) == 1

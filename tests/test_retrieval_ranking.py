@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from service import retrieval
+from service.coverage import assess
+from service.knowledge import import_csv
+from service.retrieval import find_references, lexeme_weights
+
+KB = (
+    "id,question,answer\n"
+    "IAM-1,Do you enforce multi-factor authentication for administrators?,Yes.\n"
+    "BCR-1,Is the disaster recovery plan tested annually?,Yes; a tabletop exercise each year.\n"
+    "CEK-1,Are encryption keys rotated?,Please see CEK-2.\n"
+    "CEK-2,How are cryptographic keys managed?,Keys live in a KMS and rotate every 90 days.\n"
+    "HRS-1,Do employees complete training?,Annual security awareness training covers phishing.\n"
+)
+
+
+async def _load(conn, account_id, text=KB):
+    return await import_csv(conn, account_id, text)
+
+
+async def test_find_references__vocabulary_maps_acronym_to_phrase(conn, admin):
+    await _load(conn, admin.account_id)
+    found = await find_references(conn, admin.account_id, "Is 2FA required for admin logins?")
+    assert found[0].external_id == "IAM-1"
+
+
+async def test_find_references__drp_acronym_finds_disaster_recovery(conn, admin):
+    await _load(conn, admin.account_id)
+    found = await find_references(conn, admin.account_id, "Is your DRP reviewed every year?")
+    assert found[0].external_id == "BCR-1"
+
+
+async def test_find_references__operator_vocabulary_extends_matching(conn, admin, make_account):
+    await _load(conn, admin.account_id)
+    question = "Do you run a human firewall programme?"
+    before = await find_references(conn, admin.account_id, question)
+    assert all(ref.external_id != "HRS-1" for ref in before)
+    await conn.execute(
+        "INSERT INTO knowledge_vocabulary (account_id, concept, phrase) VALUES "
+        "($1, 'people', 'human firewall'), ($1, 'people', 'security awareness')",
+        admin.account_id,
+    )
+    after = await find_references(conn, admin.account_id, question)
+    assert after[0].external_id == "HRS-1"
+
+
+async def test_find_references__question_words_outrank_answer_words(conn, admin):
+    await _load(conn, admin.account_id, "id,question,answer\n"
+                "A,Do you log administrator access?,Yes.\n"
+                "B,Do you keep records?,We log administrator access and much else besides.\n")
+    found = await find_references(conn, admin.account_id, "Is administrator access logged?")
+    assert [ref.external_id for ref in found] == ["A", "B"]
+    assert found[0].question_match > found[1].question_match
+
+
+async def test_find_references__pointer_entry_carries_the_target_answer(conn, admin):
+    await _load(conn, admin.account_id)
+    found = await find_references(conn, admin.account_id, "Are encryption keys rotated?")
+    assert found[0].external_id == "CEK-1"
+    assert found[0].answer == "Keys live in a KMS and rotate every 90 days."
+    assert found[0].pointer == "Please see CEK-2."
+
+
+async def test_term_statistics__follow_inserts_updates_and_deletes(conn, admin):
+    await _load(conn, admin.account_id, "id,question,answer\nX,Rotate keys?,Yes.\nY,Keys?,Yes.\n")
+
+    async def df(lexeme):
+        return await conn.fetchval(
+            "SELECT df FROM knowledge_terms WHERE account_id = $1 AND lexeme = $2",
+            admin.account_id, lexeme,
+        )
+
+    assert (await df("key"), await df("rotat")) == (2, 1)
+    await _load(conn, admin.account_id, "id,question,answer\nX,Keys kept?,Yes.\n")
+    assert (await df("key"), await df("rotat"), await df("kept")) == (2, 0, 1)
+    await conn.execute("DELETE FROM knowledge_items WHERE external_id = 'Y'")
+    assert await df("key") == 1
+    assert await conn.fetchval(
+        "SELECT items FROM knowledge_stats WHERE account_id = $1", admin.account_id
+    ) == 1
+
+
+def test_candidate_lexemes__rarest_first_within_budget(monkeypatch):
+    monkeypatch.setattr(retrieval, "CANDIDATE_BUDGET", 100)
+    monkeypatch.setattr(retrieval, "CANDIDATE_LIMIT", 10)
+    terms = [("common", 5000), ("rare", 3), ("mid", 90), ("absent", 0), ("some", 40)]
+    assert retrieval._choose_candidate_lexemes(terms, items=10_000) == ["rare", "some"]
+    assert retrieval._choose_candidate_lexemes([("common", 5000)], items=10_000) == ["common"]
+
+
+def test_lexeme_weights__reads_positions_of_one_lexeme():
+    vector = "'key':1A,7C 'monkey':2A 'it''s':3B 'bare'"
+    assert lexeme_weights(vector, "key") == "AC"
+    assert lexeme_weights(vector, "it's") == "B"
+    assert lexeme_weights(vector, "bare") == "D"
+    assert lexeme_weights(vector, "monk") == ""
+
+
+async def test_assess__nothing_found_is_not_sufficient(conn, admin):
+    coverage = await assess(conn, admin.account_id, "Anything?", [])
+    assert not coverage.sufficient and coverage.rationale
+
+
+async def test_assess__close_match_is_sufficient_unrelated_is_not(conn, admin):
+    await _load(conn, admin.account_id)
+    close = "Do you enforce multi-factor authentication for administrators?"
+    refs = await find_references(conn, admin.account_id, close)
+    assert (await assess(conn, admin.account_id, close, refs)).sufficient
+    far = "Do you hold FedRAMP High authorization for your payroll subsidiaries in Brazil?"
+    refs = await find_references(conn, admin.account_id, far)
+    coverage = await assess(conn, admin.account_id, far, refs)
+    assert not coverage.sufficient
+    assert 0 <= coverage.confidence < 0.8
