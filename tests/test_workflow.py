@@ -154,10 +154,10 @@ async def test_rfp_state__follows_items_through_the_workflow(client, admin, conn
     assert (await rfp_of(client, admin, rfp_id))["state"] == "processing_items"
 
     # The pipeline completes them (through the guarded update it uses).
-    await conn.execute(db.query("answer_rfp_item"), a, "Yes.", 0.9, "auto_answered")
-    await conn.execute(db.query("answer_rfp_item"), b, "Unsure.", 0.2, "needs_input")
+    await conn.execute(db.query("answer_rfp_item"), a, "Yes.", 0.9, "auto_answered", "q_" + a)
+    await conn.execute(db.query("answer_rfp_item"), b, "Unsure.", 0.2, "needs_input", "q_" + b)
     assert (await rfp_of(client, admin, rfp_id))["state"] == "processing_items"
-    await conn.execute(db.query("answer_rfp_item"), c, "No.", 0.8, "auto_answered")
+    await conn.execute(db.query("answer_rfp_item"), c, "No.", 0.8, "auto_answered", "q_" + c)
     rfp = await rfp_of(client, admin, rfp_id)
     assert rfp["state"] == "needs_input"
     assert rfp["stats"] == {"total_items": 3, "needs_input_items": 1, "auto_answered_items": 2,
@@ -181,10 +181,31 @@ async def test_pipeline_answer__does_not_overwrite_a_reviewed_item(client, admin
     [item_id] = await item_ids(client, admin, rfp_id)
     await conn.execute("UPDATE rfp_items SET question_id = 'q_x' WHERE id = $1", item_id)
     await review(client, admin, rfp_id, item_id, answer="Mine.", state="approved")
-    stored = await conn.fetchrow(db.query("answer_rfp_item"), item_id, "Engine's.", 0.9, "auto_answered")
+    stored = await conn.fetchrow(
+        db.query("answer_rfp_item"), item_id, "Engine's.", 0.9, "auto_answered", "q_x"
+    )
     assert stored is None
     item = await conn.fetchrow("SELECT answer, state::text FROM rfp_items WHERE id = $1", item_id)
     assert (item["answer"], item["state"]) == ("Mine.", "approved")
+
+
+async def test_pipeline_answer__an_earlier_question_does_not_answer_a_reopened_item(
+    client, admin, conn
+):
+    rfp_id = await new_rfp(client, admin, ["Q?"])
+    [item_id] = await item_ids(client, admin, rfp_id)
+    # Reopened and asked anew: the item now waits for q_new; q_old is still in the pipeline.
+    await conn.execute("UPDATE rfp_items SET question_id = 'q_new' WHERE id = $1", item_id)
+    stale = await conn.fetchrow(
+        db.query("answer_rfp_item"), item_id, "Old answer.", 0.9, "auto_answered", "q_old"
+    )
+    assert stale is None
+    fresh = await conn.fetchrow(
+        db.query("answer_rfp_item"), item_id, "New answer.", 0.9, "auto_answered", "q_new"
+    )
+    assert fresh is not None
+    item = await conn.fetchrow("SELECT answer, state::text FROM rfp_items WHERE id = $1", item_id)
+    assert (item["answer"], item["state"]) == ("New answer.", "auto_answered")
 
 
 async def test_create_items__other_accounts_rfp_is_404(client, make_account):
