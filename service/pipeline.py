@@ -243,7 +243,7 @@ async def persist(
             item_state = "needs_input" if after.requires_attention else "auto_answered"
             rfp_id = await conn.fetchval(
                 db.query("answer_rfp_item"), after.rfp_item_id, after.answer, after.confidence,
-                item_state,
+                item_state, after.id,
             )
             if rfp_id is not None:
                 await conn.execute(db.query("touch_rfp"), rfp_id)

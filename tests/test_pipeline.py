@@ -146,6 +146,9 @@ async def test_rfp_item__completed_question_answers_a_pending_item(client, conn,
             )
             for item in items
         ]
+        await conn.execute(
+            db.query("link_rfp_items_to_questions"), [item["id"] for item in items], ids
+        )
     for question_id in ids:
         await wait_complete(client, question_id, admin.headers)
     states = await conn.fetch(

@@ -84,10 +84,11 @@ RETURNING id;
 SELECT context FROM rfps WHERE id = $1;
 
 -- answer_rfp_item --
--- A completed question answers its RFP item, if the item still waits for an answer.
+-- A completed question answers its RFP item, if the item still waits for an answer from this
+-- question: a reopened item asked anew must not take the answer of its earlier question.
 UPDATE rfp_items
    SET answer = $2, confidence = $3, state = $4::rfp_item_state, updated_at = now()
- WHERE id = $1 AND state = 'pending'
+ WHERE id = $1 AND state = 'pending' AND question_id = $5
 RETURNING rfp_id;
 
 -- count_unfinished_questions --
