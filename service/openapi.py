@@ -297,6 +297,8 @@ def _op(op_id: str, summary: str, responses: dict, *, security: list | None = No
                           "security": security if security is not None else _BEARER}
     if params:
         op["parameters"] = params
+        op["responses"] = {"400": _error("a NUL character (%00) in the path or query "
+                                         "(parameter_invalid)"), **responses}
     if body or body_content:
         op["requestBody"] = {"required": True,
                              "content": body_content or {JSON: {"schema": body}}}
@@ -361,8 +363,13 @@ def document() -> dict[str, Any]:
             "404": not_found["question"]}, params=[_ID])},
         "/api/v1/questions/{id}/events": {"get": _op(
             "question_events", "the question's state changes as Server-Sent Events", {
-                "200": _text("text/event-stream", "one event per state (event: <state>, data: the "
-                             "Question as JSON); the stream ends after complete"),
+                "200": {"description": "one event per state (event: <state>, id: <state>, data: "
+                        "the Question as JSON, or {id, state} for a state passed unseen); the "
+                        "stream ends after complete",
+                        "content": {"text/event-stream": {"schema": _object({
+                            "event": STRING, "id": STRING,
+                            "data": {"type": "string", "contentMediaType": JSON},
+                        })}}},
                 "404": not_found["question"]}, params=[_ID])},
         "/api/v1/questions/{id}/review": {"post": _op(
             "review_question", "approve or correct an answer: it becomes a knowledge base item", {
@@ -443,7 +450,8 @@ def document() -> dict[str, Any]:
         "/docs": {"get": _op("docs", "browsable API documentation (Swagger UI, served locally)", {
             "200": _text("text/html", "HTML")}, security=[])},
         "/metrics": {"get": _op("metrics", "Prometheus metrics (only with [metrics] enabled)", {
-            "200": _text("text/plain", "Prometheus text format")}, security=[])},
+            "200": _text("text/plain", "Prometheus text format"),
+            "404": _error("metrics are not enabled (not_found)")}, security=[])},
     }
     return {
         "openapi": "3.1.0",
