@@ -351,6 +351,8 @@ async def question_events(request: web.Request) -> web.StreamResponse:
             while STATES[sent] != "complete":
                 try:
                     await asyncio.wait_for(changes.get(), poll)
+                    while not changes.empty():  # one read covers every change announced so far
+                        changes.get_nowait()
                 except TimeoutError:
                     await response.write(b": waiting\n\n")  # a comment: keeps proxies from timing out
                     # and falls through to a poll, in case a notification was lost

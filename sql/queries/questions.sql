@@ -79,8 +79,9 @@ UPDATE questions SET lease_owner = NULL, lease_expires_at = now() + make_interva
  WHERE id = $1 AND lease_owner = $2 AND state <> 'complete';
 
 -- advance_question --
--- A guarded transition: store a step's output and the next state, only if the question is still
--- in the expected state and leased to us. No row back means another worker moved it.
+-- A guarded transition: store the output of a step (or of a run of quick steps) and the state
+-- after it, only if the question is still in the expected state and leased to us. No row back
+-- means another worker moved it.
 UPDATE questions
    SET state = $4::question_state,
        context = $5,
