@@ -346,9 +346,15 @@ async def question_events(request: web.Request) -> web.StreamResponse:
         )
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):  # the client went away: just stop
+            # What one look at the question has to say goes out in one write (one send), and the
+            # last one together with the end of the stream.
             sent = STATES.index(row["state"])
-            await response.write(_event(row["state"], unstructure(Question.from_row(row))))
-            while STATES[sent] != "complete":
+            first = _event(row["state"], unstructure(Question.from_row(row)))
+            if STATES[sent] == "complete":
+                await response.write_eof(first)
+                return response
+            await response.write(first)
+            while True:
                 try:
                     await asyncio.wait_for(changes.get(), poll)
                     while not changes.empty():  # one read covers every change announced so far
@@ -359,10 +365,14 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                 async with pool.acquire() as conn:
                     row = await fetch_question(conn, question_id, account_id)
                 current = STATES.index(row["state"])
-                for passed in STATES[sent + 1 : current]:
-                    await response.write(_event(passed, {"id": question_id, "state": passed}))
-                if current > sent:
-                    await response.write(_event(row["state"], unstructure(Question.from_row(row))))
-                    sent = current
-            await response.write_eof()
+                if current <= sent:
+                    continue
+                events = [_event(passed, {"id": question_id, "state": passed})
+                          for passed in STATES[sent + 1 : current]]
+                events.append(_event(row["state"], unstructure(Question.from_row(row))))
+                sent = current
+                if STATES[sent] == "complete":
+                    await response.write_eof(b"".join(events))
+                    break
+                await response.write(b"".join(events))
     return response
