@@ -169,6 +169,7 @@ async def main() -> int:
     parser.add_argument("--processes", type=int, default=1,
                         help="service processes on one database, each on its own port; clients "
                              "are spread over them (`serve --workers` cannot be started from here)")
+    parser.add_argument("--pool", type=int, default=20, help="database.pool_max_size per process")
     parser.add_argument("--json", action="store_true", help="print one JSON object per run")
     args = parser.parse_args()
 
@@ -179,7 +180,7 @@ async def main() -> int:
         embedded = db.EmbeddedPostgres(ROOT / "var" / "bench")
         server_url = embedded.url()
     url, token, asked = await prepare(server_url, args.entries)
-    config = ("[database]\npool_max_size = 20\n"
+    config = (f"[database]\npool_max_size = {args.pool}\n"
               "[logging]\nlevel = \"WARNING\"\n"
               "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n")
     tmp = ROOT / "var" / "bench-run"
