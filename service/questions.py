@@ -26,6 +26,9 @@ from .pipeline import STATES
 
 DETAIL_LEVELS = ("low", "normal", "high")
 MAX_IDEMPOTENCY_KEY = 255
+# An event stream re-reads its question on every notification, and on every RECHECK_EVERY-th
+# quiet poll interval (every one when the listening connection was replaced meanwhile).
+RECHECK_EVERY = 5
 
 
 # -- input -------------------------------------------------------------------------------------
@@ -337,7 +340,9 @@ async def question_events(request: web.Request) -> web.StreamResponse:
     account_id = principal(request).account_id
     poll = request.app[CONFIG].questions.poll_seconds
     pool = request.app[POOL]
-    with request.app[EVENTS].subscribe(question_id) as changes:
+    events = request.app[EVENTS]
+    with events.subscribe(question_id) as changes:
+        listener = events.connections
         async with pool.acquire() as conn:
             row = await fetch_question(conn, question_id, account_id)  # 404 before streaming
         response = web.StreamResponse(
@@ -354,6 +359,7 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                 await response.write_eof(first)
                 return response
             await response.write(first)
+            quiet = 0
             while True:
                 try:
                     await asyncio.wait_for(changes.get(), poll)
@@ -361,18 +367,23 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                         changes.get_nowait()
                 except TimeoutError:
                     await response.write(b": waiting\n\n")  # a comment: keeps proxies from timing out
-                    # and falls through to a poll, in case a notification was lost
+                    quiet += 1
+                    if events.listening(listener) and quiet % RECHECK_EVERY:
+                        continue  # nothing can have been missed: no read (streams wait in bulk
+                        # when the service is busy, and a read each per poll would add to it)
+                    listener = events.connections  # fall through to a read: a notification may
+                    # have been lost (the listening connection changed), or to be safe now and then
                 async with pool.acquire() as conn:
                     row = await fetch_question(conn, question_id, account_id)
                 current = STATES.index(row["state"])
                 if current <= sent:
                     continue
-                events = [_event(passed, {"id": question_id, "state": passed})
-                          for passed in STATES[sent + 1 : current]]
-                events.append(_event(row["state"], unstructure(Question.from_row(row))))
+                out = [_event(passed, {"id": question_id, "state": passed})
+                       for passed in STATES[sent + 1 : current]]
+                out.append(_event(row["state"], unstructure(Question.from_row(row))))
                 sent = current
                 if STATES[sent] == "complete":
-                    await response.write_eof(b"".join(events))
+                    await response.write_eof(b"".join(out))
                     break
-                await response.write(b"".join(events))
+                await response.write(b"".join(out))
     return response
