@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime
 from typing import Any, NewType, TypeVar
 from urllib.parse import urlsplit
 
+import attrs
 import cattrs
 from aiohttp import web
 
@@ -142,6 +143,9 @@ def validation_details(exc: Exception, root: str = "") -> list[str]:
 
 def structure(data: Any, cls: type[T], root: str = "") -> T:
     """Structure a JSON value into `cls`, raising a 422 with one entry per failing field."""
+    if attrs.has(cls) and not isinstance(data, dict):
+        # cattrs would call .keys() on it and fail with an AttributeError (a 500).
+        raise ValidationFailed([f"{root or 'the body'}: must be a JSON object, got {_json_type(data)}"])
     try:
         return converter.structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
@@ -164,9 +168,32 @@ async def read_json(request: web.Request) -> Any:
     if not raw.strip():
         raise InvalidJson("the request body is empty; a JSON object is expected")
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidJson(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidJson("the request body is nested too deeply") from None
+    if not _storable(body):
+        # PostgreSQL text cannot hold NUL, and UTF-8 cannot encode a lone surrogate (\ud800).
+        raise InvalidJson(
+            "the request body holds a string with a NUL character (\\u0000) or an unpaired "
+            "surrogate (\\ud800-\\udfff); neither can be stored"
+        )
+    return body
+
+
+def _storable(value: Any) -> bool:
+    """Whether every string in a JSON value (keys included) is storable as PostgreSQL text."""
+    if isinstance(value, str):
+        return _UNSTORABLE.search(value) is None
+    if isinstance(value, list):
+        return all(_storable(item) for item in value)
+    if isinstance(value, dict):
+        return all(_storable(key) and _storable(item) for key, item in value.items())
+    return True
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 async def read_object(request: web.Request, key: str) -> tuple[dict[str, Any], dict[str, Any]]:

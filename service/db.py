@@ -96,7 +96,15 @@ async def create_pool(dsn: str, config: Config) -> asyncpg.Pool:
         dsn,
         min_size=min(config.database.pool_min_size, config.database.pool_max_size),
         max_size=config.database.pool_max_size,
+        reset=keep_session,
     )
+
+
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """Pool release without asyncpg's default reset query (`RESET ALL; UNLISTEN *; …`), a round
+    trip on every release. Pooled connections carry no session state: settings are `SET LOCAL`,
+    advisory locks transaction-scoped, LISTEN on a connection of its own. asyncpg still rolls
+    back a transaction left open before calling this."""
 
 
 # The connection the auth middleware holds for a request without a body (see `connection`).

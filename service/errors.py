@@ -55,6 +55,7 @@ MethodNotAllowed = _error(405, "method_not_allowed")
 Conflict = _error(409, "conflict")
 PayloadTooLarge = _error(413, "payload_too_large")
 UnsupportedMediaType = _error(415, "unsupported_media_type")
+InvalidMultipart = _error(400, "invalid_multipart")
 RateLimited = _error(429, "rate_limited")
 InternalError = _error(500, "internal_error")
 ServiceUnavailable = _error(503, "service_unavailable")
@@ -94,6 +95,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
+        if "%00" in request.raw_path:
+            # PostgreSQL text cannot hold NUL: refuse it here rather than fail in a query.
+            raise ParameterInvalid("the path and query must not contain NUL characters (%00)")
         return await handler(request)
     except ApiError as error:
         return render(error)

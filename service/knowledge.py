@@ -12,12 +12,13 @@ from typing import Any, NewType
 import asyncpg
 import attrs
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from . import db
 from .auth import new_id, principal, requires
 from .convert import NonBlank, converter, read_object, structure, unstructure
 from .embeddings import entries_written
-from .errors import NotFound, UnsupportedMediaType, ValidationFailed
+from .errors import InvalidMultipart, NotFound, UnsupportedMediaType, ValidationFailed
 from .models import Page
 
 MAX_QUESTION = 10_000
@@ -258,10 +259,13 @@ def decode_csv(raw: bytes) -> str:
 
 async def _read_csv_body(request: web.Request) -> str:
     if request.content_type == "multipart/form-data":
-        reader = await request.multipart()
-        async for part in reader:
-            if getattr(part, "name", None) == "file":
-                return decode_csv(await part.read())  # type: ignore[union-attr]
+        try:
+            reader = await request.multipart()
+            async for part in reader:
+                if getattr(part, "name", None) == "file":
+                    return decode_csv(await part.read())  # type: ignore[union-attr]
+        except (ValueError, HttpProcessingError) as exc:  # no boundary, broken part headers
+            raise InvalidMultipart(f"the multipart body is malformed: {exc}") from None
         raise ValidationFailed(["file: is required (a multipart field named file holding the CSV)"])
     if request.content_type in ("text/csv", "application/csv", "text/plain"):
         return decode_csv(await request.read())

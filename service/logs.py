@@ -68,7 +68,10 @@ class AccessLogger(AbstractAccessLogger):
     """One line per request: method, path, status, duration, request id, member."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        route = getattr(getattr(request, "match_info", None), "route", None)
+        try:
+            route = request.match_info.route
+        except AssertionError:  # the HTTP parser refused the request: it was never routed
+            route = None
         from .auth import PRINCIPAL  # auth imports nothing from here; this avoids a cycle
 
         who = request.get(PRINCIPAL)

@@ -18,6 +18,7 @@ SWAGGER_UI_DIR = Path(__file__).resolve().parent / "static" / "swagger-ui"
 _ASSETS = {"swagger-ui-bundle.js": "application/javascript", "swagger-ui.css": "text/css"}
 
 JSON = "application/json"
+STRING = {"type": "string"}
 
 
 def _ref(name: str) -> dict:
@@ -28,117 +29,128 @@ def _nullable(schema: dict) -> dict:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def _json(schema: dict, description: str) -> dict:
-    return {"description": description, "content": {JSON: {"schema": schema}}}
+def _header(description: str, schema: dict | None = None, required: bool = False) -> dict:
+    return {"description": description, "schema": schema or STRING, "required": required}
 
 
-def _error(description: str) -> dict:
-    return _json(_ref("Error"), description)
+_LOCATION = {"Location": _header("the path of the created resource", required=True)}
+_RATE_HEADERS = {
+    "RateLimit-Limit": _header("requests allowed per period (limited routes only)",
+                               {"type": "integer"}),
+    "RateLimit-Remaining": _header("requests left now", {"type": "integer"}),
+    "RateLimit-Reset": _header("seconds until the bucket is full again", {"type": "integer"}),
+}
 
 
-# Errors any authenticated route may answer with.
+def _json(schema: dict, description: str, headers: dict | None = None) -> dict:
+    response: dict[str, Any] = {"description": description, "content": {JSON: {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _error(description: str, headers: dict | None = None) -> dict:
+    return _json(_ref("Error"), description, headers)
+
+
+_UNAUTHORIZED = _error(
+    "missing, unknown, revoked or expired token (unauthorized)",
+    {"WWW-Authenticate": _header('Bearer realm="api" (RFC 6750)', required=True)},
+)
+_RATE_LIMITED = _error(
+    "rate limited (rate_limited): a route listed under [rate_limits], or repeated failed sign-ins",
+    {"Retry-After": _header("seconds to wait", {"type": "integer", "minimum": 1}, required=True),
+     **_RATE_HEADERS},
+)
+# Errors any authenticated route may answer with (every route name can be rate limited).
 _AUTH_ERRORS = {
-    "401": _error("missing, unknown, revoked or expired token (unauthorized)"),
+    "401": _UNAUTHORIZED,
     "403": _error("the token lacks the scope, or the member the role (insufficient_scope, forbidden)"),
-    "429": _error("rate limited (rate_limited); Retry-After says when to retry"),
+    "429": _RATE_LIMITED,
 }
 _BODY_ERRORS = {
-    "400": _error("malformed JSON or a missing/invalid parameter"),
-    "413": _error("the body is larger than the service accepts"),
-    "415": _error("the body is not JSON"),
+    "400": _error("malformed JSON or a missing/invalid parameter (invalid_json, parameter_*)"),
+    "413": _error("the body is larger than the service accepts (payload_too_large)"),
+    "415": _error("the body is not JSON (unsupported_media_type)"),
     "422": _error("the record could not be saved (validation_failed, with details)"),
 }
 
+_FRAMEWORKS = ["nist-csf-2.0", "hecvat-3.06", "hecvat-4.1", "rh-1.0", "cjis-5", "cjis-6"]
+_DATE_TIME = {"type": "string", "format": "date-time"}
+_ROLE = {"enum": ["admin", "member", "viewer"]}
+
+
+def _object(properties: dict, required: list[str] | None = None, *, closed: bool = False,
+            description: str | None = None) -> dict:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    if closed:
+        schema["additionalProperties"] = False
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _page_of(key: str, item: str) -> dict:
+    return _object({key: {"type": "array", "items": _ref(item)}, "pagination": _ref("Pagination")},
+                   [key, "pagination"])
+
+
 SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message"],
-                "properties": {
-                    "code": {"type": "string"},
-                    "message": {"type": "string"},
-                    "details": {"type": "array", "items": {"type": "string"}},
-                },
-            }
-        },
-    },
-    "MemberRef": {
-        "type": "object",
-        "required": ["id", "name", "email"],
-        "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
-                       "email": {"type": "string", "format": "email"}},
-    },
-    "RfpStats": {
-        "type": "object",
-        "required": ["total_items", "needs_input_items", "auto_answered_items", "approved_items",
-                     "overall_completion_percentage"],
-        "properties": {
-            "total_items": {"type": "integer", "minimum": 0},
-            "needs_input_items": {"type": "integer", "minimum": 0},
-            "auto_answered_items": {"type": "integer", "minimum": 0},
-            "approved_items": {"type": "integer", "minimum": 0},
-            "overall_completion_percentage": {"type": "integer", "minimum": 0, "maximum": 100},
-        },
-    },
-    "Rfp": {
-        "type": "object",
-        "required": ["id", "web_link", "title", "description", "deadline", "state", "framework",
-                     "portal_url", "created_at", "updated_at", "owner", "stats"],
-        "properties": {
-            "id": {"type": "string"},
-            "web_link": {"type": "string", "format": "uri"},
-            "title": {"type": "string"},
-            "description": _nullable({"type": "string"}),
-            "deadline": _nullable({"type": "string", "format": "date"}),
-            "state": {"enum": ["new", "items_generated", "processing_items", "needs_input",
-                               "approved"]},
-            "framework": _nullable({"enum": ["nist-csf-2.0", "hecvat-3.06", "hecvat-4.1",
-                                             "rh-1.0", "cjis-5", "cjis-6"]}),
-            "portal_url": _nullable({"type": "string", "format": "uri"}),
-            "context": _nullable({"type": "string"}),
-            "created_at": {"type": "string", "format": "date-time"},
-            "updated_at": {"type": "string", "format": "date-time"},
-            "owner": _ref("MemberRef"),
-            "stats": _ref("RfpStats"),
-        },
-    },
-    "RfpInput": {
-        "type": "object",
-        "properties": {
-            "title": {"type": "string", "minLength": 1, "maxLength": 500},
-            "description": _nullable({"type": "string"}),
-            "deadline": _nullable({"type": "string", "format": "date"}),
-            "framework": _nullable({"enum": ["nist-csf-2.0", "hecvat-3.06", "hecvat-4.1",
-                                             "rh-1.0", "cjis-5", "cjis-6"]}),
-            "portal_url": _nullable({"type": "string", "format": "uri"}),
-            "context": _nullable({"type": "string"}),
-            "items": {"type": "array", "items": {
-                "type": "object", "required": ["question"],
-                "properties": {"question": {"type": "string"},
-                               "section": _nullable({"type": "string"})}}},
-        },
-    },
-    "RfpItem": {
-        "type": "object",
-        "required": ["id", "rfp_id", "question", "answer", "state", "confidence", "section",
-                     "position", "created_at", "updated_at"],
-        "properties": {
-            "id": {"type": "string"}, "rfp_id": {"type": "string"},
-            "question": {"type": "string"}, "answer": _nullable({"type": "string"}),
-            "state": {"enum": ["pending", "auto_answered", "needs_input", "approved", "discarded"]},
-            "confidence": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
-            "section": _nullable({"type": "string"}), "position": {"type": "integer"},
-            "created_at": {"type": "string", "format": "date-time"},
-            "updated_at": {"type": "string", "format": "date-time"},
-            "question_id": _nullable({"type": "string", "description":
-                                      "the question answering (or that answered) the item"}),
-            "knowledge_item_id": _nullable({"type": "string", "description":
-                                            "the knowledge-base entry its answer was saved as"}),
-        },
-    },
+    "Error": _object({"error": _object({
+        "code": STRING, "message": STRING, "details": {"type": "array", "items": STRING},
+    }, ["code", "message"])}, ["error"]),
+    "MemberRef": _object({"id": {"type": "integer"}, "name": STRING,
+                          "email": {"type": "string", "format": "email"}}, ["id", "name", "email"]),
+    "RfpStats": _object({
+        "total_items": {"type": "integer", "minimum": 0},
+        "needs_input_items": {"type": "integer", "minimum": 0},
+        "auto_answered_items": {"type": "integer", "minimum": 0},
+        "approved_items": {"type": "integer", "minimum": 0},
+        "overall_completion_percentage": {"type": "integer", "minimum": 0, "maximum": 100},
+    }, ["total_items", "needs_input_items", "auto_answered_items", "approved_items",
+        "overall_completion_percentage"]),
+    "Rfp": _object({
+        "id": STRING,
+        "web_link": {"type": "string", "format": "uri"},
+        "title": STRING,
+        "description": _nullable(STRING),
+        "deadline": _nullable({"type": "string", "format": "date"}),
+        "state": {"enum": ["new", "items_generated", "processing_items", "needs_input", "approved"]},
+        "framework": _nullable({"enum": _FRAMEWORKS}),
+        "portal_url": _nullable({"type": "string", "format": "uri"}),
+        "context": _nullable(STRING),
+        "created_at": _DATE_TIME,
+        "updated_at": _DATE_TIME,
+        "owner": _ref("MemberRef"),
+        "stats": _ref("RfpStats"),
+    }, ["id", "web_link", "title", "description", "deadline", "state", "framework", "portal_url",
+        "created_at", "updated_at", "owner", "stats"]),
+    "RfpInput": _object({
+        "title": {"type": "string", "minLength": 1, "maxLength": 500},
+        "description": _nullable({"type": "string", "maxLength": 100_000}),
+        "deadline": _nullable({"type": "string", "format": "date"}),
+        "framework": _nullable({"enum": _FRAMEWORKS}),
+        "portal_url": _nullable({"type": "string", "format": "uri", "maxLength": 2048}),
+        "context": _nullable({"type": "string", "maxLength": 100_000}),
+        "items": {"type": "array", "description": "create only; at most 5,000", "items": _object(
+            {"question": {"type": "string", "minLength": 1},
+             "section": _nullable({"type": "string", "maxLength": 500})},
+            ["question"], closed=True)},
+    }, closed=True, description="create: title required; update: absent fields stay unchanged"),
+    "RfpItem": _object({
+        "id": STRING, "rfp_id": STRING, "question": STRING, "answer": _nullable(STRING),
+        "state": {"enum": ["pending", "auto_answered", "needs_input", "approved", "discarded"]},
+        "confidence": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
+        "section": _nullable(STRING), "position": {"type": "integer"},
+        "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
+        "question_id": _nullable({"type": "string", "description":
+                                  "the question answering (or that answered) the item"}),
+        "knowledge_item_id": _nullable({"type": "string", "description":
+                                        "the knowledge-base entry its answer was saved as"}),
+    }, ["id", "rfp_id", "question", "answer", "state", "confidence", "section", "position",
+        "created_at", "updated_at"]),
     "RfpItemInput": {
         "type": "object", "required": ["question"],
         "properties": {"question": {"type": "string", "minLength": 1},
@@ -156,7 +168,7 @@ SCHEMAS: dict[str, Any] = {
                                        "description": "store the approved answer in the knowledge base"},
         },
     },
-    "ImportReport": {
+    "RfpItemImportReport": {
         "type": "object",
         "required": ["import"],
         "properties": {"import": {
@@ -191,39 +203,161 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "Pagination": {
-        "type": "object",
-        "required": ["current_page", "total_pages", "total_count", "items_per_page", "from", "to"],
-        "properties": {
-            "current_page": {"type": "integer", "minimum": 1},
-            "total_pages": {"type": "integer", "minimum": 0},
-            "total_count": {"type": "integer", "minimum": 0,
-                            "description": "exact up to 10,000; at 10,000 the response carries "
-                                           "X-Total-Count-Capped: true (search)"},
-            "items_per_page": {"type": "integer"},
-            "from": _nullable({"type": "integer"}),
-            "to": _nullable({"type": "integer"}),
-        },
-    },
-    # Members routes: shapes owned by service/members.py; described loosely until refined.
-    "Object": {"type": "object"},
+    "Pagination": _object({
+        "current_page": {"type": "integer", "minimum": 1},
+        "total_pages": {"type": "integer", "minimum": 0},
+        "total_count": {"type": "integer", "minimum": 0,
+                        "description": "exact up to 10,000; at 10,000 the response carries "
+                                       "X-Total-Count-Capped: true (search)"},
+        "items_per_page": {"type": "integer"},
+        "from": _nullable({"type": "integer"}),
+        "to": _nullable({"type": "integer"}),
+    }, ["current_page", "total_pages", "total_count", "items_per_page", "from", "to"]),
+    # -- questions (SPEC 2.2, plus references and the RFP link) --
+    "QuestionReference": _object({
+        "id": STRING, "external_id": _nullable(STRING), "title": _nullable(STRING),
+        "score": {"type": "number"},
+    }, ["id", "external_id", "title", "score"],
+        description="a knowledge-base entry the answer drew on"),
+    "Question": _object({
+        "id": STRING,
+        "question": STRING,
+        "answer": _nullable(STRING),
+        "verbatim_answer": {"type": "boolean"},
+        "state": {"enum": ["new", "ready_to_answer", "references_fetched", "answered",
+                           "confidence_calculated", "complete"]},
+        "confidence": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
+        "confidence_rationale": _nullable(STRING),
+        "answer_detail_level": {"enum": ["low", "normal", "high"]},
+        "custom_prompt": _nullable(STRING),
+        "requires_attention": {"type": "boolean"},
+        "attention_points": _nullable({"type": "array", "items": STRING}),
+        "sufficient_context": _nullable({"type": "boolean"}),
+        "created_at": _DATE_TIME,
+        "updated_at": _DATE_TIME,
+        "user": _ref("MemberRef"),
+        "references": {"type": "array", "items": _ref("QuestionReference")},
+        "rfp_id": _nullable(STRING),
+        "rfp_item_id": _nullable(STRING),
+    }, ["id", "question", "answer", "verbatim_answer", "state", "confidence",
+        "confidence_rationale", "answer_detail_level", "custom_prompt", "requires_attention",
+        "attention_points", "sufficient_context", "created_at", "updated_at", "user",
+        "references", "rfp_id", "rfp_item_id"]),
+    "AskInput": _object({
+        "question": _object({
+            "question": {"type": "string", "minLength": 1, "maxLength": 10_000},
+            "custom_prompt": _nullable({"type": "string", "maxLength": 4_000}),
+            "answer_detail_level": _nullable({"enum": [0, 1, 2]}),
+        }, ["question"], closed=True),
+        "custom_prompt": _nullable({"type": "string", "maxLength": 4_000}),
+        "answer_detail_level": _nullable({"enum": [0, 1, 2],
+                                          "description": "0 low, 1 normal (default), 2 high"}),
+    }, ["question"], closed=True,
+        description="the options may sit inside the question object or beside it, not both "
+                    "with different values"),
+    "ReviewInput": _object({
+        "approved": {"type": "boolean"},
+        "answer": _nullable({"type": "string", "minLength": 1, "maxLength": 100_000,
+                             "description": "the corrected answer; absent: the drafted one"}),
+    }, ["approved"], closed=True),
+    # -- knowledge base --
+    "KnowledgeBaseItem": _object({
+        "id": STRING, "question": _nullable(STRING), "answer": STRING, "title": _nullable(STRING),
+        "tags": {"type": "array", "items": STRING}, "source": _nullable(STRING),
+        "external_id": _nullable(STRING), "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
+    }, ["id", "question", "answer", "title", "tags", "source", "external_id", "created_at",
+        "updated_at"]),
+    "KnowledgeBaseItemInput": _object({
+        "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
+        "question": _nullable({"type": "string", "maxLength": 10_000}),
+        "title": _nullable({"type": "string", "maxLength": 500}),
+        "tags": {"type": "array", "maxItems": 50,
+                 "items": {"type": "string", "minLength": 1, "maxLength": 500}},
+        "source": _nullable({"type": "string", "maxLength": 500}),
+    }, ["answer"], closed=True),
+    "ImportReport": _object({
+        "imported": {"type": "integer", "minimum": 0},
+        "created": {"type": "integer", "minimum": 0},
+        "updated": {"type": "integer", "minimum": 0},
+        "rejected": {"type": "array", "items": _object(
+            {"row": {"type": "integer", "description": "the header is row 1"}, "reason": STRING},
+            ["row", "reason"])},
+        "ignored_columns": {"type": "array", "items": STRING},
+    }, ["imported", "created", "updated", "rejected", "ignored_columns"]),
+    # -- members (SPEC 2.3), invitations, tokens --
+    "Member": _object({
+        "id": STRING, "email": {"type": "string", "format": "email"}, "name": STRING,
+        "first_name": STRING, "last_name": STRING, "role": _ROLE,
+        "roles": {"type": "array", "items": _ROLE}, "owner": {"type": "boolean"},
+        "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
+    }, ["id", "email", "name", "first_name", "last_name", "role", "roles", "owner", "created_at",
+        "updated_at"]),
+    "UserInput": _object({"user": _object({
+        "email": {"type": "string", "format": "email"},
+        "password": {"type": "string", "format": "password", "minLength": 12, "maxLength": 128},
+        "first_name": _nullable({"type": "string", "maxLength": 100}),
+        "last_name": _nullable({"type": "string", "maxLength": 100}),
+        "role": _nullable(_ROLE),
+        "terms_of_service": {"anyOf": [{"const": True}, STRING],
+                             "description": 'true or "accepted" ("true", "1", "yes")'},
+    }, ["email", "password", "terms_of_service"], closed=True)}, ["user"]),
+    "Invitation": _object({
+        "id": STRING, "email": {"type": "string", "format": "email"}, "role": _ROLE,
+        "state": {"enum": ["pending", "accepted", "revoked", "expired"]},
+        "expires_at": _DATE_TIME, "created_at": _DATE_TIME,
+        "account_name": {"type": "string", "description": "GET of an invitation link only"},
+    }, ["id", "email", "role", "state", "expires_at", "created_at"]),
+    "InvitationInput": _object({"invitation": _object({
+        "email": {"type": "string", "format": "email"}, "role": _nullable(_ROLE),
+    }, ["email"], closed=True)}, ["invitation"]),
+    "InvitationAcceptance": _object({
+        "password": {"type": "string", "format": "password", "minLength": 12, "maxLength": 128},
+        "terms_of_service": {"anyOf": [{"const": True}, STRING]},
+        "first_name": _nullable({"type": "string", "maxLength": 100}),
+        "last_name": _nullable({"type": "string", "maxLength": 100}),
+    }, ["password", "terms_of_service"], closed=True),
+    "SignIn": _object({
+        "email": STRING, "password": {"type": "string", "format": "password"},
+        "scopes": {"type": "array", "minItems": 1, "items": {"enum": ["read", "write"]}},
+        "account_id": _nullable({"type": "string", "description": "default: the oldest membership"}),
+    }, ["email", "password"], closed=True),
+    "Token": _object({
+        "token": {"type": "string", "description": "rfpk_…; shown once"},
+        "scopes": {"type": "array", "items": {"enum": ["read", "write"]}},
+        "expires_at": _nullable(_DATE_TIME), "account_id": STRING, "member_id": STRING,
+    }, ["token", "scopes", "expires_at", "account_id", "member_id"]),
+    "ConfirmationInput": _object({"token": STRING}, ["token"], closed=True),
+    "Confirmation": _object({
+        "confirmed": {"const": True}, "email": {"type": "string", "format": "email"},
+        "confirmed_at": _DATE_TIME,
+    }, ["confirmed", "email", "confirmed_at"]),
+    "Health": _object({"status": {"const": "ok"}}, ["status"]),
+    "Ready": _object({"status": {"const": "ready"}, "database": {"const": "ok"}},
+                     ["status", "database"]),
 }
 
-_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-_TOKEN = {"name": "token", "in": "path", "required": True, "schema": {"type": "string"}}
+_ID = {"name": "id", "in": "path", "required": True, "schema": STRING}
+_TOKEN = {"name": "token", "in": "path", "required": True, "schema": STRING}
 _PAGE = {"name": "page", "in": "query", "required": False,
          "schema": {"type": "integer", "minimum": 1}}
+_IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                    "description": "a retry with the same key returns the first question",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
 _BEARER = [{"bearer": []}]
 
 
 def _op(op_id: str, summary: str, responses: dict, *, security: list | None = None,
-        params: list | None = None, body: dict | None = None) -> dict:
+        params: list | None = None, body: dict | None = None,
+        body_content: dict | None = None) -> dict:
     op: dict[str, Any] = {"operationId": op_id, "summary": summary, "responses": responses,
                           "security": security if security is not None else _BEARER}
     if params:
         op["parameters"] = params
-    if body:
-        op["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
+        op["responses"] = {"400": _error("a NUL character (%00) in the path or query "
+                                         "(parameter_invalid)"), **responses}
+    if body or body_content:
+        op["requestBody"] = {"required": True,
+                             "content": body_content or {JSON: {"schema": body}}}
         op["responses"] = {**_BODY_ERRORS, **responses}
     if op["security"]:
         op["responses"] = {**_AUTH_ERRORS, **op["responses"]}
@@ -232,6 +366,10 @@ def _op(op_id: str, summary: str, responses: dict, *, security: list | None = No
 
 def _wrapped(key: str, schema: dict) -> dict:
     return {"type": "object", "required": [key], "properties": {key: schema}}
+
+
+def _text(media: str, description: str) -> dict:
+    return {"description": description, "content": {media: {"schema": STRING}}}
 
 
 _ITEM_ID = {"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -254,7 +392,7 @@ def _workflow_paths() -> dict[str, Any]:
         body={"anyOf": [_wrapped("rfp_item", _ref("RfpItemInput")),
                         _wrapped("rfp_items", {"type": "array", "items": _ref("RfpItemInput")})]})
     upload = _op("import_rfp_items", "import a CSV or XLSX questionnaire as items, in file order", {
-        "201": _json(_ref("ImportReport"), "what was imported and every row skipped, with why"),
+        "201": _json(_ref("RfpItemImportReport"), "what was imported and every row skipped, with why"),
         "400": _error("a malformed option (parameter_invalid)"), "404": no_rfp,
         "413": _error("the file is larger than server.max_upload_bytes"),
         "422": _error("no question column (the columns found are named), no questions, "
@@ -306,81 +444,141 @@ def _workflow_paths() -> dict[str, Any]:
 
 
 def document() -> dict[str, Any]:
-    obj = _ref("Object")
+    not_found = {
+        "rfp": _error("no such RFP in this account (not_found)"),
+        "question": _error("no such question in this account (not_found)"),
+        "kb": _error("no such knowledge base item in this account (not_found)"),
+    }
+    page_invalid = _error("page is not a positive integer (parameter_invalid)")
     paths = {
-        "/healthz": {"get": _op("healthz", "liveness", {"200": _json(obj, "alive")}, security=[])},
+        "/healthz": {"get": _op("healthz", "liveness", {"200": _json(_ref("Health"), "alive")},
+                                security=[])},
         "/readyz": {"get": _op("readyz", "readiness: the database answers", {
-            "200": _json(obj, "ready"), "503": _error("the database is unreachable")}, security=[])},
+            "200": _json(_ref("Ready"), "ready"), "503": _error("the database is unreachable")},
+            security=[])},
         "/api/v1/rfps": {"post": _op("create_rfp", "create an RFP (with items)", {
-            "201": _json(_ref("Rfp"), "the created RFP, with context")},
+            "201": _json(_ref("Rfp"), "the created RFP, with context", _LOCATION)},
             body=_wrapped("rfp", _ref("RfpInput")))},
         "/api/v1/rfps/search": {"get": _op("search_rfps", "search RFPs (case-insensitive substring)", {
-            "200": _json({"type": "object", "required": ["rfps", "pagination"], "properties": {
-                "rfps": {"type": "array", "items": _ref("Rfp")},
-                "pagination": _ref("Pagination")}}, "matching RFPs, newest first, 20 per page"),
-            "400": _error("query missing or page invalid")},
-            params=[{"name": "query", "in": "query", "required": True, "schema": {"type": "string"}},
-                    _PAGE])},
+            "200": _json(_page_of("rfps", "Rfp"), "matching RFPs (without context), newest first, "
+                         "20 per page", {"X-Total-Count-Capped": _header(
+                             "true when total_count stopped at 10,000", {"const": "true"})}),
+            "400": _error("query missing (parameter_missing) or page invalid (parameter_invalid)")},
+            params=[{"name": "query", "in": "query", "required": True, "schema": STRING}, _PAGE])},
         "/api/v1/rfps/{id}": {
             "get": _op("get_rfp", "read an RFP", {
-                "200": _json(_ref("Rfp"), "the RFP, with context"),
-                "404": _error("no such RFP in this account")}, params=[_ID]),
+                "200": _json(_ref("Rfp"), "the RFP, with context"), "404": not_found["rfp"]},
+                params=[_ID]),
             "patch": _op("update_rfp", "change an RFP's fields", {
-                "200": _json(_ref("Rfp"), "the updated RFP"),
-                "404": _error("no such RFP in this account")}, params=[_ID],
-                body=_wrapped("rfp", _ref("RfpInput"))),
+                "200": _json(_ref("Rfp"), "the updated RFP"), "404": not_found["rfp"]},
+                params=[_ID], body=_wrapped("rfp", _ref("RfpInput"))),
         },
         "/api/v1/rfps/{id}/rfp_items": {"get": _op("list_rfp_items", "an RFP's items", {
-            "200": _json({"type": "object", "required": ["rfp_items", "pagination"], "properties": {
-                "rfp_items": {"type": "array", "items": _ref("RfpItem")},
-                "pagination": _ref("Pagination")}}, "one page of items in order"),
-            "400": _error("page invalid"), "404": _error("no such RFP in this account")},
-            params=[_ID, _PAGE])},
-        "/api/v1/users": {"post": _op("create_user", "create a user (admin)", {
-            "201": _json(obj, "the created member (SPEC 2.3)")}, body=obj)},
+            "200": _json(_page_of("rfp_items", "RfpItem"), "one page of items in order"),
+            "400": page_invalid, "404": not_found["rfp"]}, params=[_ID, _PAGE])},
+        "/api/v1/questions": {"post": _op("ask_question", "ask a question (charged; answered "
+                                          "asynchronously)", {
+            "202": _json(_ref("Question"), "accepted, in state new; poll it or follow its events",
+                         {**_LOCATION, **_RATE_HEADERS}),
+            "403": _error("out of credits or no active subscription (usage_blocked); or the "
+                          "token lacks the write scope (insufficient_scope)"),
+            "422": _error("validation_failed, with one detail per failure (also a reused "
+                          "Idempotency-Key with a different question)", _RATE_HEADERS)},
+            params=[_IDEMPOTENCY_KEY], body=_ref("AskInput"))},
+        "/api/v1/questions/{id}": {"get": _op("get_question", "read a question", {
+            "200": _json(_ref("Question"), "the question; answer set once state is complete"),
+            "404": not_found["question"]}, params=[_ID])},
+        "/api/v1/questions/{id}/events": {"get": _op(
+            "question_events", "the question's state changes as Server-Sent Events", {
+                "200": {"description": "one event per state (event: <state>, id: <state>, data: "
+                        "the Question as JSON, or {id, state} for a state passed unseen); the "
+                        "stream ends after complete",
+                        "content": {"text/event-stream": {"schema": _object({
+                            "event": STRING, "id": STRING,
+                            "data": {"type": "string", "contentMediaType": JSON},
+                        })}}},
+                "404": not_found["question"]}, params=[_ID])},
+        "/api/v1/questions/{id}/review": {"post": _op(
+            "review_question", "approve or correct an answer: it becomes a knowledge base item", {
+                "201": _json(_ref("KnowledgeBaseItem"), "the new knowledge base item", _LOCATION),
+                "404": not_found["question"]}, params=[_ID], body=_ref("ReviewInput"))},
+        "/api/v1/knowledge_base_items": {
+            "post": _op("create_knowledge_base_item", "add a knowledge base item", {
+                "201": _json(_ref("KnowledgeBaseItem"), "the created item", _LOCATION)},
+                body=_wrapped("knowledge_base_item", _ref("KnowledgeBaseItemInput"))),
+            "get": _op("list_knowledge_base_items", "the account's knowledge base, newest first", {
+                "200": _json(_page_of("knowledge_base_items", "KnowledgeBaseItem"), "one page"),
+                "400": page_invalid}, params=[_PAGE]),
+        },
+        "/api/v1/knowledge_base_items/import": {"post": _op(
+            "import_knowledge_base_items", "import a CSV (question, answer, title, tags, source, id); "
+            "rows with an id update the item imported with it", {
+                "200": _json(_ref("ImportReport"), "what was created, updated and rejected")},
+            body_content={
+                "text/csv": {"schema": STRING},
+                "multipart/form-data": {"schema": _object(
+                    {"file": {"type": "string", "format": "binary"}}, ["file"])},
+            })},
+        "/api/v1/knowledge_base_items/{id}": {
+            "get": _op("get_knowledge_base_item", "read a knowledge base item", {
+                "200": _json(_ref("KnowledgeBaseItem"), "the item"), "404": not_found["kb"]},
+                params=[_ID]),
+            "delete": _op("delete_knowledge_base_item", "delete a knowledge base item", {
+                "204": {"description": "deleted"}, "404": not_found["kb"]}, params=[_ID]),
+        },
+        "/api/v1/users": {"post": _op("create_user", "create a user (admin); a confirmation "
+                                      "e-mail is sent", {
+            "201": _json(_ref("Member"), "the created member (SPEC 2.3)"),
+            "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked")},
+            body=_ref("UserInput"))},
         "/api/v1/users/confirmation": {
             "post": _op("confirm_email", "confirm an e-mail address", {
-                "200": _json(obj, "confirmed"), "404": _error("unknown or used link")},
-                security=[], body=obj),
+                "200": _json(_ref("Confirmation"), "confirmed"),
+                "404": _error("unknown, used or expired link")},
+                security=[], body=_ref("ConfirmationInput")),
             "get": _op("confirm_email_link", "the link from the confirmation mail", {
-                "200": {"description": "confirmed (a sentence for the browser)",
-                        "content": {"text/plain": {"schema": {"type": "string"}}}},
-                "400": _error("token missing"),
-                "404": _error("unknown or used link")}, security=[],
-                params=[{"name": "token", "in": "query", "required": True,
-                         "schema": {"type": "string"}}]),
+                "200": _text("text/plain", "confirmed (a sentence for the browser)"),
+                "400": _error("token missing (parameter_missing)"),
+                "404": _error("unknown, used or expired link")}, security=[],
+                params=[{"name": "token", "in": "query", "required": True, "schema": STRING}]),
         },
         "/api/v1/tokens": {"post": _op("create_token", "sign in: e-mail and password to a token", {
-            "201": _json(obj, "the token, shown once"), "401": _error("wrong e-mail or password"),
-            "403": _error("e-mail not confirmed"), "429": _error("too many attempts")},
-            security=[], body=obj)},
+            "201": _json(_ref("Token"), "the token, shown once"),
+            "401": _error("wrong e-mail or password (unauthorized)"),
+            "403": _error("e-mail not confirmed (email_unconfirmed), or not a member (forbidden)"),
+            "429": _RATE_LIMITED}, security=[], body=_ref("SignIn"))},
         "/api/v1/invitations": {"post": _op("create_invitation", "invite someone (admin)", {
-            "201": _json(obj, "the invitation")}, body=obj)},
+            "201": _json(_ref("Invitation"), "the invitation; the link goes out by e-mail"),
+            "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked")},
+            body=_ref("InvitationInput"))},
         "/api/v1/invitations/{token}": {"get": _op("get_invitation", "what an invitation offers", {
-            "200": _json(obj, "the invitation"), "404": _error("unknown or expired")},
-            security=[], params=[_TOKEN])},
+            "200": _json(_ref("Invitation"), "the invitation, with account_name"),
+            "404": _error("unknown link")}, security=[], params=[_TOKEN])},
         "/api/v1/invitations/{token}/accept": {"post": _op(
             "accept_invitation", "accept an invitation: a confirmed user and membership", {
-                "201": _json(obj, "the new member"), "404": _error("unknown or expired")},
-            security=[], params=[_TOKEN], body=obj)},
+                "201": _json(_ref("Member"), "the new member"),
+                "404": _error("unknown, accepted, replaced or expired invitation"),
+                "409": _error("already a member of this account (conflict)")},
+            security=[], params=[_TOKEN], body=_ref("InvitationAcceptance"))},
         "/api/v1/members": {"get": _op("list_members", "the account's members", {
-            "200": _json(obj, "members")}, params=[_PAGE])},
+            "200": _json(_page_of("members", "Member"), "one page of members"),
+            "400": page_invalid}, params=[_PAGE])},
         "/api/v1/openapi.json": {"get": _op("openapi", "this description", {
-            "200": _json(obj, "OpenAPI 3.1")}, security=[])},
+            "200": _json({"type": "object", "required": ["openapi", "paths"]}, "OpenAPI 3.1")},
+            security=[])},
         "/docs/init.js": {"get": _op("docs_init", "Swagger UI start-up script", {
-            "200": {"description": "JavaScript",
-                    "content": {"application/javascript": {"schema": {"type": "string"}}}}},
-            security=[])},
+            "200": _text("application/javascript", "JavaScript")}, security=[])},
         "/docs/assets/{name}": {"get": _op("docs_asset", "Swagger UI assets (vendored)", {
-            "200": {"description": "the asset"}, "404": _error("no such asset")},
+            "200": {"description": "the asset", "content": {
+                "application/javascript": {"schema": STRING}, "text/css": {"schema": STRING}}},
+            "404": _error("no such asset")},
             security=[], params=[{"name": "name", "in": "path", "required": True,
-                                  "schema": {"type": "string"}}])},
+                                  "schema": {"enum": sorted(_ASSETS)}}])},
         "/docs": {"get": _op("docs", "browsable API documentation (Swagger UI, served locally)", {
-            "200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}}},
-            security=[])},
+            "200": _text("text/html", "HTML")}, security=[])},
         "/metrics": {"get": _op("metrics", "Prometheus metrics (only with [metrics] enabled)", {
-            "200": {"description": "Prometheus text format",
-                    "content": {"text/plain": {"schema": {"type": "string"}}}}}, security=[])},
+            "200": _text("text/plain", "Prometheus text format"),
+            "404": _error("metrics are not enabled (not_found)")}, security=[])},
     }
     for path, operations in _workflow_paths().items():
         paths[path] = {**paths.get(path, {}), **operations}

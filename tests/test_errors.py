@@ -116,3 +116,56 @@ async def test_route_without_access_policy__refuses_to_serve(aiohttp_client, con
         response = await client.get("/unguarded")
     assert response.status == 500
     assert "leaked" not in await response.text()
+
+
+# -- found by fuzzing (tests/fuzz.py): each of these was a 500 -------------------------------
+
+
+async def test_nul_in_path_or_query__400_parameter_invalid(client, admin):
+    for path in ("/api/v1/rfps/search?query=a%00b", "/api/v1/rfps/rfp_%00", "/api/v1/questions/%00"):
+        response = await client.get(path, headers=admin.headers)
+        assert response.status == 400, path
+        assert (await response.json())["error"]["code"] == "parameter_invalid"
+
+
+@pytest.mark.parametrize("raw", [
+    '{"knowledge_base_item": {"answer": "a", "tags": ["x\\u0000y"]}}',
+    '{"knowledge_base_item": {"answer": "\\ud800"}}',
+    '{"\\udc00": 1, "knowledge_base_item": {"answer": "a"}}',
+])
+async def test_unstorable_strings_in_json__400_invalid_json(client, admin, raw):
+    response = await client.post(
+        "/api/v1/knowledge_base_items", data=raw,
+        headers={**admin.headers, "Content-Type": "application/json"},
+    )
+    assert response.status == 400
+    assert (await response.json())["error"]["code"] == "invalid_json"
+
+
+async def test_deeply_nested_json__400_invalid_json(client, admin):
+    response = await client.post(
+        "/api/v1/rfps", data="[" * 100_000, headers={**admin.headers, "Content-Type": "application/json"}
+    )
+    assert response.status == 400
+
+
+@pytest.mark.parametrize("body", ["[null, null]", "true", "1"])
+async def test_body_not_an_object__422_not_500(client, body):
+    response = await client.post(
+        "/api/v1/users/confirmation", data=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status == 422
+
+
+async def test_malformed_multipart__400_invalid_multipart(client, admin):
+    for content_type, body in [
+        ("multipart/form-data", b""),
+        ("multipart/form-data; boundary=b",
+         b'--b\r\nContent-Disposition: form-data; name="\xf2\x87\x1a"\r\n\r\nx\r\n--b--\r\n'),
+    ]:
+        response = await client.post(
+            "/api/v1/knowledge_base_items/import", data=body,
+            headers={**admin.headers, "Content-Type": content_type},
+        )
+        assert response.status == 400, content_type
+        assert (await response.json())["error"]["code"] == "invalid_multipart"
