@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import aiojobs
+import asyncpg
 from aiohttp import web
 
 from . import db, health, knowledge, members, openapi, questions, review, rfps, workflow
@@ -146,9 +147,13 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     from .events import QuestionEvents
     from .pipeline import Pipeline
 
+    # The pipeline's own pool: under a flood of requests, answering must not queue behind asking.
+    pool = await asyncpg.create_pool(
+        config.database.url, min_size=1, max_size=config.questions.pool_size, reset=db.keep_session
+    )
     session = aiohttp.ClientSession()
     scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
-    pipeline = Pipeline(app[POOL], make_engine(app, session), config.questions, scheduler)
+    pipeline = Pipeline(pool, make_engine(app, session), config.questions, scheduler)
     events = QuestionEvents(config.database.url, pipeline.wake)
     await events.connect()
     app[PIPELINE] = pipeline
@@ -173,3 +178,4 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         finally:
             await events.close()
             await session.close()
+            await pool.close()
