@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import aiojobs
+import asyncpg
 from aiohttp import web
 
 from . import db, embeddings, health, knowledge, members, openapi, questions, review, rfps, workflow
@@ -146,17 +147,22 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     from .events import QuestionEvents
     from .pipeline import Pipeline
 
+    # The pipeline's own pool: under a flood of requests, answering must not queue behind asking.
+    pool = await asyncpg.create_pool(
+        config.database.url, min_size=1, max_size=config.questions.pool_size, reset=db.keep_session
+    )
     session = aiohttp.ClientSession()
     scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
     try:
         embedder = embeddings.make_embedder(config.embeddings, session)
         if embedder is not None:
-            async with app[POOL].acquire() as conn:
+            async with pool.acquire() as conn:
                 await embeddings.check_available(conn)
     except BaseException:
         await session.close()
+        await pool.close()
         raise
-    pipeline = Pipeline(app[POOL], make_engine(app, session), config.questions, scheduler, embedder)
+    pipeline = Pipeline(pool, make_engine(app, session), config.questions, scheduler, embedder)
     events = QuestionEvents(config.database.url, pipeline.wake)
     await events.connect()
     app[PIPELINE] = pipeline
@@ -166,7 +172,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(events.keep_connected(config.questions.poll_seconds), name="listen"),
     ]
     if embedder is not None:
-        indexer = embeddings.Indexer(app[POOL], embedder, config.embeddings)
+        indexer = embeddings.Indexer(pool, embedder, config.embeddings)
         app[INDEXER] = indexer
         background.append(asyncio.create_task(indexer.run(), name="embeddings"))
     try:
@@ -185,3 +191,4 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         finally:
             await events.close()
             await session.close()
+            await pool.close()

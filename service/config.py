@@ -135,6 +135,9 @@ class QuestionsConfig:
     references_limit: int = attrs.field(default=5, validator=_positive)
     # Questions one process works on at once.
     concurrency: int = attrs.field(default=32, validator=_positive)
+    # The pipeline's own database connections (besides database.pool_max_size for requests), so a
+    # flood of requests cannot starve the work that answers them.
+    pool_size: int = attrs.field(default=5, validator=_positive)
     # A worker's hold on a question; renewed while a step runs. A crashed worker's questions are
     # picked up by another process once it expires.
     lease_seconds: float = attrs.field(default=30.0, validator=_positive)

@@ -415,7 +415,7 @@ async def answer_pending_items(
             raise NotFound(f"no RFP {rfp_id} in this account")
         items = await conn.fetch(db.query("lock_unanswered_items"), rfp_id)
         if items:
-            account = await conn.fetchrow(db.query("lock_account_for_question"), who.account_id)
+            account = await conn.fetchrow(db.query("lock_account_for_answering"), who.account_id)
             if account["subscription_status"] != "active":
                 raise UsageBlocked("the account has no active subscription; items cannot be answered")
             if account["credits"] < cost * len(items):
