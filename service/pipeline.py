@@ -109,6 +109,7 @@ class StepContext:
     pool: asyncpg.Pool
     engine: AnswerEngine
     config: QuestionsConfig
+    embedder: Any = None  # service.embeddings.Embedder, when dense retrieval is configured
 
 
 Step = Callable[[StepContext, Work], Awaitable[Work]]
@@ -129,7 +130,7 @@ async def prepare(ctx: StepContext, work: Work) -> Work:
 async def fetch_references(ctx: StepContext, work: Work) -> Work:
     async with ctx.pool.acquire() as conn:
         found = await find_references(
-            conn, work.account_id, work.question, ctx.config.references_limit
+            conn, work.account_id, work.question, ctx.config.references_limit, ctx.embedder
         )
     return attrs.evolve(work, references=tuple(found))
 
@@ -259,12 +260,12 @@ class Pipeline:
 
     def __init__(
         self, pool: asyncpg.Pool, engine: AnswerEngine, config: QuestionsConfig,
-        scheduler: aiojobs.Scheduler,
+        scheduler: aiojobs.Scheduler, embedder: Any = None,
     ) -> None:
         self.pool = pool
         self.config = config
         self.scheduler = scheduler
-        self.ctx = StepContext(pool=pool, engine=engine, config=config)
+        self.ctx = StepContext(pool=pool, engine=engine, config=config, embedder=embedder)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.active: set[str] = set()
         self._wake = asyncio.Event()
