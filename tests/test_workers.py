@@ -33,6 +33,14 @@ async def wait_until_up(base: str, process: asyncio.subprocess.Process) -> None:
     raise AssertionError("the service did not start")
 
 
+def healthz_pids(stderr) -> set[int]:
+    """The pids of the workers whose JSON access lines show a /healthz request so far."""
+    stderr.flush()
+    with open(stderr.name) as log:
+        access = [json.loads(line) for line in log if line.startswith("{")]
+    return {line["pid"] for line in access if line.get("route") == "healthz"}
+
+
 async def test_serve_workers__two_processes_answer_on_one_port_and_stop_on_sigterm(
     database_url, tmp_path
 ):
@@ -50,9 +58,15 @@ async def test_serve_workers__two_processes_answer_on_one_port_and_stop_on_sigte
         # A new connection per request: SO_REUSEPORT spreads connections over the workers.
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
-            for _ in range(60):
+            # The second worker may still be starting when the first answers: keep asking (in
+            # rounds of 60) until both have, for at most 30 s.
+            sent = 0
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while sent < 60 or (len(healthz_pids(stderr)) < 2 and loop.time() < deadline):
                 async with session.get(f"{base}/healthz") as response:
                     assert response.status == 200
+                sent += 1
             # Multiprocess metrics: any worker reports the requests of both.
             async with session.get(f"{base}/metrics") as response:
                 metrics = await response.text()
@@ -61,9 +75,7 @@ async def test_serve_workers__two_processes_answer_on_one_port_and_stop_on_sigte
         code = await asyncio.wait_for(process.wait(), 30)
     assert code == 0
 
-    stderr.seek(0)
-    access = [json.loads(line) for line in stderr if line.startswith("{")]
-    pids = {line["pid"] for line in access if line.get("route") == "healthz"}
+    pids = healthz_pids(stderr)
     assert len(pids) == 2, f"expected two worker pids, got {pids}"
     healthz = [
         line for line in metrics.splitlines()
