@@ -135,7 +135,9 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
 
     session = aiohttp.ClientSession()
     scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
-    pipeline = Pipeline(app[POOL], make_engine(app, session), config.questions, scheduler)
+    pipeline = Pipeline(
+        app[POOL], make_engine(app, session), config.questions, scheduler, app[METRICS]
+    )
     events = QuestionEvents(config.database.url, pipeline.wake)
     await events.connect()
     app[PIPELINE] = pipeline

@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from . import coverage, db
 from .accounts import change_credits
 from .config import QuestionsConfig
 from .engines import AnswerEngine, AnswerRequest, EngineFailure
+from .metrics import Metrics
 from .retrieval import Reference, find_references
 
 log = logging.getLogger(__name__)
@@ -214,7 +216,8 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
 
 
 async def persist(
-    conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float
+    conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float,
+    metrics: Metrics | None = None,
 ) -> bool:
     """Store `after` if `before` is still what the database holds and we hold the lease.
 
@@ -227,6 +230,7 @@ async def persist(
         # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
         args = _advance_args(owner, before, after, lease_seconds)
         return await conn.fetchval(db.query("advance_question"), *args) is not None
+    refund = None
     async with conn.transaction():
         moved = await conn.fetchval(
             db.query("advance_question"), *_advance_args(owner, before, after, lease_seconds)
@@ -246,6 +250,8 @@ async def persist(
             )
             if rfp_id is not None:
                 await conn.execute(db.query("touch_rfp"), rfp_id)
+    if refund and metrics is not None:  # counted once committed
+        metrics.credits_refunded.labels("engine_failure").inc(refund)
     return True
 
 
@@ -257,9 +263,11 @@ class Pipeline:
 
     def __init__(
         self, pool: asyncpg.Pool, engine: AnswerEngine, config: QuestionsConfig,
-        scheduler: aiojobs.Scheduler,
+        scheduler: aiojobs.Scheduler, metrics: Metrics | None = None,
     ) -> None:
         self.pool = pool
+        # Counting costs nothing when nobody scrapes; a private instance when none is given.
+        self.metrics = metrics or Metrics()
         self.config = config
         self.scheduler = scheduler
         self.ctx = StepContext(pool=pool, engine=engine, config=config)
@@ -294,6 +302,7 @@ class Pipeline:
             )
         for row in rows:
             self.active.add(row["id"])
+            self.metrics.pipeline_queue_depth.set(len(self.active))
             await self.scheduler.spawn(self.process(Work.from_row(row)), name=row["id"])
         return len(rows)
 
@@ -303,12 +312,23 @@ class Pipeline:
                 target, step = NEXT[work.state]
                 if self.config.step_delay_seconds:
                     await asyncio.sleep(self.config.step_delay_seconds)
-                async with self._holding(work.id):
-                    after = attrs.evolve(await step(self.ctx, work), state=target)
-                async with self.pool.acquire() as conn:
-                    if not await persist(conn, self.owner, work, after, self.config.lease_seconds):
-                        log.info("question %s was moved by another worker; leaving it", work.id)
-                        return
+                started = time.perf_counter()
+                outcome = "failed"
+                try:
+                    async with self._holding(work.id):
+                        after = attrs.evolve(await step(self.ctx, work), state=target)
+                    async with self.pool.acquire() as conn:
+                        moved = await persist(
+                            conn, self.owner, work, after, self.config.lease_seconds, self.metrics
+                        )
+                    outcome = "ok" if moved else "moved"
+                finally:
+                    self.metrics.pipeline_step_duration.labels(step.__name__, outcome).observe(
+                        time.perf_counter() - started
+                    )
+                if not moved:
+                    log.info("question %s was moved by another worker; leaving it", work.id)
+                    return
                 work = after
         except asyncio.CancelledError:
             raise
@@ -321,6 +341,7 @@ class Pipeline:
                     )
         finally:
             self.active.discard(work.id)
+            self.metrics.pipeline_queue_depth.set(len(self.active))
             self.wake()
 
     @contextlib.asynccontextmanager
