@@ -273,15 +273,27 @@ class Pipeline:
         self.ctx = StepContext(pool=pool, engine=engine, config=config)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.active: set[str] = set()
+        self.stopping = False
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
         """Look for work now (a question was asked, here or in another process)."""
         self._wake.set()
 
+    def stop(self) -> None:
+        """Shutdown: claim nothing more; every question stops after the step it is in."""
+        self.stopping = True
+        self._wake.set()
+
+    async def drain(self, seconds: float) -> None:
+        """Wait (at most `seconds`) until no question is in a step any more."""
+        deadline = time.monotonic() + seconds
+        while self.active and time.monotonic() < deadline:  # noqa: ASYNC110 (a short bounded wait)
+            await asyncio.sleep(0.02)
+
     async def run(self) -> None:
         """The claim loop: at start-up, on every wake-up and every `poll_seconds`."""
-        while True:
+        while not self.stopping:
             self._wake.clear()
             free = self.config.concurrency - len(self.active)
             claimed = 0
@@ -312,6 +324,11 @@ class Pipeline:
                 target, step = NEXT[work.state]
                 if self.config.step_delay_seconds:
                     await asyncio.sleep(self.config.step_delay_seconds)
+                if self.stopping:
+                    # Between steps: hand the question back at once; another process resumes it.
+                    async with self.pool.acquire() as conn:
+                        await conn.execute(db.query("release_lease"), work.id, self.owner, 0.0)
+                    return
                 started = time.perf_counter()
                 outcome = "failed"
                 try:
