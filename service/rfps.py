@@ -124,6 +124,7 @@ async def search_rfps(request: web.Request) -> web.Response:
     account_id = principal(request).account_id
     base_url = request.app[CONFIG].server.web_base_url
     async with db.connection(request) as conn:
+        conn.mark_session_changed()  # the pool undoes the SET when it takes the connection back
         await conn.execute(db.query("plan_each_search"))
         total = await conn.fetchval(
             db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
