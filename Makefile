@@ -51,5 +51,8 @@ eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
 fuzz: $(STAMP)  ## schemathesis against the OpenAPI description, a real server, ~3 minutes
 	$(PY) tests/fuzz.py --max-time $${FUZZ_SECONDS:-180}
 
+soak: $(STAMP)  ## two processes, mixed traffic, then consistency and memory checks (~3 minutes)
+	$(PY) bench/soak.py --seconds $${SOAK_SECONDS:-150}
+
 clean:
 	rm -rf $(VENV) var/test
