@@ -4,8 +4,14 @@
 
 Starts the embedded PostgreSQL under var/bench (or uses $DATABASE_URL's server), creates a fresh
 database with one account and 10,000 knowledge-base entries, starts `python -m service serve`
-as a subprocess (local engine), then runs N concurrent clients that each ask a question and wait
-for its `complete` event on GET /api/v1/questions/{id}/events, again and again.
+as a subprocess (local engine), then runs two measurements, each client asking a question
+(POST /api/v1/questions) and reading GET /api/v1/questions/{id}/events until `complete`:
+
+- closed loop: N clients ask again as soon as their previous question completes, so the service
+  runs flat out: its maximum sustained questions per second (latency is then ≈ N / throughput);
+- open loop: N clients each ask on a fixed schedule (--rate-per-client per second, independent
+  of completions), so the service is offered N * rate questions per second: the ask-to-complete
+  latency at that load, measured from each ask's scheduled time.
 """
 
 from __future__ import annotations
@@ -86,7 +92,9 @@ async def prepare(server_url: str, entries: int) -> tuple[str, str, list[str]]:
         "knowledge_items", records=rows,
         columns=["id", "account_id", "question", "answer", "title", "external_id"],
     )
-    await conn.execute("ANALYZE")
+    # What autovacuum does soon after an import: statistics, and the GIN index's pending list
+    # merged (a search reads that list in full; ~300 pages after this load, +5 ms per search).
+    await conn.execute("VACUUM ANALYZE")
     await conn.close()
     # Asked: mostly questions the knowledge base holds (some reworded), a few it does not.
     asked = [row[2] for row in rng.sample(rows, min(500, len(rows)))]
@@ -95,25 +103,59 @@ async def prepare(server_url: str, entries: int) -> tuple[str, str, list[str]]:
     return url, made["token"], asked
 
 
-async def client(session: aiohttp.ClientSession, url: str, questions: list[str], until: float,
-                 latencies: list[float], errors: list[str], rng: random.Random) -> None:
+async def ask_and_follow(session: aiohttp.ClientSession, url: str, text: str) -> str | None:
+    """Ask, then read the question's event stream to `complete`; an error message, or None."""
+    async with session.post(f"{url}/api/v1/questions", json={"question": {"question": text}}) as r:
+        body = await r.json()
+        if r.status != 202:
+            return f"{r.status} {body}"
+    async with session.get(f"{url}/api/v1/questions/{body['id']}/events") as stream:
+        last = None
+        async for line in stream.content:
+            if line.startswith(b"event: "):
+                last = line[7:].strip().decode()
+    return None if last == "complete" else f"stream ended in {last}"
+
+
+async def closed_client(session: aiohttp.ClientSession, url: str, questions: list[str], until: float,
+                        latencies: list[float], errors: list[str], rng: random.Random) -> None:
+    """Ask, wait for the answer, ask again: as many as the service completes."""
     while time.monotonic() < until:
-        text = rng.choice(questions)
-        started = time.perf_counter()
-        async with session.post(f"{url}/api/v1/questions", json={"question": {"question": text}}) as r:
-            body = await r.json()
-            if r.status != 202:
-                errors.append(f"{r.status} {body}")
-                continue
-        async with session.get(f"{url}/api/v1/questions/{body['id']}/events") as stream:
-            last = None
-            async for line in stream.content:
-                if line.startswith(b"event: "):
-                    last = line[7:].strip().decode()
-        if last != "complete":
-            errors.append(f"stream ended in {last}")
-            continue
-        latencies.append(time.perf_counter() - started)
+        started = time.monotonic()
+        error = await ask_and_follow(session, url, rng.choice(questions))
+        if error:
+            errors.append(error)
+        else:
+            latencies.append(time.monotonic() - started)
+
+
+async def open_client(session: aiohttp.ClientSession, url: str, questions: list[str], start: float,
+                      until: float, measure_from: float, rate: float, drain: float,
+                      latencies: list[float], in_window: list[int], unfinished: list[int],
+                      errors: list[str], rng: random.Random) -> None:
+    """Ask at start, start + 1/rate, … until `until`, whether or not earlier asks are answered;
+    latency counts from the scheduled time (a late send is the service's delay too)."""
+
+    async def one(scheduled: float, text: str) -> None:
+        error = await ask_and_follow(session, url, text)
+        if error:
+            errors.append(error)
+        elif scheduled >= measure_from:
+            latencies.append(time.monotonic() - scheduled)
+            if time.monotonic() <= until:
+                in_window.append(1)
+
+    asks = []
+    scheduled = start
+    while scheduled < until:
+        await asyncio.sleep(max(0.0, scheduled - time.monotonic()))
+        asks.append(asyncio.create_task(one(scheduled, rng.choice(questions))))
+        scheduled += 1 / rate
+    # An overloaded service has a backlog: wait a while for it, then give up on the rest.
+    _, late = await asyncio.wait(asks, timeout=drain)
+    for ask in late:
+        ask.cancel()
+    unfinished.append(len(late))
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -124,13 +166,20 @@ def percentile(values: list[float], p: float) -> float:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured time of each run")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--entries", type=int, default=10_000)
+    parser.add_argument("--mode", choices=("both", "closed", "open"), default="both")
+    parser.add_argument("--rate-per-client", type=float, default=2.0,
+                        help="open loop: questions per second each client asks (default 2: 50 "
+                             "clients offer 100/s)")
     parser.add_argument("--processes", type=int, default=1,
                         help="service processes on one database, each on its own port; clients "
                              "are spread over them (`serve --workers` cannot be started from here)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--drain", type=float, default=30.0,
+                        help="open loop: seconds to wait for answers after the last ask")
+    parser.add_argument("--pool", type=int, default=20, help="database.pool_max_size per process")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per run")
     args = parser.parse_args()
 
     embedded = None
@@ -140,7 +189,7 @@ async def main() -> int:
         embedded = db.EmbeddedPostgres(ROOT / "var" / "bench")
         server_url = embedded.url()
     url, token, asked = await prepare(server_url, args.entries)
-    config = ("[database]\npool_max_size = 20\n"
+    config = (f"[database]\npool_max_size = {args.pool}\n"
               "[logging]\nlevel = \"WARNING\"\n"
               "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n")
     tmp = ROOT / "var" / "bench-run"
@@ -148,22 +197,16 @@ async def main() -> int:
     services = [ServiceProcess(url, config, tmp) for _ in range(args.processes)]
     await asyncio.gather(*(service.start() for service in services))
     urls = [service.url for service in services]
+    results = []
     try:
         connector = aiohttp.TCPConnector(limit=0)
         headers = {"Authorization": f"Bearer {token}"}
         async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
             rng = random.Random(11)
-            warm: list[float] = []
-            errors: list[str] = []
-            until = time.monotonic() + args.warmup
-            await asyncio.gather(*(client(session, urls[i % len(urls)], asked, until, warm, errors, rng)
-                                   for i in range(args.clients)))
-            latencies: list[float] = []
-            started = time.monotonic()
-            until = started + args.seconds
-            await asyncio.gather(*(client(session, urls[i % len(urls)], asked, until, latencies, errors,
-                                          rng) for i in range(args.clients)))
-            elapsed = time.monotonic() - started
+            if args.mode in ("both", "closed"):
+                results.append(await closed_run(session, urls, asked, args, rng))
+            if args.mode in ("both", "open"):
+                results.append(await open_run(session, urls, asked, args, rng))
     finally:
         for service in services:
             service.stop()
@@ -173,22 +216,69 @@ async def main() -> int:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             await admin.close()
             embedded.stop()
-    result = {
-        "clients": args.clients, "processes": args.processes, "entries": args.entries,
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    samples = []
+    for result in results:
+        result |= {"clients": args.clients, "processes": args.processes, "entries": args.entries,
+                   "machine": machine, "load_average_at_end": load}
+        samples += result.pop("error_samples")
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for key, value in result.items():
+                print(f"{key:>22}: {value}")
+            print()
+    for error in samples:
+        print("error:", error)
+    return 1 if samples else 0
+
+
+def summary(mode: str, latencies: list[float], errors: list[str], elapsed: float) -> dict:
+    return {
+        "mode": mode,
         "completed": len(latencies), "errors": len(errors),
         "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
         "p99_ms": round(percentile(latencies, 99) * 1000, 1) if latencies else None,
         "questions_per_second": round(len(latencies) / elapsed, 1),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "error_samples": errors[:5],
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:>22}: {value}")
-        for error in errors[:5]:
-            print("error:", error)
-    return 0 if not errors else 1
+
+
+async def closed_run(session: aiohttp.ClientSession, urls: list[str], asked: list[str],
+                     args: argparse.Namespace, rng: random.Random) -> dict:
+    errors: list[str] = []
+    until = time.monotonic() + args.warmup
+    await asyncio.gather(*(closed_client(session, urls[i % len(urls)], asked, until, [], errors, rng)
+                           for i in range(args.clients)))
+    latencies: list[float] = []
+    started = time.monotonic()
+    until = started + args.seconds
+    await asyncio.gather(*(closed_client(session, urls[i % len(urls)], asked, until, latencies,
+                                         errors, rng) for i in range(args.clients)))
+    return summary("closed loop", latencies, errors, time.monotonic() - started)
+
+
+async def open_run(session: aiohttp.ClientSession, urls: list[str], asked: list[str],
+                   args: argparse.Namespace, rng: random.Random) -> dict:
+    errors: list[str] = []
+    latencies: list[float] = []
+    start = time.monotonic() + 0.1
+    measure_from = start + args.warmup
+    until = measure_from + args.seconds
+    spread = 1 / (args.rate_per_client * args.clients)  # clients' schedules interleave evenly
+    in_window: list[int] = []
+    unfinished: list[int] = []
+    await asyncio.gather(*(open_client(session, urls[i % len(urls)], asked, start + i * spread, until,
+                                       measure_from, args.rate_per_client, args.drain, latencies,
+                                       in_window, unfinished, errors, rng)
+                           for i in range(args.clients)))
+    result = summary("open loop", latencies, errors, args.seconds)
+    # completed within the measured window (not the backlog answered after it), per second
+    result["questions_per_second"] = round(len(in_window) / args.seconds, 1)
+    result["offered_per_second"] = round(args.clients * args.rate_per_client, 1)
+    result["unfinished_after_drain"] = sum(unfinished)
+    return result
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -263,6 +264,81 @@ def cmd_rfp_create(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _operator_error(exc: Exception) -> accounts.OperatorError:
+    """An API error (404, 422 …) as an operator error: message plus details."""
+    details = getattr(exc, "details", None) or []
+    return accounts.OperatorError("; ".join([str(exc), *details]))
+
+
+def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
+    from . import importer, workflow
+    from .errors import ApiError
+
+    options = importer.ImportOptions(
+        sheet=args.sheet, question_column=args.question_column,
+        section_column=args.section_column, header_row=args.header_row,
+    )
+    progress = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        progress = tqdm(desc=f"reading {Path(args.file).name}", unit=" rows", file=sys.stderr)
+    try:
+        with open(args.file, "rb") as file:
+            found = importer.parse(file, options, filename=args.file,
+                                   progress=progress.update if progress else None)
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
+    except ApiError as exc:
+        raise _operator_error(exc) from None
+    finally:
+        if progress:
+            progress.close()
+
+    async def work(conn: asyncpg.Connection) -> dict:
+        await accounts.require_account(conn, args.account)
+        try:
+            return await workflow.import_questionnaire(conn, args.account, args.rfp, found)
+        except ApiError as exc:
+            raise _operator_error(exc) from None
+
+    report = run_with_connection(config, work)
+    skipped = "".join(f"\n  row {s['row']}: {s['reason']}" for s in report["skipped"])
+    emit(args, {"import": report},
+         f"imported {report['imported']} items into {args.rfp} from "
+         f"{'sheet ' + repr(report['sheet']) + ', ' if report['sheet'] else ''}column "
+         f"{report['question_column']!r}; skipped {report['skipped_count']} rows{skipped}")
+    return 0
+
+
+def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
+    from . import workflow
+    from .errors import ApiError
+    from .rfps import fetch_rfp
+
+    async def work(conn: asyncpg.Connection) -> tuple[str, list[list[Any]]]:
+        await accounts.require_account(conn, args.account)
+        try:
+            rfp = await fetch_rfp(conn, args.rfp, args.account)
+        except ApiError as exc:
+            raise _operator_error(exc) from None
+        return rfp["title"], await workflow.export_rows(conn, args.rfp)
+
+    title, rows = run_with_connection(config, work)
+    try:
+        if args.format == "xlsx":
+            with open(args.output, "wb") as out:
+                out.write(workflow.build_xlsx(rows, title))
+        else:
+            with open(args.output, "w", newline="", encoding="utf-8") as out:
+                workflow.write_csv(rows, out)
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
+    emit(args, {"rfp_id": args.rfp, "format": args.format, "output": args.output, "items": len(rows)},
+         f"exported {len(rows)} items of {args.rfp} to {args.output}")
+    return 0
+
+
 def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
     from .convert import unstructure
     from .errors import ValidationFailed
@@ -402,6 +478,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--framework")
     p.add_argument("--deadline", type=_iso_date)
     p.add_argument("--context")
+    p.add_argument("--json", action="store_true")
+    p = command("import", cmd_rfp_import, group, help="import a CSV or XLSX questionnaire as items")
+    p.add_argument("--account", required=True)
+    p.add_argument("--rfp", required=True)
+    p.add_argument("file")
+    p.add_argument("--sheet", help="sheet name (default: the first with a question-like header)")
+    p.add_argument("--question-column", help="header name or column letter")
+    p.add_argument("--section-column", help="header name or column letter")
+    p.add_argument("--header-row", type=int, help="1-based header row; 0 = no header row")
+    p.add_argument("--json", action="store_true")
+    p = command("export", cmd_rfp_export, group, help="export an RFP's items as CSV or XLSX")
+    p.add_argument("--account", required=True)
+    p.add_argument("--rfp", required=True)
+    p.add_argument("--format", required=True, choices=["csv", "xlsx"])
+    p.add_argument("--output", required=True, help="file to write")
     p.add_argument("--json", action="store_true")
 
     group = sub.add_parser("kb", help="knowledge base").add_subparsers(dest="action", required=True)

@@ -11,7 +11,7 @@ import aiohttp
 import aiojobs
 from aiohttp import web
 
-from . import db, health, knowledge, members, openapi, questions, review, rfps
+from . import db, health, knowledge, members, openapi, questions, review, rfps, workflow
 from .auth import auth_middleware
 from .config import Config
 from .engines import AnswerEngine
@@ -35,6 +35,19 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/rfps/{id}/rfp_items", rfps.list_rfp_items, name="list_rfp_items",
             allow_head=False,
         ),
+        web.post("/api/v1/rfps/{id}/rfp_items", workflow.post_rfp_items, name="create_rfp_items"),
+        web.post(
+            "/api/v1/rfps/{id}/rfp_items/import", workflow.import_rfp_items, name="import_rfp_items"
+        ),
+        web.get(
+            "/api/v1/rfps/{id}/rfp_items/{item_id}", workflow.get_rfp_item, name="get_rfp_item",
+            allow_head=False,
+        ),
+        web.patch(
+            "/api/v1/rfps/{id}/rfp_items/{item_id}", workflow.patch_rfp_item, name="review_rfp_item"
+        ),
+        web.post("/api/v1/rfps/{id}/answer", workflow.answer_rfp, name="answer_rfp"),
+        web.get("/api/v1/rfps/{id}/export", workflow.export_rfp, name="export_rfp", allow_head=False),
         web.post("/api/v1/users", members.post_user, name="create_user"),
         web.post(
             "/api/v1/users/confirmation", members.post_confirmation, name="confirm_email"

@@ -53,6 +53,8 @@ class ServerConfig:
     # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}
     web_base_url: str = attrs.field(default="http://localhost:8080", validator=_http_url)
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
+    # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
+    max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
 

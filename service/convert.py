@@ -135,7 +135,8 @@ def validation_details(exc: Exception, root: str = "") -> list[str]:
     for line in cattrs.transform_error(exc, path="$", format_exception=_describe):
         message, _, path = line.rpartition(" @ ")
         field = path.removeprefix("$").removeprefix(".")
-        field = ".".join(part for part in (root, field) if part)
+        # A list at the root gives "[1].question": no dot between the root and the index.
+        field = root + field if field.startswith("[") else ".".join(p for p in (root, field) if p)
         details.append(f"{field}: {message}" if field else message)
     return details
 

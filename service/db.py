@@ -91,40 +91,20 @@ def database_url(config: Config) -> tuple[str, EmbeddedPostgres | None]:
     return server.url(), server
 
 
-class ServiceConnection(asyncpg.Connection):
-    """A pooled connection that knows whether its session was changed (a SET, say).
-
-    asyncpg resets every connection it takes back (`RESET ALL; UNLISTEN *; CLOSE ALL; …`): one
-    round trip per request, ~10 % of a simple read. Pooled connections here never LISTEN, open
-    cursors or take session advisory locks, so only a SET needs undoing: code that changes the
-    session calls `mark_session_changed()`, and the pool resets that connection, and only that one.
-    Open transactions are always rolled back by asyncpg itself before the hook runs.
-    """
-
-    __slots__ = ("session_changed",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.session_changed = False
-
-    def mark_session_changed(self) -> None:
-        self.session_changed = True
-
-
-async def _reset_if_changed(conn: ServiceConnection) -> None:
-    if conn.session_changed:
-        await conn.execute(conn.get_reset_query())
-        conn.session_changed = False
-
-
 async def create_pool(dsn: str, config: Config) -> asyncpg.Pool:
     return await asyncpg.create_pool(
         dsn,
         min_size=min(config.database.pool_min_size, config.database.pool_max_size),
         max_size=config.database.pool_max_size,
-        connection_class=ServiceConnection,
-        reset=_reset_if_changed,
+        reset=keep_session,
     )
+
+
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """Pool release without asyncpg's default reset query (`RESET ALL; UNLISTEN *; …`), a round
+    trip on every release. Pooled connections carry no session state: settings are `SET LOCAL`,
+    advisory locks transaction-scoped, LISTEN on a connection of its own. asyncpg still rolls
+    back a transaction left open before calling this."""
 
 
 # The connection the auth middleware holds for a request without a body (see `connection`).

@@ -25,6 +25,7 @@ class QuestionEvents:
         self.dsn = dsn
         self.on_new = on_new
         self.conn: asyncpg.Connection | None = None
+        self.connections = 0  # how many listening connections were opened (a new one may have missed some)
         self._streams: dict[str, set[asyncio.Queue[str]]] = {}
 
     async def connect(self) -> None:
@@ -38,6 +39,12 @@ class QuestionEvents:
             log.warning("cannot listen for question events: %s", exc)
             return
         self.conn = conn
+        self.connections += 1
+
+    def listening(self, since: int) -> bool:
+        """Whether every notification since connection number `since` has reached us: the same
+        listening connection is still open (notifications are lost only between connections)."""
+        return self.connections == since and self.conn is not None and not self.conn.is_closed()
 
     async def close(self) -> None:
         if self.conn is not None:

@@ -92,6 +92,10 @@ class RfpItem:
     position: int
     created_at: datetime
     updated_at: datetime
+    # The question answering (or that answered) this item, and the knowledge-base entry its
+    # approved answer was saved as.
+    question_id: str | None = None
+    knowledge_item_id: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RfpItem:
@@ -106,6 +110,8 @@ class RfpItem:
             position=row["position"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            question_id=row.get("question_id"),
+            knowledge_item_id=row.get("knowledge_item_id"),
         )
 
 

@@ -145,8 +145,64 @@ SCHEMAS: dict[str, Any] = {
         "confidence": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
         "section": _nullable(STRING), "position": {"type": "integer"},
         "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
+        "question_id": _nullable({"type": "string", "description":
+                                  "the question answering (or that answered) the item"}),
+        "knowledge_item_id": _nullable({"type": "string", "description":
+                                        "the knowledge-base entry its answer was saved as"}),
     }, ["id", "rfp_id", "question", "answer", "state", "confidence", "section", "position",
         "created_at", "updated_at"]),
+    "RfpItemInput": {
+        "type": "object", "required": ["question"],
+        "properties": {"question": {"type": "string", "minLength": 1},
+                       "section": _nullable({"type": "string"})},
+    },
+    "RfpItemReview": {
+        "type": "object",
+        "properties": {
+            "question": {"type": "string", "minLength": 1},
+            "section": _nullable({"type": "string"}),
+            "answer": _nullable({"type": "string"}),
+            "state": {"enum": ["approved", "discarded", "pending"],
+                      "description": "approve (needs an answer), discard, or reopen (pending)"},
+            "save_to_knowledge_base": {"type": "boolean",
+                                       "description": "store the approved answer in the knowledge base"},
+        },
+    },
+    "RfpItemImportReport": {
+        "type": "object",
+        "required": ["import"],
+        "properties": {"import": {
+            "type": "object",
+            "required": ["rfp_id", "sheet", "header_row", "question_column", "section_column",
+                         "imported", "first_position", "skipped_count", "skipped"],
+            "properties": {
+                "rfp_id": {"type": "string"},
+                "sheet": _nullable({"type": "string"}),
+                "header_row": _nullable({"type": "integer"}),
+                "question_column": {"type": "string"},
+                "section_column": _nullable({"type": "string"}),
+                "imported": {"type": "integer", "minimum": 1},
+                "first_position": {"type": "integer", "minimum": 1},
+                "skipped_count": {"type": "integer", "minimum": 0},
+                "skipped": {"type": "array", "description": "at most 1,000 listed", "items": {
+                    "type": "object", "required": ["row", "reason"],
+                    "properties": {"row": {"type": "integer"}, "reason": {"type": "string"}}}},
+            },
+        }},
+    },
+    "AnswerStarted": {
+        "type": "object",
+        "required": ["rfp", "answering"],
+        "properties": {
+            "rfp": _ref("Rfp"),
+            "answering": {
+                "type": "object", "required": ["started", "in_flight", "credits_charged"],
+                "properties": {"started": {"type": "integer", "minimum": 0},
+                               "in_flight": {"type": "integer", "minimum": 0},
+                               "credits_charged": {"type": "integer", "minimum": 0}},
+            },
+        },
+    },
     "Pagination": _object({
         "current_page": {"type": "integer", "minimum": 1},
         "total_pages": {"type": "integer", "minimum": 0},
@@ -316,6 +372,77 @@ def _text(media: str, description: str) -> dict:
     return {"description": description, "content": {media: {"schema": STRING}}}
 
 
+_ITEM_ID = {"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+
+def _query(name: str, description: str, schema: dict | None = None) -> dict:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema or {"type": "string"}}
+
+
+def _workflow_paths() -> dict[str, Any]:
+    """Items, import, answering, review and export (service/workflow.py)."""
+    item = _ref("RfpItem")
+    no_rfp = _error("no such RFP in this account")
+    create = _op("create_rfp_items", "add one item, or a list, after the RFP's last", {
+        "201": _json({"anyOf": [item, _wrapped("rfp_items", {"type": "array", "items": item})]},
+                     "the item (for rfp_item), or {rfp_items: [...]} (for rfp_items)"),
+        "404": no_rfp}, params=[_ID],
+        body={"anyOf": [_wrapped("rfp_item", _ref("RfpItemInput")),
+                        _wrapped("rfp_items", {"type": "array", "items": _ref("RfpItemInput")})]})
+    upload = _op("import_rfp_items", "import a CSV or XLSX questionnaire as items, in file order", {
+        "201": _json(_ref("RfpItemImportReport"), "what was imported and every row skipped, with why"),
+        "400": _error("a malformed option (parameter_invalid)"), "404": no_rfp,
+        "413": _error("the file is larger than server.max_upload_bytes"),
+        "422": _error("no question column (the columns found are named), no questions, "
+                      "unknown sheet, or an unreadable file")},
+        params=[_ID,
+                _query("sheet", "sheet name; default: the first with a question-like header"),
+                _query("question_column", "header name or column letter"),
+                _query("section_column", "header name or column letter"),
+                _query("header_row", "1-based header row; 0 = none; default: detected",
+                       {"type": "integer", "minimum": 0})])
+    upload["requestBody"] = {"required": True, "content": {
+        "text/csv": {"schema": {"type": "string"}},
+        _XLSX: {"schema": {"type": "string", "format": "binary"}},
+        "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
+            "file": {"type": "string", "format": "binary"}}}},
+    }}
+    answer = _op("answer_rfp", "answer every pending item through the question pipeline", {
+        "202": _json(_ref("AnswerStarted"), "answering started (items already in flight are "
+                     "not asked or charged again)"),
+        "403": _error("no active subscription or not enough credits for every item "
+                      "(usage_blocked), or a viewer"),
+        "404": no_rfp}, params=[_ID],
+        body={"type": "object", "properties": {
+            "answer_detail_level": {"enum": [0, 1, 2]},
+            "custom_prompt": _nullable({"type": "string"})}})
+    answer["requestBody"]["required"] = False
+    return {
+        "/api/v1/rfps/{id}/rfp_items": {"post": create},
+        "/api/v1/rfps/{id}/rfp_items/import": {"post": upload},
+        "/api/v1/rfps/{id}/rfp_items/{item_id}": {
+            "get": _op("get_rfp_item", "read one item", {
+                "200": _json(item, "the item"), "404": _error("no such item in this RFP")},
+                params=[_ID, _ITEM_ID]),
+            "patch": _op("review_rfp_item", "edit, approve, discard or reopen an item", {
+                "200": _json(item, "the reviewed item"),
+                "404": _error("no such item in this RFP"),
+                "422": _error("approving without an answer, saving an unapproved answer, "
+                              "or an invalid field")},
+                params=[_ID, _ITEM_ID], body=_wrapped("rfp_item", _ref("RfpItemReview"))),
+        },
+        "/api/v1/rfps/{id}/answer": {"post": answer},
+        "/api/v1/rfps/{id}/export": {"get": _op("export_rfp", "the RFP's items as a file", {
+            "200": {"description": "attachment: question, answer, state, confidence, section",
+                    "content": {"text/csv": {"schema": {"type": "string"}},
+                                _XLSX: {"schema": {"type": "string", "format": "binary"}}}},
+            "400": _error("format is not csv or xlsx (parameter_invalid)"), "404": no_rfp},
+            params=[_ID, _query("format", "csv (default) or xlsx", {"enum": ["csv", "xlsx"]})])},
+    }
+
+
 def document() -> dict[str, Any]:
     not_found = {
         "rfp": _error("no such RFP in this account (not_found)"),
@@ -453,6 +580,8 @@ def document() -> dict[str, Any]:
             "200": _text("text/plain", "Prometheus text format"),
             "404": _error("metrics are not enabled (not_found)")}, security=[])},
     }
+    for path, operations in _workflow_paths().items():
+        paths[path] = {**paths.get(path, {}), **operations}
     return {
         "openapi": "3.1.0",
         "info": {"title": "RFP response service", "version": "1",

@@ -3,8 +3,10 @@
 The whole machine is TRANSITIONS below: (from state, to state, step). Steps compute; the runner
 persists each step's output together with the next state in one guarded update
 (`WHERE id = $1 AND state = $2 AND lease_owner = $3`), so a step that runs twice after a crash
-can only be recorded once. Questions are claimed with `FOR UPDATE SKIP LOCKED` plus a lease, so
-several processes share the work and a crashed process's questions are resumed elsewhere.
+can only be recorded once. Consecutive quick steps share one such update (and one commit); a
+step that may wait long (a remote engine) starts only after the progress before it is committed.
+Questions are claimed with `FOR UPDATE SKIP LOCKED` plus a lease, so several processes share the
+work and a crashed process's questions are resumed elsewhere.
 """
 
 from __future__ import annotations
@@ -246,7 +248,7 @@ async def persist(
             item_state = "needs_input" if after.requires_attention else "auto_answered"
             rfp_id = await conn.fetchval(
                 db.query("answer_rfp_item"), after.rfp_item_id, after.answer, after.confidence,
-                item_state,
+                item_state, after.id,
             )
             if rfp_id is not None:
                 await conn.execute(db.query("touch_rfp"), rfp_id)
@@ -318,34 +320,43 @@ class Pipeline:
             await self.scheduler.spawn(self.process(Work.from_row(row)), name=row["id"])
         return len(rows)
 
+    def _waits(self, step: Step) -> bool:
+        """Whether a step may take long (a remote engine's answer; any step when steps are slowed
+        down on purpose). Progress is committed before such a step, so others see it meanwhile."""
+        if self.config.step_delay_seconds:
+            return True
+        return step is draft_answer and self.ctx.engine.name != "local"
+
     async def process(self, work: Work) -> None:
         try:
             while work.state != "complete":
-                target, step = NEXT[work.state]
-                if self.config.step_delay_seconds:
-                    await asyncio.sleep(self.config.step_delay_seconds)
                 if self.stopping:
-                    # Between steps: hand the question back at once; another process resumes it.
+                    # Shutdown, between steps: hand the question back at once; another process
+                    # resumes it without waiting for the lease to expire.
                     async with self.pool.acquire() as conn:
                         await conn.execute(db.query("release_lease"), work.id, self.owner, 0.0)
                     return
-                started = time.perf_counter()
-                outcome = "failed"
-                try:
-                    async with self._holding(work.id):
-                        after = attrs.evolve(await step(self.ctx, work), state=target)
-                    async with self.pool.acquire() as conn:
-                        moved = await persist(
-                            conn, self.owner, work, after, self.config.lease_seconds, self.metrics
-                        )
-                    outcome = "ok" if moved else "moved"
-                finally:
-                    self.metrics.pipeline_step_duration.labels(step.__name__, outcome).observe(
-                        time.perf_counter() - started
-                    )
-                if not moved:
-                    log.info("question %s was moved by another worker; leaving it", work.id)
-                    return
+                # A run of quick steps is persisted with one guarded update: each step's output
+                # still commits together with the state that has it, in one commit instead of one
+                # per step (every commit is a WAL flush, serialised by the NOTIFY it carries).
+                # A crash before the commit just runs the run again.
+                after = work
+                async with self._holding(work.id):
+                    while True:
+                        target, step = NEXT[after.state]
+                        if self.config.step_delay_seconds:
+                            await asyncio.sleep(self.config.step_delay_seconds)
+                        after = attrs.evolve(await self._timed(step, after), state=target)
+                        if after.state == "complete" or self._waits(NEXT[after.state][1]):
+                            break
+                        if self.stopping:
+                            break  # store what is done; the next turn hands the question back
+                async with self.pool.acquire() as conn:
+                    if not await persist(
+                        conn, self.owner, work, after, self.config.lease_seconds, self.metrics
+                    ):
+                        log.info("question %s was moved by another worker; leaving it", work.id)
+                        return
                 work = after
         except asyncio.CancelledError:
             raise
@@ -360,6 +371,19 @@ class Pipeline:
             self.active.discard(work.id)
             self.metrics.pipeline_queue_depth.set(len(self.active))
             self.wake()
+
+    async def _timed(self, step: Step, work: Work) -> Work:
+        """Run one step, timing it by step name and outcome (ok, failed)."""
+        started = time.perf_counter()
+        outcome = "failed"
+        try:
+            result = await step(self.ctx, work)
+            outcome = "ok"
+            return result
+        finally:
+            self.metrics.pipeline_step_duration.labels(step.__name__, outcome).observe(
+                time.perf_counter() - started
+            )
 
     @contextlib.asynccontextmanager
     async def _holding(self, question_id: str) -> AsyncIterator[None]:

@@ -17,7 +17,6 @@ import attrs
 from aiohttp import web
 
 from . import db
-from .accounts import change_credits
 from .auth import new_id, principal, requires
 from .convert import NonBlank, converter, read_object, structure, unstructure
 from .errors import NotFound, UsageBlocked, ValidationFailed
@@ -28,6 +27,9 @@ from .pipeline import STATES
 
 DETAIL_LEVELS = ("low", "normal", "high")
 MAX_IDEMPOTENCY_KEY = 255
+# An event stream re-reads its question on every notification, and on every RECHECK_EVERY-th
+# quiet poll interval (every one when the listening connection was replaced meanwhile).
+RECHECK_EVERY = 5
 
 
 # -- input -------------------------------------------------------------------------------------
@@ -206,24 +208,48 @@ async def create_question(
     Call `app[PIPELINE].wake()` after the transaction commits so it is answered at once
     (otherwise the next poll, at most `questions.poll_seconds` later, picks it up).
     """
-    account = await conn.fetchrow(db.query("lock_account_for_question"), account_id)
+    row = await ask_question(
+        conn, account_id=account_id, user_id=user_id, text=text, detail_level=detail_level,
+        custom_prompt=custom_prompt, rfp_id=rfp_id, rfp_item_id=rfp_item_id, member_id=member_id,
+        cost=credits if charge else 0, idempotency_key=idempotency_key, request_hash=request_hash,
+    )
+    return row["id"]
+
+
+async def ask_question(
+    conn: asyncpg.Connection,
+    *,
+    account_id: str,
+    user_id: int,
+    text: str,
+    detail_level: int,
+    custom_prompt: str | None,
+    rfp_id: str | None,
+    rfp_item_id: str | None,
+    member_id: str | None,
+    cost: int,
+    idempotency_key: str | None,
+    request_hash: bytes | None,
+) -> asyncpg.Record:
+    """`create_question`, returning the stored question as `get_question` reads it.
+
+    One statement (debit, question, ledger entry), atomic with or without a caller's transaction.
+    """
+    question_id = new_id("q")
+    row = await conn.fetchrow(
+        db.query("ask_question"), question_id, account_id, user_id, member_id, rfp_id,
+        rfp_item_id, text, custom_prompt, detail_level, cost, idempotency_key, request_hash,
+    )
+    if row is not None:
+        return row
+    account = await conn.fetchrow(db.query("account_standing"), account_id)
     if account is None:
         raise NotFound(f"no account {account_id}")
     if account["subscription_status"] != "active":
         raise UsageBlocked("the account has no active subscription; questions cannot be asked")
-    cost = credits if charge else 0
-    if account["credits"] < cost:
-        raise UsageBlocked(
-            f"out of credits: a question costs {cost} and the account has {account['credits']}"
-        )
-    question_id = new_id("q")
-    await conn.execute(
-        db.query("insert_question"), question_id, account_id, user_id, member_id, rfp_id,
-        rfp_item_id, text, custom_prompt, detail_level, cost, idempotency_key, request_hash,
+    raise UsageBlocked(
+        f"out of credits: a question costs {cost} and the account has {account['credits']}"
     )
-    if cost:
-        await change_credits(conn, account_id, -cost, "question", question_id)
-    return question_id
 
 
 def _idempotency_key(request: web.Request) -> str | None:
@@ -266,25 +292,28 @@ async def post_question(request: web.Request) -> web.Response:
         question_id = await _replay(conn, who.member_id, key, ask) if key else None
         if question_id is None:
             try:
-                async with conn.transaction():
-                    question_id = await create_question(
-                        conn, account_id=who.account_id, user_id=who.user_id, text=ask.question,
-                        detail_level=ask.detail_level, custom_prompt=ask.custom_prompt,
-                        member_id=who.member_id, credits=settings.credits_per_question,
-                        idempotency_key=key, request_hash=ask.fingerprint() if key else None,
-                    )
+                # One statement: atomic without BEGIN/COMMIT round trips.
+                row = await ask_question(
+                    conn, account_id=who.account_id, user_id=who.user_id, text=ask.question,
+                    detail_level=ask.detail_level, custom_prompt=ask.custom_prompt,
+                    rfp_id=None, rfp_item_id=None, member_id=who.member_id,
+                    cost=settings.credits_per_question, idempotency_key=key,
+                    request_hash=ask.fingerprint() if key else None,
+                )
             except asyncpg.UniqueViolationError:
                 # The same key raced in from a concurrent retry: answer like a replay.
                 question_id = await _replay(conn, who.member_id, key or "", ask)
                 if question_id is None:
                     raise
+                row = await fetch_question(conn, question_id, who.account_id)
             else:
                 request.app[PIPELINE].wake()
                 if settings.credits_per_question:  # counted once committed
                     request.app[METRICS].credits_debited.labels("question").inc(
                         settings.credits_per_question
                     )
-        row = await fetch_question(conn, question_id, who.account_id)
+        else:
+            row = await fetch_question(conn, question_id, who.account_id)
     if key and row["state"] != "new":
         # A replay answers with the first response: the question as it was when accepted.
         row = {**dict(row), "state": "new", "answer": None, "confidence": None,
@@ -315,7 +344,9 @@ async def question_events(request: web.Request) -> web.StreamResponse:
     question_id = request.match_info["id"]
     account_id = principal(request).account_id
     poll = request.app[CONFIG].questions.poll_seconds
-    with request.app[EVENTS].subscribe(question_id) as changes:
+    events = request.app[EVENTS]
+    with events.subscribe(question_id) as changes:
+        listener = events.connections
         async with db.connection(request) as conn:
             row = await fetch_question(conn, question_id, account_id)  # 404 before streaming
         response = web.StreamResponse(
@@ -324,21 +355,39 @@ async def question_events(request: web.Request) -> web.StreamResponse:
         )
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):  # the client went away: just stop
+            # What one look at the question has to say goes out in one write (one send), and the
+            # last one together with the end of the stream.
             sent = STATES.index(row["state"])
-            await response.write(_event(row["state"], unstructure(Question.from_row(row))))
-            while STATES[sent] != "complete":
+            first = _event(row["state"], unstructure(Question.from_row(row)))
+            if STATES[sent] == "complete":
+                await response.write_eof(first)
+                return response
+            await response.write(first)
+            quiet = 0
+            while True:
                 try:
                     await asyncio.wait_for(changes.get(), poll)
+                    while not changes.empty():  # one read covers every change announced so far
+                        changes.get_nowait()
                 except TimeoutError:
                     await response.write(b": waiting\n\n")  # a comment: keeps proxies from timing out
-                    # and falls through to a poll, in case a notification was lost
+                    quiet += 1
+                    if events.listening(listener) and quiet % RECHECK_EVERY:
+                        continue  # nothing can have been missed: no read (streams wait in bulk
+                        # when the service is busy, and a read each per poll would add to it)
+                    listener = events.connections  # fall through to a read: a notification may
+                    # have been lost (the listening connection changed), or to be safe now and then
                 async with db.connection(request) as conn:
                     row = await fetch_question(conn, question_id, account_id)
                 current = STATES.index(row["state"])
-                for passed in STATES[sent + 1 : current]:
-                    await response.write(_event(passed, {"id": question_id, "state": passed}))
-                if current > sent:
-                    await response.write(_event(row["state"], unstructure(Question.from_row(row))))
-                    sent = current
-            await response.write_eof()
+                if current <= sent:
+                    continue
+                out = [_event(passed, {"id": question_id, "state": passed})
+                       for passed in STATES[sent + 1 : current]]
+                out.append(_event(row["state"], unstructure(Question.from_row(row))))
+                sent = current
+                if STATES[sent] == "complete":
+                    await response.write_eof(b"".join(out))
+                    break
+                await response.write(b"".join(out))
     return response

@@ -37,7 +37,12 @@ class Decision:
 
 
 async def take(conn: asyncpg.Connection, key: str, limit: RateLimit) -> Decision:
-    """Spend one request from the bucket `key`; atomic, so concurrent processes agree."""
+    """Spend one request from the bucket `key`; atomic, so concurrent processes agree.
+
+    Its own transaction, committed asynchronously (see the query), so never inside another one.
+    """
+    if conn.is_in_transaction():
+        raise RuntimeError("take() commits asynchronously; call it outside a transaction")
     rate = limit.limit / limit.period_seconds
     row = await conn.fetchrow(db.query("take_rate_limit_token"), key, float(limit.limit), rate)
     remaining = row["remaining"]

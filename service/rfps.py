@@ -123,9 +123,8 @@ async def search_rfps(request: web.Request) -> web.Response:
     pattern = like_pattern(term)
     account_id = principal(request).account_id
     base_url = request.app[CONFIG].server.web_base_url
-    async with db.connection(request) as conn:
-        conn.mark_session_changed()  # the pool undoes the SET when it takes the connection back
-        await conn.execute(db.query("plan_each_search"))
+    async with db.connection(request) as conn, conn.transaction(readonly=True):
+        await conn.execute(db.query("plan_each_search"))  # SET LOCAL: ends with the transaction
         total = await conn.fetchval(
             db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
         )

@@ -70,23 +70,3 @@ async def test_event_streams__do_not_pin_pool_connections(config, admin, aiohttp
         for stream in streams:
             stream.close()
 
-
-async def test_pool__resets_a_connection_only_when_its_session_was_changed(config):
-    from service import db
-
-    pool = await db.create_pool(config.database.url, with_config(
-        config, database={"pool_min_size": 1, "pool_max_size": 1}))
-    try:
-        async with pool.acquire() as conn:
-            conn.mark_session_changed()
-            await conn.execute("SET plan_cache_mode = force_custom_plan")
-        async with pool.acquire() as conn:  # the one connection again, reset
-            assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
-            tx = conn.transaction()
-            await tx.start()
-            await conn.execute("CREATE TEMP TABLE t_left_open (x int)")
-        async with pool.acquire() as conn:  # an open transaction is always rolled back
-            assert not conn.is_in_transaction()
-            assert await conn.fetchval("SELECT to_regclass('t_left_open')") is None
-    finally:
-        await pool.close()

@@ -116,6 +116,67 @@ async def test_runner__resumes_a_question_whose_worker_died(conn, pool, admin):
     assert await balance_and_ledger(conn, admin.account_id) == (9, 9)
 
 
+async def _run_until_complete(conn, pipeline, question_id) -> None:
+    runner = asyncio.create_task(pipeline.run())
+    try:
+        async with asyncio.timeout(10):
+            state = "SELECT state::text FROM questions WHERE id = $1"
+            while await conn.fetchval(state, question_id) != "complete":  # noqa: ASYNC110 (polls the DB)
+                await asyncio.sleep(0.01)
+    finally:
+        runner.cancel()
+        await pipeline.scheduler.close()
+
+
+async def test_runner__quick_steps_commit_together_and_announce_the_final_state(conn, pool, admin):
+    await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
+    announced: list[str] = []
+    await conn.add_listener("question_events", lambda *args: announced.append(args[-1]))
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    pipeline = Pipeline(pool, LocalEngine(), QuestionsConfig(poll_seconds=0.05), aiojobs.Scheduler())
+    await _run_until_complete(conn, pipeline, question_id)
+    await asyncio.sleep(0.1)  # let the last notification arrive
+    # local engine: every step is quick, so new -> complete is one guarded update (one commit)
+    assert [a for a in announced if a.startswith(question_id)] == [
+        f"{question_id} new", f"{question_id} complete"
+    ]
+    row = await conn.fetchrow("SELECT * FROM questions WHERE id = $1", question_id)
+    assert row["answer"] == "Yes, with AES-256." and row["confidence"] > 0
+    assert row["references"] is not None and row["lease_owner"] is None
+
+
+class _RemoteEngine(LocalEngine):
+    """The local engine's answers, slowly, under another name: a stand-in for a remote model."""
+
+    name = "remote"
+
+    def __init__(self, seen: list[str], conn, question_id: str) -> None:
+        self.seen, self.conn, self.question_id = seen, conn, question_id
+
+    async def answer(self, request):
+        state = await self.conn.fetchval(
+            "SELECT state::text FROM questions WHERE id = $1", self.question_id
+        )
+        self.seen.append(state)
+        return await super().answer(request)
+
+
+async def test_runner__progress_is_committed_before_a_remote_engine_answers(
+    database_url, conn, pool, admin
+):
+    await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    seen: list[str] = []
+    probe = await asyncpg.connect(database_url)  # the engine looks from outside
+    try:
+        engine = _RemoteEngine(seen, probe, question_id)
+        pipeline = Pipeline(pool, engine, QuestionsConfig(poll_seconds=0.05), aiojobs.Scheduler())
+        await _run_until_complete(conn, pipeline, question_id)
+    finally:
+        await probe.close()
+    assert seen == ["references_fetched"]
+
+
 async def test_runner__a_live_lease_is_left_alone(conn, pool, admin):
     question_id = await _question(conn, admin.account_id, admin.user_id)
     await conn.execute(
@@ -146,6 +207,9 @@ async def test_rfp_item__completed_question_answers_a_pending_item(client, conn,
             )
             for item in items
         ]
+        await conn.execute(
+            db.query("link_rfp_items_to_questions"), [item["id"] for item in items], ids
+        )
     for question_id in ids:
         await wait_complete(client, question_id, admin.headers)
     states = await conn.fetch(

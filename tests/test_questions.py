@@ -3,7 +3,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+import attrs
 from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
+
+from service.app import create_app
 
 MFA_Q = "Do you enforce multi-factor authentication for all employees?"
 MFA_A = "Yes. All employees must use multi-factor authentication with hardware keys for every system."
@@ -192,7 +195,11 @@ async def read_events(response) -> list[tuple[str, dict]]:
     return events
 
 
-async def test_events__one_event_per_state_then_close(client, conn, admin):
+async def test_events__one_event_per_state_then_close(aiohttp_client, config, conn, admin):
+    # Each step slowed down, so the stream opens while the question is still `new` (a fast
+    # pipeline can finish before the second request arrives) and each state is its own commit.
+    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.05))
+    client = await aiohttp_client(create_app(slow))
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
     body = await (await ask(client, admin.headers, MFA_Q)).json()
     response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)

@@ -174,3 +174,16 @@ async def test_search__trigram_indexes_serve_the_substring_match(conn, admin, qu
     assert {"rfps_title_trgm", "rfps_description_trgm"} <= used, plan
     rows = await conn.fetch(db.query("search_rfps"), admin.account_id, like_pattern("zebra"), 20, 0)
     assert {row["id"] for row in rows} == {"rfp_bulk7", "rfp_bulk70", "rfp_bulk700"}
+
+
+async def test_search__leaves_no_session_setting_on_the_pooled_connection(client, admin, config):
+    """Pooled connections are not reset on release, so the search's planner setting must end
+    with its transaction instead of leaking into whatever the connection serves next."""
+    from service.keys import POOL
+
+    response = await client.get("/api/v1/rfps/search?query=x", headers=admin.headers)
+    assert response.status == 200
+    pool = client.server.app[POOL]
+    for _ in range(pool.get_size()):
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SHOW plan_cache_mode") == "auto"

@@ -1,12 +1,35 @@
--- lock_account_for_question --
--- An account's balance and subscription, locked so concurrent asks are charged one after another.
-SELECT credits, subscription_status::text AS subscription_status FROM accounts WHERE id = $1 FOR UPDATE;
+-- ask_question --
+-- Charge $10 credits and store a new question in state `new`, with its ledger entry: one statement,
+-- so the account row (the lock that orders concurrent asks of an account) is held for one round
+-- trip, not one per statement. The debit matches only an active account with enough credits; no
+-- row back means nothing was written (`account_standing` then says why). Returns the question
+-- with its asker, as get_question does.
+WITH debit AS (
+    UPDATE accounts
+       SET credits = credits - $10::integer,
+           updated_at = CASE WHEN $10::integer > 0 THEN now() ELSE updated_at END
+     WHERE id = $2 AND subscription_status = 'active' AND credits >= $10::integer
+    RETURNING id
+), question AS (
+    INSERT INTO questions (id, account_id, user_id, member_id, rfp_id, rfp_item_id, question,
+                           custom_prompt, answer_detail_level, charged_credits, idempotency_key,
+                           request_hash)
+    SELECT $1::text, d.id, $3::bigint, $4::text, $5::text, $6::text, $7::text, $8::text,
+           $9::smallint, $10::integer, $11::text, $12::bytea
+      FROM debit d
+    RETURNING *
+), ledger AS (
+    INSERT INTO credit_ledger (account_id, amount, reason, subject_id)
+    SELECT q.account_id, -q.charged_credits, 'question', q.id FROM question q WHERE q.charged_credits > 0
+)
+SELECT q.*, q.state::text AS state, u.email AS user_email,
+       display_name(u.first_name, u.last_name, u.email) AS user_name
+  FROM question q
+  JOIN users u ON u.id = q.user_id;
 
--- insert_question --
--- A new question in state `new`, with what it cost and its idempotency key (if any).
-INSERT INTO questions (id, account_id, user_id, member_id, rfp_id, rfp_item_id, question, custom_prompt,
-                       answer_detail_level, charged_credits, idempotency_key, request_hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+-- account_standing --
+-- An account's balance and subscription (why an ask was refused).
+SELECT credits, subscription_status::text AS subscription_status FROM accounts WHERE id = $1;
 
 -- question_by_idempotency_key --
 -- The question a member already asked with this Idempotency-Key, and the hash of that request.
@@ -56,8 +79,9 @@ UPDATE questions SET lease_owner = NULL, lease_expires_at = now() + make_interva
  WHERE id = $1 AND lease_owner = $2 AND state <> 'complete';
 
 -- advance_question --
--- A guarded transition: store a step's output and the next state, only if the question is still
--- in the expected state and leased to us. No row back means another worker moved it.
+-- A guarded transition: store the output of a step (or of a run of quick steps) and the state
+-- after it, only if the question is still in the expected state and leased to us. No row back
+-- means another worker moved it.
 UPDATE questions
    SET state = $4::question_state,
        context = $5,
@@ -84,10 +108,11 @@ RETURNING id;
 SELECT context FROM rfps WHERE id = $1;
 
 -- answer_rfp_item --
--- A completed question answers its RFP item, if the item still waits for an answer.
+-- A completed question answers its RFP item, if the item still waits for an answer from this
+-- question: a reopened item asked anew must not take the answer of its earlier question.
 UPDATE rfp_items
    SET answer = $2, confidence = $3, state = $4::rfp_item_state, updated_at = now()
- WHERE id = $1 AND state = 'pending'
+ WHERE id = $1 AND state = 'pending' AND question_id = $5
 RETURNING rfp_id;
 
 -- count_unfinished_questions --

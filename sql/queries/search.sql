@@ -1,8 +1,9 @@
 -- plan_each_search --
--- For this connection until the pool resets it: plan every statement for its actual values.
--- asyncpg prepares statements, and after five runs PostgreSQL may switch to a generic plan that
--- cannot see the ILIKE pattern: a common term then took ~350 ms instead of ~30 ms at 1M RFPs.
-SET plan_cache_mode = force_custom_plan;
+-- For the rest of this transaction: plan every statement for its actual values. asyncpg
+-- prepares statements, and after five runs PostgreSQL may switch to a generic plan that cannot
+-- see the ILIKE pattern: a common term then took ~350 ms instead of ~30 ms at 1M RFPs.
+-- SET LOCAL because pooled connections are not reset on release (service/db.py keep_session).
+SET LOCAL plan_cache_mode = force_custom_plan;
 
 -- count_search_rfps_capped --
 -- How many of an account's RFPs match an ILIKE pattern, counting no further than $3 rows:

@@ -1,0 +1,443 @@
+"""Questionnaires (CSV, XLSX) → RFP items, in file order, with each row's section.
+
+Parsing is synchronous and streaming (csv over a text stream, openpyxl in read-only mode), so the
+HTTP handler runs it in a thread and the CLI calls it directly. What the file holds decides:
+
+- the sheet: the named one, else the first whose opening rows hold a question-like header;
+- the header row: the given one (0 = none), else the first of the opening rows with a cell that
+  looks like a question header ("Question", "Requirement", "Subcategory" …);
+- the question column: the given header name or letter, else the best question-like header;
+- the section column: the given one, else a header like "Section", "Category", "Domain";
+  a blank section cell keeps the previous row's section (merged cells read that way).
+
+A row whose only text is outside the question column, and is not an identifier like "AC-2", is a
+section heading: it sets the section of the rows below it. Rows skipped are reported with their
+row number and why; wholly empty rows are skipped silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Callable, Iterable, Iterator
+from datetime import date, datetime, time
+from itertools import chain, islice
+from typing import IO, Any
+
+import attrs
+
+from .errors import ValidationFailed
+
+HEADER_SCAN_ROWS = 50  # a header further down than this is not looked for (pass header_row)
+MAX_HEADER_CELL = 80  # longer cells are prose (instructions), not headers
+MAX_QUESTION = 100_000
+MAX_SECTION = 500
+MAX_SKIPPED_LISTED = 1_000
+
+XLSX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+CSV_MEDIA_TYPES = ("text/csv", "application/csv", "text/plain", "text/tab-separated-values")
+
+# Question-like headers, best first. A header naming an identifier ("Question ID") is not one.
+_QUESTION_HEADERS = [
+    re.compile(p)
+    for p in (
+        r"^questions?$",
+        r"\bquestions?\b",
+        r"\brequirements?\b",
+        r"\b(control|item) (text|description)\b",
+        r"\bsubcategory\b",
+        r"\b(criteria|criterion|prompt|query|request)\b",
+        r"^(item|control|description)$",
+    )
+]
+_IDENTIFIER_HEADER = re.compile(r"\b(id|ids|#|no|nr|num|number|ref|reference|key|code)$")
+_SECTION_HEADERS = [
+    re.compile(p)
+    for p in (r"^(section|category|domain|area|topic|group|function|chapter)( name| title)?$",)
+]
+# "AC-2", "GNRL-01", "1.2.3", "ID.AM-01": a row's identifier, not a section heading.
+_IDENTIFIER_VALUE = re.compile(r"^(?=\S*\d)[\w.\-/#]+$")
+_COLUMN_LETTERS = re.compile(r"^[A-Za-z]{1,3}$")
+
+Progress = Callable[[int], None]
+
+
+@attrs.frozen(kw_only=True)
+class ImportOptions:
+    sheet: str | None = None
+    question_column: str | None = None
+    section_column: str | None = None
+    header_row: int | None = None  # 1-based; 0 = the file has no header row
+
+
+@attrs.frozen(kw_only=True)
+class ImportedRow:
+    question: str
+    section: str | None
+    row: int
+
+
+@attrs.frozen(kw_only=True)
+class SkippedRow:
+    row: int
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class Questionnaire:
+    """What an import found: the items in file order and the rows it skipped."""
+
+    sheet: str | None
+    header_row: int | None
+    question_column: str
+    section_column: str | None
+    rows: list[ImportedRow]
+    skipped: list[SkippedRow]
+    skipped_count: int
+
+
+@attrs.frozen
+class _Layout:
+    header_row: int | None  # 1-based row number, None without a header
+    header: list[str]
+    question: int  # 0-based column index
+    section: int | None
+
+    def column_name(self, index: int) -> str:
+        name = self.header[index] if index < len(self.header) else ""
+        return name or column_letter(index)
+
+
+# -- cells and columns --------------------------------------------------------------------
+
+
+def cell_text(value: Any) -> str:
+    """A cell as text: strings stripped, whole numbers without `.0`, dates in ISO form."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.replace("\r\n", "\n").replace("\r", "\n").strip()
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    return str(value).strip()
+
+
+def column_letter(index: int) -> str:
+    """0 → A, 25 → Z, 26 → AA."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
+
+
+def column_index(letters: str) -> int:
+    """A → 0, Z → 25, AA → 26."""
+    index = 0
+    for char in letters.upper():
+        index = index * 26 + ord(char) - ord("A") + 1
+    return index - 1
+
+
+def _normal(header: str) -> str:
+    return " ".join(header.lower().replace("_", " ").split()).rstrip(":*? ").strip()
+
+
+def _question_rank(header: str) -> int | None:
+    """The rank (0 best) of a question-like header, or None for any other header."""
+    text = _normal(header)
+    if not text or len(text) > MAX_HEADER_CELL or _IDENTIFIER_HEADER.search(text):
+        return None
+    for rank, pattern in enumerate(_QUESTION_HEADERS):
+        if pattern.search(text):
+            return rank
+    return None
+
+
+def _is_section_header(header: str) -> bool:
+    text = _normal(header)
+    return any(pattern.search(text) for pattern in _SECTION_HEADERS)
+
+
+def _find_named(header: list[str], name: str) -> int | None:
+    wanted = _normal(name)
+    for index, cell in enumerate(header):
+        if cell and _normal(cell) == wanted:
+            return index
+    return None
+
+
+def _columns_found(header: list[str]) -> str:
+    names = [cell for cell in header if cell]
+    return ", ".join(repr(name) for name in names[:30]) or "none (the rows are empty)"
+
+
+# -- layout: header row, question and section columns ----------------------------------------
+
+
+def _resolve(header: list[str], spec: str, option: str) -> int:
+    """A column given by header name (preferred) or by letter."""
+    found = _find_named(header, spec) if header else None
+    if found is not None:
+        return found
+    if _COLUMN_LETTERS.match(spec.strip()):
+        return column_index(spec.strip())
+    raise ValidationFailed(
+        [f"{option}: no column {spec!r}; columns found: {_columns_found(header)}"],
+        message=f"the {option} was not found",
+    )
+
+
+def _detect_header(head: list[tuple[int, list[str]]], options: ImportOptions) -> tuple[int, list[str]] | None:
+    named = options.question_column
+    for number, cells in head:
+        if named and _find_named(cells, named) is not None:
+            return number, cells
+    for number, cells in head:
+        ranks = [rank for cell in cells if (rank := _question_rank(cell)) is not None]
+        # A lone short sentence ("Please answer each question") is not a header; a lone
+        # "Question" cell is (a one-column questionnaire).
+        if ranks and (sum(1 for cell in cells if cell) >= 2 or min(ranks) == 0):
+            return number, cells
+    return None
+
+
+def _layout(head: list[tuple[int, list[str]]], options: ImportOptions, where: str) -> _Layout:
+    """Work out the header row and columns from the opening rows; 422 naming what was found."""
+    header_row: int | None = None
+    header: list[str] = []
+    if options.header_row:
+        header = next((cells for number, cells in head if number == options.header_row), [])
+        header_row = options.header_row
+        if not header:
+            raise ValidationFailed(
+                [f"header_row: row {options.header_row} is empty or beyond the first "
+                 f"{HEADER_SCAN_ROWS} rows{where}"],
+                message="the header row was not found",
+            )
+    elif options.header_row is None:
+        detected = _detect_header(head, options)
+        if detected:
+            header_row, header = detected
+
+    if options.question_column:
+        question = _resolve(header, options.question_column, "question_column")
+    else:
+        ranked = [(rank, i) for i, cell in enumerate(header) if (rank := _question_rank(cell)) is not None]
+        if not ranked:
+            first = header or next((cells for _, cells in head if any(cells)), [])
+            raise ValidationFailed(
+                [f"question_column: no question column found{where}; columns found: "
+                 f"{_columns_found(first)}. Name it with question_column (header or letter)."],
+                message="the file has no question column",
+            )
+        question = min(ranked)[1]
+
+    section: int | None = None
+    if options.section_column:
+        section = _resolve(header, options.section_column, "section_column")
+    else:
+        section = next(
+            (i for i, cell in enumerate(header) if i != question and _is_section_header(cell)), None
+        )
+    return _Layout(header_row=header_row, header=header, question=question, section=section)
+
+
+# -- rows → items ---------------------------------------------------------------------------
+
+
+def _items(
+    rows: Iterable[tuple[int, list[str]]], layout: _Layout, progress: Progress | None
+) -> tuple[list[ImportedRow], list[SkippedRow], int]:
+    imported: list[ImportedRow] = []
+    skipped: list[SkippedRow] = []
+    skipped_count = 0
+    section: str | None = None
+    header_key = [_normal(cell) for cell in layout.header]
+
+    def skip(number: int, reason: str) -> None:
+        nonlocal skipped_count
+        skipped_count += 1
+        if len(skipped) < MAX_SKIPPED_LISTED:
+            skipped.append(SkippedRow(row=number, reason=reason))
+
+    done = 0
+    for number, cells in rows:
+        done += 1
+        if progress and done % 500 == 0:
+            progress(500)
+        if layout.header_row is not None and number <= layout.header_row:
+            continue
+        filled = [(i, cell) for i, cell in enumerate(cells) if cell]
+        if not filled:
+            continue
+        question = cells[layout.question] if layout.question < len(cells) else ""
+        section_cell = (
+            cells[layout.section] if layout.section is not None and layout.section < len(cells) else ""
+        )
+        if section_cell:
+            section = section_cell[:MAX_SECTION]
+        if not question:
+            if len(filled) == 1 and not _IDENTIFIER_VALUE.match(filled[0][1]):
+                section = filled[0][1][:MAX_SECTION]
+                skip(number, "section heading")
+            else:
+                skip(number, "blank question")
+            continue
+        if header_key and [_normal(cell) for cell in cells] == header_key:
+            skip(number, "repeated header row")
+            continue
+        if len(question) > MAX_QUESTION:
+            skip(number, f"question longer than {MAX_QUESTION} characters")
+            continue
+        imported.append(ImportedRow(question=question, section=section, row=number))
+    if progress:
+        progress(done % 500)
+    return imported, skipped, skipped_count
+
+
+def _parse_rows(
+    rows: Iterator[tuple[int, list[str]]],
+    options: ImportOptions,
+    sheet: str | None,
+    progress: Progress | None,
+    where: str = "",
+) -> Questionnaire:
+    head = list(islice(rows, HEADER_SCAN_ROWS))
+    layout = _layout(head, options, where)
+    return _questionnaire(chain(head, rows), layout, sheet, progress)
+
+
+def _questionnaire(
+    rows: Iterable[tuple[int, list[str]]], layout: _Layout, sheet: str | None, progress: Progress | None
+) -> Questionnaire:
+    imported, skipped, skipped_count = _items(rows, layout, progress)
+    return Questionnaire(
+        sheet=sheet,
+        header_row=layout.header_row,
+        question_column=layout.column_name(layout.question),
+        section_column=None if layout.section is None else layout.column_name(layout.section),
+        rows=imported,
+        skipped=skipped,
+        skipped_count=skipped_count,
+    )
+
+
+# -- CSV --------------------------------------------------------------------------------------
+
+
+def _csv_rows(text: IO[str]) -> Iterator[tuple[int, list[str]]]:
+    sample = text.read(64 * 1024)
+    text.seek(0)
+    try:
+        dialect: Any = csv.Sniffer().sniff(sample, delimiters=",;\t|")
+    except csv.Error:
+        dialect = csv.excel
+    reader = csv.reader(text, dialect)
+    number = 0
+    try:
+        for number, record in enumerate(reader, start=1):
+            yield number, [cell_text(cell) for cell in record]
+    except csv.Error as exc:
+        raise ValidationFailed([f"file: row {number + 1} is not valid CSV: {exc}"],
+                               message="the file is not valid CSV") from None
+
+
+def parse_csv(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None) -> Questionnaire:
+    """A CSV questionnaire: UTF-8 (a BOM is dropped), else Windows-1252; `,` `;` tab or `|`."""
+    if options.sheet:
+        raise ValidationFailed(["sheet: a CSV file has no sheets"], message="the sheet was not found")
+    for encoding in ("utf-8-sig", "cp1252"):
+        binary.seek(0)
+        text = io.TextIOWrapper(binary, encoding=encoding, errors="strict", newline="")
+        try:
+            return _parse_rows(_csv_rows(text), options, None, progress)
+        except UnicodeDecodeError:
+            continue
+        finally:
+            text.detach()
+    raise ValidationFailed(["file: the text is neither UTF-8 nor Windows-1252"],
+                           message="the file could not be read")
+
+
+# -- XLSX -------------------------------------------------------------------------------------
+
+
+def _sheet_rows(worksheet: Any) -> Iterator[tuple[int, list[str]]]:
+    worksheet.reset_dimensions()  # some writers store wrong dimensions; read every row there is
+    for number, values in enumerate(worksheet.iter_rows(values_only=True), start=1):
+        yield number, [cell_text(value) for value in values]
+
+
+def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None) -> Questionnaire:
+    """An XLSX questionnaire: the named sheet, else the first with a question-like header."""
+    import zipfile
+
+    from openpyxl import load_workbook
+
+    try:
+        workbook = load_workbook(binary, read_only=True, data_only=True)
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        raise ValidationFailed([f"file: not a readable XLSX workbook ({exc})"],
+                               message="the file could not be read") from None
+    try:
+        names = workbook.sheetnames
+        if options.sheet is not None:
+            if options.sheet not in names:
+                raise ValidationFailed(
+                    [f"sheet: no sheet {options.sheet!r}; sheets: {', '.join(map(repr, names))}"],
+                    message="the sheet was not found",
+                )
+            return _parse_rows(_sheet_rows(workbook[options.sheet]), options, options.sheet, progress,
+                               where=f" in sheet {options.sheet!r}")
+        problems: list[str] = []
+        for name in names:
+            rows = _sheet_rows(workbook[name])
+            head = list(islice(rows, HEADER_SCAN_ROWS))
+            try:
+                layout = _layout(head, options, f" in sheet {name!r}")
+            except ValidationFailed as exc:
+                problems.extend(exc.details or [])
+                continue
+            return _questionnaire(chain(head, rows), layout, name, progress)
+        raise ValidationFailed(problems or ["file: the workbook has no sheets"],
+                               message="the file has no question column")
+    finally:
+        workbook.close()
+
+
+# -- either -----------------------------------------------------------------------------------
+
+
+def detect_format(head: bytes, media_type: str | None, filename: str | None) -> str:
+    """"xlsx" or "csv" from the first bytes, the declared media type and the file name."""
+    name = (filename or "").lower()
+    if head.startswith(b"PK\x03\x04"):
+        return "xlsx"
+    if head.startswith(b"\xd0\xcf\x11\xe0") or name.endswith(".xls"):
+        raise ValidationFailed(["file: old Excel (.xls) files are not supported; save it as .xlsx"],
+                               message="the file format is not supported")
+    if media_type == XLSX_MEDIA_TYPE or name.endswith(".xlsx"):
+        raise ValidationFailed(["file: not a readable XLSX workbook"],
+                               message="the file could not be read")
+    return "csv"
+
+
+def parse(binary: IO[bytes], options: ImportOptions, media_type: str | None = None,
+          filename: str | None = None, progress: Progress | None = None) -> Questionnaire:
+    """A questionnaire from a seekable binary file of either format."""
+    binary.seek(0)
+    head = binary.read(8)
+    binary.seek(0)
+    if not head:
+        raise ValidationFailed(["file: the file is empty"], message="the file is empty")
+    if detect_format(head, media_type, filename) == "xlsx":
+        return parse_xlsx(binary, options, progress)
+    return parse_csv(binary, options, progress)
+

@@ -1,0 +1,83 @@
+-- lock_account_rfp --
+-- Lock one RFP of an account so that concurrent item appends get distinct positions.
+SELECT id, context FROM rfps WHERE id = $1 AND account_id = $2 FOR UPDATE;
+
+-- insert_rfp_items_returning --
+-- Many items of one RFP at once, from parallel arrays; returns them in order.
+INSERT INTO rfp_items (id, rfp_id, question, section, position)
+SELECT id, $1, question, section, position
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[]) AS t(id, question, section, position)
+RETURNING *;
+
+-- lock_rfp_item --
+-- One item of an account's RFP, locked for review.
+SELECT i.*
+  FROM rfp_items i
+  JOIN rfps r ON r.id = i.rfp_id
+ WHERE i.id = $1 AND i.rfp_id = $2 AND r.account_id = $3
+   FOR UPDATE OF i;
+
+-- get_rfp_item --
+-- One item of an account's RFP.
+SELECT i.*
+  FROM rfp_items i
+  JOIN rfps r ON r.id = i.rfp_id
+ WHERE i.id = $1 AND i.rfp_id = $2 AND r.account_id = $3;
+
+-- review_rfp_item --
+-- Store a reviewed item. Moving it to pending from another state reopens it: the link to the
+-- question that answered it goes, so the next "answer all" answers it again.
+UPDATE rfp_items
+   SET question = $2,
+       section = $3,
+       answer = $4,
+       state = $5::rfp_item_state,
+       question_id = CASE WHEN $5 = 'pending' AND state <> 'pending' THEN NULL ELSE question_id END,
+       updated_at = now()
+ WHERE id = $1
+RETURNING *;
+
+-- save_answer_to_knowledge_base --
+-- An approved item as a knowledge-base entry; saving the same item again updates that entry.
+INSERT INTO knowledge_items (id, account_id, question, answer, title, source, external_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (account_id, external_id) WHERE external_id IS NOT NULL
+DO UPDATE SET question = EXCLUDED.question, answer = EXCLUDED.answer, title = EXCLUDED.title,
+              source = EXCLUDED.source, updated_at = now()
+RETURNING id;
+
+-- link_rfp_item_to_knowledge_item --
+-- Remember which knowledge-base entry an item was saved as.
+UPDATE rfp_items SET knowledge_item_id = $2 WHERE id = $1 RETURNING *;
+
+-- export_rfp_items --
+-- Every item of an RFP in questionnaire order, for an export.
+SELECT question, answer, state::text AS state, confidence, section
+  FROM rfp_items
+ WHERE rfp_id = $1
+ ORDER BY position;
+
+-- lock_unanswered_items --
+-- An RFP's pending items not yet being answered, in order, locked against a concurrent review.
+SELECT id, question
+  FROM rfp_items
+ WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NULL
+ ORDER BY position
+   FOR UPDATE;
+
+-- link_rfp_items_to_questions --
+-- Mark items as being answered by their questions (parallel arrays of item and question ids).
+UPDATE rfp_items i
+   SET question_id = t.question_id, updated_at = now()
+  FROM unnest($1::text[], $2::text[]) AS t(id, question_id)
+ WHERE i.id = t.id;
+
+-- count_rfp_items_in_flight --
+-- How many items of an RFP are being answered now.
+SELECT count(*)::integer FROM rfp_items
+ WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NOT NULL;
+
+-- lock_account_for_answering --
+-- An account's balance and subscription, locked while an RFP's items are asked: answering is
+-- all or nothing, so the balance must cover every item before the first is charged.
+SELECT credits, subscription_status::text AS subscription_status FROM accounts WHERE id = $1 FOR UPDATE;

@@ -1,0 +1,72 @@
+"""Exporting an RFP's items as CSV or XLSX."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from openpyxl import load_workbook
+
+
+async def answered_rfp(client, conn, actor) -> str:
+    response = await client.post(
+        "/api/v1/rfps",
+        json={"rfp": {"title": "Acme: Security Review 2026", "items": [
+            {"question": "Do you encrypt data?\nAt rest and in transit.", "section": "Data"},
+            {"question": "=HYPERLINK(\"http://x\")", "section": None},
+        ]}},
+        headers=actor.headers,
+    )
+    rfp_id = (await response.json())["id"]
+    await conn.execute(
+        "UPDATE rfp_items SET answer = 'Yes, \"always\".', confidence = 0.875, state = 'auto_answered'"
+        " WHERE rfp_id = $1 AND position = 1",
+        rfp_id,
+    )
+    return rfp_id
+
+
+async def test_export_csv__items_in_order_as_attachment(client, conn, admin):
+    rfp_id = await answered_rfp(client, conn, admin)
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=admin.headers)
+    assert response.status == 200
+    assert response.content_type == "text/csv"
+    assert response.headers["Content-Disposition"] == (
+        'attachment; filename="acme-security-review-2026.csv"'
+    )
+    rows = list(csv.reader(io.StringIO(await response.text())))
+    assert rows == [
+        ["question", "answer", "state", "confidence", "section"],
+        ["Do you encrypt data?\nAt rest and in transit.", 'Yes, "always".', "auto_answered", "0.875", "Data"],
+        ['=HYPERLINK("http://x")', "", "pending", "", ""],
+    ]
+
+
+async def test_export_xlsx__readable_and_formula_text_stays_text(client, conn, admin):
+    rfp_id = await answered_rfp(client, conn, admin)
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=xlsx", headers=admin.headers)
+    assert response.status == 200
+    assert response.headers["Content-Disposition"].endswith('.xlsx"')
+    workbook = load_workbook(io.BytesIO(await response.read()))
+    sheet = workbook.active
+    rows = [[cell.value for cell in row] for row in sheet.iter_rows()]
+    assert rows[0] == ["question", "answer", "state", "confidence", "section"]
+    assert rows[1] == ["Do you encrypt data?\nAt rest and in transit.", 'Yes, "always".',
+                       "auto_answered", 0.875, "Data"]
+    assert rows[2][0] == '=HYPERLINK("http://x")'
+    assert sheet.cell(row=3, column=1).data_type == "s"
+
+
+async def test_export__bad_format_is_400_parameter_invalid(client, conn, admin):
+    rfp_id = await answered_rfp(client, conn, admin)
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=pdf", headers=admin.headers)
+    assert response.status == 400
+    assert (await response.json())["error"]["code"] == "parameter_invalid"
+
+
+async def test_export__other_account_is_404(client, conn, make_account):
+    mine, theirs = await make_account(), await make_account()
+    rfp_id = await answered_rfp(client, conn, mine)
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=theirs.headers)
+    assert response.status == 404
+    assert (await response.json())["error"]["code"] == "not_found"

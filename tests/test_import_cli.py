@@ -1,0 +1,52 @@
+"""The operator CLI: `rfp import` and `rfp export`."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from service.__main__ import main
+
+
+def run(capsys, *argv: str) -> tuple[int, dict | str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    out = captured.out.strip()
+    return code, (json.loads(out) if "--json" in argv and code == 0 else captured.err)
+
+
+def test_cli_rfp_import_and_export__round_trip(database_url, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("RFP_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    _, made = run(capsys, "account", "create", "--name", "Acme", "--admin-email", "a@acme.test", "--json")
+    account = made["account"]["id"]
+    _, rfp = run(capsys, "rfp", "create", "--account", account, "--owner-email", "a@acme.test",
+                 "--title", "CLI review", "--json")
+    questionnaire = tmp_path / "q.csv"
+    questionnaire.write_bytes("\ufeffControl,Requirement\nAC-1,Describe access control.\nAC-2,\n".encode())
+
+    code, report = run(capsys, "rfp", "import", "--account", account, "--rfp", rfp["id"],
+                       str(questionnaire), "--json")
+    assert code == 0
+    assert report["import"]["imported"] == 1
+    assert report["import"]["question_column"] == "Requirement"
+    assert report["import"]["skipped"] == [{"row": 3, "reason": "blank question"}]
+
+    output = tmp_path / "out.csv"
+    code, exported = run(capsys, "rfp", "export", "--account", account, "--rfp", rfp["id"],
+                         "--format", "csv", "--output", str(output), "--json")
+    assert code == 0 and exported["items"] == 1
+    rows = list(csv.reader(output.open(newline="")))
+    assert rows[1] == ["Describe access control.", "", "pending", "", ""]
+
+
+def test_cli_rfp_import__no_question_column_names_columns(database_url, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("RFP_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ID,Answer\n1,yes\n")
+    code, err = run(capsys, "rfp", "import", "--account", "acct_x", "--rfp", "rfp_x", str(bad), "--json")
+    assert code == 1
+    assert "no question column" in err and "'ID', 'Answer'" in err

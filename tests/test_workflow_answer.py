@@ -1,0 +1,185 @@
+"""Answering every item of an RFP through the question pipeline, then review and export."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+
+from helpers_questions import add_entry, balance_and_ledger, wait_all_complete
+
+QUESTIONNAIRE = (
+    b"Section,Question\n"
+    b"Encryption,Do you encrypt customer data at rest?\n"
+    b"Encryption,Is data encrypted in transit with TLS?\n"
+    b"Continuity,How often are backups tested?\n"
+)
+
+
+async def imported_rfp(client, actor, context="Bid for Acme; EU hosting only.") -> str:
+    response = await client.post("/api/v1/rfps", json={"rfp": {"title": "Acme", "context": context}},
+                                 headers=actor.headers)
+    rfp_id = (await response.json())["id"]
+    response = await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import", data=QUESTIONNAIRE,
+                                 headers={**actor.headers, "Content-Type": "text/csv"})
+    assert response.status == 201
+    return rfp_id
+
+
+async def knowledge(conn, account_id) -> None:
+    await add_entry(conn, account_id, "Do you encrypt customer data at rest?",
+                    "Yes. Customer data at rest is encrypted with AES-256.")
+    await add_entry(conn, account_id, "Is data encrypted in transit?",
+                    "Yes. All traffic uses TLS 1.2 or later.")
+
+
+async def items_of(client, actor, rfp_id) -> list[dict]:
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=actor.headers)
+    return (await response.json())["rfp_items"]
+
+
+async def answer(client, actor, rfp_id, **body):
+    return await client.post(f"/api/v1/rfps/{rfp_id}/answer", json=body or None, headers=actor.headers)
+
+
+async def test_answer__end_to_end_answered_reviewed_exported(client, conn, make_account):
+    actor = await make_account(credits=10)
+    await knowledge(conn, actor.account_id)
+    rfp_id = await imported_rfp(client, actor)
+
+    response = await answer(client, actor, rfp_id)
+    body = await response.json()
+    assert response.status == 202, body
+    assert body["answering"]["started"] == 3
+    assert body["answering"]["credits_charged"] == 3
+    assert body["rfp"]["id"] == rfp_id
+    await wait_all_complete(conn, 30)
+
+    items = await items_of(client, actor, rfp_id)
+    assert {i["state"] for i in items} <= {"auto_answered", "needs_input"}
+    assert all(i["answer"] and i["confidence"] is not None and i["question_id"] for i in items)
+    assert "AES-256" in items[0]["answer"]
+    # The RFP context reached the pipeline, and every question is linked to its item.
+    linked = await conn.fetch("SELECT rfp_id, rfp_item_id, context FROM questions ORDER BY created_at")
+    assert {(q["rfp_id"], q["context"]) for q in linked} == {(rfp_id, "Bid for Acme; EU hosting only.")}
+    assert {q["rfp_item_id"] for q in linked} == {i["id"] for i in items}
+    assert await balance_and_ledger(conn, actor.account_id) in ((7, 7), (8, 8), (9, 9), (10, 10))
+
+    rfp = await (await client.get(f"/api/v1/rfps/{rfp_id}", headers=actor.headers)).json()
+    assert rfp["state"] in ("needs_input", "items_generated")
+    assert rfp["stats"]["auto_answered_items"] + rfp["stats"]["needs_input_items"] == 3
+
+    first, second, third = items
+    for item in (first, second):
+        response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{item['id']}",
+                                      json={"rfp_item": {"state": "approved"}}, headers=actor.headers)
+        assert response.status == 200
+    await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{third['id']}",
+                       json={"rfp_item": {"state": "discarded"}}, headers=actor.headers)
+    rfp = await (await client.get(f"/api/v1/rfps/{rfp_id}", headers=actor.headers)).json()
+    assert rfp["state"] == "approved"
+    assert rfp["stats"]["overall_completion_percentage"] == 100
+
+    exported = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=actor.headers)
+    rows = list(csv.DictReader(io.StringIO(await exported.text())))
+    assert [(r["question"], r["state"], r["section"]) for r in rows] == [
+        ("Do you encrypt customer data at rest?", "approved", "Encryption"),
+        ("Is data encrypted in transit with TLS?", "approved", "Encryption"),
+        ("How often are backups tested?", "discarded", "Continuity"),
+    ]
+    assert rows[0]["answer"] == first["answer"]
+
+
+async def test_answer__twice_at_once_charges_each_item_once(client, conn, make_account):
+    actor = await make_account(credits=10)
+    rfp_id = await imported_rfp(client, actor)
+    responses = await asyncio.gather(answer(client, actor, rfp_id), answer(client, actor, rfp_id))
+    assert [r.status for r in responses] == [202, 202]
+    started = sorted([(await r.json())["answering"]["started"] for r in responses])
+    assert started == [0, 3]
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 3
+    assert (await conn.fetchval(
+        "SELECT -sum(amount) FROM credit_ledger WHERE account_id = $1 AND reason = 'question'",
+        actor.account_id,
+    )) == 3
+    await wait_all_complete(conn, 30)
+    again = await answer(client, actor, rfp_id)
+    assert (await again.json())["answering"] == {"started": 0, "in_flight": 0, "credits_charged": 0}
+
+
+async def test_answer__in_flight_shows_as_processing_items(client, conn, make_account):
+    actor = await make_account(credits=10)
+    rfp_id = await imported_rfp(client, actor)
+    # Hold the questions' rows so that the pipeline cannot move them while we look.
+    async with conn.transaction():
+        response = await answer(client, actor, rfp_id)
+        assert response.status == 202
+        await conn.execute("SELECT 1 FROM questions FOR UPDATE")
+        rfp = await (await client.get(f"/api/v1/rfps/{rfp_id}", headers=actor.headers)).json()
+        in_flight = await conn.fetchval(
+            "SELECT count(*) FROM rfp_items WHERE rfp_id = $1 AND state = 'pending'", rfp_id
+        )
+    if in_flight:  # the pipeline may have finished some before the lock; any pending one is in flight
+        assert rfp["state"] == "processing_items"
+    await wait_all_complete(conn, 30)
+    rfp = await (await client.get(f"/api/v1/rfps/{rfp_id}", headers=actor.headers)).json()
+    assert rfp["state"] != "processing_items"
+
+
+async def test_answer__not_enough_credits_is_403_and_charges_nothing(client, conn, make_account):
+    actor = await make_account(credits=2)
+    rfp_id = await imported_rfp(client, actor)
+    response = await answer(client, actor, rfp_id)
+    body = await response.json()
+    assert response.status == 403
+    assert body["error"]["code"] == "usage_blocked"
+    assert "3" in body["error"]["message"] and "2" in body["error"]["message"]
+    assert await balance_and_ledger(conn, actor.account_id) == (2, 2)
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 0
+    assert {i["question_id"] for i in await items_of(client, actor, rfp_id)} == {None}
+
+
+async def test_answer__inactive_subscription_is_403(client, conn, make_account):
+    actor = await make_account(credits=10)
+    rfp_id = await imported_rfp(client, actor)
+    await conn.execute("UPDATE accounts SET subscription_status = 'inactive' WHERE id = $1",
+                       actor.account_id)
+    response = await answer(client, actor, rfp_id)
+    assert response.status == 403
+    assert (await response.json())["error"]["code"] == "usage_blocked"
+
+
+async def test_answer__viewer_forbidden_other_account_404(client, make_account, make_member):
+    actor = await make_account(credits=10)
+    rfp_id = await imported_rfp(client, actor)
+    viewer = await make_member(actor.account_id, role="viewer")
+    assert (await answer(client, viewer, rfp_id)).status == 403
+    stranger = await make_account(credits=10)
+    assert (await answer(client, stranger, rfp_id)).status == 404
+
+
+async def test_answer__options_validated(client, make_account):
+    actor = await make_account(credits=10)
+    rfp_id = await imported_rfp(client, actor)
+    response = await answer(client, actor, rfp_id, answer_detail_level=5, tone="formal")
+    body = await response.json()
+    assert response.status == 422
+    assert len(body["error"]["details"]) == 2
+
+
+async def test_answer__reopened_item_is_answered_again(client, conn, make_account):
+    actor = await make_account(credits=10)
+    await knowledge(conn, actor.account_id)
+    rfp_id = await imported_rfp(client, actor)
+    await answer(client, actor, rfp_id)
+    await wait_all_complete(conn, 30)
+    first = (await items_of(client, actor, rfp_id))[0]
+    response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{first['id']}",
+                                  json={"rfp_item": {"state": "pending"}}, headers=actor.headers)
+    assert (await response.json())["question_id"] is None
+    again = await answer(client, actor, rfp_id, answer_detail_level=0)
+    assert (await again.json())["answering"]["started"] == 1
+    await wait_all_complete(conn, 30)
+    item = (await items_of(client, actor, rfp_id))[0]
+    assert item["state"] in ("auto_answered", "needs_input")
+    assert item["question_id"] not in (None, first["question_id"])
