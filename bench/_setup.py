@@ -74,7 +74,8 @@ def wait_for(url: str, process: subprocess.Popen, seconds: float = 60) -> None:
 
 
 def start_service(
-    database_url: str, port: int, workers: int = 1, cwd: Path = ROOT, **env: str
+    database_url: str, port: int, workers: int = 1, cwd: Path = ROOT, log: Path | None = None,
+    **env: str,
 ) -> subprocess.Popen:
     """`python -m service serve` from `cwd` (another checkout of the service, for A/B runs)."""
     process = subprocess.Popen(
@@ -82,7 +83,7 @@ def start_service(
         cwd=cwd,
         env={**os.environ, "DATABASE_URL": database_url, "RFP_DATA_DIR": str(BENCH_DIR), **env},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log.open("w") if log else subprocess.DEVNULL,
     )
     wait_for(f"http://127.0.0.1:{port}/healthz", process)
     return process

@@ -200,7 +200,10 @@ async def main(args: argparse.Namespace) -> int:
         config_path = BENCH_DIR / "soak.toml"
         config_path.write_text(CONFIG)
         ports = [free_port(), free_port()]
-        processes = [start_service(url, port, RFP_CONFIG=str(config_path)) for port in ports]
+        processes = [
+            start_service(url, port, log=BENCH_DIR / f"soak-{n}.log", RFP_CONFIG=str(config_path))
+            for n, port in enumerate(ports)
+        ]
         bases = [f"http://127.0.0.1:{port}" for port in ports]
         traffic = Traffic(made["token"], seed=42)
         samples: dict[str, list[float]] = {str(p.pid): [] for p in processes}
