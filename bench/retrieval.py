@@ -2,11 +2,14 @@
 `find_references` over a set of synthetic questions.
 
     make bench-retrieval                      # 10,000 and 100,000 entries
-    .venv/bin/python bench/retrieval.py 10000 --queries 300 [--naive]
+    .venv/bin/python bench/retrieval.py 10000 --queries 300 [--naive] [--dense]
 
 Text follows a Zipf distribution over a 30,000-word vocabulary (a few words in almost every
 entry, most words rare), like real questionnaires. `--naive` also times the first version's
-query (an OR of every question lexeme ranked with ts_rank_cd) for comparison.
+query (an OR of every question lexeme ranked with ts_rank_cd) for comparison. `--dense` also
+times fused retrieval with a random 384-dimension vector per entry (HNSW) and a stand-in embedder
+that returns a random vector at once: the database and ranking side of dense retrieval, without
+the embedding model's own time (MiniLM on one CPU thread: ~45 ms a question).
 """
 
 from __future__ import annotations
@@ -87,7 +90,24 @@ def percentiles(samples: list[float]) -> dict[str, float]:
             "max": round(ordered[-1], 2)}
 
 
-async def run(server_url: str, n: int, queries: int, naive: bool) -> dict:
+class RandomEmbedder:
+    """Random unit-free vectors, instantly: times everything but the model."""
+
+    model = "bench-random"
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[random.random() - 0.5 for _ in range(384)] for _ in texts]
+
+
+RANDOM_VECTORS = """
+INSERT INTO knowledge_embeddings (item_id, model, account_id, content_hash, dimensions, embedding)
+SELECT k.id, 'bench-random', k.account_id, '', 384,
+       (SELECT array_agg(random() - 0.5) FROM generate_series(1, 384) WHERE k.id IS NOT NULL)::vector
+  FROM knowledge_items k
+"""
+
+
+async def run(server_url: str, n: int, queries: int, naive: bool, dense: bool = False) -> dict:
     name = f"rfp_bench_{secrets.token_hex(4)}"
     admin = await asyncpg.connect(server_url)
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -120,6 +140,20 @@ async def run(server_url: str, n: int, queries: int, naive: bool) -> dict:
                     await conn.fetch(NAIVE, account_id, question)
                     naive_timings.append((time.perf_counter() - t0) * 1000)
                 result["naive_or_ts_rank_cd_ms"] = percentiles(naive_timings)
+            if dense:
+                started = time.perf_counter()
+                await conn.execute(RANDOM_VECTORS)
+                await conn.execute("ANALYZE knowledge_embeddings")
+                result["dense_load_seconds"] = round(time.perf_counter() - started, 1)
+                embedder = RandomEmbedder()
+                for question in questions[:20]:
+                    await find_references(conn, account_id, question, embedder=embedder)
+                dense_timings = []
+                for question in questions:
+                    t0 = time.perf_counter()
+                    await find_references(conn, account_id, question, embedder=embedder)
+                    dense_timings.append((time.perf_counter() - t0) * 1000)
+                result["fused_find_references_ms"] = percentiles(dense_timings)
             return result
         finally:
             await conn.close()
@@ -133,6 +167,7 @@ def main() -> None:
     parser.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--naive", action="store_true")
+    parser.add_argument("--dense", action="store_true")
     args = parser.parse_args()
     random.seed(11)
     server = db.EmbeddedPostgres(Path("var/bench"))
@@ -141,7 +176,8 @@ def main() -> None:
               f"{__import__('os').cpu_count()} CPUs, Python {platform.python_version()}, "
               f"{time.strftime('%Y-%m-%d')}")
         for n in args.sizes:
-            print(json.dumps(asyncio.run(run(server.url(), n, args.queries, args.naive))), flush=True)
+            result = asyncio.run(run(server.url(), n, args.queries, args.naive, args.dense))
+            print(json.dumps(result), flush=True)
     finally:
         server.stop()
 

@@ -15,6 +15,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg
 import attrs
 
@@ -378,7 +379,18 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
         if not path.is_file():
             raise accounts.OperatorError(f"no such file: {path}")
     database = Database(config)
-    result = asyncio.run(evaluate(database.url, *paths, config=config.questions))
+    embeddings_config = config.embeddings
+    if args.embeddings:
+        embeddings_config = attrs.evolve(embeddings_config, backend=args.embeddings)
+
+    async def run() -> dict:
+        from .embeddings import make_embedder
+
+        async with aiohttp.ClientSession() as session:
+            embedder = make_embedder(embeddings_config, session)
+            return await evaluate(database.url, *paths, config=config.questions, embedder=embedder)
+
+    result = asyncio.run(run())
     if args.fit:
         fitted = fit_decision(result, read_labels(paths[2]))
         if args.write_model:
@@ -506,6 +518,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", required=True, metavar="Q.csv")
     p.add_argument("--labels", required=True, metavar="L.csv")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--embeddings", choices=["none", "local", "openai"],
+                   help="dense retrieval backend for this run (default: the config's [embeddings])")
     p.add_argument("--fit", action="store_true",
                    help="also fit the coverage decision model on these labels (with leave-one-out)")
     p.add_argument("--write-model", metavar="MODEL.json",

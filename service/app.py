@@ -9,14 +9,15 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import aiojobs
+import asyncpg
 from aiohttp import web
 
-from . import db, health, knowledge, members, openapi, questions, review, rfps, workflow
+from . import db, embeddings, health, knowledge, members, openapi, questions, review, rfps, workflow
 from .auth import auth_middleware
 from .config import Config
 from .engines import AnswerEngine
 from .errors import error_middleware
-from .keys import CONFIG, EVENTS, PIPELINE, POOL
+from .keys import CONFIG, EVENTS, INDEXER, PIPELINE, POOL
 from .logs import request_id_middleware
 from .metrics import METRICS, Metrics, get_metrics, metrics_middleware
 from .ratelimit import rate_limit_middleware
@@ -147,10 +148,23 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     from .events import QuestionEvents
     from .pipeline import Pipeline
 
+    # The pipeline's own pool: under a flood of requests, answering must not queue behind asking.
+    pool = await asyncpg.create_pool(
+        config.database.url, min_size=1, max_size=config.questions.pool_size, reset=db.keep_session
+    )
     session = aiohttp.ClientSession()
     scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
+    try:
+        embedder = embeddings.make_embedder(config.embeddings, session)
+        if embedder is not None:
+            async with pool.acquire() as conn:
+                await embeddings.check_available(conn)
+    except BaseException:
+        await session.close()
+        await pool.close()
+        raise
     pipeline = Pipeline(
-        app[POOL], make_engine(app, session), config.questions, scheduler, app[METRICS]
+        pool, make_engine(app, session), config.questions, scheduler, embedder, app[METRICS]
     )
     events = QuestionEvents(config.database.url, pipeline.wake)
     await events.connect()
@@ -168,6 +182,10 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(pipeline.run(), name="pipeline"),
         asyncio.create_task(events.keep_connected(config.questions.poll_seconds), name="listen"),
     ]
+    if embedder is not None:
+        indexer = embeddings.Indexer(pool, embedder, config.embeddings)
+        app[INDEXER] = indexer
+        background.append(asyncio.create_task(indexer.run(), name="embeddings"))
     try:
         yield
     finally:
@@ -190,3 +208,4 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         finally:
             await events.close()
             await session.close()
+            await pool.close()

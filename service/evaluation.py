@@ -23,7 +23,7 @@ import aiojobs
 import asyncpg
 import attrs
 
-from . import accounts, coverage, db
+from . import accounts, coverage, db, embeddings
 from .config import QuestionsConfig
 from .knowledge import decode_csv, import_csv
 from .retrieval import Reference
@@ -84,7 +84,7 @@ async def ask_through_pipeline(
         "verbatim_answer": row["verbatim_answer"],
         "answer": row["answer"],
         "features": coverage.features(text, [Reference(**{
-            f.name: r[f.name] for f in attrs.fields(Reference)}) for r in stored]),
+            f.name: r[f.name] for f in attrs.fields(Reference) if f.name in r}) for r in stored]),
     }
 
 
@@ -143,7 +143,7 @@ def score(
 
 async def evaluate(
     server_url: str, kb_csv: Path, questions_csv: Path, labels_csv: Path,
-    config: QuestionsConfig | None = None, engine: Any = None,
+    config: QuestionsConfig | None = None, engine: Any = None, embedder: Any = None,
 ) -> dict[str, Any]:
     """Run the evaluation in a scratch database on the server of `server_url`, then drop it."""
     from .engines.local import LocalEngine
@@ -169,7 +169,18 @@ async def evaluate(
                 account_id = made["account"]["id"]
                 user_id = made["member"]["user_id"]
                 report = await import_csv(conn, account_id, kb_text)
-            pipeline = Pipeline(pool, engine or LocalEngine(), config or QuestionsConfig(), scheduler)
+            embedded = 0
+            if embedder is not None:
+                from .config import EmbeddingsConfig
+                from .embeddings import Indexer
+
+                async with pool.acquire() as conn:
+                    await embeddings.check_available(conn)
+                started = time.perf_counter()
+                embedded = await Indexer(pool, embedder, EmbeddingsConfig()).catch_up()
+                embedding_seconds = time.perf_counter() - started
+            pipeline = Pipeline(pool, engine or LocalEngine(), config or QuestionsConfig(), scheduler,
+                                embedder)
             outcomes, latencies = [], []
             for question_id, text in questions:
                 started = time.perf_counter()
@@ -190,6 +201,9 @@ async def evaluate(
             await admin.close()
     result = score(outcomes, labels, latencies)
     result["knowledge_base"] = {"imported": report.imported, "rejected": len(report.rejected)}
+    if embedder is not None:
+        result["embeddings"] = {"model": embedder.model, "entries": embedded,
+                                "seconds": round(embedding_seconds, 2)}
     return result
 
 
@@ -200,7 +214,8 @@ def _fit(rows: list[tuple[dict[str, float], int]], l2: float) -> coverage.Model:
     """Logistic regression by gradient descent on standardised features (a few dozen rows: no
     library needed), L2-penalised so that a small development set cannot push any coefficient far;
     returned on the raw features."""
-    names = coverage.FEATURES
+    names = coverage.DENSE_FEATURES if any("dense" in v for v, _ in rows) else coverage.FEATURES
+    rows = [({k: v.get(k, 0.0) for k in names}, y) for v, y in rows]
     mean = {k: statistics.fmean(v[k] for v, _ in rows) for k in names}
     scale = {k: statistics.pstdev([v[k] for v, _ in rows]) or 1.0 for k in names}
     data = [({k: (v[k] - mean[k]) / scale[k] for k in names}, y) for v, y in rows]
@@ -248,10 +263,21 @@ def fit_decision(result: dict[str, Any], labels: dict[str, Label], l2: float = 0
 
     model = trained(None)
     loo = [trained(i).probability(rows[i][1]) for i in range(len(rows))]
+    # Calibration under leave-one-out: how often a decision made with confidence ≥ CONFIDENT
+    # (the probability of the side it takes) was right.
+    confident = [
+        i for i, p in enumerate(loo) if max(p, 1 - p) >= coverage.CONFIDENT
+    ]
+    confident_right = sum(
+        (loo[i] >= model.threshold and rows[i][2] == 1)
+        or (loo[i] < model.threshold and not rows[i][3])
+        for i in confident
+    )
     return {
         "model": {"intercept": model.intercept, "coefficients": model.coefficients,
                   "threshold": model.threshold},
         "in_sample_accuracy": accuracy(lambda i: model.probability(rows[i][1]) >= model.threshold),
         "leave_one_out_accuracy": accuracy(lambda i: loo[i] >= model.threshold),
+        "leave_one_out_confident": {"questions": len(confident), "correct": confident_right},
         "leave_one_out_probabilities": {rows[i][0]["id"]: round(p, 4) for i, p in enumerate(loo)},
     }

@@ -12,6 +12,7 @@ from .mail import MailSender
 from .passwords import Passwords
 
 if TYPE_CHECKING:  # the pipeline imports auth, which imports these keys
+    from .embeddings import Indexer
     from .events import QuestionEvents
     from .pipeline import Pipeline
 
@@ -21,3 +22,5 @@ PASSWORDS = web.AppKey("passwords", Passwords)
 MAIL_SENDER = web.AppKey("mail_sender", MailSender)
 PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
+# The embeddings indexer when a backend is configured (absent otherwise).
+INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")

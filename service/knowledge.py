@@ -17,6 +17,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from . import db
 from .auth import new_id, principal, requires
 from .convert import NonBlank, converter, read_object, structure, unstructure
+from .embeddings import entries_written
 from .errors import InvalidMultipart, NotFound, UnsupportedMediaType, ValidationFailed
 from .models import Page
 
@@ -286,6 +287,7 @@ async def post_item(request: web.Request) -> web.Response:
     data = structure(fields, KnowledgeItemInput, root="knowledge_base_item")
     async with db.connection(request) as conn:
         item = await create_item(conn, principal(request).account_id, data)
+    entries_written(request.app)
     response = _item_response(item, status=201)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
     return response
@@ -335,4 +337,5 @@ async def import_items(request: web.Request) -> web.Response:
     text = await _read_csv_body(request)
     async with db.connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, text)
+    entries_written(request.app)
     return web.json_response(unstructure(report))

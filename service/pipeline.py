@@ -111,6 +111,7 @@ class StepContext:
     pool: asyncpg.Pool
     engine: AnswerEngine
     config: QuestionsConfig
+    embedder: Any = None  # service.embeddings.Embedder, when dense retrieval is configured
 
 
 Step = Callable[[StepContext, Work], Awaitable[Work]]
@@ -131,7 +132,7 @@ async def prepare(ctx: StepContext, work: Work) -> Work:
 async def fetch_references(ctx: StepContext, work: Work) -> Work:
     async with ctx.pool.acquire() as conn:
         found = await find_references(
-            conn, work.account_id, work.question, ctx.config.references_limit
+            conn, work.account_id, work.question, ctx.config.references_limit, ctx.embedder
         )
     return attrs.evolve(work, references=tuple(found))
 
@@ -265,14 +266,14 @@ class Pipeline:
 
     def __init__(
         self, pool: asyncpg.Pool, engine: AnswerEngine, config: QuestionsConfig,
-        scheduler: aiojobs.Scheduler, metrics: Metrics | None = None,
+        scheduler: aiojobs.Scheduler, embedder: Any = None, metrics: Metrics | None = None,
     ) -> None:
         self.pool = pool
         # Counting costs nothing when nobody scrapes; a private instance when none is given.
         self.metrics = metrics or Metrics()
         self.config = config
         self.scheduler = scheduler
-        self.ctx = StepContext(pool=pool, engine=engine, config=config)
+        self.ctx = StepContext(pool=pool, engine=engine, config=config, embedder=embedder)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.active: set[str] = set()
         self.stopping = False

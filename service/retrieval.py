@@ -23,7 +23,8 @@ from collections.abc import Iterable, Sequence
 import asyncpg
 import attrs
 
-from . import db
+from . import db, embeddings
+from .embeddings import Embedder
 
 # The candidate stage reads one heap page per candidate row; that, not ranking, is what costs
 # (bench/retrieval.py). So the rows read are bounded, not the lexemes used.
@@ -36,6 +37,12 @@ RERANK = 200  # candidates re-ranked in Python (a cut to 80 by ts_rank lost righ
 BM25_K1 = 1.2
 BM25_B = 0.75
 CONCEPT_WEIGHT = 1.5  # a concept's weight relative to the question's mean lexeme idf
+# Dense retrieval (only with an embedding backend): the entries nearest in meaning that join the
+# lexical candidates, and reciprocal-rank fusion's constant (60, the usual) and the lexical
+# ranking's weight in it relative to the dense one's (docs/answer-quality.md).
+DENSE_NEAREST = 50
+RRF_K = 60
+LEXICAL_WEIGHT = 1.5
 # A concept found in an entry counts like a lexeme found once in a field of average length.
 CONCEPT_TF = 1 / (1 + BM25_K1)
 
@@ -48,13 +55,16 @@ class Reference:
     question: str | None
     answer: str
     source: str | None
-    score: float  # in [0, 1]; higher is a better match
+    score: float  # in [0, 1]; the lexical (BM25F) match, higher is better
     # Share (0 to 1, idf-weighted) of the question's terms found in the entry's own question/title.
     question_match: float = 0.0
     # Share (0 to 1, idf-weighted) of the question's terms found anywhere in the entry.
     coverage: float = 0.0
     # The entry's own answer when it only pointed elsewhere ("Please see X") and `answer` is X's.
     pointer: str | None = None
+    # Cosine similarity of the entry's embedding to the question's (None: no embedding backend,
+    # or the entry is not embedded yet).
+    dense: float | None = None
 
 
 # -- tsvector text as PostgreSQL prints it: 'lexeme':1A,4 'other':2C -------------------------
@@ -126,12 +136,41 @@ def _choose_candidate_lexemes(terms: Sequence[tuple[str, int]], items: int) -> l
     return chosen
 
 
-def _field_share(weights: str, field: str) -> bool:
-    return any(w in field for w in weights)
-
-
 async def find_references(
-    conn: asyncpg.Connection, account_id: str, text: str, limit: int = 5
+    conn: asyncpg.Connection,
+    account_id: str,
+    text: str,
+    limit: int = 5,
+    embedder: Embedder | None = None,
+) -> list[Reference]:
+    """The entries that may answer `text`, best first. With an `embedder`, the DENSE_NEAREST
+    entries nearest in meaning join the lexical candidates and the order is the reciprocal-rank
+    fusion of the lexical (BM25F) and the dense ranking; without one, the lexical order."""
+    # The question's vector first, so no transaction waits on the embedding backend.
+    question_vector = await embeddings.embed_question(embedder, text) if embedder else None
+    async with conn.transaction():
+        # Custom plans for these queries: after five runs PostgreSQL may cache a generic plan,
+        # which (not knowing the account or the lexemes) reads every entry of the account through
+        # the account index instead of the few the GIN index finds: 76 → 23 ms p50 at 10,000
+        # entries (bench/retrieval.py). Planning each time costs well under a millisecond.
+        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        if question_vector is not None:
+            # HNSW returns at most ef_search rows (default 40) before the account filter;
+            # iterative scans go on until DENSE_NEAREST of this account's entries are found.
+            await conn.execute(
+                f"SET LOCAL hnsw.ef_search = {2 * DENSE_NEAREST}; "
+                "SET LOCAL hnsw.iterative_scan = relaxed_order"
+            )
+        return await _find(conn, account_id, text, limit, embedder, question_vector)
+
+
+async def _find(
+    conn: asyncpg.Connection,
+    account_id: str,
+    text: str,
+    limit: int,
+    embedder: Embedder | None,
+    question_vector: list[float] | None,
 ) -> list[Reference]:
     rows = await conn.fetch(db.query("query_terms"), account_id, text)
     if not rows:
@@ -149,52 +188,37 @@ async def find_references(
 
     candidate_lexemes = _choose_candidate_lexemes(lexemes, items)
     ranking_lexemes = [lexeme for lexeme, df in lexemes if df > 0]
-    if not candidate_lexemes and not phrases:
-        return []
-    candidates = await conn.fetch(
-        db.query("knowledge_candidates"),
-        account_id,
-        candidate_lexemes,
-        [query for _, query in phrases],
-        ranking_lexemes,
-        CANDIDATE_LIMIT,
-        RERANK,
-    )
+    candidates: list[asyncpg.Record] = []
+    if candidate_lexemes or phrases:
+        candidates = await conn.fetch(
+            db.query("knowledge_candidates"),
+            account_id,
+            candidate_lexemes,
+            [query for _, query in phrases],
+            ranking_lexemes,
+            CANDIDATE_LIMIT,
+            RERANK,
+        )
+    dense: dict[str, float] = {}
+    if embedder is not None and question_vector is not None:
+        known = {row["id"] for row in candidates}
+        dense = await embeddings.similarities(
+            conn, embedder.model, account_id, question_vector, DENSE_NEAREST, sorted(known)
+        )
+        extra = sorted(set(dense) - known)
+        if extra:
+            candidates = [
+                *candidates,
+                *await conn.fetch(db.query("knowledge_ranking_rows"), account_id, extra),
+            ]
     if not candidates:
         return []
     concept_hits = await _concept_hits(conn, account_id, phrases, [c["id"] for c in candidates])
 
-    total = sum(t.weight for t in terms)
-    mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
-    mean_answer = sum(row["answer_lexemes"] for row in candidates) / len(candidates) or 1.0
-    scored = []
-    for row in candidates:
-        vector = row["vector"]
-        hits = concept_hits.get(row["id"], set())
-        in_question = anywhere = bm25 = 0.0
-        norm_question = 1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question
-        norm_answer = 1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer
-        for term in terms:
-            if term.is_concept:
-                found = term.key in hits
-                weights = "AC" if found else ""
-                bm25 += term.weight * (2 * CONCEPT_TF if found else 0.0)
-            else:
-                weights = lexeme_weights(vector, term.key)
-                tf_question = sum(w in "AB" for w in weights)
-                tf_answer = len(weights) - tf_question
-                bm25 += term.weight * (
-                    tf_question / (tf_question + BM25_K1 * norm_question)
-                    + tf_answer / (tf_answer + BM25_K1 * norm_answer)
-                )
-            if _field_share(weights, "AB"):
-                in_question += term.weight
-            if weights:
-                anywhere += term.weight
-        # Each field's saturation term is < 1, so 2·total bounds the sum.
-        score = bm25 / (2 * total)
-        scored.append((score, in_question / total, anywhere / total, row))
+    scored = _bm25f(terms, candidates, concept_hits)
     scored.sort(key=lambda s: (-s[0], s[3]["id"]))
+    if dense:
+        scored = _fuse(scored, dense)
     top = scored[:limit]
     return await _resolve_pointers(
         conn,
@@ -210,10 +234,71 @@ async def find_references(
                 score=round(min(max(score, 0.0), 1.0), 4),
                 question_match=round(question_match, 4),
                 coverage=round(coverage, 4),
+                dense=round(dense[row["id"]], 4) if row["id"] in dense else None,
             )
             for score, question_match, coverage, row in top
         ],
     )
+
+
+_Scored = tuple[float, float, float, asyncpg.Record]
+
+
+def _bm25f(
+    terms: Sequence[_Term], candidates: Sequence[asyncpg.Record], concept_hits: dict[str, set[str]]
+) -> list[_Scored]:
+    """(score in [0, 1], question_match, coverage, row) of each candidate."""
+    total = sum(t.weight for t in terms)
+    mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
+    mean_answer = sum(row["answer_lexemes"] for row in candidates) / len(candidates) or 1.0
+    # Per query, not per candidate: each lexeme as it is quoted in a tsvector's text.
+    lexical = [("'" + t.key.replace("'", "''") + "'", t.key, t.weight) for t in terms if not t.is_concept]
+    concepts = [(t.key, t.weight) for t in terms if t.is_concept]
+    scored = []
+    for row in candidates:
+        vector = row["vector"]
+        hits = concept_hits.get(row["id"])
+        in_question = anywhere = bm25 = 0.0
+        saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
+        saturation_answer = BM25_K1 * (1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer)
+        for key, lexeme, weight in lexical:
+            if key not in vector:  # most of a question's lexemes are not in a given entry
+                continue
+            weights = lexeme_weights(vector, lexeme)
+            if not weights:
+                continue
+            tf_question = weights.count("A") + weights.count("B")
+            tf_answer = len(weights) - tf_question
+            bm25 += weight * (
+                tf_question / (tf_question + saturation_question)
+                + tf_answer / (tf_answer + saturation_answer)
+            )
+            anywhere += weight
+            if tf_question:
+                in_question += weight
+        if hits:
+            for concept, weight in concepts:
+                if concept in hits:  # counted as found once in each field
+                    bm25 += weight * 2 * CONCEPT_TF
+                    in_question += weight
+                    anywhere += weight
+        # Each field's saturation term is < 1, so 2·total bounds the sum.
+        scored.append((bm25 / (2 * total), in_question / total, anywhere / total, row))
+    return scored
+
+
+def _fuse(lexical: list[_Scored], dense: dict[str, float]) -> list[_Scored]:
+    """Reciprocal-rank fusion: each entry scores 1/(RRF_K + rank) in the lexical order (given)
+    and in the dense order (similarity, highest first); entries are re-ordered by the sum."""
+    by_similarity = sorted(dense, key=lambda i: (-dense[i], i))
+    dense_rank = {item_id: rank for rank, item_id in enumerate(by_similarity, 1)}
+    # An entry only dense retrieval found shares no term: it has no lexical rank at all.
+    fused = {
+        s[3]["id"]: (LEXICAL_WEIGHT / (RRF_K + rank) if s[0] > 0 else 0.0)
+        + (1 / (RRF_K + dense_rank[s[3]["id"]]) if s[3]["id"] in dense_rank else 0.0)
+        for rank, s in enumerate(lexical, 1)
+    }
+    return sorted(lexical, key=lambda s: (-fused[s[3]["id"]], s[3]["id"]))
 
 
 async def _concept_hits(

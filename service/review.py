@@ -15,6 +15,7 @@ from aiohttp import web
 from . import db
 from .auth import principal, requires
 from .convert import read_json, structure, unstructure
+from .embeddings import entries_written
 from .errors import ValidationFailed
 from .knowledge import MAX_ANSWER, MAX_QUESTION, KnowledgeItem, KnowledgeItemInput, create_item
 from .questions import fetch_question
@@ -60,6 +61,7 @@ async def post_review(request: web.Request) -> web.Response:
         item = await save_review(
             conn, principal(request).account_id, request.match_info["id"], review.answer
         )
+    entries_written(request.app)
     response = web.json_response(unstructure(item), status=201)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
     return response

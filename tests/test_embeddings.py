@@ -1,0 +1,224 @@
+"""Dense retrieval through the OpenAI-compatible embeddings backend, against a local fake server.
+
+The fake embeds by meaning groups (a word list per dimension), so a paraphrase that shares no
+word with an entry still lands next to it, as a real model's vectors would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+from aiohttp import web
+
+from service import config as config_module
+from service import embeddings
+from service.config import EmbeddingsConfig
+from service.embeddings import EmbeddingFailure, Indexer, OpenAIEmbedder
+from service.knowledge import import_csv
+from service.retrieval import find_references
+
+GROUPS = [
+    {"laptop", "laptops", "workstation", "workstations", "endpoint", "endpoints", "device", "devices"},
+    {"encrypt", "encrypted", "encryption", "cipher", "ciphers"},
+    {"backup", "backups", "restore", "copies", "copy"},
+    {"train", "training", "awareness", "education", "staff"},
+]
+
+
+def fake_vector(text: str, dimensions: int = len(GROUPS) + 1) -> list[float]:
+    words = re.findall(r"[a-z]+", text.lower())
+    vector = [float(sum(w in group for w in words)) for group in GROUPS]
+    vector += [0.1] * (dimensions - len(vector))
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector]
+
+
+class FakeServer:
+    """POST /v1/embeddings as OpenAI answers it (data in shuffled order, with indexes)."""
+
+    def __init__(self, dimensions: int = len(GROUPS) + 1) -> None:
+        self.dimensions = dimensions
+        self.requests: list[dict[str, Any]] = []
+        self.failures: list[int] = []  # statuses to answer with before succeeding
+        self.received = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append({"body": body, "authorization": request.headers.get("Authorization")})
+        self.received.set()
+        if self.failures:
+            return web.json_response({"error": {"message": "try later"}}, status=self.failures.pop(0))
+        data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, self.dimensions)}
+                for i, t in enumerate(body["input"])]
+        return web.json_response({"object": "list", "model": body["model"], "data": data[::-1],
+                                  "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
+
+@pytest.fixture
+async def fake(aiohttp_server: Any) -> tuple[FakeServer, str]:
+    server = FakeServer()
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", server.handle)
+    running = await aiohttp_server(app)
+    return server, str(running.make_url("/v1"))
+
+
+@pytest.fixture
+async def session() -> Any:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+def settings(base_url: str, **extra: Any) -> EmbeddingsConfig:
+    return config_module.structure({"embeddings": {
+        "backend": "openai", "base_url": base_url, "model": "fake-embed", "backoff_seconds": 0.0,
+        "batch_size": 2, **extra,
+    }}).embeddings
+
+
+KB = (
+    "id,question,answer\n"
+    "END-1,How are workstations secured?,Every endpoint runs managed anti-malware.\n"
+    "ENC-1,Is data encrypted at rest?,AES-256 encryption on every volume.\n"
+    "BAK-1,How often are backups taken?,Nightly copies kept for 30 days.\n"
+    "HR-1,Is there security awareness training?,Yearly training for all staff.\n"
+)
+
+
+async def test_openai_embedder__speaks_the_protocol(fake, session, monkeypatch):
+    server, url = fake
+    monkeypatch.setenv("FAKE_EMBED_KEY", "sk-test")
+    embedder = OpenAIEmbedder(settings(url, api_key_env="FAKE_EMBED_KEY"), session)
+
+    vectors = await embedder.embed(["laptop", "backup copies"])
+
+    assert vectors == [fake_vector("laptop"), fake_vector("backup copies")]  # in input order
+    assert server.requests[0]["body"]["model"] == "fake-embed"
+    assert server.requests[0]["body"]["input"] == ["laptop", "backup copies"]
+    assert server.requests[0]["authorization"] == "Bearer sk-test"
+
+
+async def test_openai_embedder__retries_server_errors_then_gives_up(fake, session):
+    server, url = fake
+    embedder = OpenAIEmbedder(settings(url, max_attempts=3), session)
+    server.failures = [503, 429]
+    assert await embedder.embed(["laptop"]) == [fake_vector("laptop")]
+    server.failures = [500, 500, 500]
+    with pytest.raises(EmbeddingFailure, match="3 attempts"):
+        await embedder.embed(["laptop"])
+    server.failures = [400]
+    with pytest.raises(EmbeddingFailure, match="HTTP 400"):
+        await embedder.embed(["laptop"])
+
+
+async def test_indexer__embeds_new_and_changed_entries_only(fake, session, conn, database_url, admin):
+    server, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        indexer = Indexer(pool, OpenAIEmbedder(settings(url), session), settings(url))
+        assert await indexer.catch_up() == 4
+        assert len(server.requests) == 2  # batches of 2
+        assert await indexer.catch_up() == 0  # nothing changed: nothing sent
+        assert len(server.requests) == 2
+        # Re-importing an entry with a new answer embeds it again; unchanged ones are left alone.
+        await import_csv(conn, admin.account_id, "id,question,answer\nBAK-1,Backups?,Hourly copies.\n"
+                                                 "ENC-1,Is data encrypted at rest?,"
+                                                 "AES-256 encryption on every volume.\n")
+        assert await indexer.catch_up() == 1
+        assert server.requests[-1]["body"]["input"] == ["Backups?\nHourly copies."]
+    finally:
+        await pool.close()
+    stored = await conn.fetch("SELECT model, dimensions, account_id FROM knowledge_embeddings")
+    assert {(r["model"], r["dimensions"], r["account_id"]) for r in stored} == {
+        ("fake-embed", 5, admin.account_id)}
+    # A dimension the migration has no HNSW index for gets one.
+    assert await conn.fetchval(
+        "SELECT count(*) FROM pg_indexes WHERE indexname = 'knowledge_embeddings_hnsw_5'") == 1
+
+
+async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
+    fake, session, conn, database_url, admin, make_account
+):
+    _, url = fake
+    other = await make_account("Other")
+    await import_csv(conn, admin.account_id, KB)
+    await import_csv(conn, other.account_id, KB.replace("END-1", "OTHER-END"))
+    embedder = OpenAIEmbedder(settings(url), session)
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        await Indexer(pool, embedder, settings(url)).catch_up()
+    finally:
+        await pool.close()
+    question = "Do company laptops have safeguards?"  # no word in common with END-1
+
+    assert await find_references(conn, admin.account_id, question) == []
+    found = await find_references(conn, admin.account_id, question, embedder=embedder)
+
+    assert found[0].external_id == "END-1"  # never another account's entry
+    assert found[0].dense == pytest.approx(1.0, abs=0.05)
+    assert found[0].score == 0.0  # the lexical score stays lexical
+
+    # Where both rankings have something, the fused order keeps the lexical evidence.
+    fused = await find_references(conn, admin.account_id, "How often are backups taken?",
+                                  embedder=embedder)
+    assert fused[0].external_id == "BAK-1" and fused[0].score > 0 and fused[0].dense is not None
+
+
+async def test_find_references__backend_down_means_lexical_only(fake, session, conn, database_url, admin):
+    server, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    embedder = OpenAIEmbedder(settings(url, max_attempts=1), session)
+    server.failures = [503]
+    found = await find_references(conn, admin.account_id, "Is data encrypted at rest?", embedder=embedder)
+    assert found[0].external_id == "ENC-1" and found[0].dense is None
+
+
+async def test_app__entries_written_through_the_api_are_embedded(fake, aiohttp_client, config, admin):
+    server, url = fake
+    from service.app import create_app
+    from tests.conftest import with_config
+
+    app = create_app(with_config(config, embeddings={"backend": "openai", "base_url": url,
+                                                     "model": "fake-embed", "poll_seconds": 60.0}))
+    client = await aiohttp_client(app)
+    response = await client.post("/api/v1/knowledge_base_items", headers=admin.headers,
+                                 json={"knowledge_base_item": {
+                                     "question": "How are workstations secured?",
+                                     "answer": "Every endpoint runs managed anti-malware."}})
+    assert response.status == 201
+    # Woken by the write, not by the minute-long poll.
+    async with asyncio.timeout(10):
+        while True:
+            server.received.clear()
+            if any(r["body"]["input"] == ["How are workstations secured?\nEvery endpoint runs "
+                                          "managed anti-malware."] for r in server.requests):
+                break
+            await server.received.wait()
+
+
+async def test_app__embeddings_backend_without_the_table_refuses_to_start(conn):
+    await conn.execute("DROP TABLE knowledge_embeddings")
+    with pytest.raises(RuntimeError, match="pgvector"):
+        await embeddings.check_available(conn)
+
+
+def test_decide__without_a_dense_model_the_lexical_decision_stands():
+    import attrs
+
+    from service import coverage
+    from service.retrieval import Reference
+
+    ref = Reference(kb_item_id="kb_1", external_id="X-1", title=None, question="Backups?",
+                    answer="Nightly copies.", source=None, score=0.3, question_match=0.5, coverage=0.6)
+    dense = attrs.evolve(ref, dense=0.7)
+    assert "dense" in coverage.features("How often are backups taken?", [dense])
+    assert coverage.DENSE_MODEL is None  # none shipped (docs/answer-quality.md)
+    assert coverage.decide("How often are backups taken?", [dense]) == coverage.decide(
+        "How often are backups taken?", [ref])
