@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 EVAL   ?= ../shared/eval
 
-.PHONY: run test psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz clean
+.PHONY: run test psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
 		$(PY) -m service eval --kb $(EVAL)/kb.csv --questions $(EVAL)/dev_questions.csv \
 			--labels $(EVAL)/dev_labels.csv; \
 	else echo "skipped: no evaluation set at $(EVAL) (set EVAL=path)"; fi
+
+fuzz: $(STAMP)  ## schemathesis against the OpenAPI description, a real server, ~3 minutes
+	$(PY) tests/fuzz.py --max-time $${FUZZ_SECONDS:-180}
+
+soak: $(STAMP)  ## two processes, mixed traffic, then consistency and memory checks (~3 minutes)
+	$(PY) bench/soak.py --seconds $${SOAK_SECONDS:-150}
 
 clean:
 	rm -rf $(VENV) var/test

@@ -73,13 +73,17 @@ def wait_for(url: str, process: subprocess.Popen, seconds: float = 60) -> None:
     raise RuntimeError(f"{url} did not answer within {seconds} s")
 
 
-def start_service(database_url: str, port: int, workers: int = 1, **env: str) -> subprocess.Popen:
+def start_service(
+    database_url: str, port: int, workers: int = 1, cwd: Path = ROOT, log: Path | None = None,
+    **env: str,
+) -> subprocess.Popen:
+    """`python -m service serve` from `cwd` (another checkout of the service, for A/B runs)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "service", "serve", "--port", str(port), "--workers", str(workers)],
-        cwd=ROOT,
+        cwd=cwd,
         env={**os.environ, "DATABASE_URL": database_url, "RFP_DATA_DIR": str(BENCH_DIR), **env},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log.open("w") if log else subprocess.DEVNULL,
     )
     wait_for(f"http://127.0.0.1:{port}/healthz", process)
     return process

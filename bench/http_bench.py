@@ -1,6 +1,7 @@
 """HTTP benchmark: the service beside a bare aiohttp + asyncpg floor, in the same run.
 
     python bench/http_bench.py            (make bench-http; BENCH_SECONDS, BENCH_ROUNDS, BENCH_CONCURRENCY)
+    BENCH_BASELINE=<git revision> ...     also the service at that revision, in the same rounds
 
 Seeds 10,000 RFPs (20 items on the one read) in one account of a fresh database, starts the
 service (1 process, default config: auth, rate-limit middleware and JSON-able access log on) and
@@ -14,9 +15,11 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import subprocess
 
 from _setup import (
     BENCH_DIR,
+    ROOT,
     create_account,
     free_port,
     fresh_database,
@@ -34,6 +37,7 @@ from _setup import (
 SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "16"))
+BASELINE = os.environ.get("BENCH_BASELINE", "")
 
 SEED = """
 INSERT INTO rfps (id, account_id, owner_id, title, description, created_at)
@@ -76,30 +80,48 @@ def main() -> None:
         service_port, bare_port = free_port(), free_port()
         service = start_service(url, service_port, RFP_LOG_JSON="1")
         bare = start_bare(url, bare_port, account)
+        baseline, baseline_port = None, free_port()
+        if BASELINE:  # the same service at another revision, e.g. before a change
+            checkout = BENCH_DIR / "baseline"
+            subprocess.run(["rm", "-rf", str(checkout)], check=True)
+            checkout.mkdir(parents=True)
+            archive = subprocess.run(["git", "archive", BASELINE], cwd=ROOT, check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive, check=True)
+            baseline = start_service(url, baseline_port, cwd=checkout, RFP_LOG_JSON="1")
         auth = [f"Authorization: Bearer {token}"]
         cases = {
             "GET /api/v1/rfps/{id}": (
                 f"http://127.0.0.1:{service_port}/api/v1/rfps/{target}",
                 f"http://127.0.0.1:{bare_port}/rfps/{target}",
+                f"http://127.0.0.1:{baseline_port}/api/v1/rfps/{target}",
             ),
             "GET /api/v1/rfps/search (100 of 10,000 match)": (
                 f"http://127.0.0.1:{service_port}/api/v1/rfps/search?query=cloud%20hosting",
                 f"http://127.0.0.1:{bare_port}/search?query=cloud%20hosting",
+                f"http://127.0.0.1:{baseline_port}/api/v1/rfps/search?query=cloud%20hosting",
             ),
         }
         results: dict[str, dict[str, list[dict]]] = {}
         try:
-            for name, (service_url, bare_url) in cases.items():
+            for name, (service_url, bare_url, baseline_url) in cases.items():
                 load([service_url], auth, CONCURRENCY, 2)  # warm-up: pools, plans, caches
                 load([bare_url], [], CONCURRENCY, 2)
+                if baseline:
+                    load([baseline_url], auth, CONCURRENCY, 2)
                 runs = results.setdefault(name, {"service": [], "floor": []})
                 for _ in range(ROUNDS):
                     runs["service"].append(load([service_url], auth, CONCURRENCY, SECONDS))
                     runs["floor"].append(load([bare_url], [], CONCURRENCY, SECONDS))
+                    if baseline:
+                        runs.setdefault(f"service@{BASELINE}", []).append(
+                            load([baseline_url], auth, CONCURRENCY, SECONDS))
             memory = {"service": peak_rss_mib(service.pid), "floor": peak_rss_mib(bare.pid)}
         finally:
             stop(service)
             stop(bare)
+            if baseline:
+                stop(baseline)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -116,7 +138,7 @@ def report(results: dict, memory: dict) -> None:
     for name, runs in results.items():
         rps = {who: median([r["rps"] for r in rs]) for who, rs in runs.items()}
         for who, rs in runs.items():
-            ratio = f"{rps['service'] / rps['floor']:.0%}" if who == "service" else ""
+            ratio = f"{rps[who] / rps['floor']:.0%}" if who != "floor" else ""
             print(f"| {name} | {who} | {rps[who]:.0f} | {median([r['p50_ms'] for r in rs]):.2f} | "
                   f"{median([r['p99_ms'] for r in rs]):.2f} | {sum(r['errors'] for r in rs)} | {ratio} |")
     print(f"\nPeak RSS (VmHWM): service {memory['service']} MiB, floor {memory['floor']} MiB")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -162,11 +163,21 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         await session.close()
         await pool.close()
         raise
-    pipeline = Pipeline(pool, make_engine(app, session), config.questions, scheduler, embedder)
+    pipeline = Pipeline(
+        pool, make_engine(app, session), config.questions, scheduler, embedder, app[METRICS]
+    )
     events = QuestionEvents(config.database.url, pipeline.wake)
     await events.connect()
     app[PIPELINE] = pipeline
     app[EVENTS] = events
+
+    async def stop_pipeline(_app: web.Application) -> None:
+        # on_shutdown runs before aiohttp waits for in-flight requests: both drain together.
+        pipeline.stop()
+        stopping_since[0] = time.monotonic()
+
+    stopping_since = [0.0]
+    app.on_shutdown.append(stop_pipeline)
     background = [
         asyncio.create_task(pipeline.run(), name="pipeline"),
         asyncio.create_task(events.keep_connected(config.questions.poll_seconds), name="listen"),
@@ -183,6 +194,12 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         # A task cancelled inside a query may end in a driver error instead of CancelledError;
         # either way it is over, and shutdown must go on.
         await asyncio.gather(*background, return_exceptions=True)
+        pipeline.stop()  # (already, unless the app stops without a shutdown)
+        # Let the steps in flight finish and be stored, within the shutdown timeout; each
+        # question then hands back its lease. Whatever is still running after that is cancelled
+        # and released below.
+        waited = time.monotonic() - stopping_since[0] if stopping_since[0] else 0.0
+        await pipeline.drain(max(0.0, config.server.shutdown_timeout - waited))
         unfinished = set(pipeline.active)
         try:
             await scheduler.close()

@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ from . import coverage, db
 from .accounts import change_credits
 from .config import QuestionsConfig
 from .engines import AnswerEngine, AnswerRequest, EngineFailure
+from .metrics import Metrics
 from .retrieval import Reference, find_references
 
 log = logging.getLogger(__name__)
@@ -217,7 +219,8 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
 
 
 async def persist(
-    conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float
+    conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float,
+    metrics: Metrics | None = None,
 ) -> bool:
     """Store `after` if `before` is still what the database holds and we hold the lease.
 
@@ -230,6 +233,7 @@ async def persist(
         # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
         args = _advance_args(owner, before, after, lease_seconds)
         return await conn.fetchval(db.query("advance_question"), *args) is not None
+    refund = None
     async with conn.transaction():
         moved = await conn.fetchval(
             db.query("advance_question"), *_advance_args(owner, before, after, lease_seconds)
@@ -249,6 +253,8 @@ async def persist(
             )
             if rfp_id is not None:
                 await conn.execute(db.query("touch_rfp"), rfp_id)
+    if refund and metrics is not None:  # counted once committed
+        metrics.credits_refunded.labels("engine_failure").inc(refund)
     return True
 
 
@@ -260,23 +266,37 @@ class Pipeline:
 
     def __init__(
         self, pool: asyncpg.Pool, engine: AnswerEngine, config: QuestionsConfig,
-        scheduler: aiojobs.Scheduler, embedder: Any = None,
+        scheduler: aiojobs.Scheduler, embedder: Any = None, metrics: Metrics | None = None,
     ) -> None:
         self.pool = pool
+        # Counting costs nothing when nobody scrapes; a private instance when none is given.
+        self.metrics = metrics or Metrics()
         self.config = config
         self.scheduler = scheduler
         self.ctx = StepContext(pool=pool, engine=engine, config=config, embedder=embedder)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.active: set[str] = set()
+        self.stopping = False
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
         """Look for work now (a question was asked, here or in another process)."""
         self._wake.set()
 
+    def stop(self) -> None:
+        """Shutdown: claim nothing more; every question stops after the step it is in."""
+        self.stopping = True
+        self._wake.set()
+
+    async def drain(self, seconds: float) -> None:
+        """Wait (at most `seconds`) until no question is in a step any more."""
+        deadline = time.monotonic() + seconds
+        while self.active and time.monotonic() < deadline:  # noqa: ASYNC110 (a short bounded wait)
+            await asyncio.sleep(0.02)
+
     async def run(self) -> None:
         """The claim loop: at start-up, on every wake-up and every `poll_seconds`."""
-        while True:
+        while not self.stopping:
             self._wake.clear()
             free = self.config.concurrency - len(self.active)
             claimed = 0
@@ -297,6 +317,7 @@ class Pipeline:
             )
         for row in rows:
             self.active.add(row["id"])
+            self.metrics.pipeline_queue_depth.set(len(self.active))
             await self.scheduler.spawn(self.process(Work.from_row(row)), name=row["id"])
         return len(rows)
 
@@ -310,6 +331,12 @@ class Pipeline:
     async def process(self, work: Work) -> None:
         try:
             while work.state != "complete":
+                if self.stopping:
+                    # Shutdown, between steps: hand the question back at once; another process
+                    # resumes it without waiting for the lease to expire.
+                    async with self.pool.acquire() as conn:
+                        await conn.execute(db.query("release_lease"), work.id, self.owner, 0.0)
+                    return
                 # A run of quick steps is persisted with one guarded update: each step's output
                 # still commits together with the state that has it, in one commit instead of one
                 # per step (every commit is a WAL flush, serialised by the NOTIFY it carries).
@@ -320,11 +347,15 @@ class Pipeline:
                         target, step = NEXT[after.state]
                         if self.config.step_delay_seconds:
                             await asyncio.sleep(self.config.step_delay_seconds)
-                        after = attrs.evolve(await step(self.ctx, after), state=target)
+                        after = attrs.evolve(await self._timed(step, after), state=target)
                         if after.state == "complete" or self._waits(NEXT[after.state][1]):
                             break
+                        if self.stopping:
+                            break  # store what is done; the next turn hands the question back
                 async with self.pool.acquire() as conn:
-                    if not await persist(conn, self.owner, work, after, self.config.lease_seconds):
+                    if not await persist(
+                        conn, self.owner, work, after, self.config.lease_seconds, self.metrics
+                    ):
                         log.info("question %s was moved by another worker; leaving it", work.id)
                         return
                 work = after
@@ -339,7 +370,21 @@ class Pipeline:
                     )
         finally:
             self.active.discard(work.id)
+            self.metrics.pipeline_queue_depth.set(len(self.active))
             self.wake()
+
+    async def _timed(self, step: Step, work: Work) -> Work:
+        """Run one step, timing it by step name and outcome (ok, failed)."""
+        started = time.perf_counter()
+        outcome = "failed"
+        try:
+            result = await step(self.ctx, work)
+            outcome = "ok"
+            return result
+        finally:
+            self.metrics.pipeline_step_duration.labels(step.__name__, outcome).observe(
+                time.perf_counter() - started
+            )
 
     @contextlib.asynccontextmanager
     async def _holding(self, question_id: str) -> AsyncIterator[None]:

@@ -21,6 +21,7 @@ from .auth import new_id, principal, requires
 from .convert import NonBlank, converter, read_object, structure, unstructure
 from .errors import NotFound, UsageBlocked, ValidationFailed
 from .keys import CONFIG, EVENTS, PIPELINE
+from .metrics import METRICS
 from .models import MemberRef
 from .pipeline import STATES
 
@@ -307,6 +308,10 @@ async def post_question(request: web.Request) -> web.Response:
                 row = await fetch_question(conn, question_id, who.account_id)
             else:
                 request.app[PIPELINE].wake()
+                if settings.credits_per_question:  # counted once committed
+                    request.app[METRICS].credits_debited.labels("question").inc(
+                        settings.credits_per_question
+                    )
         else:
             row = await fetch_question(conn, question_id, who.account_id)
     if key and row["state"] != "new":

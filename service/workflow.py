@@ -18,11 +18,19 @@ from typing import IO, Any, NewType
 import asyncpg
 import attrs
 from aiohttp import BodyPartReader, hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from . import db, importer
 from .auth import Principal, new_id, principal, requires
 from .convert import NonBlank, converter, read_json, structure, unstructure
-from .errors import NotFound, ParameterInvalid, PayloadTooLarge, UsageBlocked, ValidationFailed
+from .errors import (
+    InvalidMultipart,
+    NotFound,
+    ParameterInvalid,
+    PayloadTooLarge,
+    UsageBlocked,
+    ValidationFailed,
+)
 from .keys import CONFIG, PIPELINE
 from .models import Rfp, RfpItem
 from .questions import DetailLevel, create_question
@@ -183,15 +191,19 @@ async def receive_upload(request: web.Request, limit: int) -> Upload:
         spool.write(chunk)
 
     if request.content_type.startswith("multipart/"):
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            if isinstance(part, BodyPartReader) and part.name == "file":
-                while chunk := await part.read_chunk(_CHUNK):
-                    keep(chunk)
-                media = part.headers.get(hdrs.CONTENT_TYPE)
-                spool.seek(0)
-                return Upload(spool, media.split(";")[0].strip() if media else None, part.filename)
-            await part.release()  # other fields are not used; options are query parameters
+        try:
+            reader = await request.multipart()
+            while (part := await reader.next()) is not None:
+                if isinstance(part, BodyPartReader) and part.name == "file":
+                    while chunk := await part.read_chunk(_CHUNK):
+                        keep(chunk)
+                    media = part.headers.get(hdrs.CONTENT_TYPE)
+                    spool.seek(0)
+                    return Upload(spool, media.split(";")[0].strip() if media else None, part.filename)
+                await part.release()  # other fields are not used; options are query parameters
+        except (ValueError, HttpProcessingError) as exc:  # no boundary, broken part headers
+            spool.close()
+            raise InvalidMultipart(f"the multipart body is malformed: {exc}") from None
         spool.close()
         raise ValidationFailed(["file: is required (a multipart field named file)"])
     async for chunk in request.content.iter_chunked(_CHUNK):

@@ -69,3 +69,4 @@ async def test_event_streams__do_not_pin_pool_connections(config, admin, aiohttp
     finally:
         for stream in streams:
             stream.close()
+

@@ -169,3 +169,15 @@ async def test_malformed_multipart__400_invalid_multipart(client, admin):
         )
         assert response.status == 400, content_type
         assert (await response.json())["error"]["code"] == "invalid_multipart"
+
+
+async def test_malformed_multipart_rfp_items_import__400_invalid_multipart(client, admin):
+    created = await client.post("/api/v1/rfps", json={"rfp": {"title": "x"}}, headers=admin.headers)
+    rfp_id = (await created.json())["id"]
+    response = await client.post(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/import",
+        data=b'--b\r\nContent-Disposition: form-data; name="\xf2\x87\x1a"\r\n\r\nx\r\n--b--\r\n',
+        headers={**admin.headers, "Content-Type": "multipart/form-data; boundary=b"},
+    )
+    assert response.status == 400
+    assert (await response.json())["error"]["code"] == "invalid_multipart"

@@ -76,3 +76,50 @@ async def test_metrics__each_app_has_its_own_registry(config):
     assert first[METRICS].registry.get_sample_value(
         "rfp_credits_debited_total", {"reason": "question"}
     ) == 5
+
+
+async def test_metrics__pipeline_steps_queue_depth_and_credits_after_a_question(
+    config, admin, aiohttp_client
+):
+    from helpers_questions import ask, wait_complete
+
+    client = await aiohttp_client(create_app(with_config(
+        config, metrics={"enabled": True}, questions={"poll_seconds": 0.1}
+    )))
+    response = await ask(client, admin.headers, "Is data encrypted at rest?")
+    assert response.status == 202
+    await wait_complete(client, (await response.json())["id"], admin.headers)
+
+    got = samples(await (await client.get("/metrics")).text())
+    assert got[("rfp_credits_debited_total", frozenset({("reason", "question")}))] == 1
+    for step in ("prepare", "fetch_references", "draft_answer", "calculate_confidence", "publish"):
+        labels = frozenset({("step", step), ("outcome", "ok")})
+        assert got[("rfp_pipeline_step_duration_seconds_count", labels)] == 1, step
+    assert got[("rfp_pipeline_queue_depth", frozenset())] == 0
+
+
+async def test_metrics__a_refund_is_counted_once(conn, admin):
+    import attrs
+
+    from service.metrics import Metrics
+    from service.pipeline import Work, persist
+    from service.questions import create_question
+
+    async with conn.transaction():
+        question_id = await create_question(
+            conn, account_id=admin.account_id, user_id=admin.user_id, text="q?"
+        )
+    await conn.execute(
+        "UPDATE questions SET lease_owner = 'me', state = 'references_fetched' WHERE id = $1",
+        question_id,
+    )
+    row = await conn.fetchrow("SELECT *, state::text AS state FROM questions WHERE id = $1", question_id)
+    before = Work.from_row(row)
+    failed = attrs.evolve(before, state="answered", engine_failure="boom")
+    metrics = Metrics()
+    assert await persist(conn, "me", before, failed, 30, metrics)
+    later = attrs.evolve(failed, state="confidence_calculated")
+    assert await persist(conn, "me", failed, later, 30, metrics)  # refund guarded: not again
+    assert metrics.registry.get_sample_value(
+        "rfp_credits_refunded_total", {"reason": "engine_failure"}
+    ) == 1
