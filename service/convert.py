@@ -93,6 +93,16 @@ def _iso_date(value: Any, _: type) -> date:
         raise ValueError(f"must be a date as YYYY-MM-DD; got {text!r}") from None
 
 
+def at_most(limit: int) -> Any:
+    """An attrs validator: a string field (None allowed) of at most `limit` characters."""
+
+    def check(instance: object, attribute: Any, value: str | None) -> None:
+        if value is not None and len(value) > limit:
+            raise ValueError(f"{attribute.name} must be at most {limit} characters")
+
+    return check
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"

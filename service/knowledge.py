@@ -16,7 +16,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from . import db
 from .auth import new_id, principal, requires
-from .convert import NonBlank, converter, read_object, structure, unstructure
+from .convert import NonBlank, at_most, converter, read_object, structure, unstructure
 from .embeddings import entries_written
 from .errors import InvalidMultipart, NotFound, UnsupportedMediaType, ValidationFailed
 from .models import Page
@@ -42,13 +42,6 @@ def _tag_list(value: Any, _: type) -> list[str]:
 converter.register_structure_hook(TagList, _tag_list)
 
 
-def _bounded(limit: int) -> Any:
-    def check(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
-        if value is not None and len(value) > limit:
-            raise ValueError(f"{attribute.name} must be at most {limit} characters")
-
-    return check
-
 
 def _tags(instance: object, attribute: attrs.Attribute, value: list[str]) -> None:
     if len(value) > MAX_TAGS:
@@ -60,18 +53,18 @@ def _tags(instance: object, attribute: attrs.Attribute, value: list[str]) -> Non
 
 @attrs.frozen(kw_only=True)
 class KnowledgeItemInput:
-    answer: NonBlank = attrs.field(validator=_bounded(MAX_ANSWER))
-    question: str | None = attrs.field(default=None, validator=_bounded(MAX_QUESTION))
-    title: str | None = attrs.field(default=None, validator=_bounded(MAX_SHORT))
+    answer: NonBlank = attrs.field(validator=at_most(MAX_ANSWER))
+    question: str | None = attrs.field(default=None, validator=at_most(MAX_QUESTION))
+    title: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
     tags: TagList = attrs.field(factory=list, validator=_tags)
-    source: str | None = attrs.field(default=None, validator=_bounded(MAX_SHORT))
+    source: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
 
 
 @attrs.frozen(kw_only=True)
 class ImportRow(KnowledgeItemInput):
     """A CSV row: an entry plus the importer's own id, which re-imports update by."""
 
-    external_id: str | None = attrs.field(default=None, validator=_bounded(MAX_SHORT))
+    external_id: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
 
 
 @attrs.frozen(kw_only=True)

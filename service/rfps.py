@@ -10,7 +10,7 @@ from aiohttp import web
 
 from . import db
 from .auth import Principal, new_id, principal, requires
-from .convert import Framework, HttpUrl, IsoDate, NonBlank, read_object, structure, unstructure
+from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, read_object, structure, unstructure
 from .errors import NotFound, ParameterMissing, ValidationFailed
 from .keys import CONFIG
 from .models import Page, Rfp, RfpItem
@@ -23,30 +23,23 @@ SEARCH_COUNT_CAP = 10_000
 TOTAL_COUNT_CAPPED_HEADER = "X-Total-Count-Capped"
 
 
-def _bounded(limit: int) -> Any:
-    def check(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
-        if value is not None and len(value) > limit:
-            raise ValueError(f"{attribute.name} must be at most {limit} characters")
-
-    return check
-
 
 @attrs.frozen(kw_only=True)
 class ItemInput:
-    question: NonBlank = attrs.field(validator=_bounded(MAX_TEXT))
-    section: str | None = attrs.field(default=None, validator=_bounded(MAX_TITLE))
+    question: NonBlank = attrs.field(validator=at_most(MAX_TEXT))
+    section: str | None = attrs.field(default=None, validator=at_most(MAX_TITLE))
 
 
 @attrs.frozen(kw_only=True)
 class RfpInput:
     """The editable fields of an RFP; also the shape of a PATCH (absent fields unchanged)."""
 
-    title: NonBlank = attrs.field(validator=_bounded(MAX_TITLE))
-    description: str | None = attrs.field(default=None, validator=_bounded(MAX_TEXT))
+    title: NonBlank = attrs.field(validator=at_most(MAX_TITLE))
+    description: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
     deadline: IsoDate | None = None
     framework: Framework | None = None
-    portal_url: HttpUrl | None = attrs.field(default=None, validator=_bounded(2048))
-    context: str | None = attrs.field(default=None, validator=_bounded(MAX_TEXT))
+    portal_url: HttpUrl | None = attrs.field(default=None, validator=at_most(2048))
+    context: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
 
 
 @attrs.frozen(kw_only=True)

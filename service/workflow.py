@@ -22,7 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from . import db, importer
 from .auth import Principal, new_id, principal, requires
-from .convert import NonBlank, converter, read_json, structure, unstructure
+from .convert import NonBlank, at_most, converter, read_json, structure, unstructure
 from .errors import (
     InvalidMultipart,
     NotFound,
@@ -52,21 +52,14 @@ def _review_state(value: Any, _: type) -> str:
 converter.register_structure_hook(ReviewState, _review_state)
 
 
-def _bounded(limit: int) -> Any:
-    def check(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
-        if value is not None and len(value) > limit:
-            raise ValueError(f"{attribute.name} must be at most {limit} characters")
-
-    return check
-
 
 @attrs.frozen(kw_only=True)
 class ItemReview:
     """A PATCH of an item, merged over its stored fields (absent fields keep their values)."""
 
-    question: NonBlank = attrs.field(validator=_bounded(MAX_TEXT))
-    section: str | None = attrs.field(default=None, validator=_bounded(MAX_TITLE))
-    answer: str | None = attrs.field(default=None, validator=_bounded(MAX_TEXT))
+    question: NonBlank = attrs.field(validator=at_most(MAX_TEXT))
+    section: str | None = attrs.field(default=None, validator=at_most(MAX_TITLE))
+    answer: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
     state: ReviewState | None = None
     save_to_knowledge_base: bool = False
 
