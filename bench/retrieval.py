@@ -26,7 +26,7 @@ from pathlib import Path
 
 import asyncpg
 
-from service import accounts, db
+from service import accounts, db, knowledge
 from service.auth import new_id
 from service.retrieval import find_references
 
@@ -107,7 +107,8 @@ SELECT k.id, 'bench-random', k.account_id, '', 384,
 """
 
 
-async def run(server_url: str, n: int, queries: int, naive: bool, dense: bool = False) -> dict:
+async def run(server_url: str, n: int, queries: int, naive: bool, dense: bool = False,
+              keep_pending: bool = False) -> dict:
     name = f"rfp_bench_{secrets.token_hex(4)}"
     admin = await asyncpg.connect(server_url)
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -120,6 +121,8 @@ async def run(server_url: str, n: int, queries: int, naive: bool, dense: bool = 
             text = sampler(rng, words(rng))
             started = time.perf_counter()
             await load(conn, account_id, n, text)
+            if not keep_pending:  # what an import does (knowledge.import_csv)
+                await knowledge.merge_pending_index(conn)
             await conn.execute("ANALYZE")
             load_s = time.perf_counter() - started
             questions = [text(random.randint(8, 25)) + "?" for _ in range(queries)]
@@ -168,6 +171,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--naive", action="store_true")
     parser.add_argument("--dense", action="store_true")
+    parser.add_argument("--keep-pending", action="store_true",
+                        help="leave the GIN pending list as the load left it (no merge, as before 0013)")
     args = parser.parse_args()
     random.seed(11)
     server = db.EmbeddedPostgres(Path("var/bench"))
@@ -176,7 +181,8 @@ def main() -> None:
               f"{__import__('os').cpu_count()} CPUs, Python {platform.python_version()}, "
               f"{time.strftime('%Y-%m-%d')}")
         for n in args.sizes:
-            result = asyncio.run(run(server.url(), n, args.queries, args.naive, args.dense))
+            result = asyncio.run(run(server.url(), n, args.queries, args.naive, args.dense,
+                                     args.keep_pending))
             print(json.dumps(result), flush=True)
     finally:
         server.stop()

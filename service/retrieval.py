@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import asyncpg
 import attrs
@@ -122,20 +122,6 @@ class _Term:
     is_concept: bool = False
 
 
-def _choose_candidate_lexemes(terms: Sequence[tuple[str, int]], items: int) -> list[str]:
-    """The rarest lexemes whose document frequencies sum to at most CANDIDATE_BUDGET (≥ 1);
-    every lexeme when the whole knowledge base is within the candidate limit."""
-    if items <= CANDIDATE_LIMIT:
-        return [lexeme for lexeme, df in terms if df > 0]
-    chosen, total = [], 0
-    for lexeme, df in sorted((t for t in terms if t[1] > 0), key=lambda t: (t[1], t[0])):
-        if chosen and total + df > CANDIDATE_BUDGET:
-            break
-        chosen.append(lexeme)
-        total += df
-    return chosen
-
-
 async def find_references(
     conn: asyncpg.Connection,
     account_id: str,
@@ -148,74 +134,57 @@ async def find_references(
     fusion of the lexical (BM25F) and the dense ranking; without one, the lexical order."""
     # The question's vector first, so no transaction waits on the embedding backend.
     question_vector = await embeddings.embed_question(embedder, text) if embedder else None
+    if embedder is None or question_vector is None:
+        # One statement, one round trip (sql/migrations/0013_retrieval_one_statement.sql).
+        rows = await _retrieve(conn, account_id, text, [])
+        return await _rank(conn, account_id, rows, limit, {})
     async with conn.transaction():
-        # Custom plans for these queries: after five runs PostgreSQL may cache a generic plan,
-        # which (not knowing the account or the lexemes) reads every entry of the account through
-        # the account index instead of the few the GIN index finds: 76 → 23 ms p50 at 10,000
-        # entries (bench/retrieval.py). Planning each time costs well under a millisecond.
-        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-        if question_vector is not None:
-            # HNSW returns at most ef_search rows (default 40) before the account filter;
-            # iterative scans go on until DENSE_NEAREST of this account's entries are found.
-            await conn.execute(
-                f"SET LOCAL hnsw.ef_search = {2 * DENSE_NEAREST}; "
-                "SET LOCAL hnsw.iterative_scan = relaxed_order"
+        # HNSW returns at most ef_search rows (default 40) before the account filter; iterative
+        # scans go on until DENSE_NEAREST of this account's entries are found.
+        await conn.execute(
+            f"SET LOCAL hnsw.ef_search = {2 * DENSE_NEAREST}; "
+            "SET LOCAL hnsw.iterative_scan = relaxed_order"
+        )
+        # The nearest entries join the lexical candidates; the lexical candidates' similarities
+        # then complete the dense ranking (it ranks both).
+        dense = await embeddings.similarities(
+            conn, embedder.model, account_id, question_vector, DENSE_NEAREST, []
+        )
+        rows = await _retrieve(conn, account_id, text, sorted(dense))
+        rest = sorted({row["id"] for row in rows[1:]} - set(dense))
+        if rest:
+            dense |= await embeddings.similarities(
+                conn, embedder.model, account_id, question_vector, 0, rest
             )
-        return await _find(conn, account_id, text, limit, embedder, question_vector)
+    return await _rank(conn, account_id, rows, limit, dense)
 
 
-async def _find(
+async def _retrieve(
+    conn: asyncpg.Connection, account_id: str, text: str, also: Sequence[str]
+) -> list[asyncpg.Record]:
+    """knowledge_retrieve's rows: the question's (term statistics, concepts), then candidates."""
+    return await conn.fetch(
+        db.query("knowledge_retrieve"),
+        account_id, text, CANDIDATE_BUDGET, CANDIDATE_LIMIT, RERANK, list(also),
+    )
+
+
+async def _rank(
     conn: asyncpg.Connection,
     account_id: str,
-    text: str,
+    rows: Sequence[asyncpg.Record],
     limit: int,
-    embedder: Embedder | None,
-    question_vector: list[float] | None,
+    dense: dict[str, float],
 ) -> list[Reference]:
-    rows = await conn.fetch(db.query("query_terms"), account_id, text)
-    if not rows:
+    question, candidates = rows[0], rows[1:]
+    items, lexemes = question["items"], question["lexemes"]
+    if not items or not lexemes or not candidates:
         return []
-    items = rows[0]["items"]
-    if items == 0:
-        return []
-    lexemes = [(row["lexeme"], row["df"]) for row in rows]
-    concepts = await conn.fetch(db.query("query_concepts"), account_id, text)
-    phrases = [(row["concept"], query) for row in concepts for query in row["phrase_queries"]]
-
-    terms = [_Term(lexeme, idf(df, items)) for lexeme, df in lexemes]
+    terms = [_Term(lexeme, idf(df, items)) for lexeme, df in zip(lexemes, question["dfs"], strict=True)]
     mean_idf = sum(t.weight for t in terms) / len(terms)
-    terms += [_Term(row["concept"], CONCEPT_WEIGHT * mean_idf, True) for row in concepts]
+    terms += [_Term(concept, CONCEPT_WEIGHT * mean_idf, True) for concept in question["concepts"]]
 
-    candidate_lexemes = _choose_candidate_lexemes(lexemes, items)
-    ranking_lexemes = [lexeme for lexeme, df in lexemes if df > 0]
-    candidates: list[asyncpg.Record] = []
-    if candidate_lexemes or phrases:
-        candidates = await conn.fetch(
-            db.query("knowledge_candidates"),
-            account_id,
-            candidate_lexemes,
-            [query for _, query in phrases],
-            ranking_lexemes,
-            CANDIDATE_LIMIT,
-            RERANK,
-        )
-    dense: dict[str, float] = {}
-    if embedder is not None and question_vector is not None:
-        known = {row["id"] for row in candidates}
-        dense = await embeddings.similarities(
-            conn, embedder.model, account_id, question_vector, DENSE_NEAREST, sorted(known)
-        )
-        extra = sorted(set(dense) - known)
-        if extra:
-            candidates = [
-                *candidates,
-                *await conn.fetch(db.query("knowledge_ranking_rows"), account_id, extra),
-            ]
-    if not candidates:
-        return []
-    concept_hits = await _concept_hits(conn, account_id, phrases, [c["id"] for c in candidates])
-
-    scored = _bm25f(terms, candidates, concept_hits)
+    scored = _bm25f(terms, candidates)
     scored.sort(key=lambda s: (-s[0], s[3]["id"]))
     if dense:
         scored = _fuse(scored, dense)
@@ -244,9 +213,7 @@ async def _find(
 _Scored = tuple[float, float, float, asyncpg.Record]
 
 
-def _bm25f(
-    terms: Sequence[_Term], candidates: Sequence[asyncpg.Record], concept_hits: dict[str, set[str]]
-) -> list[_Scored]:
+def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list[_Scored]:
     """(score in [0, 1], question_match, coverage, row) of each candidate."""
     total = sum(t.weight for t in terms)
     mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
@@ -257,7 +224,7 @@ def _bm25f(
     scored = []
     for row in candidates:
         vector = row["vector"]
-        hits = concept_hits.get(row["id"])
+        hits = row["matched"]
         in_question = anywhere = bm25 = 0.0
         saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
         saturation_answer = BM25_K1 * (1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer)
@@ -299,23 +266,6 @@ def _fuse(lexical: list[_Scored], dense: dict[str, float]) -> list[_Scored]:
         for rank, s in enumerate(lexical, 1)
     }
     return sorted(lexical, key=lambda s: (-fused[s[3]["id"]], s[3]["id"]))
-
-
-async def _concept_hits(
-    conn: asyncpg.Connection,
-    account_id: str,
-    phrases: Sequence[tuple[str, str]],
-    ids: Iterable[str],
-) -> dict[str, set[str]]:
-    """{entry id: the concepts (of the question's) whose phrases the entry contains}."""
-    if not phrases:
-        return {}
-    rows = await conn.fetch(
-        db.query("knowledge_concept_matches"), account_id, [q for _, q in phrases], list(ids)
-    )
-    return {
-        row["id"]: {phrases[ordinal - 1][0] for ordinal in (row["matched"] or [])} for row in rows
-    }
 
 
 async def _resolve_pointers(

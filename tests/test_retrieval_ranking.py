@@ -81,12 +81,36 @@ async def test_term_statistics__follow_inserts_updates_and_deletes(conn, admin):
     ) == 1
 
 
-def test_candidate_lexemes__rarest_first_within_budget(monkeypatch):
-    monkeypatch.setattr(retrieval, "CANDIDATE_BUDGET", 100)
-    monkeypatch.setattr(retrieval, "CANDIDATE_LIMIT", 10)
-    terms = [("common", 5000), ("rare", 3), ("mid", 90), ("absent", 0), ("some", 40)]
-    assert retrieval._choose_candidate_lexemes(terms, items=10_000) == ["rare", "some"]
-    assert retrieval._choose_candidate_lexemes([("common", 5000)], items=10_000) == ["common"]
+async def test_candidates__rarest_lexemes_within_budget_choose_them(conn, admin, monkeypatch):
+    # df: quartz 1, basalt 1, granite 5; budget 2 takes quartz and basalt, not granite.
+    await _load(conn, admin.account_id, "id,question,answer\n"
+                "R,quartz granite?,Yes.\nS,basalt granite?,Yes.\n"
+                "C1,granite?,Yes.\nC2,granite?,Yes.\nC3,granite?,Yes.\n")
+    monkeypatch.setattr(retrieval, "CANDIDATE_BUDGET", 2)
+    monkeypatch.setattr(retrieval, "CANDIDATE_LIMIT", 3)  # fewer than the 5 entries
+
+    async def candidates(question):
+        rows = await conn.fetch("SELECT * FROM knowledge_retrieve($1, $2, 2, 3, 10, '{}')",
+                                admin.account_id, question)
+        return sorted(row["external_id"] for row in rows[1:])
+
+    assert await candidates("quartz basalt granite") == ["R", "S"]
+    # The rarest lexeme is used even when it alone exceeds the budget.
+    assert len(await candidates("granite")) == 3  # capped at the candidate limit
+    found = await find_references(conn, admin.account_id, "quartz basalt granite")
+    assert {ref.external_id for ref in found} == {"R", "S"}
+
+
+async def test_knowledge_retrieve__first_row_describes_the_question(conn, admin):
+    await _load(conn, admin.account_id)
+    [first, *rest] = await conn.fetch(
+        "SELECT * FROM knowledge_retrieve($1, $2, 300, 400, 200, '{}')",
+        admin.account_id, "Is 2FA required for administrator logins?")
+    assert first["id"] is None and first["items"] == 5
+    assert dict(zip(first["lexemes"], first["dfs"], strict=True))["administr"] == 1
+    assert "mfa" in first["concepts"] and "authentication" in first["concepts"]
+    iam = next(row for row in rest if row["external_id"] == "IAM-1")
+    assert "mfa" in iam["matched"] and iam["question_lexemes"] > 0
 
 
 def test_lexeme_weights__reads_positions_of_one_lexeme():
@@ -121,3 +145,19 @@ async def test_decide__a_paraphrase_is_sufficient_below_the_confident_band(conn,
     decision = decide(question, refs)
     assert refs[0].external_id == "IAM-1" and decision.sufficient and not decision.exact
     assert decision.confidence < 0.8
+
+
+async def test_import_csv__merges_the_index_pending_list(conn, admin):
+    async def pending_pages():  # merging reports the pages it moved out of the pending list
+        return await conn.fetchval("SELECT gin_clean_pending_list('knowledge_items_search'::regclass)")
+
+    await pending_pages()
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, answer) VALUES ('kb_direct', $1, 'Yes.')",
+        admin.account_id,
+    )
+    assert await pending_pages() > 0  # a plain insert leaves its lexemes pending
+    await _load(conn, admin.account_id)
+    assert await pending_pages() == 0  # an import leaves nothing for retrieval to scan
+    assert "gin_pending_list_limit=256" in await conn.fetchval(
+        "SELECT reloptions::text FROM pg_class WHERE relname = 'knowledge_items_search'")

@@ -36,3 +36,7 @@ ON CONFLICT (account_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
    SET question = excluded.question, answer = excluded.answer, title = excluded.title,
        tags = excluded.tags, source = excluded.source, updated_at = now()
 RETURNING k.id, k.external_id, (xmax = 0) AS created;
+
+-- merge_knowledge_index_pending --
+-- Move the full-text index's pending list into the index proper (after a bulk import).
+SELECT gin_clean_pending_list('knowledge_items_search'::regclass);
