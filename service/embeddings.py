@@ -35,6 +35,9 @@ from .keys import INDEXER
 log = logging.getLogger(__name__)
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
+# How long an indexer's claim on a batch lasts: longer than embedding one batch takes (with the
+# backend's retries), short enough that a dead process's entries are soon taken up by another.
+CLAIM_SECONDS = 300.0
 
 
 class EmbeddingFailure(Exception):
@@ -219,27 +222,40 @@ class Indexer:
         self._wake.set()
 
     async def step(self) -> int:
-        """Embed one batch of pending entries; returns how many were stored."""
+        """Embed one batch of pending entries; returns how many were stored. The batch is claimed
+        first, so indexers in several processes never embed the same entry at once."""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
-                db.query("embeddings_pending"), self.embedder.model, self.config.batch_size
+                db.query("embeddings_pending"), self.embedder.model, self.config.batch_size,
+                CLAIM_SECONDS,
             )
         if not rows:
             return 0
-        vectors = await self.embedder.embed([row["text"] for row in rows])
-        dimensions = len(vectors[0])
-        async with self.pool.acquire() as conn:
-            if dimensions not in self._indexed_dimensions:
-                await conn.execute(query_sql("embeddings_hnsw_index", dimensions))
-                self._indexed_dimensions.add(dimensions)
-            await conn.execute(
-                db.query("embeddings_store"),
-                self.embedder.model,
-                [row["id"] for row in rows],
-                [row["content_hash"] for row in rows],
-                [vector_literal(v) for v in vectors],
-                dimensions,
-            )
+        ids = [row["id"] for row in rows]
+        try:
+            vectors = await self.embedder.embed([row["text"] for row in rows])
+            dimensions = len(vectors[0])
+            async with self.pool.acquire() as conn:
+                if dimensions not in self._indexed_dimensions:
+                    await conn.execute(query_sql("embeddings_hnsw_index", dimensions))
+                    self._indexed_dimensions.add(dimensions)
+                async with conn.transaction():
+                    await conn.execute(
+                        db.query("embeddings_store"),
+                        self.embedder.model,
+                        ids,
+                        [row["content_hash"] for row in rows],
+                        [vector_literal(v) for v in vectors],
+                        dimensions,
+                    )
+                    await conn.execute(db.query("embeddings_release"), self.embedder.model, ids)
+        except BaseException:
+            # Free the batch for the next round (or another process) at once; if even that fails,
+            # the claims lapse after CLAIM_SECONDS.
+            with contextlib.suppress(Exception):
+                async with self.pool.acquire() as conn:
+                    await conn.execute(db.query("embeddings_release"), self.embedder.model, ids)
+            raise
         return len(rows)
 
     async def catch_up(self) -> int:

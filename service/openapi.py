@@ -500,6 +500,8 @@ def document() -> dict[str, Any]:
                 "404": not_found["question"]}, params=[_ID])},
         "/api/v1/questions/{id}/review": {"post": _op(
             "review_question", "approve or correct an answer: it becomes a knowledge base item", {
+                "200": _json(_ref("KnowledgeBaseItem"),
+                             "the item an earlier review of this question saved, updated", _LOCATION),
                 "201": _json(_ref("KnowledgeBaseItem"), "the new knowledge base item", _LOCATION),
                 "404": not_found["question"]}, params=[_ID], body=_ref("ReviewInput"))},
         "/api/v1/knowledge_base_items": {

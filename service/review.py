@@ -3,7 +3,9 @@
 `POST /api/v1/questions/{id}/review` {"approved": true, "answer"?: corrected text} stores the
 question with the approved (or corrected) answer as a knowledge-base entry, so the same question
 asked again is answered verbatim with high confidence (service/coverage.py: an entry written for
-exactly this question). The RFP item review's "save to knowledge base" can call `save_review`.
+exactly this question). Reviewing it again, or reviewing the same question asked again, updates
+that entry (200) instead of adding another (201). The RFP item review's "save to knowledge base"
+can call `save_review`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import attrs
 from aiohttp import web
 
 from . import db
-from .auth import principal, requires
+from .auth import new_id, principal, requires
 from .convert import read_json, structure, unstructure
 from .embeddings import entries_written
 from .errors import ValidationFailed
-from .knowledge import MAX_ANSWER, MAX_QUESTION, KnowledgeItem, KnowledgeItemInput, create_item
+from .knowledge import MAX_ANSWER, MAX_QUESTION, KnowledgeItem
 from .questions import fetch_question
 
 
@@ -29,8 +31,10 @@ class Review:
 
 async def save_review(
     conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None
-) -> KnowledgeItem:
-    """Store question `question_id` with `answer` (or its own answer) as a knowledge-base entry."""
+) -> tuple[KnowledgeItem, bool]:
+    """Store question `question_id` with `answer` (or its own answer) as a knowledge-base entry:
+    (the entry, whether it is new). The entry an earlier review of this question (or of the same
+    question text) saved is updated rather than duplicated."""
     row = await fetch_question(conn, question_id, account_id)
     text = answer if answer is not None else row["answer"]
     details = []
@@ -44,9 +48,12 @@ async def save_review(
         details.append(f"question: longer than {MAX_QUESTION} characters; add the entry by hand")
     if details:
         raise ValidationFailed(details)
-    return await create_item(conn, account_id, KnowledgeItemInput(
-        question=row["question"], answer=text, source=f"review of question {question_id}",
-    ))
+    saved = await conn.fetchrow(
+        db.query("save_review_item"),
+        new_id("kb"), account_id, row["question"], text, f"review of question {question_id}",
+        question_id,
+    )
+    return KnowledgeItem.from_row(saved), saved["created"]
 
 
 @requires("write", roles=("admin", "member"))
@@ -58,11 +65,11 @@ async def post_review(request: web.Request) -> web.Response:
     if not review.approved and review.answer is None:
         raise ValidationFailed(["approved: must be true, or give the corrected answer"])
     async with db.connection(request) as conn:
-        item = await save_review(
+        item, created = await save_review(
             conn, principal(request).account_id, request.match_info["id"], review.answer
         )
     entries_written(request.app)
-    response = web.json_response(unstructure(item), status=201)
+    response = web.json_response(unstructure(item), status=201 if created else 200)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
     return response
 

@@ -143,6 +143,46 @@ async def test_indexer__embeds_new_and_changed_entries_only(fake, session, conn,
         "SELECT count(*) FROM pg_indexes WHERE indexname = 'knowledge_embeddings_hnsw_5'") == 1
 
 
+async def test_indexer__two_processes_never_embed_the_same_entry(fake, session, conn, database_url, admin):
+    server, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    pools = [await asyncpg.create_pool(database_url, min_size=1, max_size=2) for _ in range(2)]
+    try:
+        # Another process holds a live claim on BAK-1; one that died left a lapsed claim on HR-1.
+        await conn.execute(
+            "INSERT INTO knowledge_embedding_claims (item_id, model, claimed_until) "
+            "SELECT id, 'fake-embed', now() + CASE external_id WHEN 'BAK-1' THEN interval '1 hour' "
+            "ELSE interval '-1 second' END FROM knowledge_items WHERE external_id IN ('BAK-1', 'HR-1')")
+        indexers = [Indexer(pool, OpenAIEmbedder(settings(url), session), settings(url))
+                    for pool in pools]
+        stored = await asyncio.gather(*(indexer.catch_up() for indexer in indexers))
+        sent = [text for request in server.requests for text in request["body"]["input"]]
+        assert sum(stored) == 3 and len(sent) == 3 == len(set(sent))
+        assert not any(text.startswith("How often are backups") for text in sent)
+        assert await conn.fetchval("SELECT count(*) FROM knowledge_embedding_claims") == 1  # BAK-1's
+        await conn.execute("UPDATE knowledge_embedding_claims SET claimed_until = now() - interval '1 s'")
+        assert await indexers[0].catch_up() == 1  # a lapsed claim is taken up
+        assert await conn.fetchval("SELECT count(*) FROM knowledge_embedding_claims") == 0
+    finally:
+        for pool in pools:
+            await pool.close()
+
+
+async def test_indexer__a_failed_batch_is_released_at_once(fake, session, conn, database_url, admin):
+    server, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        indexer = Indexer(pool, OpenAIEmbedder(settings(url, max_attempts=1), session), settings(url))
+        server.failures = [503]
+        with pytest.raises(EmbeddingFailure):
+            await indexer.step()
+        assert await conn.fetchval("SELECT count(*) FROM knowledge_embedding_claims") == 0
+        assert await indexer.catch_up() == 4
+    finally:
+        await pool.close()
+
+
 async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     fake, session, conn, database_url, admin, make_account
 ):

@@ -88,6 +88,35 @@ async def test_review__approved_answer_makes_the_next_ask_verbatim_and_confident
     assert again["requires_attention"] is False
 
 
+async def test_review__reviewing_again_updates_the_entry_instead_of_adding_one(client, conn, admin):
+    await import_csv(conn, admin.account_id, KB)
+    question = "How long are audit trails kept before deletion?"
+    first = await _ask(client, admin, question)
+
+    async def review(question_id, answer):
+        return await client.post(f"/api/v1/questions/{question_id}/review",
+                                 json={"approved": True, "answer": answer}, headers=admin.headers)
+
+    saved = await review(first["id"], "Thirteen months.")
+    assert saved.status == 201
+    entry = await saved.json()
+    again = await review(first["id"], "Two years, then deleted.")
+    assert again.status == 200, await again.text()
+    updated = await again.json()
+    assert updated["id"] == entry["id"] and updated["answer"] == "Two years, then deleted."
+    # The same question asked again (its own question id) and reviewed: still the one entry.
+    second = await _ask(client, admin, question.upper())
+    assert second["answer"] == "Two years, then deleted." and second["verbatim_answer"] is True
+    third = await review(second["id"], "Three years.")
+    assert third.status == 200 and (await third.json())["id"] == entry["id"]
+    assert await conn.fetchval(
+        "SELECT count(*) FROM knowledge_items WHERE account_id = $1 AND lower(question) = lower($2)",
+        admin.account_id, question) == 1
+    # Another question is another entry.
+    other = await _ask(client, admin, "Where are backups stored?")
+    assert (await review(other["id"], "In a second region.")).status == 201
+
+
 async def test_review__approving_without_an_answer_to_approve_is_422(client, conn, admin):
     await import_csv(conn, admin.account_id, KB)
     done = await _ask(client, admin, "Do you sponsor a rooftop beekeeping club for staff?")

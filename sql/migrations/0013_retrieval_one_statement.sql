@@ -112,3 +112,22 @@ BEGIN
       FROM chosen c;
 END
 $$;
+
+-- Learning from review (service/review.py): the question a review saved an entry for, so that
+-- reviewing it again (or reviewing the same question asked again) updates that entry instead of
+-- adding a duplicate.
+ALTER TABLE knowledge_items ADD COLUMN reviewed_question text REFERENCES questions ON DELETE SET NULL;
+CREATE UNIQUE INDEX knowledge_items_reviewed_question ON knowledge_items (account_id, reviewed_question)
+    WHERE reviewed_question IS NOT NULL;
+CREATE INDEX knowledge_items_reviewed_text ON knowledge_items (account_id, lower(question))
+    WHERE reviewed_question IS NOT NULL;
+
+-- The embeddings indexer's claims (service/embeddings.py): an entry being embedded by one process
+-- is not embedded again by another meanwhile. A claim lapses at `claimed_until`, so the entries of
+-- a process that died are taken up by another.
+CREATE TABLE knowledge_embedding_claims (
+    item_id       text NOT NULL REFERENCES knowledge_items ON DELETE CASCADE,
+    model         text NOT NULL,
+    claimed_until timestamptz NOT NULL,
+    PRIMARY KEY (item_id, model)
+);

@@ -3,16 +3,36 @@
 SELECT to_regclass('knowledge_embeddings') IS NOT NULL;
 
 -- embeddings_pending --
--- Entries (of every account) with no vector for model $1, or one of text that has since changed;
--- at most $2, each with the text to embed (the same expression as the hash: keep them in step).
-SELECT k.id, k.account_id,
-       concat_ws(E'\n', k.question, k.title, k.answer) AS text,
-       md5(concat_ws(E'\n', k.question, k.title, k.answer)) AS content_hash
-  FROM knowledge_items k
-  LEFT JOIN knowledge_embeddings e ON e.item_id = k.id AND e.model = $1
- WHERE e.item_id IS NULL OR e.content_hash <> md5(concat_ws(E'\n', k.question, k.title, k.answer))
- ORDER BY k.created_at, k.id
- LIMIT $2;
+-- Claim up to $2 entries (of every account) with no vector for model $1, or one of text that has
+-- since changed, for $3 seconds, each with the text to embed (the same expression as the hash:
+-- keep them in step). Entries another indexer holds an unexpired claim on are left to it; of two
+-- indexers racing for one entry, the unique claim makes the second skip it.
+WITH pending AS (
+    SELECT k.id, k.account_id,
+           concat_ws(E'\n', k.question, k.title, k.answer) AS text,
+           md5(concat_ws(E'\n', k.question, k.title, k.answer)) AS content_hash,
+           k.created_at
+      FROM knowledge_items k
+      LEFT JOIN knowledge_embeddings e ON e.item_id = k.id AND e.model = $1
+      LEFT JOIN knowledge_embedding_claims c ON c.item_id = k.id AND c.model = $1
+     WHERE (e.item_id IS NULL OR e.content_hash <> md5(concat_ws(E'\n', k.question, k.title, k.answer)))
+       AND (c.item_id IS NULL OR c.claimed_until < now())
+     ORDER BY k.created_at, k.id
+     LIMIT $2
+), claimed AS (
+    INSERT INTO knowledge_embedding_claims AS c (item_id, model, claimed_until)
+    SELECT p.id, $1, now() + make_interval(secs => $3) FROM pending p
+    ON CONFLICT (item_id, model) DO UPDATE SET claimed_until = excluded.claimed_until
+     WHERE c.claimed_until < now()
+    RETURNING c.item_id
+)
+SELECT p.id, p.account_id, p.text, p.content_hash
+  FROM pending p JOIN claimed c ON c.item_id = p.id
+ ORDER BY p.created_at, p.id;
+
+-- embeddings_release --
+-- Give up the claims on entries $2 (model $1): stored, or the backend failed.
+DELETE FROM knowledge_embedding_claims WHERE model = $1 AND item_id = ANY($2::text[]);
 
 -- embeddings_store --
 -- Store vectors (parallel arrays; vectors as pgvector text '[x,y,…]') for model $1. An entry

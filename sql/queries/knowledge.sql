@@ -40,3 +40,34 @@ RETURNING k.id, k.external_id, (xmax = 0) AS created;
 -- merge_knowledge_index_pending --
 -- Move the full-text index's pending list into the index proper (after a bulk import).
 SELECT gin_clean_pending_list('knowledge_items_search'::regclass);
+
+-- save_review_item --
+-- The entry a review of question $6 saves: the entry an earlier review of that question, or of the
+-- same question text, saved, updated in place; else a new entry (id $1). `created` says which.
+WITH earlier AS (
+    SELECT k.id
+      FROM knowledge_items k
+     WHERE k.account_id = $2 AND k.reviewed_question IS NOT NULL
+       AND (k.reviewed_question = $6 OR lower(k.question) = lower($3))
+     ORDER BY k.reviewed_question = $6 DESC, k.created_at, k.id
+     LIMIT 1
+     FOR UPDATE
+), updated AS (
+    UPDATE knowledge_items k
+       SET question = $3, answer = $4, source = $5, updated_at = now()
+      FROM earlier e
+     WHERE k.id = e.id
+    RETURNING k.*
+), inserted AS (
+    -- Two first reviews of one question at once: the unique index makes the second an update.
+    INSERT INTO knowledge_items AS k (id, account_id, question, answer, source, reviewed_question)
+    SELECT $1, $2, $3, $4, $5, $6
+     WHERE NOT EXISTS (SELECT 1 FROM earlier)
+    ON CONFLICT (account_id, reviewed_question) WHERE reviewed_question IS NOT NULL DO UPDATE
+       SET question = excluded.question, answer = excluded.answer, source = excluded.source,
+           updated_at = now()
+    RETURNING k.*, (xmax = 0) AS created
+)
+SELECT *, false AS created FROM updated
+UNION ALL
+SELECT * FROM inserted;
