@@ -77,6 +77,7 @@ async def load(conn: asyncpg.Connection, account_id: str, n: int, text) -> None:
             ["[]"] * size,
             [None] * size,
             [f"S-{start + i}" for i in range(size)],
+            [None] * size,
         )
 
 

@@ -212,6 +212,13 @@ class Assessment:
     attention_points: tuple[str, ...]
 
 
+def _led_by_yes_no(answer: str | None, drawn: Sequence[Reference]) -> bool:
+    """The answer is one entry's answer led by that entry's own Yes/No: verbatim in substance."""
+    if not answer or len(drawn) != 1 or drawn[0].yes_no is None:
+        return False
+    return answer == f"{'Yes' if drawn[0].yes_no else 'No'}. {drawn[0].answer}"
+
+
 def assess(
     question: str,
     references: list[Reference],
@@ -253,7 +260,7 @@ def assess(
     # The decision is about the first reference; an answer from another one is less certain.
     agrees = decision.sufficient and bool(drawn) and drawn[0].kb_item_id == references[0].kb_item_id
     confidence = decision.confidence if agrees else min(decision.probability, 0.5)
-    if verbatim:
+    if verbatim or _led_by_yes_no(answer, drawn):
         rationale = f"Verbatim reuse. {decision.rationale}"
     else:
         confidence *= 0.95 if len(drawn) == 1 else 0.9  # composed text is a step removed

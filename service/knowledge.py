@@ -29,7 +29,10 @@ MAX_ANSWER = 100_000
 MAX_SHORT = 500  # title, source, external id, each tag
 MAX_TAGS = 50
 MAX_IMPORT_ROWS = 10_000
-CSV_COLUMNS = ("question", "answer", "title", "tags", "source", "id")
+CSV_COLUMNS = ("question", "answer", "title", "tags", "source", "id", "yes_no")
+# The CSV's yes_no column: a questionnaire's own Yes/No for the entry; blank or "N/A" is none.
+YES_NO = {"yes": True, "y": True, "true": True, "no": False, "n": False, "false": False,
+          "": None, "n/a": None, "na": None, "-": None}
 
 
 TagList = NewType("TagList", list)
@@ -61,6 +64,8 @@ class KnowledgeItemInput:
     title: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
     tags: TagList = attrs.field(factory=list, validator=_tags)
     source: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
+    # The entry's own Yes/No (a questionnaire's yes_no column): leads answers to yes/no questions.
+    yes_no: bool | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +84,7 @@ class KnowledgeItem:
     tags: list[str]
     source: str | None
     external_id: str | None
+    yes_no: bool | None
     created_at: datetime
     updated_at: datetime
 
@@ -92,6 +98,7 @@ class KnowledgeItem:
             tags=list(row["tags"]),
             source=row["source"],
             external_id=row["external_id"],
+            yes_no=row["yes_no"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
         )
@@ -114,6 +121,7 @@ async def create_item(
         [tag.strip() for tag in data.tags],
         _blank_to_none(data.source),
         None,  # external ids come from imports only
+        data.yes_no,
     )
     return KnowledgeItem.from_row(row)
 
@@ -189,6 +197,12 @@ def parse_csv(text: str) -> ParsedCsv:
             ))
             continue
         fields = {name: value for name, value in zip(names, values, strict=True) if name in CSV_COLUMNS}
+        yes_no_text = (fields.get("yes_no") or "").strip().lower()
+        if yes_no_text not in YES_NO:
+            rejected.append(Rejection(
+                row=row_number, reason=f"yes_no must be Yes, No or blank; got {fields['yes_no']!r}"
+            ))
+            continue
         raw: dict[str, Any] = {
             "answer": fields["answer"],
             "question": fields.get("question") or None,
@@ -196,6 +210,7 @@ def parse_csv(text: str) -> ParsedCsv:
             "source": fields.get("source") or None,
             "external_id": (fields.get("id") or "").strip() or None,
             "tags": [tag.strip() for tag in (fields.get("tags") or "").split(";") if tag.strip()],
+            "yes_no": YES_NO[yes_no_text],
         }
         try:
             item = structure(raw, ImportRow)
@@ -234,6 +249,7 @@ async def import_csv(conn: asyncpg.Connection, account_id: str, text: str) -> Im
                 [json.dumps(i.tags) for i in items],
                 [_blank_to_none(i.source) for i in items],
                 [i.external_id for i in items],
+                [i.yes_no for i in items],
             )
         created = sum(1 for row in rows if row["created"])
         updated = len(rows) - created

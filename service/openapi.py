@@ -264,9 +264,11 @@ SCHEMAS: dict[str, Any] = {
     "KnowledgeBaseItem": _object({
         "id": STRING, "question": _nullable(STRING), "answer": STRING, "title": _nullable(STRING),
         "tags": {"type": "array", "items": STRING}, "source": _nullable(STRING),
-        "external_id": _nullable(STRING), "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
-    }, ["id", "question", "answer", "title", "tags", "source", "external_id", "created_at",
-        "updated_at"]),
+        "external_id": _nullable(STRING),
+        "yes_no": _nullable({"type": "boolean", "description": "the entry's own Yes (true) or No"}),
+        "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
+    }, ["id", "question", "answer", "title", "tags", "source", "external_id", "yes_no",
+        "created_at", "updated_at"]),
     "KnowledgeBaseItemInput": _object({
         "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
         "question": _nullable({"type": "string", "maxLength": 10_000}),
@@ -274,6 +276,7 @@ SCHEMAS: dict[str, Any] = {
         "tags": {"type": "array", "maxItems": 50,
                  "items": {"type": "string", "minLength": 1, "maxLength": 500}},
         "source": _nullable({"type": "string", "maxLength": 500}),
+        "yes_no": _nullable({"type": "boolean"}),
     }, ["answer"], closed=True),
     "ImportReport": _object({
         "imported": {"type": "integer", "minimum": 0},
@@ -513,8 +516,8 @@ def document() -> dict[str, Any]:
                 "400": page_invalid}, params=[_PAGE]),
         },
         "/api/v1/knowledge_base_items/import": {"post": _op(
-            "import_knowledge_base_items", "import a CSV (question, answer, title, tags, source, id); "
-            "rows with an id update the item imported with it", {
+            "import_knowledge_base_items", "import a CSV (question, answer, title, tags, source, id, "
+            "yes_no); rows with an id update the item imported with it", {
                 "200": _json(_ref("ImportReport"), "what was created, updated and rejected")},
             body_content={
                 "text/csv": {"schema": STRING},

@@ -82,7 +82,9 @@ class Work:
             refunded=row["refunded"],
             context=row["context"],
             references=tuple(
-                Reference(**{f.name: ref[f.name] for f in attrs.fields(Reference)}) for ref in stored
+                # Fields added to Reference since a question was stored keep their defaults.
+                Reference(**{f.name: ref[f.name] for f in attrs.fields(Reference) if f.name in ref})
+                for ref in stored
             ),
             used=tuple(ref["kb_item_id"] for ref in stored if ref.get("used")),
             draft_answer=row["draft_answer"],

@@ -65,6 +65,8 @@ class Reference:
     # Cosine similarity of the entry's embedding to the question's (None: no embedding backend,
     # or the entry is not embedded yet).
     dense: float | None = None
+    # The entry's own Yes (True) or No (False), when its questionnaire gave one.
+    yes_no: bool | None = None
 
 
 # -- tsvector text as PostgreSQL prints it: 'lexeme':1A,4 'other':2C -------------------------
@@ -204,6 +206,7 @@ async def _rank(
                 question_match=round(question_match, 4),
                 coverage=round(coverage, 4),
                 dense=round(dense[row["id"]], 4) if row["id"] in dense else None,
+                yes_no=row["yes_no"],
             )
             for score, question_match, coverage, row in top
         ],

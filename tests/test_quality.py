@@ -56,6 +56,27 @@ async def test_quality__yes_no_question_gets_yes_first(client, conn, admin):
     assert low["answer"] == "Yes."
 
 
+async def test_quality__the_entrys_yes_no_column_leads_the_answer(client, conn, admin):
+    report = await import_csv(conn, admin.account_id, (
+        "id,question,answer,yes_no\n"
+        "ENC-1,Is customer data encrypted at rest?,AES-256 on every volume and backup.,Yes\n"
+        "DEV-1,Do staff use personal laptops for work?,Only company laptops are allowed.,no\n"
+        "BAD-1,Is there a canteen?,There is.,maybe\n"))
+    assert [r.row for r in report.rejected] == [4] and "yes_no" in report.rejected[0].reason
+    items = {i["external_id"]: i for i in (await (await client.get(
+        "/api/v1/knowledge_base_items", headers=admin.headers)).json())["knowledge_base_items"]}
+    assert (items["ENC-1"]["yes_no"], items["DEV-1"]["yes_no"]) == (True, False)
+
+    done = await _ask(client, admin, "Is customer data encrypted at rest?")
+    assert done["answer"] == "Yes. AES-256 on every volume and backup."
+    assert done["confidence"] == 0.95  # its own question, its own Yes: verbatim in substance
+    done = await _ask(client, admin, "Do staff use personal laptops for work?")
+    assert done["answer"] == "No. Only company laptops are allowed."
+    # A question that does not ask for a yes or a no gets the entry's answer alone.
+    done = await _ask(client, admin, "How is customer data encrypted at rest?")
+    assert done["answer"].startswith("AES-256")
+
+
 async def test_quality__not_covered_is_insufficient_and_needs_attention(client, conn, admin):
     await import_csv(conn, admin.account_id, KB)
     done = await _ask(client, admin, "Do you sponsor a rooftop beekeeping club for staff?")

@@ -39,9 +39,10 @@ def yes_no_of(answer: str) -> str | None:
     return found.group(1).capitalize() if found else None
 
 
-def yes_no_first(question: str, text: str, entry_answer: str) -> str:
-    """`text` led by the entry's Yes/No when the question asks for one and the text lost it."""
-    said = yes_no_of(entry_answer)
+def yes_no_first(question: str, text: str, entry_answer: str, entry_yes_no: bool | None = None) -> str:
+    """`text` led by the entry's Yes/No when the question asks for one and the text lost it: the
+    entry's own yes_no (a questionnaire's column) if it has one, else its answer's first word."""
+    said = {True: "Yes", False: "No"}.get(entry_yes_no) or yes_no_of(entry_answer)
     if said is None or not asks_yes_no(question) or yes_no_of(text) is not None:
         return text
     return f"{said}. {text}"
@@ -76,7 +77,7 @@ class LocalEngine:
                     used.append(m.reference.kb_item_id)
             if text == best.answer.strip():
                 text = best.answer  # exactly the entry's answer: verbatim
-            text = yes_no_first(request.question, text, best.answer)
+            text = yes_no_first(request.question, text, best.answer, best.yes_no)
             return Draft(text=text, sufficient_context=True, used=tuple(used), attention_points=points)
 
         # Extractive: greedily the sentences of the relevant entries (the decided one first) that
@@ -107,7 +108,8 @@ class LocalEngine:
         # The decided entry first: the decision and the confidence are about it.
         used = tuple(dict.fromkeys(c[3] for c in sorted(chosen, key=lambda c: (c[1] // 1000))))
         return Draft(
-            text=yes_no_first(request.question, " ".join(c[2] for c in chosen), best.answer),
+            text=yes_no_first(request.question, " ".join(c[2] for c in chosen), best.answer,
+                              best.yes_no),
             sufficient_context=True,
             used=used,
             attention_points=points,

@@ -6,6 +6,10 @@
 -- bounds what any other writer (single entries, reviews, a bulk load by hand) can leave behind.
 ALTER INDEX knowledge_items_search SET (gin_pending_list_limit = 256);  -- kB
 
+-- A questionnaire's own Yes/No for the entry (the CSV's `yes_no` column): true Yes, false No,
+-- NULL when it gave none. An answer to a yes/no question is led by it.
+ALTER TABLE knowledge_items ADD COLUMN yes_no boolean;
+
 -- The lexical candidates of a question, with everything the ranking in Python reads, in one
 -- round trip instead of four (term statistics, vocabulary, candidates, concept matches).
 --
@@ -25,8 +29,8 @@ CREATE FUNCTION knowledge_retrieve(
     p_account text, p_question text, budget integer, candidate_limit integer, rerank integer,
     also text[]
 ) RETURNS TABLE (
-    id text, external_id text, title text, question text, answer text, source text, vector text,
-    question_lexemes integer, answer_lexemes integer, matched text[],
+    id text, external_id text, title text, question text, answer text, source text, yes_no boolean,
+    vector text, question_lexemes integer, answer_lexemes integer, matched text[],
     lexemes text[], dfs integer[], items integer, concepts text[]
 )
 LANGUAGE plpgsql STABLE
@@ -57,7 +61,7 @@ BEGIN
                             AND numnode(m.phrase_query) > 0 AND question_vector @@ m.phrase_query);
 
     RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
-                        NULL::text, NULL::integer, NULL::integer, NULL::text[],
+                        NULL::boolean, NULL::text, NULL::integer, NULL::integer, NULL::text[],
                         all_lexemes, all_dfs, n,
                         ARRAY(SELECT DISTINCT c FROM unnest(phrase_concepts) AS c ORDER BY c);
     IF n = 0 OR all_lexemes IS NULL THEN
@@ -86,7 +90,7 @@ BEGIN
 
     RETURN QUERY
     WITH cand AS MATERIALIZED (
-        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.search_vector
+        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector
           FROM knowledge_items k
          WHERE k.account_id = p_account AND k.search_vector @@ candidate_query
          LIMIT candidate_limit
@@ -98,12 +102,12 @@ BEGIN
     ), chosen AS (
         SELECT * FROM best
         UNION ALL
-        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.search_vector
+        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector
           FROM knowledge_items k
          WHERE k.account_id = p_account AND k.id = ANY(also)
            AND k.id NOT IN (SELECT b.id FROM best b)
     )
-    SELECT c.id, c.external_id, c.title, c.question, c.answer, c.source, c.search_vector::text,
+    SELECT c.id, c.external_id, c.title, c.question, c.answer, c.source, c.yes_no, c.search_vector::text,
            length(ts_filter(c.search_vector, '{a,b}')), length(ts_filter(c.search_vector, '{c,d}')),
            ARRAY(SELECT DISTINCT p.concept
                    FROM unnest(phrase_concepts, phrase_queries) AS p(concept, query)

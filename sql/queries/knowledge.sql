@@ -1,7 +1,7 @@
 -- insert_knowledge_item --
 -- A new entry of an account.
-INSERT INTO knowledge_items (id, account_id, question, answer, title, tags, source, external_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO knowledge_items (id, account_id, question, answer, title, tags, source, external_id, yes_no)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 RETURNING *;
 
 -- get_knowledge_item --
@@ -26,15 +26,17 @@ DELETE FROM knowledge_items WHERE id = $1 AND account_id = $2 RETURNING id;
 -- upsert_knowledge_items --
 -- Import rows (parallel arrays): a row whose external id the account already has updates that
 -- entry, the others are created. Returns each row's id and whether it was created.
-INSERT INTO knowledge_items AS k (id, account_id, question, answer, title, tags, source, external_id)
+INSERT INTO knowledge_items AS k (id, account_id, question, answer, title, tags, source, external_id,
+                                  yes_no)
 SELECT r.id, $1, r.question, r.answer, r.title,
        coalesce((SELECT array_agg(t) FROM jsonb_array_elements_text(r.tags) AS t), '{}'),
-       r.source, r.external_id
-  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[])
-       AS r(id, question, answer, title, tags, source, external_id)
+       r.source, r.external_id, r.yes_no
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[],
+              $9::boolean[])
+       AS r(id, question, answer, title, tags, source, external_id, yes_no)
 ON CONFLICT (account_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
    SET question = excluded.question, answer = excluded.answer, title = excluded.title,
-       tags = excluded.tags, source = excluded.source, updated_at = now()
+       tags = excluded.tags, source = excluded.source, yes_no = excluded.yes_no, updated_at = now()
 RETURNING k.id, k.external_id, (xmax = 0) AS created;
 
 -- merge_knowledge_index_pending --
