@@ -78,7 +78,7 @@ def overlap(question: str, reference: Reference) -> float:
 
 # -- the decision --------------------------------------------------------------------------------
 
-FEATURES = ("score", "margin", "question_match", "coverage", "overlap")
+FEATURES = ("score", "margin", "question_match", "coverage", "overlap", "unknown")
 # With dense retrieval: also the first reference's cosine similarity to the question.
 DENSE_FEATURES = (*FEATURES, "dense")
 
@@ -96,6 +96,7 @@ def features(question: str, references: Sequence[Reference]) -> dict[str, float]
         "question_match": best.question_match,
         "coverage": best.coverage,
         "overlap": overlap(question, best),
+        "unknown": best.unknown,
     }
     if best.dense is not None:
         values["dense"] = best.dense

@@ -67,6 +67,10 @@ class Reference:
     dense: float | None = None
     # The entry's own Yes (True) or No (False), when its questionnaire gave one.
     yes_no: bool | None = None
+    # Share (0 to 1, idf-weighted) of the question's lexemes that no entry of the account contains:
+    # a question about something the knowledge base never mentions (a property of the question,
+    # the same on every reference).
+    unknown: float = 0.0
 
 
 # -- tsvector text as PostgreSQL prints it: 'lexeme':1A,4 'other':2C -------------------------
@@ -186,6 +190,10 @@ async def _rank(
     mean_idf = sum(t.weight for t in terms) / len(terms)
     terms += [_Term(concept, CONCEPT_WEIGHT * mean_idf, True) for concept in question["concepts"]]
 
+    lexical = terms[: len(lexemes)]
+    unknown = sum(t.weight for t, df in zip(lexical, question["dfs"], strict=True) if df == 0)
+    unknown /= sum(t.weight for t in lexical)
+
     scored = _bm25f(terms, candidates)
     scored.sort(key=lambda s: (-s[0], s[3]["id"]))
     if dense:
@@ -207,6 +215,7 @@ async def _rank(
                 coverage=round(coverage, 4),
                 dense=round(dense[row["id"]], 4) if row["id"] in dense else None,
                 yes_no=row["yes_no"],
+                unknown=round(unknown, 4),
             )
             for score, question_match, coverage, row in top
         ],
