@@ -27,3 +27,16 @@ async def test_find_references__other_account_entries_are_invisible(conn, make_a
         new_id("kb"), theirs.account_id,
     )
     assert await find_references(conn, mine.account_id, "encryption") == []
+
+
+async def test_find_references__leaves_no_session_setting_behind(conn, admin):
+    # Pooled connections are not reset: the custom-plan setting lives on the function only.
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, answer) VALUES ($1, $2, 'encryption at rest')",
+        new_id("kb"), admin.account_id,
+    )
+    for _ in range(7):  # past the five runs after which a generic plan may be cached
+        assert (await find_references(conn, admin.account_id, "encryption"))[0].answer
+    assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
+    assert await conn.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'knowledge_retrieve'") == [
+        "plan_cache_mode=force_custom_plan"]
