@@ -4,10 +4,11 @@ The interface (`find_references`, `Reference`) is what the pipeline and the engi
 the ranking behind it can change.
 
 Two stages, both driven from PostgreSQL's full-text data:
-1. Candidates (SQL, GIN index): entries containing the question's *rarest* lexemes (per-account
-   document frequencies in `knowledge_terms`) or a phrase of a vocabulary concept the question
-   mentions (`knowledge_vocabulary`), capped, then cut to the best RERANK by weighted ts_rank.
-   A retrieval never ranks every entry that shares a common word.
+1. Candidates (SQL, GIN index, one statement: `knowledge_retrieve` of migration 0013, which also
+   returns the question's term statistics and each candidate's concepts): entries containing the
+   question's *rarest* lexemes (per-account document frequencies in `knowledge_terms`) or a phrase
+   of a vocabulary concept the question mentions (`knowledge_vocabulary`), capped, then cut to the
+   best RERANK by weighted ts_rank. A retrieval never ranks every entry that shares a common word.
 2. Ranking (Python, on the candidates' tsvectors): BM25F over two fields, the entry's own
    question/title (question-to-question) and its answer, with the standard k1 and b, and each
    vocabulary concept the question mentions counted as one more term, so "2FA" finds
