@@ -40,3 +40,15 @@ async def test_find_references__leaves_no_session_setting_behind(conn, admin):
     assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
     assert await conn.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'knowledge_retrieve'") == [
         "plan_cache_mode=force_custom_plan"]
+
+
+async def test_find_references__any_text_is_safe_and_stop_words_find_nothing(conn, admin):
+    assert await find_references(conn, admin.account_id, "encryption") == []  # no entries yet
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES ($1, $2, $3, $4)",
+        new_id("kb"), admin.account_id, "Isn't O'Brien's key rotated?", "Yes: every 90 days.",
+    )
+    assert await find_references(conn, admin.account_id, "the and of is") == []
+    for text in ("O'Brien's key: rotated?", "key & | ! :* ( ) <-> \\ '' \"", "ключ rotated"):
+        found = await find_references(conn, admin.account_id, text)
+        assert found and found[0].question == "Isn't O'Brien's key rotated?", text
