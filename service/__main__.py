@@ -522,8 +522,8 @@ def parser() -> argparse.ArgumentParser:
                    help="dense retrieval backend for this run (default: the config's [embeddings])")
     p.add_argument("--fit", action="store_true",
                    help="also fit the coverage decision model on these labels (with leave-one-out)")
-    p.add_argument("--l2", type=float, default=0.1,
-                   help="with --fit: the L2 penalty on the standardised coefficients (default 0.1)")
+    p.add_argument("--l2", type=float, default=0.3,
+                   help="with --fit: the L2 penalty on the standardised coefficients (default 0.3)")
     p.add_argument("--write-model", metavar="MODEL.json",
                    help="with --fit: write the fitted model there (service/coverage_model.json "
                         "is the one the service uses)")

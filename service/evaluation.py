@@ -235,7 +235,7 @@ def _fit(rows: list[tuple[dict[str, float], int]], l2: float) -> coverage.Model:
     )
 
 
-def fit_decision(result: dict[str, Any], labels: dict[str, Label], l2: float = 0.1) -> dict[str, Any]:
+def fit_decision(result: dict[str, Any], labels: dict[str, Label], l2: float = 0.3) -> dict[str, Any]:
     """Fit the coverage model on an evaluation's outcomes: does the first reference answer it?
     Returns the model, and decision accuracy in-sample and leave-one-out (each question decided
     by a model fitted without it)."""
