@@ -92,12 +92,26 @@ async def issue_token(
 
 
 async def authenticate(conn: asyncpg.Connection, token: str) -> Principal | None:
+    who, _ = await authenticate_with(conn, token, None, ())
+    return who
+
+
+async def authenticate_with(
+    conn: asyncpg.Connection, token: str, prefetch: Prefetch | None, args: tuple[str, ...]
+) -> tuple[Principal | None, asyncpg.Record | None]:
+    """The principal behind `token` and, with `prefetch`, the row of its query (which reads the
+    principal's columns and the handler's record in one round trip); (None, None) when refused."""
     if not token_well_formed(token):
-        return None
+        return None, None
     digest = hash_token(token)
-    row = await conn.fetchrow(db.query("principal_by_token_hash"), digest)
+    name = prefetch.query if prefetch is not None else "principal_by_token_hash"
+    row = await conn.fetchrow(db.query(name), digest, *args)
     if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
-        return None
+        return None, None
+    return _principal(row), row
+
+
+def _principal(row: asyncpg.Record) -> Principal:
     return Principal(
         member_id=row["member_id"],
         user_id=row["user_id"],
@@ -113,6 +127,17 @@ async def authenticate(conn: asyncpg.Connection, token: str) -> Principal | None
 
 
 @attrs.frozen
+class Prefetch:
+    """A query run instead of `principal_by_token_hash` for a body-less request: it takes the
+    token hash and then the path parameters `params`, and returns the principal's columns beside
+    the handler's record, saving the handler's own round trip. The handler reads the row with
+    `prefetched(request)` once the policy check has passed."""
+
+    query: str
+    params: tuple[str, ...]
+
+
+@attrs.frozen
 class Policy:
     public: bool = False
     scope: str | None = None
@@ -120,20 +145,27 @@ class Policy:
     # Whether a body-less request keeps its auth connection for the handler (db.connection).
     # Off for long-lived streams, which must not pin a pool connection while they wait.
     hold_connection: bool = True
+    prefetch: Prefetch | None = None
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def requires(
-    scope: str, roles: Iterable[str] = ROLES, *, hold_connection: bool = True
+    scope: str,
+    roles: Iterable[str] = ROLES,
+    *,
+    hold_connection: bool = True,
+    prefetch: Prefetch | None = None,
 ) -> Callable[[Handler], Handler]:
     """Mark a handler as needing a token with `scope`, held by a member with one of `roles`."""
     assert scope in SCOPES
+    assert prefetch is None or hold_connection  # a prefetch is the body-less, held path
 
     def mark(handler: Handler) -> Handler:
         handler.policy = Policy(  # type: ignore[attr-defined]
-            scope=scope, roles=frozenset(roles), hold_connection=hold_connection
+            scope=scope, roles=frozenset(roles), hold_connection=hold_connection,
+            prefetch=prefetch,
         )
         return handler
 
@@ -158,10 +190,17 @@ def _challenge(error: str | None = None) -> dict[str, str]:
 
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+PREFETCHED = web.RequestKey("prefetched", asyncpg.Record)
 
 
 def principal(request: web.Request) -> Principal:
     return request[PRINCIPAL]
+
+
+def prefetched(request: web.Request) -> asyncpg.Record | None:
+    """The row of the policy's prefetch query, or None when it did not run (a request with a
+    body takes the plain path): the handler then reads its record itself."""
+    return request.get(PREFETCHED)
 
 
 @web.middleware
@@ -199,10 +238,14 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         request[PRINCIPAL] = who
         return await handler(request)
     # No body: keep the connection for the handler (db.connection), one acquire per request.
+    prefetch = policy.prefetch
     async with request.app[POOL].acquire() as conn:
-        who = await authenticate(conn, token.strip())
+        args = tuple(request.match_info[p] for p in prefetch.params) if prefetch else ()
+        who, row = await authenticate_with(conn, token.strip(), prefetch, args)
         check(policy, who)
         request[PRINCIPAL] = who
+        if prefetch is not None:
+            request[PREFETCHED] = row
         request[db.REQUEST_CONNECTION] = conn
         try:
             return await handler(request)

@@ -26,3 +26,31 @@ SELECT t.token_hash, t.scopes,
 SELECT b.allowed, b.remaining, b.retry_after
   FROM set_config('synchronous_commit', 'off', true) AS s,
        take_rate_limit_token($1, $2, $3) AS b;
+
+-- principal_and_rfp --
+-- principal_by_token_hash and get_rfp in one round trip (GET /api/v1/rfps/{id}): the principal
+-- behind a live token $1 and the RFP $2 of its account, the RFP's columns null when the account
+-- has no such RFP. The token conditions are principal_by_token_hash's and must stay so
+-- (tests/test_auth.py runs every token case through both).
+SELECT t.token_hash, t.scopes,
+       m.id AS member_id, m.account_id, m.role::text AS role,
+       u.id AS user_id, u.email,
+       display_name(u.first_name, u.last_name, u.email) AS name,
+       r.*
+  FROM api_tokens t
+  JOIN members m ON m.id = t.member_id
+  JOIN users u ON u.id = m.user_id
+  LEFT JOIN LATERAL (
+      SELECT o.id, o.title, o.description, o.deadline, o.state, o.framework, o.portal_url,
+             o.context, o.created_at, o.updated_at, o.owner_id, o.total_items,
+             o.needs_input_items, o.auto_answered_items, o.approved_items,
+             o.overall_completion_percentage,
+             ou.email AS owner_email,
+             display_name(ou.first_name, ou.last_name, ou.email) AS owner_name
+        FROM rfp_overview o
+        JOIN users ou ON ou.id = o.owner_id
+       WHERE o.id = $2 AND o.account_id = m.account_id
+  ) r ON true
+ WHERE t.token_hash = $1
+   AND t.revoked_at IS NULL
+   AND (t.expires_at IS NULL OR t.expires_at > now());
