@@ -4,6 +4,7 @@ import asyncio
 import io
 import json
 import logging
+import logging.handlers
 
 from aiohttp.test_utils import TestServer
 
@@ -45,3 +46,33 @@ async def test_access_log__json_line_has_request_member_route_status_duration(
     assert first["level"] == "INFO" and "time" in first and "pid" in first
     assert second["status"] == 401 and second["member_id"] is None
     assert second["request_id"] and second["request_id"] != "req-42"
+
+
+def test_setup__lines_are_written_by_the_listener_with_extra_fields_and_traceback(monkeypatch):
+    """Records go through a queue to a listener thread; the JSON line still carries the extra
+    fields and the traceback, and closing (at exit) writes whatever is still queued."""
+    import sys
+
+    from service import logs
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    logs.setup(LoggingConfig(json=True))
+    (enqueue,) = root.handlers
+    assert isinstance(enqueue, logging.handlers.QueueHandler)
+    log = logging.getLogger("test.queued")
+    args = ["mutable"]
+    log.info("first %s", args, extra={"request_id": "r-1"})
+    args.append("changed after the call")  # the line shows the arguments as they were
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed")
+    enqueue.close()
+
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["message"] == "first ['mutable']" and first["request_id"] == "r-1"
+    assert second["message"] == "failed" and "ValueError: boom" in second["exc_info"]
