@@ -14,6 +14,7 @@ import string
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import attrs
@@ -21,7 +22,7 @@ from aiohttp import web
 
 from . import db
 from .errors import Forbidden, InsufficientScope, Unauthorized
-from .keys import POOL
+from .keys import CONFIG, POOL
 
 TOKEN_PREFIX = "rfpk_"
 SCOPES = ("read", "write")
@@ -92,20 +93,20 @@ async def issue_token(
 
 
 async def authenticate(conn: asyncpg.Connection, token: str) -> Principal | None:
-    who, _ = await authenticate_with(conn, token, None, ())
+    who, _ = await authenticate_with(conn, token, "principal_by_token_hash", ())
     return who
 
 
 async def authenticate_with(
-    conn: asyncpg.Connection, token: str, prefetch: Prefetch | None, args: tuple[str, ...]
+    conn: asyncpg.Connection, token: str, query: str, args: tuple[Any, ...]
 ) -> tuple[Principal | None, asyncpg.Record | None]:
-    """The principal behind `token` and, with `prefetch`, the row of its query (which reads the
-    principal's columns and the handler's record in one round trip); (None, None) when refused."""
+    """The principal behind `token` and the row of `query`, which takes the token hash and then
+    `args` and returns the principal's columns (principal_by_token_hash's) beside whatever else
+    it reads in the same round trip; (None, None) when the token is refused."""
     if not token_well_formed(token):
         return None, None
     digest = hash_token(token)
-    name = prefetch.query if prefetch is not None else "principal_by_token_hash"
-    row = await conn.fetchrow(db.query(name), digest, *args)
+    row = await conn.fetchrow(db.query(query), digest, *args)
     if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
         return None, None
     return _principal(row), row
@@ -191,6 +192,9 @@ def _challenge(error: str | None = None) -> dict[str, str]:
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 PREFETCHED = web.RequestKey("prefetched", asyncpg.Record)
+# On a rate-limited route, the row of principal_and_rate_limit: the bucket was already taken
+# from (allowed/remaining/retry_after), for the rate-limit middleware to apply.
+RATE_LIMIT_TAKEN = web.RequestKey("rate_limit_taken", asyncpg.Record)
 
 
 def principal(request: web.Request) -> Principal:
@@ -229,23 +233,36 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             "the Authorization header must be 'Bearer <token>'",
             headers=_challenge("invalid_request"),
         )
+    # One statement reads the principal and, where the route asks for it, what comes next: the
+    # rate-limit bucket (a limited route) or the handler's record (a prefetch, body-less only).
+    query, args, keep = "principal_by_token_hash", (), None
+    limit = request.app[CONFIG].rate_limits.get(route.name) if route.name else None
+    if limit is not None:
+        query, keep = "principal_and_rate_limit", RATE_LIMIT_TAKEN
+        args = (
+            policy.scope, sorted(policy.roles), f"{route.name}:", float(limit.limit),
+            limit.limit / limit.period_seconds,
+        )
+    elif policy.prefetch is not None and not request.body_exists:
+        query, keep = policy.prefetch.query, PREFETCHED
+        args = tuple(request.match_info[p] for p in policy.prefetch.params)
     if request.body_exists or not policy.hold_connection:
         # Not held while a (possibly slow) client uploads a body, nor for a stream: release now,
         # and the handler acquires anew.
         async with request.app[POOL].acquire() as conn:
-            who = await authenticate(conn, token.strip())
+            who, row = await authenticate_with(conn, token.strip(), query, args)
         check(policy, who)
         request[PRINCIPAL] = who
+        if keep is not None:
+            request[keep] = row
         return await handler(request)
     # No body: keep the connection for the handler (db.connection), one acquire per request.
-    prefetch = policy.prefetch
     async with request.app[POOL].acquire() as conn:
-        args = tuple(request.match_info[p] for p in prefetch.params) if prefetch else ()
-        who, row = await authenticate_with(conn, token.strip(), prefetch, args)
+        who, row = await authenticate_with(conn, token.strip(), query, args)
         check(policy, who)
         request[PRINCIPAL] = who
-        if prefetch is not None:
-            request[PREFETCHED] = row
+        if keep is not None:
+            request[keep] = row
         request[db.REQUEST_CONNECTION] = conn
         try:
             return await handler(request)
