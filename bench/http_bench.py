@@ -2,6 +2,7 @@
 
     python bench/http_bench.py            (make bench-http; BENCH_SECONDS, BENCH_ROUNDS, BENCH_CONCURRENCY)
     BENCH_BASELINE=<git revision> ...     also the service at that revision, in the same rounds
+    BENCH_ONLY=search ...                 only the cases whose name contains this (e.g. "{id}")
 
 Seeds 10,000 RFPs (20 items on the one read) in one account of a fresh database, starts the
 service (1 process, default config: auth, rate-limit middleware and JSON-able access log on) and
@@ -45,6 +46,7 @@ SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "16"))
 BASELINE = os.environ.get("BENCH_BASELINE", "")
+ONLY = os.environ.get("BENCH_ONLY", "")
 
 SEED = """
 INSERT INTO rfps (id, account_id, owner_id, title, description, created_at)
@@ -131,6 +133,8 @@ def main() -> None:
             "GET /api/v1/rfps/{id}": f"/rfps/{target}",
             "GET /api/v1/rfps/search (100 of 10,000 match)": "/rfps/search?query=cloud%20hosting",
         }
+        if ONLY:  # e.g. BENCH_ONLY=search: the cases whose name contains it
+            cases = {name: path for name, path in cases.items() if ONLY in name}
         results: dict[str, dict[str, list[dict]]] = {}
         try:
             for name, path in cases.items():
