@@ -48,7 +48,7 @@ async def test_access_log__json_line_has_request_member_route_status_duration(
 
 
 def test_setup__lines_are_written_by_the_writer_thread_with_extra_fields_and_traceback(monkeypatch):
-    """Records wait for a writer thread; the JSON line still carries the extra fields and the
+    """Lines wait for a writer thread; the JSON line still carries the extra fields and the
     traceback, and closing (at exit) writes whatever is still pending."""
     import sys
 
@@ -81,9 +81,8 @@ def test_deferred_handler__writes_within_its_interval_without_closing():
     from service.logs import DeferredHandler
 
     stream = io.StringIO()
-    target = logging.StreamHandler(stream)
-    target.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-    deferred = DeferredHandler(target, interval=0.05)
+    deferred = DeferredHandler(stream, interval=0.05)
+    deferred.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     deferred.start()
     log = logging.getLogger("test.deferred")
     log.addHandler(deferred)
