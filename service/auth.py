@@ -28,6 +28,7 @@ TOKEN_PREFIX = "rfpk_"
 SCOPES = ("read", "write")
 ROLES = ("admin", "member", "viewer")
 _BASE62 = string.digits + string.ascii_letters
+_BASE62_CHARS = frozenset(_BASE62)
 _RANDOM_LEN = 30
 _CHECKSUM_LEN = 6
 
@@ -58,7 +59,7 @@ def token_well_formed(token: str) -> bool:
     if not token.startswith(TOKEN_PREFIX) or len(token) != len(TOKEN_PREFIX) + 36:
         return False
     body, checksum = token[len(TOKEN_PREFIX) : -_CHECKSUM_LEN], token[-_CHECKSUM_LEN:]
-    return all(c in _BASE62 for c in body) and hmac.compare_digest(_checksum(body), checksum)
+    return _BASE62_CHARS.issuperset(body) and hmac.compare_digest(_checksum(body), checksum)
 
 
 def hash_token(token: str) -> bytes:
