@@ -31,7 +31,7 @@ def server_url() -> tuple[str, object | None]:
     return server.url(), server
 
 
-async def fresh_database(admin_url: str, name: str) -> str:
+async def fresh_database(admin_url: str, name: str, migrate: bool = True) -> str:
     conn = await asyncpg.connect(admin_url)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -39,7 +39,8 @@ async def fresh_database(admin_url: str, name: str) -> str:
     finally:
         await conn.close()
     url = db.with_database(admin_url, name)
-    await db.migrate_url(url)
+    if migrate:
+        await db.migrate_url(url)
     return url
 
 

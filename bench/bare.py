@@ -33,7 +33,8 @@ async def search(request: web.Request) -> web.Response:
     term = request.query["query"]
     page = int(request.query.get("page", "1"))
     pattern = "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    async with request.app[POOL].acquire() as conn:
+    # As the service: custom plans, set for this transaction only.
+    async with request.app[POOL].acquire() as conn, conn.transaction(readonly=True):
         await conn.execute(query("plan_each_search"))
         total = await conn.fetchval(query("count_search_rfps_capped"), ACCOUNT, pattern, 10_000)
         rows = await conn.fetch(query("search_rfps"), ACCOUNT, pattern, 20, (page - 1) * 20)

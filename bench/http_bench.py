@@ -2,12 +2,18 @@
 
     python bench/http_bench.py            (make bench-http; BENCH_SECONDS, BENCH_ROUNDS, BENCH_CONCURRENCY)
     BENCH_BASELINE=<git revision> ...     also the service at that revision, in the same rounds
+    BENCH_ONLY=search ...                 only the cases whose name contains this (e.g. "{id}")
 
 Seeds 10,000 RFPs (20 items on the one read) in one account of a fresh database, starts the
 service (1 process, default config: auth, rate-limit middleware and JSON-able access log on) and
 the floor (bench/bare.py: same SQL, nothing else), then alternates them round by round under the
 same load (bench/load.py: wrk when installed, else a Python aiohttp generator in its own process).
-Prints a Markdown table of medians over the rounds and the service/floor ratio.
+A baseline revision gets its own database, migrated by its own migrations and seeded the same
+way, so that a schema change (an index) is compared too.
+
+Prints a Markdown table of medians over the rounds, the service/floor ratio, and the CPU time the
+measured process spent per request (utime + stime from /proc, over all rounds): on a shared
+machine req/s mostly measure scheduling, CPU per request much less so.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import datetime
 import json
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 from _setup import (
     BENCH_DIR,
@@ -38,6 +46,7 @@ SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "16"))
 BASELINE = os.environ.get("BENCH_BASELINE", "")
+ONLY = os.environ.get("BENCH_ONLY", "")
 
 SEED = """
 INSERT INTO rfps (id, account_id, owner_id, title, description, created_at)
@@ -54,6 +63,28 @@ SELECT 'item_bench' || i, $1, 'Do you encrypt data at rest? ' || i,
        (ARRAY['pending', 'auto_answered', 'needs_input', 'approved'])[1 + i % 4]::rfp_item_state, i
   FROM generate_series(1, 20) AS i;
 """
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process so far; Linux only."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid: int, url: str, headers: list[str]) -> dict:
+    """One round of load on `url`, with the CPU time process `pid` spent on it."""
+    before = cpu_seconds(pid)
+    result = load([url], headers, CONCURRENCY, SECONDS)
+    result["cpu_s"] = cpu_seconds(pid) - before
+    return result
+
+
+def baseline_database(admin_url: str, checkout: Path) -> str:
+    """A fresh database migrated by the baseline checkout's own migrations."""
+    url = run(fresh_database(admin_url, "rfp_bench_http_baseline", migrate=False))
+    subprocess.run([sys.executable, "-m", "service", "migrate"], cwd=checkout, check=True,
+                   env={**os.environ, "DATABASE_URL": url}, capture_output=True)
+    return url
 
 
 async def seed(url: str) -> tuple[dict, str]:
@@ -80,7 +111,9 @@ def main() -> None:
         service_port, bare_port = free_port(), free_port()
         service = start_service(url, service_port, RFP_LOG_JSON="1")
         bare = start_bare(url, bare_port, account)
-        baseline, baseline_port = None, free_port()
+        targets = {"service": (service, service_port, [f"Authorization: Bearer {token}"], "/api/v1")}
+        targets["floor"] = (bare, bare_port, [], "")
+        baseline = None
         if BASELINE:  # the same service at another revision, e.g. before a change
             checkout = BENCH_DIR / "baseline"
             subprocess.run(["rm", "-rf", str(checkout)], check=True)
@@ -88,34 +121,33 @@ def main() -> None:
             archive = subprocess.run(["git", "archive", BASELINE], cwd=ROOT, check=True,
                                      capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive, check=True)
-            baseline = start_service(url, baseline_port, cwd=checkout, RFP_LOG_JSON="1")
-        auth = [f"Authorization: Bearer {token}"]
+            baseline_url = baseline_database(admin_url, checkout)
+            baseline_made, _ = run(seed(baseline_url))
+            baseline_port = free_port()
+            baseline = start_service(baseline_url, baseline_port, cwd=checkout, RFP_LOG_JSON="1")
+            targets[f"service@{BASELINE}"] = (
+                baseline, baseline_port,
+                [f"Authorization: Bearer {baseline_made['token']}"], "/api/v1",
+            )
         cases = {
-            "GET /api/v1/rfps/{id}": (
-                f"http://127.0.0.1:{service_port}/api/v1/rfps/{target}",
-                f"http://127.0.0.1:{bare_port}/rfps/{target}",
-                f"http://127.0.0.1:{baseline_port}/api/v1/rfps/{target}",
-            ),
-            "GET /api/v1/rfps/search (100 of 10,000 match)": (
-                f"http://127.0.0.1:{service_port}/api/v1/rfps/search?query=cloud%20hosting",
-                f"http://127.0.0.1:{bare_port}/search?query=cloud%20hosting",
-                f"http://127.0.0.1:{baseline_port}/api/v1/rfps/search?query=cloud%20hosting",
-            ),
+            "GET /api/v1/rfps/{id}": f"/rfps/{target}",
+            "GET /api/v1/rfps/search (100 of 10,000 match)": "/rfps/search?query=cloud%20hosting",
         }
+        if ONLY:  # e.g. BENCH_ONLY=search: the cases whose name contains it
+            cases = {name: path for name, path in cases.items() if ONLY in name}
         results: dict[str, dict[str, list[dict]]] = {}
         try:
-            for name, (service_url, bare_url, baseline_url) in cases.items():
-                load([service_url], auth, CONCURRENCY, 2)  # warm-up: pools, plans, caches
-                load([bare_url], [], CONCURRENCY, 2)
-                if baseline:
-                    load([baseline_url], auth, CONCURRENCY, 2)
-                runs = results.setdefault(name, {"service": [], "floor": []})
+            for name, path in cases.items():
+                urls = {}
+                for who, (process, port, headers, prefix) in targets.items():
+                    # The floor's routes: /rfps/{id} and /search.
+                    route = path.replace("/rfps/search", "/search") if who == "floor" else path
+                    urls[who] = (process.pid, f"http://127.0.0.1:{port}{prefix}{route}", headers)
+                    load([urls[who][1]], headers, CONCURRENCY, 2)  # warm-up: pools, plans, caches
+                runs = results.setdefault(name, {who: [] for who in targets})
                 for _ in range(ROUNDS):
-                    runs["service"].append(load([service_url], auth, CONCURRENCY, SECONDS))
-                    runs["floor"].append(load([bare_url], [], CONCURRENCY, SECONDS))
-                    if baseline:
-                        runs.setdefault(f"service@{BASELINE}", []).append(
-                            load([baseline_url], auth, CONCURRENCY, SECONDS))
+                    for who, (pid, target_url, headers) in urls.items():
+                        runs[who].append(measured(pid, target_url, headers))
             memory = {"service": peak_rss_mib(service.pid), "floor": peak_rss_mib(bare.pid)}
         finally:
             stop(service)
@@ -131,16 +163,22 @@ def main() -> None:
 def report(results: dict, memory: dict) -> None:
     loadgen = next(iter(results.values()))["service"][0]["loadgen"]
     print(f"\nMachine: {machine()}")
-    print(f"Date: {datetime.date.today().isoformat()}; load: {loadgen}, {CONCURRENCY} connections, "
-          f"{ROUNDS} alternating rounds of {SECONDS:g} s; medians over rounds\n")
-    print("| endpoint | target | req/s | p50 ms | p99 ms | errors | service/floor req/s |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(f"Date: {datetime.date.today().isoformat()}; load average {os.getloadavg()[0]:.1f}; "
+          f"load: {loadgen}, {CONCURRENCY} connections, {ROUNDS} alternating rounds of "
+          f"{SECONDS:g} s; medians over rounds; CPU: the process's CPU time per request\n")
+    print("| endpoint | target | req/s | p50 ms | p99 ms | errors | service/floor req/s "
+          "| CPU µs/req | floor/service CPU |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, runs in results.items():
         rps = {who: median([r["rps"] for r in rs]) for who, rs in runs.items()}
+        cpu = {who: 1e6 * sum(r["cpu_s"] for r in rs) / max(1, sum(r["requests"] for r in rs))
+               for who, rs in runs.items()}
         for who, rs in runs.items():
             ratio = f"{rps[who] / rps['floor']:.0%}" if who != "floor" else ""
+            cpu_ratio = f"{cpu['floor'] / cpu[who]:.0%}" if who != "floor" else ""
             print(f"| {name} | {who} | {rps[who]:.0f} | {median([r['p50_ms'] for r in rs]):.2f} | "
-                  f"{median([r['p99_ms'] for r in rs]):.2f} | {sum(r['errors'] for r in rs)} | {ratio} |")
+                  f"{median([r['p99_ms'] for r in rs]):.2f} | {sum(r['errors'] for r in rs)} | "
+                  f"{ratio} | {cpu[who]:.0f} | {cpu_ratio} |")
     print(f"\nPeak RSS (VmHWM): service {memory['service']} MiB, floor {memory['floor']} MiB")
     (BENCH_DIR / "http.json").write_text(json.dumps({"results": results, "memory": memory}, indent=1))
 

@@ -14,6 +14,7 @@ import string
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import attrs
@@ -21,12 +22,13 @@ from aiohttp import web
 
 from . import db
 from .errors import Forbidden, InsufficientScope, Unauthorized
-from .keys import POOL
+from .keys import CONFIG, POOL
 
 TOKEN_PREFIX = "rfpk_"
 SCOPES = ("read", "write")
 ROLES = ("admin", "member", "viewer")
 _BASE62 = string.digits + string.ascii_letters
+_BASE62_CHARS = frozenset(_BASE62)
 _RANDOM_LEN = 30
 _CHECKSUM_LEN = 6
 
@@ -57,7 +59,7 @@ def token_well_formed(token: str) -> bool:
     if not token.startswith(TOKEN_PREFIX) or len(token) != len(TOKEN_PREFIX) + 36:
         return False
     body, checksum = token[len(TOKEN_PREFIX) : -_CHECKSUM_LEN], token[-_CHECKSUM_LEN:]
-    return all(c in _BASE62 for c in body) and hmac.compare_digest(_checksum(body), checksum)
+    return _BASE62_CHARS.issuperset(body) and hmac.compare_digest(_checksum(body), checksum)
 
 
 def hash_token(token: str) -> bytes:
@@ -92,12 +94,26 @@ async def issue_token(
 
 
 async def authenticate(conn: asyncpg.Connection, token: str) -> Principal | None:
+    who, _ = await authenticate_with(conn, token, "principal_by_token_hash", ())
+    return who
+
+
+async def authenticate_with(
+    conn: asyncpg.Connection, token: str, query: str, args: tuple[Any, ...]
+) -> tuple[Principal | None, asyncpg.Record | None]:
+    """The principal behind `token` and the row of `query`, which takes the token hash and then
+    `args` and returns the principal's columns (principal_by_token_hash's) beside whatever else
+    it reads in the same round trip; (None, None) when the token is refused."""
     if not token_well_formed(token):
-        return None
+        return None, None
     digest = hash_token(token)
-    row = await conn.fetchrow(db.query("principal_by_token_hash"), digest)
+    row = await conn.fetchrow(db.query(query), digest, *args)
     if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
-        return None
+        return None, None
+    return _principal(row), row
+
+
+def _principal(row: asyncpg.Record) -> Principal:
     return Principal(
         member_id=row["member_id"],
         user_id=row["user_id"],
@@ -113,6 +129,17 @@ async def authenticate(conn: asyncpg.Connection, token: str) -> Principal | None
 
 
 @attrs.frozen
+class Prefetch:
+    """A query run instead of `principal_by_token_hash` for a body-less request: it takes the
+    token hash and then the path parameters `params`, and returns the principal's columns beside
+    the handler's record, saving the handler's own round trip. The handler reads the row with
+    `prefetched(request)` once the policy check has passed."""
+
+    query: str
+    params: tuple[str, ...]
+
+
+@attrs.frozen
 class Policy:
     public: bool = False
     scope: str | None = None
@@ -120,20 +147,27 @@ class Policy:
     # Whether a body-less request keeps its auth connection for the handler (db.connection).
     # Off for long-lived streams, which must not pin a pool connection while they wait.
     hold_connection: bool = True
+    prefetch: Prefetch | None = None
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def requires(
-    scope: str, roles: Iterable[str] = ROLES, *, hold_connection: bool = True
+    scope: str,
+    roles: Iterable[str] = ROLES,
+    *,
+    hold_connection: bool = True,
+    prefetch: Prefetch | None = None,
 ) -> Callable[[Handler], Handler]:
     """Mark a handler as needing a token with `scope`, held by a member with one of `roles`."""
     assert scope in SCOPES
+    assert prefetch is None or hold_connection  # a prefetch is the body-less, held path
 
     def mark(handler: Handler) -> Handler:
         handler.policy = Policy(  # type: ignore[attr-defined]
-            scope=scope, roles=frozenset(roles), hold_connection=hold_connection
+            scope=scope, roles=frozenset(roles), hold_connection=hold_connection,
+            prefetch=prefetch,
         )
         return handler
 
@@ -158,10 +192,20 @@ def _challenge(error: str | None = None) -> dict[str, str]:
 
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+PREFETCHED = web.RequestKey("prefetched", asyncpg.Record)
+# On a rate-limited route, the row of principal_and_rate_limit: the bucket was already taken
+# from (allowed/remaining/retry_after), for the rate-limit middleware to apply.
+RATE_LIMIT_TAKEN = web.RequestKey("rate_limit_taken", asyncpg.Record)
 
 
 def principal(request: web.Request) -> Principal:
     return request[PRINCIPAL]
+
+
+def prefetched(request: web.Request) -> asyncpg.Record | None:
+    """The row of the policy's prefetch query, or None when it did not run (a request with a
+    body takes the plain path): the handler then reads its record itself."""
+    return request.get(PREFETCHED)
 
 
 @web.middleware
@@ -190,19 +234,36 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             "the Authorization header must be 'Bearer <token>'",
             headers=_challenge("invalid_request"),
         )
+    # One statement reads the principal and, where the route asks for it, what comes next: the
+    # rate-limit bucket (a limited route) or the handler's record (a prefetch, body-less only).
+    query, args, keep = "principal_by_token_hash", (), None
+    limit = request.app[CONFIG].rate_limits.get(route.name) if route.name else None
+    if limit is not None:
+        query, keep = "principal_and_rate_limit", RATE_LIMIT_TAKEN
+        args = (
+            policy.scope, sorted(policy.roles), f"{route.name}:", float(limit.limit),
+            limit.limit / limit.period_seconds,
+        )
+    elif policy.prefetch is not None and not request.body_exists:
+        query, keep = policy.prefetch.query, PREFETCHED
+        args = tuple(request.match_info[p] for p in policy.prefetch.params)
     if request.body_exists or not policy.hold_connection:
         # Not held while a (possibly slow) client uploads a body, nor for a stream: release now,
         # and the handler acquires anew.
         async with request.app[POOL].acquire() as conn:
-            who = await authenticate(conn, token.strip())
+            who, row = await authenticate_with(conn, token.strip(), query, args)
         check(policy, who)
         request[PRINCIPAL] = who
+        if keep is not None:
+            request[keep] = row
         return await handler(request)
     # No body: keep the connection for the handler (db.connection), one acquire per request.
     async with request.app[POOL].acquire() as conn:
-        who = await authenticate(conn, token.strip())
+        who, row = await authenticate_with(conn, token.strip(), query, args)
         check(policy, who)
         request[PRINCIPAL] = who
+        if keep is not None:
+            request[keep] = row
         request[db.REQUEST_CONNECTION] = conn
         try:
             return await handler(request)

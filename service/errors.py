@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+import asyncpg
 from aiohttp import web
 
 from .logs import REQUEST_ID
@@ -69,6 +70,29 @@ class ValidationFailed(ApiError):
         super().__init__(message, details=details)
 
 
+# Failures of the database connection rather than of the request; see error_middleware.
+DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,  # 08xxx: the connection was lost or could not be made
+    asyncpg.TooManyConnectionsError,  # 53300: no free connection slot
+    asyncpg.CannotConnectNowError,  # 57P03: the server is starting up or shutting down
+    asyncpg.AdminShutdownError,  # 57P01: the backend was terminated
+    asyncpg.CrashShutdownError,  # 57P02
+    ConnectionError,  # refused or reset while the pool (re)connects
+)
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` is, or was raised while handling, a lost or refused database connection
+    (a transaction's exit on a dead connection raises InterfaceError over the real cause)."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 10:
+        if isinstance(current, DATABASE_UNAVAILABLE):
+            return True
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return False
+
+
 def render(error: ApiError) -> web.Response:
     return web.json_response(error.body(), status=error.status, headers=error.headers)
 
@@ -105,7 +129,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:  # redirects and the like pass through untouched
             raise
         return render(_from_http_exception(exc))
-    except Exception:
+    except Exception as exc:
+        if database_unavailable(exc):
+            # Lost or refused connections (a restart, a terminated backend, no free slot) are
+            # not the request's fault and may pass on retry: 503 with Retry-After, not 500.
+            log.warning(
+                "database unavailable in %s %s (request id %s): %r",
+                request.method, request.path, request.get(REQUEST_ID), exc,
+            )
+            return render(ServiceUnavailable(
+                "the database is unavailable; retry shortly", headers={"Retry-After": "1"}
+            ))
         log.exception(
             "unhandled error in %s %s (request id %s)",
             request.method,

@@ -18,8 +18,9 @@ Names (all prefixed `rfp_`):
 | rfp_credits_refunded_total | counter | reason | credits given back |
 | rfp_rate_limit_rejections_total | counter | route | requests refused with 429 |
 
-`route` is the aiohttp route name from service/app.py (`unmatched` for unknown paths), never the
-raw path, so the label set stays small.
+Debit reasons: `question` (POST /api/v1/questions), `rfp_item` (POST /api/v1/rfps/{id}/answer,
+one question per item). `route` is the aiohttp route name from service/app.py (`unmatched` for
+unknown paths), never the raw path, so the label set stays small.
 
 Several worker processes (`serve --workers N`): prometheus-client's multiprocess mode. `serve`
 points PROMETHEUS_MULTIPROC_DIR at a fresh directory before it starts the workers, each worker

@@ -67,6 +67,8 @@ _AUTH_ERRORS = {
     "401": _UNAUTHORIZED,
     "403": _error("the token lacks the scope, or the member the role (insufficient_scope, forbidden)"),
     "429": _RATE_LIMITED,
+    "503": _error("the database is unavailable; retry after Retry-After seconds "
+                  "(service_unavailable)"),
 }
 _BODY_ERRORS = {
     "400": _error("malformed JSON or a missing/invalid parameter (invalid_json, parameter_*)"),

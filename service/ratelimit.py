@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import asyncpg
 import attrs
 from aiohttp import web
 
 from . import db
-from .auth import PRINCIPAL
+from .auth import PRINCIPAL, RATE_LIMIT_TAKEN
 from .config import RateLimit
 from .errors import ApiError, RateLimited
 from .keys import CONFIG
@@ -45,6 +46,12 @@ async def take(conn: asyncpg.Connection, key: str, limit: RateLimit) -> Decision
         raise RuntimeError("take() commits asynchronously; call it outside a transaction")
     rate = limit.limit / limit.period_seconds
     row = await conn.fetchrow(db.query("take_rate_limit_token"), key, float(limit.limit), rate)
+    return decision(row, limit)
+
+
+def decision(row: Mapping[str, Any], limit: RateLimit) -> Decision:
+    """The Decision from a row of take_rate_limit_token (or principal_and_rate_limit)."""
+    rate = limit.limit / limit.period_seconds
     remaining = row["remaining"]
     return Decision(
         allowed=row["allowed"],
@@ -64,21 +71,25 @@ async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.S
     limit = request.app[CONFIG].rate_limits.get(route_name) if route_name else None
     if limit is None:
         return await handler(request)
-    who = request.get(PRINCIPAL)
-    subject = who.member_id if who is not None else (request.remote or "unknown")
-    async with db.connection(request) as conn:
-        decision = await take(conn, f"{route_name}:{subject}", limit)
-    if not decision.allowed:
+    taken = request.get(RATE_LIMIT_TAKEN)
+    if taken is not None and taken["allowed"] is not None:  # taken together with the token lookup
+        decided = decision(taken, limit)
+    else:
+        who = request.get(PRINCIPAL)
+        subject = who.member_id if who is not None else (request.remote or "unknown")
+        async with db.connection(request) as conn:
+            decided = await take(conn, f"{route_name}:{subject}", limit)
+    if not decided.allowed:
         request.app[METRICS].rate_limit_rejections.labels(route_name).inc()
         raise RateLimited(
             f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds; "
-            f"retry in {max(1, math.ceil(decision.retry_after))} s",
-            headers=decision.headers(),
+            f"retry in {max(1, math.ceil(decided.retry_after))} s",
+            headers=decided.headers(),
         )
     try:
         response = await handler(request)
     except ApiError as error:
-        error.headers.update(decision.headers())
+        error.headers.update(decided.headers())
         raise
-    response.headers.update(decision.headers())
+    response.headers.update(decided.headers())
     return response

@@ -9,7 +9,7 @@ import attrs
 from aiohttp import web
 
 from . import db
-from .auth import Principal, new_id, principal, requires
+from .auth import Prefetch, Principal, new_id, prefetched, principal, requires
 from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, read_object, structure, unstructure
 from .errors import NotFound, ParameterMissing, ValidationFailed
 from .keys import CONFIG
@@ -100,10 +100,14 @@ def _rfp_response(request: web.Request, row: asyncpg.Record, status: int = 200) 
     return web.json_response(rfp.to_json(with_context=True), status=status)
 
 
-@requires("read")
+@requires("read", prefetch=Prefetch("principal_and_rfp", ("id",)))
 async def get_rfp(request: web.Request) -> web.Response:
-    async with db.connection(request) as conn:
-        row = await fetch_rfp(conn, request.match_info["id"], principal(request).account_id)
+    row = prefetched(request)  # token and RFP in one round trip
+    if row is None:
+        async with db.connection(request) as conn:
+            row = await fetch_rfp(conn, request.match_info["id"], principal(request).account_id)
+    elif row["id"] is None:
+        raise NotFound(f"no RFP {request.match_info['id']} in this account")
     return _rfp_response(request, row)
 
 

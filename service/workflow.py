@@ -32,6 +32,7 @@ from .errors import (
     ValidationFailed,
 )
 from .keys import CONFIG, PIPELINE
+from .metrics import METRICS
 from .models import Rfp, RfpItem
 from .questions import DetailLevel, create_question
 from .rfps import MAX_ITEMS_PER_CREATE, MAX_TEXT, MAX_TITLE, ItemInput, fetch_rfp
@@ -469,6 +470,8 @@ async def answer_rfp(request: web.Request) -> web.Response:
         answering = await answer_pending_items(conn, who, rfp_id, options, cost)
         if answering["started"]:
             request.app[PIPELINE].wake()
+        if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)
+            request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     rfp = Rfp.from_row(row, request.app[CONFIG].server.web_base_url)
     response = web.json_response(

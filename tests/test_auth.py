@@ -5,12 +5,21 @@ import pytest
 from service.auth import TOKEN_PREFIX, hash_token, new_token, token_well_formed
 
 SEARCH = "/api/v1/rfps/search?query=x"
+# GET /rfps/{id} reads the principal and the RFP in one statement (auth.sql principal_and_rfp),
+# every other route through principal_by_token_hash: each token case runs through both.
+READ_RFP = "/api/v1/rfps/rfp_x"
+PATHS = pytest.mark.parametrize("path", [SEARCH, READ_RFP], ids=["search", "read_rfp"])
 
 
-async def get_with(client, authorization: str | None):
+async def get_with(client, authorization: str | None, path: str = SEARCH):
     headers = {} if authorization is None else {"Authorization": authorization}
-    response = await client.get(SEARCH, headers=headers)
+    response = await client.get(path, headers=headers)
     return response, await response.json()
+
+
+def assert_accepted(response, path: str) -> None:
+    # rfp_x does not exist: a live token reaches the handler, which answers 404.
+    assert response.status == (200 if path == SEARCH else 404)
 
 
 def assert_unauthorized(response, body, challenge: str) -> None:
@@ -20,23 +29,27 @@ def assert_unauthorized(response, body, challenge: str) -> None:
     assert response.headers["Content-Type"].startswith("application/json")
 
 
-async def test_auth__missing_token_is_401_with_bare_challenge(client):
-    response, body = await get_with(client, None)
+@PATHS
+async def test_auth__missing_token_is_401_with_bare_challenge(client, path):
+    response, body = await get_with(client, None, path)
     assert_unauthorized(response, body, 'Bearer realm="api"')
 
 
-async def test_auth__other_scheme_is_401_with_bare_challenge(client, admin):
-    response, body = await get_with(client, f"Basic {admin.token}")
+@PATHS
+async def test_auth__other_scheme_is_401_with_bare_challenge(client, admin, path):
+    response, body = await get_with(client, f"Basic {admin.token}", path)
     assert_unauthorized(response, body, 'Bearer realm="api"')
 
 
 @pytest.mark.parametrize("header", ["Bearer", "Bearer ", "Bearer    "])
-async def test_auth__bearer_without_token_is_401_invalid_request(client, header):
-    response, body = await get_with(client, header)
+@PATHS
+async def test_auth__bearer_without_token_is_401_invalid_request(client, header, path):
+    response, body = await get_with(client, header, path)
     assert_unauthorized(response, body, 'Bearer realm="api", error="invalid_request"')
 
 
-async def test_auth__bad_checksum_is_401_even_if_its_hash_were_stored(client, conn, admin):
+@PATHS
+async def test_auth__bad_checksum_is_401_even_if_its_hash_were_stored(client, conn, admin, path):
     # A token whose last character is changed fails the checksum. Storing its hash proves that
     # the checksum, not the lookup, rejects it.
     good = admin.token
@@ -46,44 +59,49 @@ async def test_auth__bad_checksum_is_401_even_if_its_hash_were_stored(client, co
         "INSERT INTO api_tokens (member_id, token_hash, scopes) VALUES ($1, $2, '{read,write}')",
         admin.member_id, hash_token(mistyped),
     )
-    response, body = await get_with(client, f"Bearer {mistyped}")
+    response, body = await get_with(client, f"Bearer {mistyped}", path)
     assert_unauthorized(response, body, 'Bearer realm="api", error="invalid_token"')
 
 
-async def test_auth__unknown_well_formed_token_is_401_invalid_token(client):
-    response, body = await get_with(client, f"Bearer {new_token()}")
+@PATHS
+async def test_auth__unknown_well_formed_token_is_401_invalid_token(client, path):
+    response, body = await get_with(client, f"Bearer {new_token()}", path)
     assert_unauthorized(response, body, 'Bearer realm="api", error="invalid_token"')
 
 
-async def test_auth__expired_token_is_401_invalid_token(client, conn, admin):
+@PATHS
+async def test_auth__expired_token_is_401_invalid_token(client, conn, admin, path):
     await conn.execute(
         "UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE token_hash = $1",
         hash_token(admin.token),
     )
-    response, body = await get_with(client, f"Bearer {admin.token}")
+    response, body = await get_with(client, f"Bearer {admin.token}", path)
     assert_unauthorized(response, body, 'Bearer realm="api", error="invalid_token"')
 
 
-async def test_auth__revoked_token_is_401_invalid_token(client, conn, admin):
+@PATHS
+async def test_auth__revoked_token_is_401_invalid_token(client, conn, admin, path):
     await conn.execute(
         "UPDATE api_tokens SET revoked_at = now() WHERE token_hash = $1", hash_token(admin.token)
     )
-    response, body = await get_with(client, f"Bearer {admin.token}")
+    response, body = await get_with(client, f"Bearer {admin.token}", path)
     assert_unauthorized(response, body, 'Bearer realm="api", error="invalid_token"')
 
 
-async def test_auth__live_token_with_future_expiry_is_accepted(client, conn, admin):
+@PATHS
+async def test_auth__live_token_with_future_expiry_is_accepted(client, conn, admin, path):
     await conn.execute(
         "UPDATE api_tokens SET expires_at = now() + interval '1 hour' WHERE token_hash = $1",
         hash_token(admin.token),
     )
-    response, _ = await get_with(client, f"Bearer {admin.token}")
-    assert response.status == 200
+    response, _ = await get_with(client, f"Bearer {admin.token}", path)
+    assert_accepted(response, path)
 
 
-async def test_auth__scheme_is_case_insensitive(client, admin):
-    response, _ = await get_with(client, f"bearer {admin.token}")
-    assert response.status == 200
+@PATHS
+async def test_auth__scheme_is_case_insensitive(client, admin, path):
+    response, _ = await get_with(client, f"bearer {admin.token}", path)
+    assert_accepted(response, path)
 
 
 async def test_auth__token_is_stored_only_as_hash(conn, admin):

@@ -181,3 +181,38 @@ async def test_malformed_multipart_rfp_items_import__400_invalid_multipart(clien
     )
     assert response.status == 400
     assert (await response.json())["error"]["code"] == "invalid_multipart"
+
+
+async def test_lost_database_connection__503_with_retry_after_then_recovered(
+    client, conn, admin, make_rfp
+):
+    """A backend terminated under a request (a database restart, an operator's kill) is 503
+    service_unavailable with Retry-After, never 500; the pool then replaces the connection."""
+    import asyncio
+
+    rfp_id = await make_rfp(admin, "Acme")
+    patch = {"rfp": {"title": "Renamed"}}
+    async with conn.transaction():
+        # Hold the RFP's row lock so the PATCH waits inside PostgreSQL, then kill its backend.
+        await conn.execute("SELECT 1 FROM rfps WHERE id = $1 FOR UPDATE", rfp_id)
+        request = asyncio.create_task(
+            client.patch(f"/api/v1/rfps/{rfp_id}", json=patch, headers=admin.headers)
+        )
+        waiting = None
+        for _ in range(500):
+            waiting = await conn.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.01)
+        assert waiting, "the PATCH never waited for the lock"
+        await conn.execute("SELECT pg_terminate_backend($1)", waiting)
+        response = await request
+    assert response.status == 503
+    assert (await response.json())["error"]["code"] == "service_unavailable"
+    assert response.headers["Retry-After"] == "1"
+
+    again = await client.patch(f"/api/v1/rfps/{rfp_id}", json=patch, headers=admin.headers)
+    assert again.status == 200 and (await again.json())["title"] == "Renamed"

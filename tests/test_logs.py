@@ -45,3 +45,68 @@ async def test_access_log__json_line_has_request_member_route_status_duration(
     assert first["level"] == "INFO" and "time" in first and "pid" in first
     assert second["status"] == 401 and second["member_id"] is None
     assert second["request_id"] and second["request_id"] != "req-42"
+
+
+def test_setup__lines_are_written_by_the_writer_thread_with_extra_fields_and_traceback(monkeypatch):
+    """Lines wait for a writer thread; the JSON line still carries the extra fields and the
+    traceback, and closing (at exit) writes whatever is still pending."""
+    import sys
+
+    from service import logs
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    logs.setup(LoggingConfig(json=True))
+    (deferred,) = root.handlers
+    assert isinstance(deferred, logs.DeferredHandler)
+    log = logging.getLogger("test.queued")
+    args = ["mutable"]
+    log.info("first %s", args, extra={"request_id": "r-1"})
+    args.append("changed after the call")  # the line shows the arguments as they were
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed")
+    deferred.close()
+
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["message"] == "first ['mutable']" and first["request_id"] == "r-1"
+    assert second["message"] == "failed" and "ValueError: boom" in second["exc_info"]
+
+
+def test_deferred_handler__writes_within_its_interval_without_closing():
+    from service.logs import DeferredHandler
+
+    stream = io.StringIO()
+    deferred = DeferredHandler(stream, interval=0.05)
+    deferred.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    deferred.start()
+    log = logging.getLogger("test.deferred")
+    log.addHandler(deferred)
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    try:
+        log.warning("now")
+        log.info("soon")
+        import time
+
+        deadline = time.monotonic() + 5
+        while stream.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stream.getvalue().splitlines() == ["WARNING now", "INFO soon"]
+    finally:
+        log.removeHandler(deferred)
+        deferred.close()
+
+
+def test_json_line_formatter__standard_keys_extras_and_no_record_internals():
+    record = logging.getLogger("x.y").makeRecord(
+        "x.y", logging.INFO, "f.py", 1, "hello %s", ("you",), None, extra={"route": "get_rfp",
+                                                                          "status": 200})
+    line = json.loads(formatter(LoggingConfig(json=True)).format(record))
+    assert set(line) == {"time", "level", "logger", "message", "route", "status"}
+    assert (line["level"], line["logger"], line["message"]) == ("INFO", "x.y", "hello you")
+    assert (line["route"], line["status"]) == ("get_rfp", 200)

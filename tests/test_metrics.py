@@ -123,3 +123,30 @@ async def test_metrics__a_refund_is_counted_once(conn, admin):
     assert metrics.registry.get_sample_value(
         "rfp_credits_refunded_total", {"reason": "engine_failure"}
     ) == 1
+
+
+async def test_metrics__credits_of_answering_an_rfp_are_counted(config, aiohttp_client, make_account):
+    """POST /rfps/{id}/answer charges one question per item: counted like an ask, once committed,
+    and not at all when refused."""
+    client = await aiohttp_client(create_app(with_config(config, metrics={"enabled": True})))
+    actor = await make_account(credits=3)
+    items = [{"question": f"Do you do thing {n}?"} for n in range(3)]
+    created = await client.post(
+        "/api/v1/rfps", json={"rfp": {"title": "x", "items": items}}, headers=actor.headers
+    )
+    rfp_id = (await created.json())["id"]
+    more = await client.post(
+        "/api/v1/rfps", json={"rfp": {"title": "y", "items": items[:1]}}, headers=actor.headers
+    )
+
+    response = await client.post(f"/api/v1/rfps/{rfp_id}/answer", headers=actor.headers)
+    assert response.status == 202
+    assert (await response.json())["answering"]["credits_charged"] == 3
+    # Out of credits now: refused, nothing charged, nothing counted.
+    refused = await client.post(
+        f"/api/v1/rfps/{(await more.json())['id']}/answer", headers=actor.headers
+    )
+    assert refused.status == 403
+
+    got = samples(await (await client.get("/metrics")).text())
+    assert got[("rfp_credits_debited_total", frozenset({("reason", "rfp_item")}))] == 3

@@ -147,8 +147,8 @@ def _index_names(plan: dict) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("query_name", ["search_rfps", "count_search_rfps"])
-async def test_search__trigram_indexes_serve_the_substring_match(conn, admin, query_name):
+@pytest.mark.parametrize("query_name", ["search_rfps", "count_search_rfps_capped"])
+async def test_search__trigram_index_serves_the_substring_match(conn, admin, query_name):
     # 20,000 RFPs with random titles and descriptions, three of them mentioning "zebra". Nothing
     # is disabled: after VACUUM ANALYZE the planner picks the trigram indexes on its own. VACUUM
     # (what autovacuum does in production) flushes the GIN pending list the bulk insert filled;
@@ -165,13 +165,18 @@ async def test_search__trigram_indexes_serve_the_substring_match(conn, admin, qu
     )
     await conn.execute("VACUUM ANALYZE rfps")
     args = [admin.account_id, like_pattern("zebra")]
-    if query_name == "search_rfps":
-        args += [20, 0]
+    args += [20, 0] if query_name == "search_rfps" else [10_000]
 
-    plan = json.loads(await conn.fetchval("EXPLAIN (FORMAT JSON) " + db.query(query_name), *args))
+    # As the handler runs them: custom plans (search.sql plan_each_search).
+    async with conn.transaction():
+        await conn.execute(db.query("plan_each_search"))
+        plan = json.loads(
+            await conn.fetchval("EXPLAIN (FORMAT JSON) " + db.query(query_name), *args)
+        )
 
+    # One index on title and description together (migration 0012); the per-column ones are gone.
     used = _index_names(plan[0]["Plan"])
-    assert {"rfps_title_trgm", "rfps_description_trgm"} <= used, plan
+    assert "rfps_search_trgm" in used and "rfps_account_newest" not in used, plan
     rows = await conn.fetch(db.query("search_rfps"), admin.account_id, like_pattern("zebra"), 20, 0)
     assert {row["id"] for row in rows} == {"rfp_bulk7", "rfp_bulk70", "rfp_bulk700"}
 
@@ -187,3 +192,30 @@ async def test_search__leaves_no_session_setting_on_the_pooled_connection(client
     for _ in range(pool.get_size()):
         async with pool.acquire() as conn:
             assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
+
+
+async def test_search__term_never_matches_across_title_and_description(client, admin, make_rfp):
+    """The index covers title and description joined by U+001F: a term spanning the end of the
+    title and the start of the description must not match, with a space or the separator itself."""
+    joined = await make_rfp(admin, "Acme Security", description="Review board")
+    no_description = await make_rfp(admin, "Acme Security")
+
+    for term in ("security review", "securityreview", "Security\x1fReview", "security\x1f"):
+        status, body = await search(client, admin, query=term)
+        assert status == 200
+        assert body["rfps"] == [], term
+    _, body = await search(client, admin, query="security")
+    assert {rfp["id"] for rfp in body["rfps"]} == {joined, no_description}
+
+
+async def test_search__term_with_the_separator_matches_inside_one_field(client, admin, make_rfp):
+    in_title = await make_rfp(admin, "odd\x1ftitle")
+    in_description = await make_rfp(admin, "plain", description="odd\x1fdescription")
+    await make_rfp(admin, "odd", description="title")  # only across the join
+
+    status, body = await search(client, admin, query="ODD\x1fT")
+    assert status == 200
+    assert [rfp["id"] for rfp in body["rfps"]] == [in_title]
+    assert body["pagination"]["total_count"] == 1
+    _, body = await search(client, admin, query="odd\x1fd")
+    assert [rfp["id"] for rfp in body["rfps"]] == [in_description]

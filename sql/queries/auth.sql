@@ -26,3 +26,63 @@ SELECT t.token_hash, t.scopes,
 SELECT b.allowed, b.remaining, b.retry_after
   FROM set_config('synchronous_commit', 'off', true) AS s,
        take_rate_limit_token($1, $2, $3) AS b;
+
+-- principal_and_rfp --
+-- principal_by_token_hash and get_rfp in one round trip (GET /api/v1/rfps/{id}): the principal
+-- behind a live token $1 and the RFP $2 of its account, the RFP's columns null when the account
+-- has no such RFP. The token conditions are principal_by_token_hash's and must stay so
+-- (tests/test_auth.py runs every token case through both).
+SELECT t.token_hash, t.scopes,
+       m.id AS member_id, m.account_id, m.role::text AS role,
+       u.id AS user_id, u.email,
+       display_name(u.first_name, u.last_name, u.email) AS name,
+       r.*
+  FROM api_tokens t
+  JOIN members m ON m.id = t.member_id
+  JOIN users u ON u.id = m.user_id
+  LEFT JOIN LATERAL (
+      SELECT o.id, o.title, o.description, o.deadline, o.state, o.framework, o.portal_url,
+             o.context, o.created_at, o.updated_at, o.owner_id, o.total_items,
+             o.needs_input_items, o.auto_answered_items, o.approved_items,
+             o.overall_completion_percentage,
+             ou.email AS owner_email,
+             display_name(ou.first_name, ou.last_name, ou.email) AS owner_name
+        FROM rfp_overview o
+        JOIN users ou ON ou.id = o.owner_id
+       WHERE o.id = $2 AND o.account_id = m.account_id
+  ) r ON true
+ WHERE t.token_hash = $1
+   AND t.revoked_at IS NULL
+   AND (t.expires_at IS NULL OR t.expires_at > now());
+
+-- principal_and_rate_limit --
+-- principal_by_token_hash and take_rate_limit_token in one round trip, for a rate-limited
+-- route: the principal behind a live token $1 and, only when the request passes the route's
+-- policy (the token has scope $2 and the member one of the roles $3, as auth.check demands),
+-- one request from the bucket $4 || member id, of capacity $5 refilled at $6 per second;
+-- allowed/remaining/retry_after are null when nothing was taken. Committed without waiting for
+-- the WAL flush, like take_rate_limit_token. The token conditions are principal_by_token_hash's.
+-- The CASE runs its subquery only when the policy passes (a lateral WHERE would not keep the
+-- function from running); OFFSET 0 keeps the bucket (as jsonb: the function's row type is
+-- anonymous) one value, taken once, not once per field.
+SELECT t.token_hash, t.scopes,
+       m.id AS member_id, m.account_id, m.role::text AS role,
+       u.id AS user_id, u.email,
+       display_name(u.first_name, u.last_name, u.email) AS name,
+       (g.bucket ->> 'allowed')::boolean AS allowed,
+       (g.bucket ->> 'remaining')::double precision AS remaining,
+       (g.bucket ->> 'retry_after')::double precision AS retry_after
+  FROM api_tokens t
+  JOIN members m ON m.id = t.member_id
+  JOIN users u ON u.id = m.user_id
+  LEFT JOIN LATERAL (
+      SELECT CASE WHEN $2 = ANY (t.scopes) AND m.role::text = ANY ($3::text[])
+                  THEN (SELECT to_jsonb(b)
+                          FROM set_config('synchronous_commit', 'off', true) AS s,
+                               take_rate_limit_token($4 || m.id, $5, $6) AS b)
+             END AS bucket
+      OFFSET 0
+  ) g ON true
+ WHERE t.token_hash = $1
+   AND t.revoked_at IS NULL
+   AND (t.expires_at IS NULL OR t.expires_at > now());

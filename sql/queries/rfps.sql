@@ -9,20 +9,17 @@ SELECT o.*, u.email AS owner_email, display_name(u.first_name, u.last_name, u.em
 -- The stored fields of one RFP, locked for an update.
 SELECT * FROM rfps WHERE id = $1 AND account_id = $2 FOR UPDATE;
 
--- count_search_rfps --
--- How many of an account's RFPs match an ILIKE pattern on title or description.
-SELECT count(*)::integer
-  FROM rfps r
- WHERE r.account_id = $1
-   AND (r.title ILIKE $2 OR r.description ILIKE $2);
-
 -- search_rfps --
--- One page of an account's RFPs matching an ILIKE pattern, newest first.
+-- One page of an account's RFPs whose title or description matches an ILIKE pattern, newest
+-- first. rfp_search_text (migration 0012) is both fields joined by U+001F and has the trigram
+-- index; a pattern holding U+001F could match across the join, so then the fields are checked
+-- one by one (with custom plans the strpos folds away for every other pattern).
 WITH page AS (
     SELECT r.id, r.created_at
       FROM rfps r
      WHERE r.account_id = $1
-       AND (r.title ILIKE $2 OR r.description ILIKE $2)
+       AND rfp_search_text(r.title, r.description) ILIKE $2
+       AND (strpos($2, E'\x1f') = 0 OR r.title ILIKE $2 OR r.description ILIKE $2)
      ORDER BY r.created_at DESC, r.id DESC
      LIMIT $3 OFFSET $4
 )
