@@ -292,9 +292,9 @@ class Pipeline:
         # question no longer changes): this process's event streams start from it.
         self.committed: dict[str, Mapping[str, Any]] = {}
         self.completed: collections.OrderedDict[str, Mapping[str, Any]] = collections.OrderedDict()
-        # Whether unclaimed questions may be waiting (a claim found as many as it could take, or
-        # none could be taken): then a finished question's free place is offered at once.
-        self._more = True
+        # Whether unclaimed questions may be waiting (one was announced, or the last claim took
+        # as many as it could): then a finished question's place goes to them first.
+        self._more = False
         # Called with each row this pipeline commits, and with None when it lets go of a question
         # unfinished (QuestionEvents.deliver: this process's event streams).
         self.on_commit: Callable[[str, Mapping[str, Any] | None], None] | None = None
@@ -302,14 +302,16 @@ class Pipeline:
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
-        """Look for work now (a question was asked, here or in another process)."""
+        """Look for work now (a question was asked unleased, here or in another process)."""
+        self._more = True
         self._wake.set()
 
     def reserve(self, question_id: str) -> str | None:
         """A place for a question about to be asked here: our lease owner to store it with, or
-        None when this pipeline is full or stopping (then it is stored unleased, announced, and
-        any process claims it). Follow with `adopt` once stored, or `unreserve` if not."""
-        if self.stopping or len(self.active) >= self.config.concurrency:
+        None when this pipeline is full or stopping, or older questions may be waiting unclaimed
+        (they go first) — then it is stored unleased, announced, and any process claims it.
+        Follow with `adopt` once stored, or `unreserve` if not."""
+        if self.stopping or self._more or len(self.active) >= self.config.concurrency:
             return None
         self.active.add(question_id)
         self.metrics.pipeline_queue_depth.set(len(self.active))
@@ -346,13 +348,13 @@ class Pipeline:
             self._wake.clear()
             free = self.config.concurrency - len(self.active)
             claimed = 0
-            self._more = True
             if free > 0:
                 try:
                     claimed = await self.claim(free)
-                    self._more = claimed == free
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     log.warning("could not claim questions: %s", exc)
+                else:
+                    self._more = claimed == free
             if claimed and claimed == free:
                 continue  # there may be more waiting
             with contextlib.suppress(TimeoutError):
@@ -431,7 +433,7 @@ class Pipeline:
                 self.on_commit(work.id, None)  # unfinished: whoever moves it on, streams must look
             self.metrics.pipeline_queue_depth.set(len(self.active))
             if self._more:
-                self.wake()  # a place is free and questions may be waiting for one
+                self._wake.set()  # a place is free and questions may be waiting for it
 
     async def _timed(self, step: Step, work: Work) -> Work:
         """Run one step, timing it by step name and outcome (ok, failed)."""
