@@ -309,3 +309,30 @@ async def test_events__a_stream_in_another_process_follows_the_question(
         f"/api/v1/questions/{body['id']}", headers=admin.headers)).json()
     owner = await conn.fetchval("SELECT lease_owner FROM questions WHERE id = $1", body["id"])
     assert owner is None  # released on completion
+
+
+async def test_events__a_question_its_pipeline_lets_go_of_is_read_again(
+    aiohttp_client, config, conn, admin
+):
+    # The stream's process answers the question, so the stream trusts its pipeline over the
+    # database's announcements; when that pipeline loses the question (here: someone else moves
+    # it on), the stream must look in the database at once, not at its next periodic re-read.
+    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.3))
+    client = await aiohttp_client(create_app(slow))
+    body = await (await ask(client, admin.headers, "Anything?")).json()
+    response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    first = event_ids((await response.content.readuntil(b"\n\n")).decode())
+    assert first == [("1", "new")]
+    async with asyncio.timeout(5):
+        while await conn.fetchval(  # noqa: ASYNC110 (polls the database)
+            "SELECT state::text FROM questions WHERE id = $1", body["id"]
+        ) == "new":
+            await asyncio.sleep(0.01)
+    await conn.execute(
+        "UPDATE questions SET state = 'complete', answer = 'by hand', lease_owner = 'elsewhere',"
+        " updated_at = now() WHERE id = $1", body["id"],
+    )
+    async with asyncio.timeout(4):  # periodic re-reads come only every 5 polls (10 s)
+        text = (await response.read()).decode()
+    events = await read_events_text(text)
+    assert events[-1][0] == "complete" and events[-1][1]["answer"] == "by hand"
