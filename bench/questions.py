@@ -254,6 +254,8 @@ async def main() -> int:
     parser.add_argument("--drain", type=float, default=30.0,
                         help="open loop: seconds to wait for answers after the last ask")
     parser.add_argument("--pool", type=int, default=20, help="database.pool_max_size per process")
+    parser.add_argument("--questions", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [questions] setting for the service, e.g. pool_size=3 (repeatable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per run")
     args = parser.parse_args()
 
@@ -266,7 +268,8 @@ async def main() -> int:
     url, token, asked = await prepare(server_url, args.entries)
     config = (f"[database]\npool_max_size = {args.pool}\n"
               "[logging]\nlevel = \"WARNING\"\n"
-              "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n")
+              "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n"
+              "[questions]\n" + "".join(f"{setting}\n" for setting in args.questions))
     tmp = ROOT / "var" / "bench-run"
     tmp.mkdir(parents=True, exist_ok=True)
     services = [ServiceProcess(url, config, tmp) for _ in range(args.processes)]
@@ -300,6 +303,7 @@ async def main() -> int:
     samples = []
     for result in results:
         result |= {"clients": args.clients, "processes": args.processes, "entries": args.entries,
+                   "questions_settings": args.questions,
                    "machine": machine, "load_average_at_end": load}
         samples += result.pop("error_samples")
         if args.json:
