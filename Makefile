@@ -31,7 +31,7 @@ lint: $(STAMP)
 bench: bench-questions bench-retrieval bench-http bench-search  ## every benchmark; results go into BENCHMARKS.md
 
 bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP (bench/questions.py)
-	$(PY) bench/questions.py
+	$(PY) bench/questions.py --seconds 20 --mode both --processes 2
 
 bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic entries
 	$(PY) bench/retrieval.py 10000 100000 --naive

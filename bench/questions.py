@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import random
+import resource
 import secrets
 import statistics
 import sys
@@ -132,7 +133,7 @@ async def closed_client(session: aiohttp.ClientSession, url: str, questions: lis
 async def open_client(session: aiohttp.ClientSession, url: str, questions: list[str], start: float,
                       until: float, measure_from: float, rate: float, drain: float,
                       latencies: list[float], in_window: list[int], unfinished: list[int],
-                      errors: list[str], rng: random.Random) -> None:
+                      answered: list[int], errors: list[str], rng: random.Random) -> None:
     """Ask at start, start + 1/rate, … until `until`, whether or not earlier asks are answered;
     latency counts from the scheduled time (a late send is the service's delay too)."""
 
@@ -140,7 +141,9 @@ async def open_client(session: aiohttp.ClientSession, url: str, questions: list[
         error = await ask_and_follow(session, url, text)
         if error:
             errors.append(error)
-        elif scheduled >= measure_from:
+            return
+        answered.append(1)
+        if scheduled >= measure_from:
             latencies.append(time.monotonic() - scheduled)
             if time.monotonic() <= until:
                 in_window.append(1)
@@ -156,6 +159,78 @@ async def open_client(session: aiohttp.ClientSession, url: str, questions: list[
     for ask in late:
         ask.cancel()
     unfinished.append(len(late))
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    """Fields of /proc/PID/stat after the command name (index 0 = state, 11 = utime)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2:].split()
+
+
+def process_cpu(pid: int, children: bool = False) -> float:
+    """CPU seconds used by a process (and by its reaped children, when asked), 0 once gone."""
+    try:
+        fields = _stat(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICK
+
+
+def postgres_cpu(postmaster: int) -> float:
+    """CPU seconds of the whole PostgreSQL server: the postmaster, its live children (backends,
+    walwriter, …) and the children it has reaped (backends of closed connections)."""
+    total = process_cpu(postmaster, children=True)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = _stat(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if int(fields[1]) == postmaster:
+                total += (int(fields[11]) + int(fields[12])) / TICK
+    return total
+
+
+class CpuMeter:
+    """CPU seconds of the service processes, PostgreSQL (when it is the embedded one, so only
+    this bench uses it) and this client, between `start()` and `stop()`."""
+
+    def __init__(self, service_pids: list[int], postmaster: int | None) -> None:
+        self.service_pids = service_pids
+        self.postmaster = postmaster
+
+    def sample(self) -> dict[str, float | None]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            "service": sum(process_cpu(pid, children=True) for pid in self.service_pids),
+            "postgres": postgres_cpu(self.postmaster) if self.postmaster else None,
+            "client": usage.ru_utime + usage.ru_stime,
+        }
+
+    def start(self) -> None:
+        self.started = self.sample()
+
+    def per_question(self, completed: int) -> dict[str, float | None]:
+        """Milliseconds of CPU per completed question, by part, since `start()`."""
+        ended = self.sample()
+        out: dict[str, float | None] = {}
+        for part, before in self.started.items():
+            after = ended[part]
+            out[f"cpu_ms_per_question_{part}"] = (
+                None if before is None or after is None or not completed
+                else round((after - before) * 1000 / completed, 2)
+            )
+        known = [out[f"cpu_ms_per_question_{p}"] for p in ("service", "postgres")]
+        out["cpu_ms_per_question_service_and_postgres"] = (
+            None if None in known else round(sum(known), 2)  # type: ignore[arg-type]
+        )
+        return out
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -179,6 +254,8 @@ async def main() -> int:
     parser.add_argument("--drain", type=float, default=30.0,
                         help="open loop: seconds to wait for answers after the last ask")
     parser.add_argument("--pool", type=int, default=20, help="database.pool_max_size per process")
+    parser.add_argument("--questions", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [questions] setting for the service, e.g. pool_size=3 (repeatable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per run")
     args = parser.parse_args()
 
@@ -191,12 +268,17 @@ async def main() -> int:
     url, token, asked = await prepare(server_url, args.entries)
     config = (f"[database]\npool_max_size = {args.pool}\n"
               "[logging]\nlevel = \"WARNING\"\n"
-              "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n")
+              "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n"
+              "[questions]\n" + "".join(f"{setting}\n" for setting in args.questions))
     tmp = ROOT / "var" / "bench-run"
     tmp.mkdir(parents=True, exist_ok=True)
     services = [ServiceProcess(url, config, tmp) for _ in range(args.processes)]
     await asyncio.gather(*(service.start() for service in services))
     urls = [service.url for service in services]
+    postmaster = None
+    if embedded:
+        postmaster = int((embedded.pgdata / "postmaster.pid").read_text().split()[0])
+    meter = CpuMeter([service.process.pid for service in services], postmaster)
     results = []
     try:
         connector = aiohttp.TCPConnector(limit=0)
@@ -204,9 +286,9 @@ async def main() -> int:
         async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
             rng = random.Random(11)
             if args.mode in ("both", "closed"):
-                results.append(await closed_run(session, urls, asked, args, rng))
+                results.append(await closed_run(session, urls, asked, args, rng, meter))
             if args.mode in ("both", "open"):
-                results.append(await open_run(session, urls, asked, args, rng))
+                results.append(await open_run(session, urls, asked, args, rng, meter))
     finally:
         for service in services:
             service.stop()
@@ -221,6 +303,7 @@ async def main() -> int:
     samples = []
     for result in results:
         result |= {"clients": args.clients, "processes": args.processes, "entries": args.entries,
+                   "questions_settings": args.questions,
                    "machine": machine, "load_average_at_end": load}
         samples += result.pop("error_samples")
         if args.json:
@@ -246,21 +329,23 @@ def summary(mode: str, latencies: list[float], errors: list[str], elapsed: float
 
 
 async def closed_run(session: aiohttp.ClientSession, urls: list[str], asked: list[str],
-                     args: argparse.Namespace, rng: random.Random) -> dict:
+                     args: argparse.Namespace, rng: random.Random, meter: CpuMeter) -> dict:
     errors: list[str] = []
     until = time.monotonic() + args.warmup
     await asyncio.gather(*(closed_client(session, urls[i % len(urls)], asked, until, [], errors, rng)
                            for i in range(args.clients)))
     latencies: list[float] = []
+    meter.start()
     started = time.monotonic()
     until = started + args.seconds
     await asyncio.gather(*(closed_client(session, urls[i % len(urls)], asked, until, latencies,
                                          errors, rng) for i in range(args.clients)))
-    return summary("closed loop", latencies, errors, time.monotonic() - started)
+    return (summary("closed loop", latencies, errors, time.monotonic() - started)
+            | meter.per_question(len(latencies)))
 
 
 async def open_run(session: aiohttp.ClientSession, urls: list[str], asked: list[str],
-                   args: argparse.Namespace, rng: random.Random) -> dict:
+                   args: argparse.Namespace, rng: random.Random, meter: CpuMeter) -> dict:
     errors: list[str] = []
     latencies: list[float] = []
     start = time.monotonic() + 0.1
@@ -269,11 +354,13 @@ async def open_run(session: aiohttp.ClientSession, urls: list[str], asked: list[
     spread = 1 / (args.rate_per_client * args.clients)  # clients' schedules interleave evenly
     in_window: list[int] = []
     unfinished: list[int] = []
+    answered: list[int] = []  # every answer, warm-up and drain included: the CPU covers them all
+    meter.start()
     await asyncio.gather(*(open_client(session, urls[i % len(urls)], asked, start + i * spread, until,
                                        measure_from, args.rate_per_client, args.drain, latencies,
-                                       in_window, unfinished, errors, rng)
+                                       in_window, unfinished, answered, errors, rng)
                            for i in range(args.clients)))
-    result = summary("open loop", latencies, errors, args.seconds)
+    result = summary("open loop", latencies, errors, args.seconds) | meter.per_question(len(answered))
     # completed within the measured window (not the backlog answered after it), per second
     result["questions_per_second"] = round(len(in_window) / args.seconds, 1)
     result["offered_per_second"] = round(args.clients * args.rate_per_client, 1)

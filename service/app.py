@@ -167,6 +167,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         pool, make_engine(app, session), config.questions, scheduler, embedder, app[METRICS]
     )
     events = QuestionEvents(config.database.url, pipeline.wake)
+    pipeline.on_commit = events.deliver  # this process's streams get its commits without a read
     await events.connect()
     app[PIPELINE] = pipeline
     app[EVENTS] = events

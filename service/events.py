@@ -1,9 +1,11 @@
 """Question state changes as they happen, in any process: one LISTEN connection per process.
 
 The database announces every state change on the `question_events` channel from the changing
-transaction (a trigger, see 0004_questions.sql). Listeners here fan them out to the event streams
-of this process and wake the pipeline when a question is asked elsewhere. Streams also poll, so a
-lost connection only slows them down.
+transaction (a trigger, see 0004_questions.sql and 0014_question_handoff.sql). Listeners here fan
+them out to the event streams of this process and wake the pipeline when a question is asked
+unleased. This process's own pipeline also hands each row it commits straight to the streams
+(`deliver`), so they need not read it again. Streams also poll, so a lost connection only slows
+them down.
 """
 
 from __future__ import annotations
@@ -11,13 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import asyncpg
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "question_events"
+
+# What a stream's queue carries: a state announced by the database (read the question to see it),
+# the committed row itself from this process's pipeline, or None when that pipeline let go of the
+# question unfinished (another process may move it on: read it).
+Change = str | Mapping[str, Any] | None
 
 
 class QuestionEvents:
@@ -26,7 +34,7 @@ class QuestionEvents:
         self.on_new = on_new
         self.conn: asyncpg.Connection | None = None
         self.connections = 0  # how many listening connections were opened (a new one may have missed some)
-        self._streams: dict[str, set[asyncio.Queue[str]]] = {}
+        self._streams: dict[str, set[asyncio.Queue[Change]]] = {}
 
     async def connect(self) -> None:
         """(Re)connect the listening connection; failures are logged, streams keep polling."""
@@ -64,10 +72,16 @@ class QuestionEvents:
         if state == "new":
             self.on_new()
 
+    def deliver(self, question_id: str, row: Mapping[str, Any] | None) -> None:
+        """A question as this process's pipeline just committed it (None: the pipeline let go
+        of it unfinished), to this process's streams."""
+        for queue in self._streams.get(question_id, ()):
+            queue.put_nowait(row)
+
     @contextlib.contextmanager
-    def subscribe(self, question_id: str) -> Iterator[asyncio.Queue[str]]:
-        """A queue of the question's new states, for as long as the block runs."""
-        queue: asyncio.Queue[str] = asyncio.Queue()
+    def subscribe(self, question_id: str) -> Iterator[asyncio.Queue[Change]]:
+        """A queue of the question's changes, for as long as the block runs."""
+        queue: asyncio.Queue[Change] = asyncio.Queue()
         self._streams.setdefault(question_id, set()).add(queue)
         try:
             yield queue

@@ -348,6 +348,11 @@ _PAGE = {"name": "page", "in": "query", "required": False,
 _IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                     "description": "a retry with the same key returns the first question",
                     "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+_LAST_EVENT_ID = {"name": "Last-Event-ID", "in": "header", "required": False,
+                  "description": "a reconnecting client's last event id (1-6, or the state's "
+                                 "name): only the events after it are sent; other values are "
+                                 "ignored",
+                  "schema": {"type": "string"}}
 _BEARER = [{"bearer": []}]
 
 
@@ -495,14 +500,19 @@ def document() -> dict[str, Any]:
             "404": not_found["question"]}, params=[_ID])},
         "/api/v1/questions/{id}/events": {"get": _op(
             "question_events", "the question's state changes as Server-Sent Events", {
-                "200": {"description": "one event per state (event: <state>, id: <state>, data: "
-                        "the Question as JSON, or {id, state} for a state passed unseen); the "
-                        "stream ends after complete",
+                "200": {"description": "one event per state (event: <state>; id: the state's "
+                        "position in the order new, ready_to_answer, references_fetched, "
+                        "answered, confidence_calculated, complete: 1 to 6; data: the Question "
+                        "as JSON, or {id, state} for a state passed unseen); the current state "
+                        "first (with Last-Event-ID: every state after that one); the stream "
+                        "ends after complete",
                         "content": {"text/event-stream": {"schema": _object({
                             "event": STRING, "id": STRING,
                             "data": {"type": "string", "contentMediaType": JSON},
                         })}}},
-                "404": not_found["question"]}, params=[_ID])},
+                "204": {"description": "Last-Event-ID says complete was seen: nothing more will "
+                        "come (an EventSource stops reconnecting)"},
+                "404": not_found["question"]}, params=[_ID, _LAST_EVENT_ID])},
         "/api/v1/questions/{id}/review": {"post": _op(
             "review_question", "approve or correct an answer: it becomes a knowledge base item", {
                 "200": _json(_ref("KnowledgeBaseItem"),

@@ -12,6 +12,7 @@ work and a crashed process's questions are resumed elsewhere.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -34,6 +35,10 @@ from .metrics import Metrics
 from .retrieval import Reference, find_references
 
 log = logging.getLogger(__name__)
+
+# Completed questions whose row each process keeps for its event streams (a stream usually
+# opens right after its ask; a fast answer may already be complete by then).
+RECENTLY_COMPLETED = 256
 
 STATES = ("new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete")
 
@@ -223,25 +228,26 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
 async def persist(
     conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float,
     metrics: Metrics | None = None,
-) -> bool:
+) -> asyncpg.Record | None:
     """Store `after` if `before` is still what the database holds and we hold the lease.
 
     A refund (engine failure) and the answer of a linked RFP item commit with the transition;
     the refund is also guarded in SQL, so it happens at most once per question.
-    False: another worker moved the question; drop it.
+    Returns the question as stored (as `get_question` reads it), or None when another worker
+    moved it: drop it then.
     """
     answers_item = after.state == "complete" and after.rfp_item_id is not None
     if after.engine_failure is None and not answers_item:
         # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
         args = _advance_args(owner, before, after, lease_seconds)
-        return await conn.fetchval(db.query("advance_question"), *args) is not None
+        return await conn.fetchrow(db.query("advance_question"), *args)
     refund = None
     async with conn.transaction():
-        moved = await conn.fetchval(
+        moved = await conn.fetchrow(
             db.query("advance_question"), *_advance_args(owner, before, after, lease_seconds)
         )
         if moved is None:
-            return False
+            return None
         if after.engine_failure is not None:
             # Guarded in SQL (`AND NOT refunded`): however often this runs, one refund.
             refund = await conn.fetchval(db.query("mark_question_refunded"), after.id)
@@ -257,14 +263,19 @@ async def persist(
                 await conn.execute(db.query("touch_rfp"), rfp_id)
     if refund and metrics is not None:  # counted once committed
         metrics.credits_refunded.labels("engine_failure").inc(refund)
-    return True
+    return moved
 
 
 # -- the runner ----------------------------------------------------------------------------------
 
 
 class Pipeline:
-    """Claims unfinished questions and runs them to `complete`, a bounded number at a time."""
+    """Claims unfinished questions and runs them to `complete`, a bounded number at a time.
+
+    A question asked in this process is usually handed over directly (`reserve`, then `adopt`):
+    it is stored already leased to this pipeline, so no claim round trip and no announcement to
+    the other processes are needed; the lease guards it exactly as if it had been claimed.
+    """
 
     def __init__(
         self, pool: asyncpg.Pool, engine: AnswerEngine, config: QuestionsConfig,
@@ -278,12 +289,49 @@ class Pipeline:
         self.ctx = StepContext(pool=pool, engine=engine, config=config, embedder=embedder)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.active: set[str] = set()
+        # The last committed row (as `get_question` reads it) of questions this process works on,
+        # when it has one with the asker's fields, and of the last few it completed (a complete
+        # question no longer changes): this process's event streams start from it.
+        self.committed: dict[str, Mapping[str, Any]] = {}
+        self.completed: collections.OrderedDict[str, Mapping[str, Any]] = collections.OrderedDict()
+        # Whether unclaimed questions may be waiting (one was announced, or the last claim took
+        # as many as it could): then a finished question's place goes to them first.
+        self._more = False
+        # Called with each row this pipeline commits, and with None when it lets go of a question
+        # unfinished (QuestionEvents.deliver: this process's event streams).
+        self.on_commit: Callable[[str, Mapping[str, Any] | None], None] | None = None
         self.stopping = False
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
-        """Look for work now (a question was asked, here or in another process)."""
+        """Look for work now (a question was asked unleased, here or in another process)."""
+        self._more = True
         self._wake.set()
+
+    def reserve(self, question_id: str) -> str | None:
+        """A place for a question about to be asked here: our lease owner to store it with, or
+        None when this pipeline is full or stopping, or older questions may be waiting unclaimed
+        (they go first) — then it is stored unleased, announced, and any process claims it.
+        Follow with `adopt` once stored, or `unreserve` if not."""
+        if self.stopping or self._more or len(self.active) >= self.config.concurrency:
+            return None
+        self.active.add(question_id)
+        self.metrics.pipeline_queue_depth.set(len(self.active))
+        return self.owner
+
+    def unreserve(self, question_id: str) -> None:
+        self.active.discard(question_id)
+        self.metrics.pipeline_queue_depth.set(len(self.active))
+
+    async def adopt(self, row: Mapping[str, Any]) -> None:
+        """Run a question stored (and committed) leased to us by `reserve`."""
+        self.committed[row["id"]] = row
+        await self.scheduler.spawn(self.process(Work.from_row(row)), name=row["id"])
+
+    def last_committed(self, question_id: str) -> Mapping[str, Any] | None:
+        """The question as this process last committed it, if it is working on it or just
+        completed it; None otherwise (read it from the database)."""
+        return self.committed.get(question_id) or self.completed.get(question_id)
 
     def stop(self) -> None:
         """Shutdown: claim nothing more; every question stops after the step it is in."""
@@ -307,6 +355,8 @@ class Pipeline:
                     claimed = await self.claim(free)
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     log.warning("could not claim questions: %s", exc)
+                else:
+                    self._more = claimed == free
             if claimed and claimed == free:
                 continue  # there may be more waiting
             with contextlib.suppress(TimeoutError):
@@ -355,11 +405,15 @@ class Pipeline:
                         if self.stopping:
                             break  # store what is done; the next turn hands the question back
                 async with self.pool.acquire() as conn:
-                    if not await persist(
+                    stored = await persist(
                         conn, self.owner, work, after, self.config.lease_seconds, self.metrics
-                    ):
-                        log.info("question %s was moved by another worker; leaving it", work.id)
-                        return
+                    )
+                if stored is None:
+                    log.info("question %s was moved by another worker; leaving it", work.id)
+                    return
+                self.committed[work.id] = stored
+                if self.on_commit is not None:
+                    self.on_commit(work.id, stored)
                 work = after
         except asyncio.CancelledError:
             raise
@@ -372,8 +426,16 @@ class Pipeline:
                     )
         finally:
             self.active.discard(work.id)
+            row = self.committed.pop(work.id, None)
+            if row is not None and row["state"] == "complete":
+                self.completed[work.id] = row
+                if len(self.completed) > RECENTLY_COMPLETED:
+                    self.completed.popitem(last=False)
+            elif self.on_commit is not None:
+                self.on_commit(work.id, None)  # unfinished: whoever moves it on, streams must look
             self.metrics.pipeline_queue_depth.set(len(self.active))
-            self.wake()
+            if self._more:
+                self._wake.set()  # a place is free and questions may be waiting for it
 
     async def _timed(self, step: Step, work: Work) -> Work:
         """Run one step, timing it by step name and outcome (ok, failed)."""

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NewType
 
@@ -23,7 +24,7 @@ from .errors import NotFound, UsageBlocked, ValidationFailed
 from .keys import CONFIG, EVENTS, PIPELINE
 from .metrics import METRICS
 from .models import MemberRef
-from .pipeline import STATES
+from .pipeline import STATES, Pipeline
 
 DETAIL_LEVELS = ("low", "normal", "high")
 MAX_IDEMPOTENCY_KEY = 255
@@ -230,15 +231,19 @@ async def ask_question(
     cost: int,
     idempotency_key: str | None,
     request_hash: bytes | None,
+    question_id: str | None = None,
+    lease_owner: str | None = None,
+    lease_seconds: float = 0.0,
 ) -> asyncpg.Record:
     """`create_question`, returning the stored question as `get_question` reads it.
 
     One statement (debit, question, ledger entry), atomic with or without a caller's transaction.
+    With `lease_owner` the question is stored leased to that pipeline (`Pipeline.reserve`).
     """
-    question_id = new_id("q")
     row = await conn.fetchrow(
-        db.query("ask_question"), question_id, account_id, user_id, member_id, rfp_id,
-        rfp_item_id, text, custom_prompt, detail_level, cost, idempotency_key, request_hash,
+        db.query("ask_question"), question_id or new_id("q"), account_id, user_id, member_id,
+        rfp_id, rfp_item_id, text, custom_prompt, detail_level, cost, idempotency_key,
+        request_hash, lease_owner, lease_seconds,
     )
     if row is not None:
         return row
@@ -288,9 +293,13 @@ async def post_question(request: web.Request) -> web.Response:
     ask = parse_ask(body, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
     key = _idempotency_key(request)
     who = principal(request)
+    pipeline = request.app[PIPELINE]
     async with db.connection(request) as conn:
         question_id = await _replay(conn, who.member_id, key, ask) if key else None
         if question_id is None:
+            # Handed straight to this process's pipeline when it has room: stored leased to it.
+            new_question = new_id("q")
+            owner = pipeline.reserve(new_question)
             try:
                 # One statement: atomic without BEGIN/COMMIT round trips.
                 row = await ask_question(
@@ -298,16 +307,26 @@ async def post_question(request: web.Request) -> web.Response:
                     detail_level=ask.detail_level, custom_prompt=ask.custom_prompt,
                     rfp_id=None, rfp_item_id=None, member_id=who.member_id,
                     cost=settings.credits_per_question, idempotency_key=key,
-                    request_hash=ask.fingerprint() if key else None,
+                    request_hash=ask.fingerprint() if key else None, question_id=new_question,
+                    lease_owner=owner, lease_seconds=settings.lease_seconds,
                 )
             except asyncpg.UniqueViolationError:
+                pipeline.unreserve(new_question)
                 # The same key raced in from a concurrent retry: answer like a replay.
                 question_id = await _replay(conn, who.member_id, key or "", ask)
                 if question_id is None:
                     raise
                 row = await fetch_question(conn, question_id, who.account_id)
+            except BaseException:
+                # Refused (or cancelled, committed or not: a stored question's lease just
+                # expires and any process resumes it).
+                pipeline.unreserve(new_question)
+                raise
             else:
-                request.app[PIPELINE].wake()
+                if owner is not None:
+                    await pipeline.adopt(row)
+                else:
+                    pipeline.wake()  # (other processes are woken by the question's announcement)
                 if settings.credits_per_question:  # counted once committed
                     request.app[METRICS].credits_debited.labels("question").inc(
                         settings.credits_per_question
@@ -333,42 +352,98 @@ async def get_question(request: web.Request) -> web.Response:
     return web.json_response(unstructure(Question.from_row(row)))
 
 
+def position(state: str) -> int:
+    """A state's event id: its position in SPEC 3's order, 1 (`new`) to 6 (`complete`)."""
+    return STATES.index(state) + 1
+
+
+FINAL = position("complete")
+
+
+def last_event_id(request: web.Request) -> int:
+    """The position of the last event a reconnecting client saw (SSE `Last-Event-ID`), 0 when
+    none; a state's name is understood too, anything else is ignored (the whole stream follows)."""
+    value = request.headers.get("Last-Event-ID", "").strip()
+    if value in STATES:
+        return position(value)
+    if value.isdigit() and 1 <= int(value) <= FINAL:
+        return int(value)
+    return 0
+
+
 def _event(state: str, data: dict[str, Any]) -> bytes:
-    return f"event: {state}\nid: {state}\ndata: {json.dumps(data)}\n\n".encode()
+    return f"event: {state}\nid: {position(state)}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _events_after(seen: int, row: Mapping[str, Any]) -> bytes:
+    """The events after position `seen` up to the row's state, in one piece: states passed
+    while nobody looked as {id, state}, the row's own state with the whole question."""
+    out = [_event(passed, {"id": row["id"], "state": passed})
+           for passed in STATES[seen : position(row["state"]) - 1]]
+    out.append(_event(row["state"], unstructure(Question.from_row(row))))
+    return b"".join(out)
+
+
+class _EventStream(web.StreamResponse):
+    # The headers go out with the first event, in one send (aiohttp's default for streams is a
+    # send of their own at prepare()).
+    _send_headers_immediately = False
+
+
+def _working_on(pipeline: Pipeline, question_id: str, account_id: str) -> Mapping[str, Any] | None:
+    """The question as last committed by this process's pipeline, if it works on it (or just
+    completed it)."""
+    row = pipeline.last_committed(question_id)
+    return row if row is not None and row["account_id"] == account_id else None
 
 
 @requires("read", hold_connection=False)
 async def question_events(request: web.Request) -> web.StreamResponse:
     """Server-Sent Events: the current state at once, then one event per state change; the
-    stream ends after `complete`. States passed while nobody looked are sent as {id, state}."""
+    stream ends after `complete`. States passed while nobody looked are sent as {id, state}.
+
+    Event ids are the states' positions (1-6): a client reconnecting with `Last-Event-ID` gets
+    only what came after; one that has seen `complete` gets 204, which tells an EventSource to
+    stop reconnecting. The question is read from the database only when this process is not the
+    one answering it (its pipeline hands over every row it commits)."""
     question_id = request.match_info["id"]
     account_id = principal(request).account_id
+    seen = last_event_id(request)
     poll = request.app[CONFIG].questions.poll_seconds
     events = request.app[EVENTS]
+    pipeline = request.app[PIPELINE]
     with events.subscribe(question_id) as changes:
         listener = events.connections
-        async with db.connection(request) as conn:
-            row = await fetch_question(conn, question_id, account_id)  # 404 before streaming
-        response = web.StreamResponse(
+        row = _working_on(pipeline, question_id, account_id)
+        if row is None:
+            async with db.connection(request) as conn:
+                row = await fetch_question(conn, question_id, account_id)  # 404 before streaming
+        if seen >= FINAL:
+            return web.Response(status=204)
+        if not seen:  # a first connection starts at the current state; a resumed one gets
+            seen = position(row["state"]) - 1  # every state after the one it saw
+        response = _EventStream(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                      "X-Accel-Buffering": "no"}
         )
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):  # the client went away: just stop
-            # What one look at the question has to say goes out in one write (one send), and the
-            # last one together with the end of the stream.
-            sent = STATES.index(row["state"])
-            first = _event(row["state"], unstructure(Question.from_row(row)))
-            if STATES[sent] == "complete":
-                await response.write_eof(first)
-                return response
-            await response.write(first)
+            if position(row["state"]) <= seen:
+                await response.write(b": resumed\n\n")  # nothing new yet; the headers go out
             quiet = 0
             while True:
+                # What one look at the question has to say goes out in one write (one send), and
+                # the last one together with the end of the stream.
+                current = position(row["state"])
+                if current > seen:
+                    out = _events_after(seen, row)
+                    seen = current
+                    if seen == FINAL:
+                        await response.write_eof(out)
+                        break
+                    await response.write(out)
                 try:
-                    await asyncio.wait_for(changes.get(), poll)
-                    while not changes.empty():  # one read covers every change announced so far
-                        changes.get_nowait()
+                    change = await asyncio.wait_for(changes.get(), poll)
                 except TimeoutError:
                     await response.write(b": waiting\n\n")  # a comment: keeps proxies from timing out
                     quiet += 1
@@ -377,17 +452,24 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                         # when the service is busy, and a read each per poll would add to it)
                     listener = events.connections  # fall through to a read: a notification may
                     # have been lost (the listening connection changed), or to be safe now and then
+                else:
+                    # One look covers every change so far. This process's pipeline hands over
+                    # every row it commits, and says when it lets go of a question unfinished
+                    # (None): while it works on the question, announcements need no read.
+                    changed = [change]
+                    while not changes.empty():
+                        changed.append(changes.get_nowait())
+                    announced, let_go = 0, False
+                    for item in changed:
+                        if item is None:
+                            let_go = True
+                        elif isinstance(item, str):
+                            announced = max(announced, position(item))
+                        elif position(item["state"]) > position(row["state"]):
+                            row = item
+                    known = max(seen, position(row["state"]))
+                    if not let_go and (announced <= known or question_id in pipeline.active):
+                        continue
                 async with db.connection(request) as conn:
                     row = await fetch_question(conn, question_id, account_id)
-                current = STATES.index(row["state"])
-                if current <= sent:
-                    continue
-                out = [_event(passed, {"id": question_id, "state": passed})
-                       for passed in STATES[sent + 1 : current]]
-                out.append(_event(row["state"], unstructure(Question.from_row(row))))
-                sent = current
-                if STATES[sent] == "complete":
-                    await response.write_eof(b"".join(out))
-                    break
-                await response.write(b"".join(out))
     return response

@@ -255,3 +255,45 @@ async def test_credits__200_concurrent_asks_on_100_credits(
     assert await balance_and_ledger(conn, actor.account_id) == (0, 0)
     assert await conn.fetchval("SELECT count(*) FROM questions") == 100
     assert await conn.fetchval("SELECT count(*) FROM credit_ledger WHERE reason = 'question'") == 100
+
+
+async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounced(
+    aiohttp_client, config, conn, admin
+):
+    from service.app import create_app
+    from service.keys import PIPELINE
+
+    slow = with_config(config, questions={"step_delay_seconds": 0.3, "concurrency": 1})
+    client = await aiohttp_client(create_app(slow))
+    announced: list[str] = []
+    await conn.add_listener("question_events", lambda *args: announced.append(args[-1]))
+    first = (await (await ask(client, admin.headers, "Is data encrypted at rest?")).json())["id"]
+    # The pipeline is full now (concurrency 1): the next one is stored unleased and announced,
+    # so any process may claim it.
+    second = (await (await ask(client, admin.headers, "Do you back up data?")).json())["id"]
+    rows = {r["id"]: r for r in await conn.fetch(
+        "SELECT id, lease_owner, attempts FROM questions WHERE id = ANY($1)", [first, second])}
+    assert rows[first]["lease_owner"] == client.app[PIPELINE].owner
+    assert rows[first]["attempts"] == 1
+    assert rows[second]["lease_owner"] is None and rows[second]["attempts"] == 0
+    for question_id in (first, second):
+        await wait_complete(client, question_id, admin.headers)
+    await asyncio.sleep(0.1)  # let the last notification arrive
+    assert [a for a in announced if a.endswith(" new")] == [f"{second} new"]
+    assert f"{first} complete" in announced and f"{second} complete" in announced
+    assert await conn.fetchval(
+        "SELECT max(attempts) FROM questions WHERE id = ANY($1)", [first, second]) == 1
+    assert await balance_and_ledger(conn, admin.account_id) == (8, 8)
+
+
+async def test_handoff__a_stopping_pipeline_takes_no_new_questions(aiohttp_client, config, conn, admin):
+    from service.app import create_app
+    from service.keys import PIPELINE
+
+    client = await aiohttp_client(create_app(config))
+    pipeline = client.app[PIPELINE]
+    pipeline.stopping = True  # as on SIGTERM: the question must be left to other processes
+    question_id = (await (await ask(client, admin.headers, "Anything?")).json())["id"]
+    row = await conn.fetchrow("SELECT lease_owner, state::text FROM questions WHERE id = $1", question_id)
+    assert tuple(row) == (None, "new")
+    assert question_id not in pipeline.active

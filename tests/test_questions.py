@@ -184,8 +184,11 @@ async def test_idempotency__keys_are_per_member(client, conn, admin, make_member
 
 
 async def read_events(response) -> list[tuple[str, dict]]:
+    return await read_events_text((await response.read()).decode())
+
+
+async def read_events_text(text: str) -> list[tuple[str, dict]]:
     events = []
-    text = (await response.read()).decode()
     for block in text.split("\n\n"):
         lines = [line for line in block.splitlines() if not line.startswith(":")]
         if not lines:
@@ -219,3 +222,117 @@ async def test_events__after_completion_sends_the_current_state_and_closes(clien
     response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
     events = await read_events(response)
     assert events == [("complete", done)]
+
+
+def event_ids(text: str) -> list[tuple[str, str]]:
+    """(id, event) of every event in an SSE body."""
+    out = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
+        if fields:
+            out.append((fields["id"], fields["event"]))
+    return out
+
+
+ALL_EVENTS = [("1", "new"), ("2", "ready_to_answer"), ("3", "references_fetched"),
+              ("4", "answered"), ("5", "confidence_calculated"), ("6", "complete")]
+
+
+async def test_events__last_event_id_resumes_after_that_event(client, conn, admin):
+    await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
+    body = await (await ask(client, admin.headers, MFA_Q)).json()
+    done = await wait_complete(client, body["id"], admin.headers)
+    path = f"/api/v1/questions/{body['id']}/events"
+    for seen in ("3", "references_fetched", " 3 "):
+        response = await client.get(path, headers={**admin.headers, "Last-Event-ID": seen})
+        assert response.status == 200
+        text = (await response.read()).decode()
+        assert event_ids(text) == ALL_EVENTS[3:]
+        events = await read_events_text(text)
+        assert events[0][1] == {"id": body["id"], "state": "answered"}  # passed while away
+        assert events[-1] == ("complete", done)
+    # unknown ids are ignored: the stream starts from the current state
+    for junk in ("0", "7", "abc", ""):
+        response = await client.get(path, headers={**admin.headers, "Last-Event-ID": junk})
+        assert event_ids((await response.read()).decode()) == [("6", "complete")], junk
+
+
+async def test_events__last_event_id_of_complete_is_204(client, admin):
+    body = await (await ask(client, admin.headers, "Anything?")).json()
+    await wait_complete(client, body["id"], admin.headers)
+    for seen in ("6", "complete"):
+        response = await client.get(
+            f"/api/v1/questions/{body['id']}/events", headers={**admin.headers, "Last-Event-ID": seen}
+        )
+        assert response.status == 204
+        assert await response.read() == b""
+    other = await client.get(  # still 404 for an unknown question
+        "/api/v1/questions/q_nope/events", headers={**admin.headers, "Last-Event-ID": "6"}
+    )
+    assert other.status == 404
+
+
+async def test_events__reconnecting_mid_pipeline_misses_nothing_and_repeats_nothing(
+    aiohttp_client, config, conn, admin
+):
+    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.1))
+    client = await aiohttp_client(create_app(slow))
+    await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
+    body = await (await ask(client, admin.headers, MFA_Q)).json()
+    path = f"/api/v1/questions/{body['id']}/events"
+    first = await client.get(path, headers=admin.headers)
+    seen = event_ids((await first.content.readuntil(b"\n\n")).decode())
+    first.close()  # the connection drops after the first event
+    assert seen == [("1", "new")]
+    await asyncio.sleep(0.25)  # a state or two pass meanwhile
+    again = await client.get(path, headers={**admin.headers, "Last-Event-ID": seen[-1][0]})
+    rest = event_ids((await again.read()).decode())
+    assert seen + rest == ALL_EVENTS
+
+
+async def test_events__a_stream_in_another_process_follows_the_question(
+    aiohttp_client, config, conn, admin
+):
+    # Two apps on one database: the asking one answers (the question is handed to its pipeline);
+    # the other one's stream learns of each state from the database's announcements.
+    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.05))
+    asking = await aiohttp_client(create_app(slow))
+    watching = await aiohttp_client(create_app(slow))
+    await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
+    body = await (await ask(asking, admin.headers, MFA_Q)).json()
+    response = await watching.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    text = (await response.read()).decode()
+    assert event_ids(text) == ALL_EVENTS
+    events = await read_events_text(text)
+    assert events[-1][1]["answer"] == MFA_A
+    assert events[-1][1] == await (await watching.get(
+        f"/api/v1/questions/{body['id']}", headers=admin.headers)).json()
+    owner = await conn.fetchval("SELECT lease_owner FROM questions WHERE id = $1", body["id"])
+    assert owner is None  # released on completion
+
+
+async def test_events__a_question_its_pipeline_lets_go_of_is_read_again(
+    aiohttp_client, config, conn, admin
+):
+    # The stream's process answers the question, so the stream trusts its pipeline over the
+    # database's announcements; when that pipeline loses the question (here: someone else moves
+    # it on), the stream must look in the database at once, not at its next periodic re-read.
+    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.3))
+    client = await aiohttp_client(create_app(slow))
+    body = await (await ask(client, admin.headers, "Anything?")).json()
+    response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    first = event_ids((await response.content.readuntil(b"\n\n")).decode())
+    assert first == [("1", "new")]
+    async with asyncio.timeout(5):
+        while await conn.fetchval(  # noqa: ASYNC110 (polls the database)
+            "SELECT state::text FROM questions WHERE id = $1", body["id"]
+        ) == "new":
+            await asyncio.sleep(0.01)
+    await conn.execute(
+        "UPDATE questions SET state = 'complete', answer = 'by hand', lease_owner = 'elsewhere',"
+        " updated_at = now() WHERE id = $1", body["id"],
+    )
+    async with asyncio.timeout(4):  # periodic re-reads come only every 5 polls (10 s)
+        text = (await response.read()).decode()
+    events = await read_events_text(text)
+    assert events[-1][0] == "complete" and events[-1][1]["answer"] == "by hand"

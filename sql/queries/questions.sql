@@ -2,8 +2,10 @@
 -- Charge $10 credits and store a new question in state `new`, with its ledger entry: one statement,
 -- so the account row (the lock that orders concurrent asks of an account) is held for one round
 -- trip, not one per statement. The debit matches only an active account with enough credits; no
--- row back means nothing was written (`account_standing` then says why). Returns the question
--- with its asker, as get_question does.
+-- row back means nothing was written (`account_standing` then says why). $13, when set, is the
+-- asking process's pipeline: the question is born leased to it for $14 seconds (no claim needed,
+-- no announcement: see 0014_question_handoff.sql). Returns the question with its asker, as
+-- get_question does.
 WITH debit AS (
     UPDATE accounts
        SET credits = credits - $10::integer,
@@ -13,9 +15,11 @@ WITH debit AS (
 ), question AS (
     INSERT INTO questions (id, account_id, user_id, member_id, rfp_id, rfp_item_id, question,
                            custom_prompt, answer_detail_level, charged_credits, idempotency_key,
-                           request_hash)
+                           request_hash, lease_owner, lease_expires_at, attempts)
     SELECT $1::text, d.id, $3::bigint, $4::text, $5::text, $6::text, $7::text, $8::text,
-           $9::smallint, $10::integer, $11::text, $12::bytea
+           $9::smallint, $10::integer, $11::text, $12::bytea, $13::text,
+           CASE WHEN $13::text IS NOT NULL THEN now() + make_interval(secs => $14::float8) END,
+           CASE WHEN $13::text IS NOT NULL THEN 1 ELSE 0 END
       FROM debit d
     RETURNING *
 ), ledger AS (
@@ -81,8 +85,9 @@ UPDATE questions SET lease_owner = NULL, lease_expires_at = now() + make_interva
 -- advance_question --
 -- A guarded transition: store the output of a step (or of a run of quick steps) and the state
 -- after it, only if the question is still in the expected state and leased to us. No row back
--- means another worker moved it.
-UPDATE questions
+-- means another worker moved it. Returns the question as get_question reads it (this process's
+-- event streams take it from here instead of reading it again).
+UPDATE questions q
    SET state = $4::question_state,
        context = $5,
        "references" = $6::jsonb,
@@ -96,12 +101,14 @@ UPDATE questions
        requires_attention = $14,
        attention_points = $15,
        answer = $16,
-       lease_owner = CASE WHEN $4::question_state = 'complete' THEN NULL ELSE lease_owner END,
+       lease_owner = CASE WHEN $4::question_state = 'complete' THEN NULL ELSE q.lease_owner END,
        lease_expires_at = CASE WHEN $4::question_state = 'complete' THEN NULL
                                ELSE now() + make_interval(secs => $17) END,
        updated_at = now()
- WHERE id = $1 AND state = $2::question_state AND lease_owner = $3
-RETURNING id;
+  FROM users u
+ WHERE q.id = $1 AND q.state = $2::question_state AND q.lease_owner = $3 AND u.id = q.user_id
+RETURNING q.*, q.state::text AS state, u.email AS user_email,
+          display_name(u.first_name, u.last_name, u.email) AS user_name;
 
 -- rfp_context --
 -- The background an RFP gives the engine.
