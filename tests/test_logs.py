@@ -77,6 +77,41 @@ def test_setup__lines_are_written_by_the_writer_thread_with_extra_fields_and_tra
     assert second["message"] == "failed" and "ValueError: boom" in second["exc_info"]
 
 
+async def test_access_log__with_setup_goes_straight_to_the_writer_as_the_same_json_line(
+    config, admin, aiohttp_client, monkeypatch
+):
+    """After `setup`, the access line skips Logger.info for the root's DeferredHandler; the line
+    is the one the logging path writes (same keys, same message)."""
+    import sys
+
+    from service import logs
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    logs.setup(LoggingConfig(json=True))
+    (deferred,) = root.handlers
+    server = TestServer(create_app(config))
+    await server.start_server(access_log_class=AccessLogger)  # aiohttp.access, as in serve
+    client = await aiohttp_client(server)
+    response = await client.get(
+        "/api/v1/rfps/search?query=x", headers={**admin.headers, "X-Request-Id": "req-7"}
+    )
+    assert response.status == 200
+    assert [p.access_logger.direct for p in server.runner.server._connections] == [deferred]
+    await client.close()
+    deferred.close()
+
+    (line,) = (json.loads(text) for text in stream.getvalue().splitlines())
+    assert line["logger"] == "aiohttp.access" and line["level"] == "INFO"
+    assert line["request_id"] == "req-7" and line["member_id"] == admin.member_id
+    assert line["route"] == "search_rfps" and line["status"] == 200
+    assert line["message"].startswith("GET /api/v1/rfps/search?query=x 200 ")
+    assert line["message"].endswith(f"request_id=req-7 member={admin.member_id}")
+
+
 def test_deferred_handler__writes_within_its_interval_without_closing():
     from service.logs import DeferredHandler
 
