@@ -4,9 +4,11 @@ import asyncio
 import io
 import json
 import logging
+import sys
 
 from aiohttp.test_utils import TestServer
 
+from service import logs
 from service.app import create_app
 from service.config import LoggingConfig
 from service.logs import AccessLogger, formatter
@@ -47,13 +49,9 @@ async def test_access_log__json_line_has_request_member_route_status_duration(
     assert second["request_id"] and second["request_id"] != "req-42"
 
 
-def test_setup__lines_are_written_by_the_writer_thread_with_extra_fields_and_traceback(monkeypatch):
-    """Lines wait for a writer thread; the JSON line still carries the extra fields and the
-    traceback, and closing (at exit) writes whatever is still pending."""
-    import sys
-
-    from service import logs
-
+def set_up_json_logging(monkeypatch) -> tuple[io.StringIO, logs.DeferredHandler]:
+    """`logs.setup` with JSON lines into a string instead of stderr; root's handlers and level
+    are restored after the test."""
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
     root = logging.getLogger()
@@ -61,6 +59,13 @@ def test_setup__lines_are_written_by_the_writer_thread_with_extra_fields_and_tra
     monkeypatch.setattr(root, "level", root.level)
     logs.setup(LoggingConfig(json=True))
     (deferred,) = root.handlers
+    return stream, deferred
+
+
+def test_setup__lines_are_written_by_the_writer_thread_with_extra_fields_and_traceback(monkeypatch):
+    """Lines wait for a writer thread; the JSON line still carries the extra fields and the
+    traceback, and closing (at exit) writes whatever is still pending."""
+    stream, deferred = set_up_json_logging(monkeypatch)
     assert isinstance(deferred, logs.DeferredHandler)
     log = logging.getLogger("test.queued")
     args = ["mutable"]
@@ -82,17 +87,7 @@ async def test_access_log__with_setup_goes_straight_to_the_writer_as_the_same_js
 ):
     """After `setup`, the access line skips Logger.info for the root's DeferredHandler; the line
     is the one the logging path writes (same keys, same message)."""
-    import sys
-
-    from service import logs
-
-    stream = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", stream)
-    root = logging.getLogger()
-    monkeypatch.setattr(root, "handlers", list(root.handlers))
-    monkeypatch.setattr(root, "level", root.level)
-    logs.setup(LoggingConfig(json=True))
-    (deferred,) = root.handlers
+    stream, deferred = set_up_json_logging(monkeypatch)
     server = TestServer(create_app(config))
     await server.start_server(access_log_class=AccessLogger)  # aiohttp.access, as in serve
     client = await aiohttp_client(server)
