@@ -10,6 +10,7 @@ import re
 import secrets
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
@@ -59,6 +60,10 @@ class JsonLineFormatter(logging.Formatter):
             line["exc_info"] = record.exc_text
         if record.stack_info:
             line["stack_info"] = self.formatStack(record.stack_info)
+        return self.dumps(line)
+
+    @staticmethod
+    def dumps(line: dict) -> str:
         try:
             return orjson.dumps(line, default=str).decode()
         except TypeError:  # what orjson refuses outright (an int beyond 64 bits), json takes
@@ -101,6 +106,10 @@ class DeferredHandler(logging.Handler):
             return
         if record.levelno >= logging.WARNING:
             self._wake.set()
+
+    def write(self, line: str) -> None:
+        """A line formatted by the caller, written with the next batch."""
+        self._pending.append(line)
 
     def _write_loop(self) -> None:
         while not self._stopping:
@@ -166,6 +175,18 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
 
 
 _ACCESS_LINE = "%s %s %s %.1fms request_id=%s member=%s"
+_second_formatted: tuple[int, str] = (0, "")
+
+
+def _timestamp() -> str:
+    """Now, as logging.Formatter.formatTime writes it (local time, milliseconds after a comma);
+    the part up to the second is formatted once per second."""
+    global _second_formatted
+    now = time.time()
+    second = int(now)
+    if _second_formatted[0] != second:
+        _second_formatted = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second)))
+    return f"{_second_formatted[1]},{int((now - second) * 1000):03d}"
 
 
 class AccessLogger(AbstractAccessLogger):
@@ -196,29 +217,33 @@ class AccessLogger(AbstractAccessLogger):
         from .auth import PRINCIPAL  # auth imports nothing from here; this avoids a cycle
 
         who = request.get(PRINCIPAL)
+        # The path as the client sent it (raw_path: no URL object is built just for the log).
+        path_qs = redact_url(request.raw_path)
+        request_id = request.get(REQUEST_ID)
+        member_id = getattr(who, "member_id", None)
         extra = {
-            "request_id": request.get(REQUEST_ID),
+            "request_id": request_id,
             "method": request.method,
-            "path": redact_url(request.path),
+            "path": path_qs.partition("?")[0],
             "route": getattr(route, "name", None),
             "status": response.status,
             "duration_ms": round(time * 1000, 2),
-            "member_id": getattr(who, "member_id", None),
+            "member_id": member_id,
             "remote": request.remote,
             "pid": self.pid,  # which worker answered, with `serve --workers N`
         }
-        args = (
-            request.method,
-            redact_url(request.path_qs),
-            response.status,
-            time * 1000,
-            extra["request_id"],
-            extra["member_id"] or "-",
-        )
+        args = (request.method, path_qs, response.status, time * 1000, request_id, member_id or "-")
         if self.direct is None:
             self.logger.info(_ACCESS_LINE, *args, extra=extra)
-            return
-        # The record Logger.info would make (makeRecord: extra becomes attributes).
-        record = logging.LogRecord(self.logger.name, logging.INFO, "", 0, _ACCESS_LINE, args, None)
-        record.__dict__.update(extra)
-        self.direct.emit(record)
+        elif isinstance(self.direct.formatter, JsonLineFormatter):
+            # The line JsonLineFormatter would write for Logger.info's record, without the record.
+            line = {"time": _timestamp(), "level": "INFO", "logger": self.logger.name,
+                    "message": _ACCESS_LINE % args, **extra}
+            self.direct.write(JsonLineFormatter.dumps(line))
+        else:
+            # The record Logger.info would make (makeRecord: extra becomes attributes).
+            record = logging.LogRecord(
+                self.logger.name, logging.INFO, "", 0, _ACCESS_LINE, args, None
+            )
+            record.__dict__.update(extra)
+            self.direct.emit(record)

@@ -4,6 +4,7 @@ import asyncio
 import io
 import json
 import logging
+import re
 import sys
 
 from aiohttp.test_utils import TestServer
@@ -101,6 +102,12 @@ async def test_access_log__with_setup_goes_straight_to_the_writer_as_the_same_js
 
     (line,) = (json.loads(text) for text in stream.getvalue().splitlines())
     assert line["logger"] == "aiohttp.access" and line["level"] == "INFO"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", line["time"])  # as formatTime
+    assert set(line) == {
+        "time", "level", "logger", "message", "request_id", "method", "path", "route", "status",
+        "duration_ms", "member_id", "remote", "pid",
+    }
+    assert line["path"] == "/api/v1/rfps/search" and line["method"] == "GET"
     assert line["request_id"] == "req-7" and line["member_id"] == admin.member_id
     assert line["route"] == "search_rfps" and line["status"] == 200
     assert line["message"].startswith("GET /api/v1/rfps/search?query=x 200 ")
