@@ -31,6 +31,8 @@ _BASE62 = string.digits + string.ascii_letters
 _BASE62_CHARS = frozenset(_BASE62)
 _RANDOM_LEN = 30
 _CHECKSUM_LEN = 6
+_ID_SPACE = 62**22  # uniform over every 22-character base62 string
+_TOKEN_SPACE = 62**_RANDOM_LEN
 
 
 def base62(number: int, width: int) -> str:
@@ -43,7 +45,7 @@ def base62(number: int, width: int) -> str:
 
 def new_id(prefix: str) -> str:
     """A prefixed, unguessable, URL-safe id: `rfp_` + 22 base62 characters (~131 bits)."""
-    return f"{prefix}_" + "".join(secrets.choice(_BASE62) for _ in range(22))
+    return f"{prefix}_" + base62(secrets.randbelow(_ID_SPACE), 22)  # one draw, not 22
 
 
 def _checksum(body: str) -> str:
@@ -51,7 +53,7 @@ def _checksum(body: str) -> str:
 
 
 def new_token() -> str:
-    body = "".join(secrets.choice(_BASE62) for _ in range(_RANDOM_LEN))
+    body = base62(secrets.randbelow(_TOKEN_SPACE), _RANDOM_LEN)
     return TOKEN_PREFIX + body + _checksum(body)
 
 

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from service.auth import TOKEN_PREFIX, hash_token, new_token, token_well_formed
+from service.auth import TOKEN_PREFIX, hash_token, new_id, new_token, token_well_formed
 
 SEARCH = "/api/v1/rfps/search?query=x"
 # GET /rfps/{id} reads the principal and the RFP in one statement (auth.sql principal_and_rfp),
@@ -141,3 +143,11 @@ async def test_auth__every_api_route_needs_a_token(client):
     for method, path in calls:
         response = await client.request(method, path, json={"rfp": {"title": "x"}})
         assert response.status == 401, (method, path)
+
+
+def test_new_id__22_base62_characters_every_position_random():
+    ids = [new_id("rfp") for _ in range(300)]
+    assert all(re.fullmatch(r"rfp_[0-9A-Za-z]{22}", i) for i in ids)
+    assert len(set(ids)) == 300
+    for position in (4, 14, 25):  # first, middle and last character all vary
+        assert len({i[position] for i in ids}) > 30
