@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TextIO
+from urllib.parse import unquote
 
 import orjson
 from aiohttp import web
@@ -29,6 +30,14 @@ _URL_SECRET = re.compile(r"(/invitations/|[?&]token=)[^/?&]+")
 
 
 def redact_url(path_qs: str) -> str:
+    """A request's path and query as the log shows them, link secrets redacted. Escapes are
+    decoded first, since routing decodes them (`/invitation%73/SECRET` reaches the invitation
+    route); control characters that decoding can produce are shown escaped, so a line stays one
+    line."""
+    if "%" in path_qs:
+        path_qs = unquote(path_qs)
+        if not path_qs.isprintable():
+            path_qs = path_qs.encode("unicode_escape").decode("ascii")
     if "/invitations/" not in path_qs and "token=" not in path_qs:  # most requests: no regex
         return path_qs
     return _URL_SECRET.sub(r"\1[redacted]", path_qs)
@@ -84,13 +93,20 @@ class DeferredHandler(logging.Handler):
     request) and makes one write per batch instead of per line. Formatting stays on the caller:
     measured, moving it to the thread saved CPU but cost throughput (the thread then holds the
     GIL for long stretches that the event loop waits out). Closing (logging.shutdown does at
-    exit) writes what is left."""
+    exit) writes what is left.
 
-    def __init__(self, stream: TextIO, interval: float = 0.05) -> None:
+    While stderr is stalled, at most `max_pending` lines wait; newer ones are dropped and counted,
+    and the next write says how many (memory stays bounded however long the stall)."""
+
+    def __init__(
+        self, stream: TextIO, interval: float = 0.05, max_pending: int = 100_000
+    ) -> None:
         super().__init__()
         self.stream = stream
         self.interval = interval
+        self.max_pending = max_pending
         self._pending: collections.deque[str] = collections.deque()
+        self._dropped = 0
         self._wake = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._write_loop, name="log-writer", daemon=True)
@@ -100,7 +116,7 @@ class DeferredHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._pending.append(self.format(record))
+            self.write(self.format(record))
         except Exception:
             self.handleError(record)
             return
@@ -109,6 +125,9 @@ class DeferredHandler(logging.Handler):
 
     def write(self, line: str) -> None:
         """A line formatted by the caller, written with the next batch."""
+        if len(self._pending) >= self.max_pending:
+            self._dropped += 1
+            return
         self._pending.append(line)
 
     def _write_loop(self) -> None:
@@ -121,6 +140,12 @@ class DeferredHandler(logging.Handler):
         lines = []
         while self._pending:
             lines.append(self._pending.popleft())
+        if self._dropped:
+            dropped, self._dropped = self._dropped, 0  # a lost increment only miscounts by one
+            lines.append(self.format(logging.makeLogRecord({
+                "name": __name__, "levelno": logging.WARNING, "levelname": "WARNING",
+                "msg": "%d log lines dropped: stderr did not keep up", "args": (dropped,),
+            })))
         if lines:
             try:
                 self.stream.write("\n".join(lines) + "\n")
@@ -217,7 +242,7 @@ class AccessLogger(AbstractAccessLogger):
         from .auth import PRINCIPAL  # auth imports nothing from here; this avoids a cycle
 
         who = request.get(PRINCIPAL)
-        # The path as the client sent it (raw_path: no URL object is built just for the log).
+        # raw_path: no URL object is built just for the log.
         path_qs = redact_url(request.raw_path)
         request_id = request.get(REQUEST_ID)
         member_id = getattr(who, "member_id", None)

@@ -7,7 +7,9 @@ import logging
 import re
 import sys
 
+import pytest
 from aiohttp.test_utils import TestServer
+from yarl import URL
 
 from service import logs
 from service.app import create_app
@@ -114,6 +116,43 @@ async def test_access_log__with_setup_goes_straight_to_the_writer_as_the_same_js
     assert line["message"].endswith(f"request_id=req-7 member={admin.member_id}")
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["logging", "direct"])
+async def test_access_log__percent_encoded_secrets_are_redacted_too(
+    config, aiohttp_client, monkeypatch, direct
+):
+    """Routing decodes escapes, so the redaction must see the decoded path (found in review)."""
+    if direct:
+        stream, deferred = set_up_json_logging(monkeypatch)
+        access = logging.getLogger("aiohttp.access")
+    else:
+        stream, deferred = io.StringIO(), None
+        access = logging.getLogger("test.access.redact")
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(formatter(LoggingConfig(json=True)))
+        monkeypatch.setattr(access, "handlers", [handler])
+        monkeypatch.setattr(access, "propagate", False)
+        access.setLevel(logging.INFO)
+    server = TestServer(create_app(config))
+    await server.start_server(access_log_class=AccessLogger, access_log=access)
+    client = await aiohttp_client(server)
+    for url in (
+        "/api/v1/invitation%73/SECRETINVITE",  # routed to get_invitation
+        "/api/v1/users/confirmation?%74oken=SECRETCONFIRM",
+        "/api/v1/invitations/SECRETPLAIN",
+    ):
+        await client.get(URL(url, encoded=True))
+    await client.close()
+    if deferred is not None:
+        deferred.close()
+    for _ in range(100):
+        if len(stream.getvalue().splitlines()) >= 3:
+            break
+        await asyncio.sleep(0.01)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert len(lines) == 3 and "SECRET" not in stream.getvalue()
+    assert [line["route"] for line in lines] == ["get_invitation", "confirm_email_link", "get_invitation"]
+
+
 def test_deferred_handler__writes_within_its_interval_without_closing():
     from service.logs import DeferredHandler
 
@@ -137,6 +176,20 @@ def test_deferred_handler__writes_within_its_interval_without_closing():
     finally:
         log.removeHandler(deferred)
         deferred.close()
+
+
+def test_deferred_handler__bounded_while_stderr_stalls_and_says_how_many_were_dropped():
+    """Found in review: a stalled stderr grew the pending lines without limit."""
+    stream = io.StringIO()
+    deferred = logs.DeferredHandler(stream, max_pending=3)  # not started: the writer is stalled
+    deferred.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    for n in range(10):
+        deferred.write(f"line {n}")
+    assert len(deferred._pending) == 3
+    deferred.close()  # writes what waits
+    assert stream.getvalue().splitlines() == [
+        "line 0", "line 1", "line 2", "WARNING 7 log lines dropped: stderr did not keep up",
+    ]
 
 
 def test_json_line_formatter__standard_keys_extras_and_no_record_internals():

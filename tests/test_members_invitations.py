@@ -139,3 +139,9 @@ def test_access_log__redacts_link_tokens():
         "/api/v1/users/confirmation?token=[redacted]&x=1"
     )
     assert redact_url("/api/v1/rfps/rfp_1") == "/api/v1/rfps/rfp_1"
+    # escapes are decoded as routing decodes them; decoded control characters stay escaped
+    assert redact_url("/api/v1/invitation%73/abc") == "/api/v1/invitations/[redacted]"
+    assert redact_url("/api/v1/users/confirmation?%74oken=abc") == (
+        "/api/v1/users/confirmation?token=[redacted]"
+    )
+    assert redact_url("/api/v1/rfps/a%0Ab") == "/api/v1/rfps/a\\nb"
