@@ -54,15 +54,10 @@ class JsonLineFormatter(logging.Formatter):
     request's CPU: BENCHMARKS.md, HTTP.)"""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {
-            "time": self.formatTime(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in _RECORD_ATTRIBUTES:
-                line[key] = value
+        extra = {k: v for k, v in record.__dict__.items() if k not in _RECORD_ATTRIBUTES}
+        line = self.line(
+            self.formatTime(record), record.levelname, record.name, record.getMessage(), extra
+        )
         if record.exc_info:
             line["exc_info"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -70,6 +65,12 @@ class JsonLineFormatter(logging.Formatter):
         if record.stack_info:
             line["stack_info"] = self.formatStack(record.stack_info)
         return self.dumps(line)
+
+    @staticmethod
+    def line(time: str, level: str, logger: str, message: str, extra: dict) -> dict:
+        """One line's object: the standard keys, then the `extra` fields (also for the access
+        line, which is built without a record)."""
+        return {"time": time, "level": level, "logger": logger, "message": message, **extra}
 
     @staticmethod
     def dumps(line: dict) -> str:
@@ -232,7 +233,9 @@ class AccessLogger(AbstractAccessLogger):
             else None
         )
 
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+    def log(
+        self, request: web.BaseRequest, response: web.StreamResponse, duration: float
+    ) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
             return
         try:
@@ -252,18 +255,21 @@ class AccessLogger(AbstractAccessLogger):
             "path": path_qs.partition("?")[0],
             "route": getattr(route, "name", None),
             "status": response.status,
-            "duration_ms": round(time * 1000, 2),
+            "duration_ms": round(duration * 1000, 2),
             "member_id": member_id,
             "remote": request.remote,
             "pid": self.pid,  # which worker answered, with `serve --workers N`
         }
-        args = (request.method, path_qs, response.status, time * 1000, request_id, member_id or "-")
+        args = (
+            request.method, path_qs, response.status, duration * 1000, request_id, member_id or "-"
+        )
         if self.direct is None:
             self.logger.info(_ACCESS_LINE, *args, extra=extra)
         elif isinstance(self.direct.formatter, JsonLineFormatter):
             # The line JsonLineFormatter would write for Logger.info's record, without the record.
-            line = {"time": _timestamp(), "level": "INFO", "logger": self.logger.name,
-                    "message": _ACCESS_LINE % args, **extra}
+            line = JsonLineFormatter.line(
+                _timestamp(), "INFO", self.logger.name, _ACCESS_LINE % args, extra
+            )
             self.direct.write(JsonLineFormatter.dumps(line))
         else:
             # The record Logger.info would make (makeRecord: extra becomes attributes).
