@@ -118,9 +118,12 @@ converter.register_structure_hook(NonBlank, _non_blank)
 converter.register_structure_hook(Framework, _framework)
 converter.register_structure_hook(HttpUrl, _http_url)
 converter.register_structure_hook(IsoDate, _iso_date)
-converter.register_unstructure_hook(
-    datetime, lambda dt: dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
-)
+def timestamp(value: datetime) -> str:
+    """A point in time as the API writes it: ISO 8601 in UTC, with `Z`."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+converter.register_unstructure_hook(datetime, timestamp)
 converter.register_unstructure_hook(date, lambda d: d.isoformat())
 
 

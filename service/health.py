@@ -9,11 +9,12 @@ from aiohttp import web
 from . import db
 from .auth import public
 from .errors import ServiceUnavailable
+from .responses import json_response
 
 
 @public
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 @public
@@ -24,4 +25,4 @@ async def readyz(request: web.Request) -> web.Response:
                 await conn.fetchval("SELECT 1")
     except Exception as exc:  # any failure to reach the database means not ready
         raise ServiceUnavailable(f"database unreachable: {type(exc).__name__}") from None
-    return web.json_response({"status": "ready", "database": "ok"})
+    return json_response({"status": "ready", "database": "ok"})

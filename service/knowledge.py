@@ -21,6 +21,7 @@ from .convert import NonBlank, at_most, converter, read_object, structure, unstr
 from .embeddings import entries_written
 from .errors import InvalidMultipart, NotFound, UnsupportedMediaType, ValidationFailed
 from .models import Page
+from .responses import json_response
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +306,7 @@ async def _read_csv_body(request: web.Request) -> str:
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
-    return web.json_response(unstructure(item), status=status)
+    return json_response(unstructure(item), status=status)
 
 
 @requires("write", roles=("admin", "member"))
@@ -327,7 +328,7 @@ async def list_items(request: web.Request) -> web.Response:
     async with db.connection(request) as conn:
         total = await conn.fetchval(db.query("count_knowledge_items"), account_id)
         rows = await conn.fetch(db.query("list_knowledge_items"), account_id, page.size, page.offset)
-    return web.json_response(
+    return json_response(
         {
             "knowledge_base_items": [unstructure(KnowledgeItem.from_row(row)) for row in rows],
             "pagination": page.pagination(total, len(rows)),
@@ -365,4 +366,4 @@ async def import_items(request: web.Request) -> web.Response:
     async with db.connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, text)
     entries_written(request.app)
-    return web.json_response(unstructure(report))
+    return json_response(unstructure(report))

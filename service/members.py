@@ -43,6 +43,7 @@ from .mail import MailSender
 from .models import Page
 from .passwords import MAX_LENGTH, MIN_LENGTH, Passwords
 from .ratelimit import take
+from .responses import json_response
 
 # -- input types: each rule reports its own `details` entry -------------------------------------
 
@@ -243,7 +244,7 @@ def _base_url(request: web.Request) -> str:
 
 
 def _created(payload: Any) -> web.Response:
-    return web.json_response(unstructure(payload), status=201)
+    return json_response(unstructure(payload), status=201)
 
 
 def confirmation_mail(base_url: str, account_name: str, token: str, ttl_hours: float) -> tuple[str, str]:
@@ -361,7 +362,7 @@ def _confirmed(row: asyncpg.Record) -> dict[str, Any]:
 async def post_confirmation(request: web.Request) -> web.Response:
     body = await read_json(request)
     data = structure(body, ConfirmationInput)
-    return web.json_response(_confirmed(await confirm_email(request.app[POOL], data.token)))
+    return json_response(_confirmed(await confirm_email(request.app[POOL], data.token)))
 
 
 @public
@@ -500,7 +501,7 @@ async def get_invitation(request: web.Request) -> web.Response:
         raise NotFound("this invitation link is unknown")
     data = unstructure(Invitation.from_row(row))
     data["account_name"] = row["account_name"]
-    return web.json_response(data)
+    return json_response(data)
 
 
 @public
@@ -557,7 +558,7 @@ async def list_members(request: web.Request) -> web.Response:
     async with db.connection(request) as conn:
         total = await conn.fetchval(db.query("count_members"), account_id)
         rows = await conn.fetch(db.query("list_members"), account_id, page.size, page.offset)
-    return web.json_response(
+    return json_response(
         {
             "members": [unstructure(Member.from_row(row)) for row in rows],
             "pagination": page.pagination(total, len(rows)),

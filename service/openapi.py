@@ -13,6 +13,7 @@ from aiohttp import web
 
 from .auth import public
 from .errors import NotFound
+from .responses import json_response
 
 SWAGGER_UI_DIR = Path(__file__).resolve().parent / "static" / "swagger-ui"
 _ASSETS = {"swagger-ui-bundle.js": "application/javascript", "swagger-ui.css": "text/css"}
@@ -615,7 +616,7 @@ def document() -> dict[str, Any]:
 
 @public
 async def get_openapi(request: web.Request) -> web.Response:
-    return web.json_response(document())
+    return json_response(document())
 
 
 _DOCS_HTML = """<!doctype html>

@@ -25,6 +25,7 @@ from .keys import CONFIG, EVENTS, PIPELINE
 from .metrics import METRICS
 from .models import MemberRef
 from .pipeline import STATES, Pipeline
+from .responses import json_response
 
 DETAIL_LEVELS = ("low", "normal", "high")
 MAX_IDEMPOTENCY_KEY = 255
@@ -281,7 +282,7 @@ async def _replay(conn: asyncpg.Connection, member_id: str, key: str, ask: Ask) 
 
 
 def _accepted(row: asyncpg.Record) -> web.Response:
-    response = web.json_response(unstructure(Question.from_row(row)), status=202)
+    response = json_response(unstructure(Question.from_row(row)), status=202)
     response.headers["Location"] = f"/api/v1/questions/{row['id']}"
     return response
 
@@ -349,7 +350,7 @@ async def post_question(request: web.Request) -> web.Response:
 async def get_question(request: web.Request) -> web.Response:
     async with db.connection(request) as conn:
         row = await fetch_question(conn, request.match_info["id"], principal(request).account_id)
-    return web.json_response(unstructure(Question.from_row(row)))
+    return json_response(unstructure(Question.from_row(row)))
 
 
 def position(state: str) -> int:

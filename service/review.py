@@ -21,6 +21,7 @@ from .embeddings import entries_written
 from .errors import ValidationFailed
 from .knowledge import MAX_ANSWER, MAX_QUESTION, KnowledgeItem
 from .questions import fetch_question
+from .responses import json_response
 
 
 @attrs.frozen(kw_only=True)
@@ -69,7 +70,7 @@ async def post_review(request: web.Request) -> web.Response:
             conn, principal(request).account_id, request.match_info["id"], review.answer
         )
     entries_written(request.app)
-    response = web.json_response(unstructure(item), status=201 if created else 200)
+    response = json_response(unstructure(item), status=201 if created else 200)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
     return response
 

@@ -13,7 +13,8 @@ from .auth import Prefetch, Principal, new_id, prefetched, principal, requires
 from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, read_object, structure, unstructure
 from .errors import NotFound, ParameterMissing, ValidationFailed
 from .keys import CONFIG
-from .models import Page, Rfp, RfpItem
+from .models import Page, RfpItem, rfp_json
+from .responses import json_response
 
 MAX_TITLE = 500
 MAX_TEXT = 100_000
@@ -96,8 +97,8 @@ async def create_rfp(conn: asyncpg.Connection, who: Principal, data: RfpCreate) 
 
 
 def _rfp_response(request: web.Request, row: asyncpg.Record, status: int = 200) -> web.Response:
-    rfp = Rfp.from_row(row, request.app[CONFIG].server.web_base_url)
-    return web.json_response(rfp.to_json(with_context=True), status=status)
+    rfp = rfp_json(row, request.app[CONFIG].server.web_base_url, with_context=True)
+    return json_response(rfp, status=status)
 
 
 @requires("read", prefetch=Prefetch("principal_and_rfp", ("id",)))
@@ -130,9 +131,9 @@ async def search_rfps(request: web.Request) -> web.Response:
         )
     # At the cap, total_count says "at least this many" and a header says so (docs: Operations).
     headers = {TOTAL_COUNT_CAPPED_HEADER: "true"} if total >= SEARCH_COUNT_CAP else None
-    return web.json_response(
+    return json_response(
         {
-            "rfps": [Rfp.from_row(row, base_url).to_json(with_context=False) for row in rows],
+            "rfps": [rfp_json(row, base_url, with_context=False) for row in rows],
             "pagination": page.pagination(total, len(rows)),
         },
         headers=headers,
@@ -196,7 +197,7 @@ async def list_rfp_items(request: web.Request) -> web.Response:
         total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
         rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset)
     items = [RfpItem.from_row(row) for row in rows]
-    return web.json_response(
+    return json_response(
         {
             "rfp_items": [unstructure(item) for item in items],
             "pagination": page.pagination(total, len(items)),

@@ -33,8 +33,9 @@ from .errors import (
 )
 from .keys import CONFIG, PIPELINE
 from .metrics import METRICS
-from .models import Rfp, RfpItem
+from .models import RfpItem, rfp_json
 from .questions import DetailLevel, create_question
+from .responses import json_response
 from .rfps import MAX_ITEMS_PER_CREATE, MAX_TEXT, MAX_TITLE, ItemInput, fetch_rfp
 
 _SPOOL_IN_MEMORY = 4 * 1024 * 1024
@@ -153,10 +154,10 @@ async def post_rfp_items(request: web.Request) -> web.Response:
         )
     created = [unstructure(RfpItem.from_row(row)) for row in rows]
     if single:
-        response = web.json_response(created[0], status=201)
+        response = json_response(created[0], status=201)
         response.headers["Location"] = f"/api/v1/rfps/{rfp_id}/rfp_items/{created[0]['id']}"
         return response
-    return web.json_response({"rfp_items": created}, status=201)
+    return json_response({"rfp_items": created}, status=201)
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ async def import_rfp_items(request: web.Request) -> web.Response:
         upload.file.close()
     async with db.connection(request) as conn:
         report = await import_questionnaire(conn, who.account_id, rfp_id, found)
-    return web.json_response({"import": report}, status=201)
+    return json_response({"import": report}, status=201)
 
 
 # -- review ---------------------------------------------------------------------------------
@@ -259,7 +260,7 @@ async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -
 async def get_rfp_item(request: web.Request) -> web.Response:
     async with db.connection(request) as conn:
         row = await _item(conn, request, lock=False)
-    return web.json_response(unstructure(RfpItem.from_row(row)))
+    return json_response(unstructure(RfpItem.from_row(row)))
 
 
 async def review_item(
@@ -301,7 +302,7 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     async with db.connection(request) as conn, conn.transaction():
         current = await _item(conn, request, lock=True)
         row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
-    return web.json_response(unstructure(RfpItem.from_row(row)))
+    return json_response(unstructure(RfpItem.from_row(row)))
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -473,9 +474,9 @@ async def answer_rfp(request: web.Request) -> web.Response:
         if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)
             request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
         row = await fetch_rfp(conn, rfp_id, who.account_id)
-    rfp = Rfp.from_row(row, request.app[CONFIG].server.web_base_url)
-    response = web.json_response(
-        {"rfp": rfp.to_json(with_context=True), "answering": answering}, status=202
+    rfp = rfp_json(row, request.app[CONFIG].server.web_base_url, with_context=True)
+    response = json_response(
+        {"rfp": rfp, "answering": answering}, status=202
     )
     response.headers["Location"] = f"/api/v1/rfps/{rfp_id}"
     return response
