@@ -13,14 +13,11 @@ import asyncpg
 from aiohttp import web
 
 from . import db, embeddings, health, knowledge, members, openapi, questions, review, rfps, workflow
-from .auth import auth_middleware
 from .config import Config
 from .engines import AnswerEngine
-from .errors import error_middleware
 from .keys import CONFIG, EVENTS, INDEXER, PIPELINE, POOL
-from .logs import request_id_middleware
 from .metrics import METRICS, Metrics, get_metrics, metrics_middleware
-from .ratelimit import rate_limit_middleware
+from .middleware import guarded_routes, refuse_unguarded
 
 
 def routes() -> list[web.RouteDef]:
@@ -107,9 +104,9 @@ def create_app(config: Config) -> web.Application:
     """The service's application; `config.database.url` must name a reachable database."""
     if not config.database.url:
         raise ValueError("create_app needs config.database.url (start the embedded server first)")
-    middlewares = [request_id_middleware, error_middleware, auth_middleware, rate_limit_middleware]
-    if config.metrics.enabled:
-        middlewares.insert(1, metrics_middleware)  # outside errors: it sees the rendered status
+    # The request id, errors, auth and rate limits wrap each handler (service/middleware.py); an
+    # aiohttp middleware only when metrics are on: it sees the rendered status.
+    middlewares = [metrics_middleware] if config.metrics.enabled else []
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
     # Always present, so code may count unconditionally; exposed only when enabled.
@@ -118,9 +115,9 @@ def create_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(members.passwords_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
-    app.add_routes(routes())
-    if config.metrics.enabled:
-        app.router.add_get("/metrics", get_metrics, name="metrics", allow_head=False)
+    extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
+    app.add_routes(guarded_routes(routes() + (extra if config.metrics.enabled else []), config))
+    app.on_startup.append(refuse_unguarded)
     return app
 
 

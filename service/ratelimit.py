@@ -14,7 +14,6 @@ from . import db
 from .auth import PRINCIPAL, RATE_LIMIT_TAKEN
 from .config import RateLimit
 from .errors import ApiError, RateLimited
-from .keys import CONFIG
 from .metrics import METRICS
 
 
@@ -65,12 +64,11 @@ def decision(row: Mapping[str, Any], limit: RateLimit) -> Decision:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def guarded(request: web.Request, handler: Handler, limit: RateLimit) -> web.StreamResponse:
+    """`handler` behind the route's token bucket: 429 when it is empty, RateLimit-* headers on
+    every response. Runs after authentication (service/middleware.py), which usually took the
+    bucket already in the token lookup's statement."""
     route_name = request.match_info.route.name
-    limit = request.app[CONFIG].rate_limits.get(route_name) if route_name else None
-    if limit is None:
-        return await handler(request)
     taken = request.get(RATE_LIMIT_TAKEN)
     if taken is not None and taken["allowed"] is not None:  # taken together with the token lookup
         decided = decision(taken, limit)

@@ -7,6 +7,7 @@ from aiohttp import web
 
 from service.app import create_app
 from service.auth import public, requires
+from service.middleware import guard
 
 
 async def test_unknown_route__404_not_found_error_object(client, admin):
@@ -79,8 +80,9 @@ async def explode_authenticated(request: web.Request) -> web.Response:
 @pytest.fixture
 async def failing_client(aiohttp_client, config):
     app = create_app(config)
-    app.router.add_get("/boom", explode)
-    app.router.add_get("/api/v1/boom", explode_authenticated)
+    # Routes added after the catch-all still match first: aiohttp tries the longest path first.
+    app.router.add_get("/boom", guard(explode, None, config))
+    app.router.add_get("/api/v1/boom", guard(explode_authenticated, None, config))
     return await aiohttp_client(app)
 
 
@@ -105,17 +107,23 @@ async def test_unexpected_failure__500_internal_error_without_stack_trace(
     assert record.exc_info is not None and record.exc_info[0] is Boom
 
 
-async def test_route_without_access_policy__refuses_to_serve(aiohttp_client, config, caplog):
+def test_route_without_access_policy__refuses_to_start(config):
+    async def unpoliced(request: web.Request) -> web.Response:
+        return web.json_response({"leaked": True})
+
+    with pytest.raises(RuntimeError, match="no access policy"):
+        guard(unpoliced, "unpoliced", config)
+
+
+async def test_route_added_without_the_front_door__refuses_to_start(aiohttp_client, config):
+    @public
     async def unguarded(request: web.Request) -> web.Response:
         return web.json_response({"leaked": True})
 
     app = create_app(config)
     app.router.add_get("/unguarded", unguarded)
-    client = await aiohttp_client(app)
-    with caplog.at_level(logging.ERROR, logger="service.errors"):
-        response = await client.get("/unguarded")
-    assert response.status == 500
-    assert "leaked" not in await response.text()
+    with pytest.raises(RuntimeError, match=r"without service\.middleware\.guard"):
+        await aiohttp_client(app)
 
 
 # -- found by fuzzing (tests/fuzz.py): each of these was a 500 -------------------------------
