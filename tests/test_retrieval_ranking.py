@@ -161,3 +161,31 @@ async def test_import_csv__merges_the_index_pending_list(conn, admin):
     assert await pending_pages() == 0  # an import leaves nothing for retrieval to scan
     assert "gin_pending_list_limit=256" in await conn.fetchval(
         "SELECT reloptions::text FROM pg_class WHERE relname = 'knowledge_items_search'")
+
+
+async def test_vocabulary__access_questions_do_not_expand_to_accessibility(conn, admin):
+    # 'accessibility' stems to 'access' in English, so the seeded phrase made every question about
+    # access expand to VPAT/WCAG entries (migration 0015 removed it).
+    await _load(conn, admin.account_id, "id,question,answer\n"
+                "ACC-1,Do you publish a VPAT?,Yes; a WCAG 2.1 AA conformance report.\n"
+                "IAM-2,Is access to production reviewed?,Quarterly by the system owners.\n")
+    found = await find_references(conn, admin.account_id, "Who can access customer data?")
+    assert [ref.external_id for ref in found] == ["IAM-2"]
+    found = await find_references(conn, admin.account_id, "Do you follow WCAG?")
+    assert found[0].external_id == "ACC-1"
+
+
+async def test_vocabulary__soc_report_is_not_a_security_operations_center(conn, admin):
+    await _load(conn, admin.account_id, "id,question,answer\n"
+                "MON-1,Is the platform monitored around the clock?,Yes; alerts page the on-call.\n"
+                "AUD-1,Do you have a SOC 2 Type II report?,Yes; available under NDA.\n")
+    found = await find_references(conn, admin.account_id, "Can you share your latest SOC 2 report?")
+    assert [ref.external_id for ref in found] == ["AUD-1"]
+
+
+async def test_vocabulary__seeded_concepts_include_hardening(conn, admin):
+    await _load(conn, admin.account_id, "id,question,answer\n"
+                "CFG-1,Are servers hardened?,Images follow the CIS benchmarks.\n"
+                "HRS-1,Do employees complete training?,Annual security awareness training.\n")
+    found = await find_references(conn, admin.account_id, "Do you apply a baseline configuration?")
+    assert found[0].external_id == "CFG-1"
