@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import Any, NewType, TypeVar
 from urllib.parse import urlsplit
 
@@ -17,6 +17,7 @@ import cattrs
 from aiohttp import web
 
 from .errors import InvalidJson, UnsupportedMediaType, ValidationFailed
+from .responses import timestamp
 
 T = TypeVar("T")
 
@@ -118,11 +119,6 @@ converter.register_structure_hook(NonBlank, _non_blank)
 converter.register_structure_hook(Framework, _framework)
 converter.register_structure_hook(HttpUrl, _http_url)
 converter.register_structure_hook(IsoDate, _iso_date)
-def timestamp(value: datetime) -> str:
-    """A point in time as the API writes it: ISO 8601 in UTC, with `Z`."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 converter.register_unstructure_hook(datetime, timestamp)
 converter.register_unstructure_hook(date, lambda d: d.isoformat())
 

@@ -5,17 +5,36 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, date, datetime
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 
+def timestamp(value: datetime) -> str:
+    """A point in time as the API writes it: ISO 8601 in UTC, with `Z`."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# Datetimes as `timestamp` writes them: PostgreSQL's timestamptz arrives in UTC, which orjson
+# writes with OPT_UTC_Z exactly so (tests/test_responses.py).
+_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return timestamp(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def dumps(value: Any) -> bytes:
     try:
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(value, option=_OPTIONS)
     except TypeError:  # what orjson refuses outright (an int beyond 64 bits), json takes
-        return json.dumps(value).encode()
+        return json.dumps(value, default=_default).encode()
 
 
 def json_response(
