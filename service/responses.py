@@ -17,11 +17,6 @@ def timestamp(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-# Datetimes as `timestamp` writes them: PostgreSQL's timestamptz arrives in UTC, which orjson
-# writes with OPT_UTC_Z exactly so (tests/test_responses.py).
-_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z
-
-
 def _default(value: Any) -> Any:
     if isinstance(value, datetime):
         return timestamp(value)
@@ -31,8 +26,14 @@ def _default(value: Any) -> Any:
 
 
 def dumps(value: Any) -> bytes:
+    """`value` as JSON. Datetimes as `timestamp` writes them: PostgreSQL's timestamptz arrives
+    in UTC, which orjson writes with OPT_UTC_Z exactly so (tests/test_responses.py)."""
     try:
-        return orjson.dumps(value, option=_OPTIONS)
+        return orjson.dumps(value, option=orjson.OPT_UTC_Z)
+    except TypeError:
+        pass
+    try:  # not a string key (three times slower, so not the first try)
+        return orjson.dumps(value, option=orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS)
     except TypeError:  # what orjson refuses outright (an int beyond 64 bits), json takes
         return json.dumps(value, default=_default).encode()
 

@@ -28,3 +28,7 @@ def test_json_response__utf8_json_as_aiohttp_writes_it():
     assert response.status == 201
     assert response.headers["Content-Type"] == "application/json; charset=utf-8"
     assert json.loads(response.body) == {"title": "Überprüfung ✓", "n": 1}
+
+
+def test_dumps__non_string_keys_written_as_strings():
+    assert json.loads(dumps({1: "one", "two": 2})) == {"1": "one", "two": 2}
