@@ -32,6 +32,7 @@ from .errors import (
     ValidationFailed,
 )
 from .keys import CONFIG, PIPELINE
+from .logs import REQUEST_ID, REQUEST_ID_HEADER
 from .metrics import METRICS
 from .models import RfpItem, rfp_json
 from .questions import DetailLevel, create_question
@@ -378,7 +379,9 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
             rows = await export_rows(conn, rfp_id)
             body = await asyncio.to_thread(build_xlsx, rows, rfp["title"])
             return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
-        # CSV streams from a cursor, so a large RFP is never held in memory whole.
+        # CSV streams from a cursor, so a large RFP is never held in memory whole. Its headers go
+        # out before the front door could add the request id to a returned response.
+        headers[REQUEST_ID_HEADER] = request[REQUEST_ID]
         response = web.StreamResponse(headers=headers)
         response.content_type = "text/csv"
         response.charset = "utf-8"

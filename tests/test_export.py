@@ -28,9 +28,12 @@ async def answered_rfp(client, conn, actor) -> str:
 
 async def test_export_csv__items_in_order_as_attachment(client, conn, admin):
     rfp_id = await answered_rfp(client, conn, admin)
-    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=admin.headers)
+    response = await client.get(
+        f"/api/v1/rfps/{rfp_id}/export?format=csv", headers={**admin.headers, "X-Request-Id": "csv-1"}
+    )
     assert response.status == 200
     assert response.content_type == "text/csv"
+    assert response.headers["X-Request-Id"] == "csv-1"  # streamed: sent before the handler returns
     assert response.headers["Content-Disposition"] == (
         'attachment; filename="acme-security-review-2026.csv"'
     )

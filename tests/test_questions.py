@@ -205,9 +205,12 @@ async def test_events__one_event_per_state_then_close(aiohttp_client, config, co
     client = await aiohttp_client(create_app(slow))
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
     body = await (await ask(client, admin.headers, MFA_Q)).json()
-    response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    response = await client.get(
+        f"/api/v1/questions/{body['id']}/events", headers={**admin.headers, "X-Request-Id": "sse-1"}
+    )
     assert response.status == 200
     assert response.headers["Content-Type"] == "text/event-stream"
+    assert response.headers["X-Request-Id"] == "sse-1"
     events = await read_events(response)
     assert [name for name, _ in events] == [
         "new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete",
