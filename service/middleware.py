@@ -48,6 +48,8 @@ def guard(handler: Handler, name: str | None, config: Config) -> Handler:
         except Exception as exc:
             response = errors.error_response(request, exc)
         response.headers[REQUEST_ID_HEADER] = request_id
+        if limit is not None and (decided := request.get(ratelimit.DECISION)) is not None:
+            response.headers.update(decided.headers())  # on errors too: 404, 413, 500
         return response
 
     functools.update_wrapper(front_door, handler)  # keeps the name and the policy

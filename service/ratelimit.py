@@ -13,7 +13,7 @@ from aiohttp import web
 from . import db
 from .auth import PRINCIPAL, RATE_LIMIT_TAKEN
 from .config import RateLimit
-from .errors import ApiError, RateLimited
+from .errors import RateLimited
 from .metrics import METRICS
 
 
@@ -64,10 +64,15 @@ def decision(row: Mapping[str, Any], limit: RateLimit) -> Decision:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+# The decision `guarded` took, for the front door to put its headers on whatever response the
+# request ends with (the handler's, an error it raised, 413 for a body too large, a 500).
+DECISION = web.RequestKey("rate_limit_decision", Decision)
+
+
 async def guarded(request: web.Request, handler: Handler, limit: RateLimit) -> web.StreamResponse:
-    """`handler` behind the route's token bucket: 429 when it is empty, RateLimit-* headers on
-    every response. Runs after authentication (service/middleware.py), which usually took the
-    bucket already in the token lookup's statement."""
+    """`handler` behind the route's token bucket: 429 when it is empty. Runs after
+    authentication (service/middleware.py), which usually took the bucket already in the token
+    lookup's statement."""
     route_name = request.match_info.route.name
     taken = request.get(RATE_LIMIT_TAKEN)
     if taken is not None and taken["allowed"] is not None:  # taken together with the token lookup
@@ -77,17 +82,11 @@ async def guarded(request: web.Request, handler: Handler, limit: RateLimit) -> w
         subject = who.member_id if who is not None else (request.remote or "unknown")
         async with db.connection(request) as conn:
             decided = await take(conn, f"{route_name}:{subject}", limit)
+    request[DECISION] = decided
     if not decided.allowed:
         request.app[METRICS].rate_limit_rejections.labels(route_name).inc()
         raise RateLimited(
             f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds; "
             f"retry in {max(1, math.ceil(decided.retry_after))} s",
-            headers=decided.headers(),
-        )
-    try:
-        response = await handler(request)
-    except ApiError as error:
-        error.headers.update(decided.headers())
-        raise
-    response.headers.update(decided.headers())
-    return response
+        )  # its RateLimit-* and Retry-After headers: the front door adds them
+    return await handler(request)

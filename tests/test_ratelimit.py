@@ -69,3 +69,19 @@ async def test_rate_limit__on_a_prefetching_route_limits_and_still_reads(
     missing = await client.get("/api/v1/rfps/rfp_nope", headers=admin.headers)
     assert missing.status == 404 and missing.headers["RateLimit-Remaining"] == "0"
     assert (await client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)).status == 429
+
+
+async def test_rate_limit__headers_on_every_response_of_a_limited_route(config, admin, aiohttp_client):
+    # Errors that are not the handler's own (413 while reading the body) carry them too.
+    limited = with_config(
+        config, server={"max_body_bytes": 1024},
+        rate_limits={"create_rfp": {"limit": 5, "period_seconds": 60}},
+    )
+    client = await aiohttp_client(create_app(limited))
+    too_big = await client.post(
+        "/api/v1/rfps", json={"rfp": {"title": "x" * 2000}}, headers=admin.headers
+    )
+    assert too_big.status == 413
+    assert too_big.headers["RateLimit-Limit"] == "5"
+    assert too_big.headers["RateLimit-Remaining"] == "4"
+    assert "X-Request-Id" in too_big.headers
