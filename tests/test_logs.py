@@ -200,3 +200,42 @@ def test_json_line_formatter__standard_keys_extras_and_no_record_internals():
     assert set(line) == {"time", "level", "logger", "message", "route", "status"}
     assert (line["level"], line["logger"], line["message"]) == ("INFO", "x.y", "hello you")
     assert (line["route"], line["status"]) == ("get_rfp", 200)
+
+
+def test_deferred_handler__lines_formatted_by_the_writer_in_order_a_failing_one_skipped():
+    stream = io.StringIO()
+    deferred = logs.DeferredHandler(stream)  # not started: close() writes what waits
+    deferred.write("first")
+    deferred.write_later(lambda a, b: f"{a}-{b}", "second", 2)
+    deferred.write_later(lambda: 1 / 0)  # a line that cannot be formatted is lost alone
+    deferred.write("third")
+    deferred.close()
+    assert stream.getvalue().splitlines() == ["first", "second-2", "third"]
+
+
+async def test_access_log__plain_text_setup_writes_the_line_by_the_writer(
+    config, admin, aiohttp_client, monkeypatch
+):
+    """The default (not JSON) set-up: the access line is a LogRecord formatted by the writer."""
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    logs.setup(LoggingConfig(json=False))
+    (deferred,) = root.handlers
+    server = TestServer(create_app(config))
+    await server.start_server(access_log_class=AccessLogger)
+    client = await aiohttp_client(server)
+    response = await client.get(
+        "/api/v1/rfps/search?query=x", headers={**admin.headers, "X-Request-Id": "req-8"}
+    )
+    assert response.status == 200
+    await client.close()
+    deferred.close()
+    (line,) = stream.getvalue().splitlines()
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO aiohttp\.access: GET /api/v1/rfps/search\?query=x "
+        rf"200 \d+\.\dms request_id=req-8 member={admin.member_id}",
+        line,
+    ), line
