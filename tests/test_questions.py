@@ -297,8 +297,10 @@ async def test_events__a_stream_in_another_process_follows_the_question(
     aiohttp_client, config, conn, admin
 ):
     # Two apps on one database: the asking one answers (the question is handed to its pipeline);
-    # the other one's stream learns of each state from the database's announcements.
-    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.05))
+    # the other one's stream learns of each state from the database's announcements. Steps slow
+    # enough that the stream opens while the question is still `new` on a loaded machine (at
+    # 0.05 s it once opened after the first step and missed that event).
+    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.25))
     asking = await aiohttp_client(create_app(slow))
     watching = await aiohttp_client(create_app(slow))
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
