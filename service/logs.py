@@ -148,15 +148,22 @@ class DeferredHandler(logging.Handler):
 
     def _write_pending(self) -> None:
         lines = []
-        while self._pending:
+        for _ in range(len(self._pending)):  # what waits now: a batch stays within max_pending
             item = self._pending.popleft()
             if isinstance(item, str):
                 lines.append(item)
                 continue
             try:
                 lines.append(item[0](*item[1]))
-            except Exception:  # one bad line must not lose the others, nor kill the writer
-                pass
+            except Exception:
+                # One bad line must not lose the others nor stop the writer, but it is reported
+                # (the "--- Logging error ---" traceback Handler.emit would print).
+                args = item[1]
+                if args and isinstance(args[0], logging.LogRecord):
+                    self.handleError(args[0])
+                else:
+                    self.handleError(logging.makeLogRecord({"msg": "a line formatted by %r",
+                                                            "args": (item[0],)}))
         if self._dropped:
             dropped, self._dropped = self._dropped, 0  # a lost increment only miscounts by one
             lines.append(self.format(logging.makeLogRecord({
@@ -227,10 +234,11 @@ def _timestamp(ns: int | None = None) -> str:
     second."""
     global _second_formatted
     second, milli = divmod((time.time_ns() if ns is None else ns) // 1_000_000, 1000)
-    if _second_formatted[0] != second:
+    cached_second, prefix = _second_formatted  # one read: another thread may replace it
+    if cached_second != second:
         prefix = time.strftime("%Y-%m-%d %H:%M:%S,", time.localtime(second))
         _second_formatted = (second, prefix)
-    return f"{_second_formatted[1]}{milli:03d}"
+    return f"{prefix}{milli:03d}"
 
 
 def _access_fields(

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from . import auth, errors, ratelimit
 from .config import Config
-from .logs import REQUEST_ID_HEADER, assign_request_id
+from .logs import REQUEST_ID, REQUEST_ID_HEADER, assign_request_id
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -66,6 +66,16 @@ async def refuse_unguarded(app: web.Application) -> None:
                 f"{route.method} {route.resource.canonical if route.resource else route} was added "
                 "without service.middleware.guard: it would skip authentication"
             )
+
+
+def stream_headers(request: web.Request) -> dict[str, str]:
+    """What the front door adds to a response (the request id, the rate limit's headers), for
+    a response the handler prepares itself (a stream): its headers are sent before it returns."""
+    headers = {REQUEST_ID_HEADER: request[REQUEST_ID]}
+    decided = request.get(ratelimit.DECISION)
+    if decided is not None:
+        headers.update(decided.headers())
+    return headers
 
 
 def guarded_routes(routes: Iterable[web.RouteDef], config: Config) -> list[web.RouteDef]:

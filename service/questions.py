@@ -22,8 +22,8 @@ from .auth import new_id, principal, requires
 from .convert import NonBlank, converter, read_object, structure, unstructure
 from .errors import NotFound, UsageBlocked, ValidationFailed
 from .keys import CONFIG, EVENTS, PIPELINE
-from .logs import REQUEST_ID, REQUEST_ID_HEADER
 from .metrics import METRICS
+from .middleware import stream_headers
 from .models import MemberRef
 from .pipeline import STATES, Pipeline
 from .responses import json_response
@@ -426,9 +426,7 @@ async def question_events(request: web.Request) -> web.StreamResponse:
             seen = position(row["state"]) - 1  # every state after the one it saw
         response = _EventStream(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                     "X-Accel-Buffering": "no",
-                     # sent before the front door could add it to a returned response
-                     REQUEST_ID_HEADER: request[REQUEST_ID]}
+                     "X-Accel-Buffering": "no", **stream_headers(request)}
         )
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):  # the client went away: just stop

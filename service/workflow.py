@@ -32,8 +32,8 @@ from .errors import (
     ValidationFailed,
 )
 from .keys import CONFIG, PIPELINE
-from .logs import REQUEST_ID, REQUEST_ID_HEADER
 from .metrics import METRICS
+from .middleware import stream_headers
 from .models import RfpItem, rfp_json
 from .questions import DetailLevel, create_question
 from .responses import json_response
@@ -379,10 +379,8 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
             rows = await export_rows(conn, rfp_id)
             body = await asyncio.to_thread(build_xlsx, rows, rfp["title"])
             return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
-        # CSV streams from a cursor, so a large RFP is never held in memory whole. Its headers go
-        # out before the front door could add the request id to a returned response.
-        headers[REQUEST_ID_HEADER] = request[REQUEST_ID]
-        response = web.StreamResponse(headers=headers)
+        # CSV streams from a cursor, so a large RFP is never held in memory whole.
+        response = web.StreamResponse(headers={**headers, **stream_headers(request)})
         response.content_type = "text/csv"
         response.charset = "utf-8"
         await response.prepare(request)

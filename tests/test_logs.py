@@ -202,15 +202,18 @@ def test_json_line_formatter__standard_keys_extras_and_no_record_internals():
     assert (line["route"], line["status"]) == ("get_rfp", 200)
 
 
-def test_deferred_handler__lines_formatted_by_the_writer_in_order_a_failing_one_skipped():
+def test_deferred_handler__lines_formatted_by_the_writer_in_order_a_failing_one_reported(
+    capsys,
+):
     stream = io.StringIO()
     deferred = logs.DeferredHandler(stream)  # not started: close() writes what waits
     deferred.write("first")
     deferred.write_later(lambda a, b: f"{a}-{b}", "second", 2)
-    deferred.write_later(lambda: 1 / 0)  # a line that cannot be formatted is lost alone
+    deferred.write_later(lambda: 1 / 0)  # a line that cannot be formatted is lost alone...
     deferred.write("third")
     deferred.close()
     assert stream.getvalue().splitlines() == ["first", "second-2", "third"]
+    assert "ZeroDivisionError" in capsys.readouterr().err  # ...and said so, as Handler.emit does
 
 
 async def test_access_log__plain_text_setup_writes_the_line_by_the_writer(

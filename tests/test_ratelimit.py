@@ -85,3 +85,16 @@ async def test_rate_limit__headers_on_every_response_of_a_limited_route(config, 
     assert too_big.headers["RateLimit-Limit"] == "5"
     assert too_big.headers["RateLimit-Remaining"] == "4"
     assert "X-Request-Id" in too_big.headers
+
+
+async def test_rate_limit__headers_on_a_streamed_response_too(config, admin, make_rfp, aiohttp_client):
+    # The CSV export prepares its response itself: its headers leave before the handler returns.
+    limited = with_config(config, rate_limits={"export_rfp": {"limit": 5, "period_seconds": 60}})
+    client = await aiohttp_client(create_app(limited))
+    rfp_id = await make_rfp(admin, "Acme")
+    response = await client.get(
+        f"/api/v1/rfps/{rfp_id}/export?format=csv", headers={**admin.headers, "X-Request-Id": "c-2"}
+    )
+    assert response.status == 200 and response.content_type == "text/csv"
+    assert response.headers["RateLimit-Remaining"] == "4"
+    assert response.headers["X-Request-Id"] == "c-2"
