@@ -52,15 +52,17 @@ async def test_access_log__json_line_has_request_member_route_status_duration(
     assert second["request_id"] and second["request_id"] != "req-42"
 
 
-def set_up_json_logging(monkeypatch) -> tuple[io.StringIO, logs.DeferredHandler]:
-    """`logs.setup` with JSON lines into a string instead of stderr; root's handlers and level
-    are restored after the test."""
+def set_up_logging(
+    monkeypatch, json: bool = True
+) -> tuple[io.StringIO, logs.DeferredHandler]:
+    """`logs.setup` with JSON (or plain) lines into a string instead of stderr; root's handlers
+    and level are restored after the test."""
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", list(root.handlers))
     monkeypatch.setattr(root, "level", root.level)
-    logs.setup(LoggingConfig(json=True))
+    logs.setup(LoggingConfig(json=json))
     (deferred,) = root.handlers
     return stream, deferred
 
@@ -68,7 +70,7 @@ def set_up_json_logging(monkeypatch) -> tuple[io.StringIO, logs.DeferredHandler]
 def test_setup__lines_are_written_by_the_writer_thread_with_extra_fields_and_traceback(monkeypatch):
     """Lines wait for a writer thread; the JSON line still carries the extra fields and the
     traceback, and closing (at exit) writes whatever is still pending."""
-    stream, deferred = set_up_json_logging(monkeypatch)
+    stream, deferred = set_up_logging(monkeypatch)
     assert isinstance(deferred, logs.DeferredHandler)
     log = logging.getLogger("test.queued")
     args = ["mutable"]
@@ -90,7 +92,7 @@ async def test_access_log__with_setup_goes_straight_to_the_writer_as_the_same_js
 ):
     """After `setup`, the access line skips Logger.info for the root's DeferredHandler; the line
     is the one the logging path writes (same keys, same message)."""
-    stream, deferred = set_up_json_logging(monkeypatch)
+    stream, deferred = set_up_logging(monkeypatch)
     server = TestServer(create_app(config))
     await server.start_server(access_log_class=AccessLogger)  # aiohttp.access, as in serve
     client = await aiohttp_client(server)
@@ -122,7 +124,7 @@ async def test_access_log__percent_encoded_secrets_are_redacted_too(
 ):
     """Routing decodes escapes, so the redaction must see the decoded path (found in review)."""
     if direct:
-        stream, deferred = set_up_json_logging(monkeypatch)
+        stream, deferred = set_up_logging(monkeypatch)
         access = logging.getLogger("aiohttp.access")
     else:
         stream, deferred = io.StringIO(), None
@@ -220,13 +222,7 @@ async def test_access_log__plain_text_setup_writes_the_line_by_the_writer(
     config, admin, aiohttp_client, monkeypatch
 ):
     """The default (not JSON) set-up: the access line is a LogRecord formatted by the writer."""
-    stream = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", stream)
-    root = logging.getLogger()
-    monkeypatch.setattr(root, "handlers", list(root.handlers))
-    monkeypatch.setattr(root, "level", root.level)
-    logs.setup(LoggingConfig(json=False))
-    (deferred,) = root.handlers
+    stream, deferred = set_up_logging(monkeypatch, json=False)
     server = TestServer(create_app(config))
     await server.start_server(access_log_class=AccessLogger)
     client = await aiohttp_client(server)
