@@ -251,8 +251,7 @@ async def authorized(
         query, keep = "principal_and_rate_limit", RATE_LIMIT_TAKEN
         args = (
             policy.scope, sorted(policy.roles), f"{request.match_info.route.name}:",
-            float(limit.limit),
-            limit.limit / limit.period_seconds,
+            float(limit.limit), limit.limit / limit.period_seconds,
         )
     elif policy.prefetch is not None and not body:
         query, keep = policy.prefetch.query, PREFETCHED

@@ -47,6 +47,7 @@ def guard(handler: Handler, name: str | None, config: Config) -> Handler:
             response = errors.error_response(request, exc)
         except Exception as exc:
             response = errors.error_response(request, exc)
+        # What stream_headers gives a stream, here without a dict for the hot path's sake.
         response.headers[REQUEST_ID_HEADER] = request_id
         if limit is not None and (decided := request.get(ratelimit.DECISION)) is not None:
             response.headers.update(decided.headers())  # on errors too: 404, 413, 500
@@ -58,7 +59,7 @@ def guard(handler: Handler, name: str | None, config: Config) -> Handler:
 
 
 async def refuse_unguarded(app: web.Application) -> None:
-    """On start-up: a route added around `guard` would serve without auth or the error shape;
+    """On start-up: a route added without `guard` would serve without auth or the error shape;
     the service refuses to start instead."""
     for route in app.router.routes():
         if not getattr(route.handler, "guarded", False):
