@@ -25,9 +25,9 @@ class MemberRef:
 
 def rfp_json(row: Mapping[str, Any], web_base_url: str, *, with_context: bool) -> dict[str, Any]:
     """An RFP as it leaves the service (OpenAPI schema `Rfp`), built straight from its row, for
-    `responses.json_response`. The
-    single-RFP read is the service's hottest path; attrs objects and cattrs were a tenth of its
-    CPU there (BENCHMARKS.md, HTTP). SPEC 2.1: `context` only in the single-RFP read."""
+    `responses.json_response`. The single-RFP read is the service's hottest path; attrs objects
+    and cattrs were a tenth of its CPU there (BENCHMARKS.md, HTTP). SPEC 2.1: `context` only in
+    the single-RFP read."""
     rfp_id = row["id"]
     deadline = row["deadline"]
     data = {
@@ -42,7 +42,7 @@ def rfp_json(row: Mapping[str, Any], web_base_url: str, *, with_context: bool) -
     }
     if with_context:
         data["context"] = row["context"]
-    # Left as datetimes: responses.dumps writes them as convert.timestamp does, ~5 µs sooner.
+    # Left as datetimes: responses.dumps writes them as responses.timestamp does, ~5 µs sooner.
     data["created_at"] = row["created_at"]
     data["updated_at"] = row["updated_at"]
     data["owner"] = {"id": row["owner_id"], "name": row["owner_name"], "email": row["owner_email"]}
