@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import asyncpg
 import attrs
 
-from . import db, embeddings
+from . import db, embeddings, english
 from .embeddings import Embedder
 
 # The candidate stage reads one heap page per candidate row; that, not ranking, is what costs
@@ -144,7 +144,7 @@ async def find_references(
     if embedder is None or question_vector is None:
         # One statement, one round trip (sql/migrations/0013_retrieval_one_statement.sql).
         rows = await _retrieve(conn, account_id, text, [])
-        return await _rank(conn, account_id, rows, limit, {})
+        return await _rank(conn, account_id, text, rows, limit, {})
     async with conn.transaction():
         # HNSW returns at most ef_search rows (default 40) before the account filter; iterative
         # scans go on until DENSE_NEAREST of this account's entries are found.
@@ -163,7 +163,7 @@ async def find_references(
             dense |= await embeddings.similarities(
                 conn, embedder.model, account_id, question_vector, 0, rest
             )
-    return await _rank(conn, account_id, rows, limit, dense)
+    return await _rank(conn, account_id, text, rows, limit, dense)
 
 
 async def _retrieve(
@@ -179,6 +179,7 @@ async def _retrieve(
 async def _rank(
     conn: asyncpg.Connection,
     account_id: str,
+    text: str,
     rows: Sequence[asyncpg.Record],
     limit: int,
     dense: dict[str, float],
@@ -187,7 +188,11 @@ async def _rank(
     items, lexemes = question["items"], question["lexemes"]
     if not items or not lexemes or not candidates:
         return []
-    terms = [_Term(lexeme, idf(df, items)) for lexeme, df in zip(lexemes, question["dfs"], strict=True)]
+    common = english.factors(text)
+    terms = [
+        _Term(lexeme, idf(df, items) * common.get(lexeme, 1.0))
+        for lexeme, df in zip(lexemes, question["dfs"], strict=True)
+    ]
     mean_idf = sum(t.weight for t in terms) / len(terms)
     terms += [_Term(concept, CONCEPT_WEIGHT * mean_idf, True) for concept in question["concepts"]]
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from service import retrieval
+from service import english, retrieval
 from service.coverage import decide
 from service.knowledge import import_csv
 from service.retrieval import find_references, lexeme_weights
@@ -189,3 +189,24 @@ async def test_vocabulary__seeded_concepts_include_hardening(conn, admin):
                 "HRS-1,Do employees complete training?,Annual security awareness training.\n")
     found = await find_references(conn, admin.account_id, "Do you apply a baseline configuration?")
     assert found[0].external_id == "CFG-1"
+
+
+async def test_find_references__everyday_words_weigh_less_than_terms_of_art(conn, admin):
+    # "test", "every" and "week" are each as rare in this knowledge base as "failover", so by its
+    # counts alone the entry matching three of them would come first. English uses them far more
+    # often than the term of art the question is about.
+    kb = (
+        "id,question,answer\n"
+        "OPS-1,Are backups tested every week?,Every week.\n"
+        "BCR-2,Can service move between regions?,Yes: automatic failover to a second region within minutes.\n"
+    )
+    await _load(conn, admin.account_id, kb)
+    found = await find_references(conn, admin.account_id, "Do you test failover every week?")
+    assert [ref.external_id for ref in found] == ["BCR-2", "OPS-1"]
+
+
+def test_english_factors__common_words_lose_weight_rare_ones_keep_it():
+    factors = english.factors("Did the SAML audit cover geographically diverse data centers last year?")
+    assert factors["year"] == factors["data"] == english.FLOOR  # among the commonest English words
+    assert factors["saml"] == 1.0  # not in the general list at all
+    assert english.FLOOR < factors["divers"] < factors["geograph"] < 1.0  # the rarer, the more weight
