@@ -4,15 +4,17 @@ The interface (`find_references`, `Reference`) is what the pipeline and the engi
 the ranking behind it can change.
 
 Two stages, both driven from PostgreSQL's full-text data:
-1. Candidates (SQL, GIN index, one statement: `knowledge_retrieve` of migration 0013, which also
-   returns the question's term statistics and each candidate's concepts): entries containing the
-   question's *rarest* lexemes (per-account document frequencies in `knowledge_terms`) or a phrase
-   of a vocabulary concept the question mentions (`knowledge_vocabulary`), capped, then cut to the
-   best RERANK by weighted ts_rank. A retrieval never ranks every entry that shares a common word.
+1. Candidates (SQL, GIN index, one statement: `knowledge_retrieve`, migrations 0013 and 0016,
+   which also returns the question's term statistics and each candidate's concepts): entries
+   containing the question's *rarest* lexemes (per-account document frequencies in
+   `knowledge_terms`) or a phrase of a vocabulary concept the question mentions
+   (`knowledge_vocabulary`), capped, then cut to the best RERANK by weighted ts_rank. A
+   retrieval never ranks every entry that shares a common word.
 2. Ranking (Python, on the candidates' tsvectors): BM25F over two fields, the entry's own
    question/title (question-to-question) and its answer, with the standard k1 and b, and each
    vocabulary concept the question mentions counted as one more term, so "2FA" finds
-   "multi-factor". Divided by the most a perfect entry could score, so scores are in [0, 1].
+   "multi-factor". Each lexeme's idf is tempered by how common the word is in English at large
+   (service/english.py). Divided by the most a perfect entry could score, so scores are in [0, 1].
 """
 
 from __future__ import annotations
@@ -68,9 +70,9 @@ class Reference:
     dense: float | None = None
     # The entry's own Yes (True) or No (False), when its questionnaire gave one.
     yes_no: bool | None = None
-    # Share (0 to 1, idf-weighted) of the question's lexemes that no entry of the account contains:
-    # a question about something the knowledge base never mentions (a property of the question,
-    # the same on every reference).
+    # Share (0 to 1, idf-weighted) of the question's lexemes that no entry of the account contains
+    # and no vocabulary phrase of the question accounts for: a question about something the
+    # knowledge base never mentions (a property of the question, the same on every reference).
     unknown: float = 0.0
 
 
@@ -197,7 +199,11 @@ async def _rank(
     terms += [_Term(concept, CONCEPT_WEIGHT * mean_idf, True) for concept in question["concepts"]]
 
     lexical = terms[: len(lexemes)]
-    unknown = sum(t.weight for t, df in zip(lexical, question["dfs"], strict=True) if df == 0)
+    # A lexeme of a vocabulary phrase ("BCP") is known through its concept even if no entry has it.
+    covered = set(question["covered"])
+    unknown = sum(
+        t.weight for t, df in zip(lexical, question["dfs"], strict=True) if df == 0 and t.key not in covered
+    )
     unknown /= sum(t.weight for t in lexical)
 
     scored = _bm25f(terms, candidates)

@@ -109,8 +109,18 @@ async def test_knowledge_retrieve__first_row_describes_the_question(conn, admin)
     assert first["id"] is None and first["items"] == 5
     assert dict(zip(first["lexemes"], first["dfs"], strict=True))["administr"] == 1
     assert "mfa" in first["concepts"] and "authentication" in first["concepts"]
+    assert "2fa" in first["covered"] and "administr" not in first["covered"]
     iam = next(row for row in rest if row["external_id"] == "IAM-1")
     assert "mfa" in iam["matched"] and iam["question_lexemes"] > 0
+
+
+async def test_find_references__an_acronym_the_vocabulary_knows_is_not_unknown(conn, admin):
+    # No entry says "DRP", but the vocabulary maps it to disaster recovery, which BCR-1 is about.
+    await _load(conn, admin.account_id)
+    [drp, *_] = await find_references(conn, admin.account_id, "Is the DRP tested?")
+    assert drp.external_id == "BCR-1" and drp.unknown == 0.0
+    [fedramp, *_] = await find_references(conn, admin.account_id, "Is the DRP FedRAMP tested?")
+    assert fedramp.unknown > 0.4  # "FedRAMP" is not known: no entry or phrase has it
 
 
 def test_lexeme_weights__reads_positions_of_one_lexeme():

@@ -1,0 +1,105 @@
+-- knowledge_retrieve (migration 0013) also returns, on the question's row, `covered`: the
+-- question's lexemes that belong to a vocabulary phrase the question contains. A question's "BCP"
+-- is then known through its concept (business continuity) even when no entry uses the acronym,
+-- instead of counting as a word the knowledge base never mentions (the decision's `unknown`,
+-- service/retrieval.py). Nothing else about the function changes.
+DROP FUNCTION knowledge_retrieve(text, text, integer, integer, integer, text[]);
+
+CREATE FUNCTION knowledge_retrieve(
+    p_account text, p_question text, budget integer, candidate_limit integer, rerank integer,
+    also text[]
+) RETURNS TABLE (
+    id text, external_id text, title text, question text, answer text, source text, yes_no boolean,
+    vector text, question_lexemes integer, answer_lexemes integer, matched text[],
+    lexemes text[], dfs integer[], items integer, concepts text[], covered text[]
+)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    question_vector tsvector := to_tsvector('english', p_question);
+    n integer;
+    all_lexemes text[];
+    all_dfs integer[];
+    phrase_concepts text[];  -- the mentioned concepts' phrases, as parallel arrays
+    phrase_queries tsquery[];
+    covered_lexemes text[];  -- the question's lexemes in a vocabulary phrase it contains
+    candidate_query tsquery;
+    ranking_query tsquery;
+BEGIN
+    n := coalesce((SELECT s.items FROM knowledge_stats s WHERE s.account_id = p_account), 0);
+    SELECT array_agg(l.lexeme ORDER BY l.lexeme), array_agg(coalesce(t.df, 0) ORDER BY l.lexeme)
+      INTO all_lexemes, all_dfs
+      FROM unnest(tsvector_to_array(question_vector)) AS l(lexeme)
+      LEFT JOIN knowledge_terms t ON t.account_id = p_account AND t.lexeme = l.lexeme;
+    SELECT array_agg(DISTINCT l.lexeme ORDER BY l.lexeme)
+      INTO covered_lexemes
+      FROM knowledge_vocabulary m, unnest(tsvector_to_array(to_tsvector('english', m.phrase))) AS l(lexeme)
+     WHERE (m.account_id IS NULL OR m.account_id = p_account)
+       AND numnode(m.phrase_query) > 0 AND question_vector @@ m.phrase_query;
+    SELECT array_agg(v.concept ORDER BY v.concept, v.id), array_agg(v.phrase_query ORDER BY v.concept, v.id)
+      INTO phrase_concepts, phrase_queries
+      FROM knowledge_vocabulary v
+     WHERE (v.account_id IS NULL OR v.account_id = p_account) AND numnode(v.phrase_query) > 0
+       AND v.concept IN (SELECT m.concept FROM knowledge_vocabulary m
+                          WHERE (m.account_id IS NULL OR m.account_id = p_account)
+                            AND numnode(m.phrase_query) > 0 AND question_vector @@ m.phrase_query);
+
+    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
+                        NULL::boolean, NULL::text, NULL::integer, NULL::integer, NULL::text[],
+                        all_lexemes, all_dfs, n,
+                        ARRAY(SELECT DISTINCT c FROM unnest(phrase_concepts) AS c ORDER BY c),
+                        coalesce(covered_lexemes, '{}');
+    IF n = 0 OR all_lexemes IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Lexemes are quoted and phrase queries are tsquery text already, so any question is safe.
+    SELECT (SELECT string_agg(part, ' | ')
+              FROM (SELECT quote_literal(s.lexeme)
+                      FROM (SELECT l.lexeme, l.df,
+                                   sum(l.df) OVER (ORDER BY l.df, l.lexeme) AS running,
+                                   row_number() OVER (ORDER BY l.df, l.lexeme) AS rarity
+                              FROM unnest(all_lexemes, all_dfs) AS l(lexeme, df)
+                             WHERE l.df > 0) AS s
+                     WHERE n <= candidate_limit OR s.rarity = 1 OR s.running <= budget
+                    UNION ALL
+                    SELECT '(' || p::text || ')' FROM unnest(phrase_queries) AS p) AS a(part)
+           )::tsquery,
+           (SELECT string_agg(part, ' | ')
+              FROM (SELECT quote_literal(l.lexeme)
+                      FROM unnest(all_lexemes, all_dfs) AS l(lexeme, df) WHERE l.df > 0
+                    UNION ALL
+                    SELECT '(' || p::text || ')' FROM unnest(phrase_queries) AS p) AS a(part)
+           )::tsquery
+      INTO candidate_query, ranking_query;
+
+    RETURN QUERY
+    WITH cand AS MATERIALIZED (
+        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector
+          FROM knowledge_items k
+         WHERE k.account_id = p_account AND k.search_vector @@ candidate_query
+         LIMIT candidate_limit
+    ), best AS (
+        SELECT c.*
+          FROM cand c
+         ORDER BY ts_rank('{0.1, 0.2, 0.4, 1.0}', c.search_vector, ranking_query) DESC, c.id
+         LIMIT rerank
+    ), chosen AS (
+        SELECT * FROM best
+        UNION ALL
+        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector
+          FROM knowledge_items k
+         WHERE k.account_id = p_account AND k.id = ANY(also)
+           AND k.id NOT IN (SELECT b.id FROM best b)
+    )
+    SELECT c.id, c.external_id, c.title, c.question, c.answer, c.source, c.yes_no, c.search_vector::text,
+           length(ts_filter(c.search_vector, '{a,b}')), length(ts_filter(c.search_vector, '{c,d}')),
+           ARRAY(SELECT DISTINCT p.concept
+                   FROM unnest(phrase_concepts, phrase_queries) AS p(concept, query)
+                  WHERE c.search_vector @@ p.query),
+           NULL::text[], NULL::integer[], NULL::integer, NULL::text[], NULL::text[]
+      FROM chosen c;
+END
+$$;
