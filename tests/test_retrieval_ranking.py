@@ -219,4 +219,4 @@ def test_english_factors__common_words_lose_weight_rare_ones_keep_it():
     factors = english.factors("Did the SAML audit cover geographically diverse data centers last year?")
     assert factors["year"] == factors["data"] == english.FLOOR  # among the commonest English words
     assert factors["saml"] == 1.0  # not in the general list at all
-    assert english.FLOOR < factors["divers"] < factors["geograph"] < 1.0  # the rarer, the more weight
+    assert english.FLOOR < factors["audit"] < factors["geograph"] < 1.0  # the rarer, the more weight
