@@ -20,7 +20,7 @@ from wordfreq import zipf_frequency
 # wordfreq's small English list; 4 is ten per million ("incident"), 6 one per thousand ("year").
 FULL_WEIGHT_ZIPF = 3.0
 SLOPE = 0.5  # weight lost per Zipf unit above FULL_WEIGHT_ZIPF
-FLOOR = 0.4  # the weight the commonest words keep
+FLOOR = 0.3  # the weight the commonest words keep
 
 # PostgreSQL's 'english' text search configuration stems with this same Snowball stemmer, so
 # the stems here are the lexemes retrieval gets from the database.
