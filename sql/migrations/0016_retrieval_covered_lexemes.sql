@@ -2,7 +2,8 @@
 -- question's lexemes that belong to a vocabulary phrase the question contains. A question's "BCP"
 -- is then known through its concept (business continuity) even when no entry uses the acronym,
 -- instead of counting as a word the knowledge base never mentions (the decision's `unknown`,
--- service/retrieval.py). Nothing else about the function changes.
+-- service/retrieval.py). The phrases the question contains are found in one pass over the
+-- vocabulary for both; otherwise the function is unchanged.
 DROP FUNCTION knowledge_retrieve(text, text, integer, integer, integer, text[]);
 
 CREATE FUNCTION knowledge_retrieve(
@@ -24,7 +25,8 @@ DECLARE
     all_dfs integer[];
     phrase_concepts text[];  -- the mentioned concepts' phrases, as parallel arrays
     phrase_queries tsquery[];
-    covered_lexemes text[];  -- the question's lexemes in a vocabulary phrase it contains
+    mentioned text[];  -- the concepts of the vocabulary phrases the question contains
+    covered_lexemes text[];  -- those phrases' lexemes
     candidate_query tsquery;
     ranking_query tsquery;
 BEGIN
@@ -33,18 +35,18 @@ BEGIN
       INTO all_lexemes, all_dfs
       FROM unnest(tsvector_to_array(question_vector)) AS l(lexeme)
       LEFT JOIN knowledge_terms t ON t.account_id = p_account AND t.lexeme = l.lexeme;
-    SELECT array_agg(DISTINCT l.lexeme ORDER BY l.lexeme)
-      INTO covered_lexemes
-      FROM knowledge_vocabulary m, unnest(tsvector_to_array(to_tsvector('english', m.phrase))) AS l(lexeme)
+    SELECT array_agg(DISTINCT m.concept),
+           ARRAY(SELECT DISTINCT l FROM unnest(tsvector_to_array(to_tsvector('english',
+                                                   string_agg(m.phrase, E'\n')))) AS l ORDER BY l)
+      INTO mentioned, covered_lexemes
+      FROM knowledge_vocabulary m
      WHERE (m.account_id IS NULL OR m.account_id = p_account)
        AND numnode(m.phrase_query) > 0 AND question_vector @@ m.phrase_query;
     SELECT array_agg(v.concept ORDER BY v.concept, v.id), array_agg(v.phrase_query ORDER BY v.concept, v.id)
       INTO phrase_concepts, phrase_queries
       FROM knowledge_vocabulary v
      WHERE (v.account_id IS NULL OR v.account_id = p_account) AND numnode(v.phrase_query) > 0
-       AND v.concept IN (SELECT m.concept FROM knowledge_vocabulary m
-                          WHERE (m.account_id IS NULL OR m.account_id = p_account)
-                            AND numnode(m.phrase_query) > 0 AND question_vector @@ m.phrase_query);
+       AND v.concept = ANY(mentioned);
 
     RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
                         NULL::boolean, NULL::text, NULL::integer, NULL::integer, NULL::text[],
