@@ -168,6 +168,22 @@ async def test_indexer__two_processes_never_embed_the_same_entry(fake, session, 
             await pool.close()
 
 
+async def test_hnsw_index__processes_meeting_a_new_dimension_at_once_both_succeed(conn, database_url):
+    # CREATE INDEX IF NOT EXISTS is not safe against itself: two at once can end in a unique
+    # violation in pg_class. Indexers in two processes meet a new model's dimension together.
+    conns = [await asyncpg.connect(database_url) for _ in range(2)]
+    try:
+        for dimensions in range(3, 23):
+            await asyncio.gather(*(c.execute(embeddings.query_sql("embeddings_hnsw_index", dimensions))
+                                   for c in conns))
+        names = {f"knowledge_embeddings_hnsw_{d}" for d in range(3, 23)}
+        assert await conn.fetchval(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = ANY($1::text[])", sorted(names)) == 20
+    finally:
+        for c in conns:
+            await c.close()
+
+
 async def test_indexer__a_failed_batch_is_released_at_once(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)

@@ -60,6 +60,10 @@ SELECT e.item_id, 1 - (e.embedding::vector({dims}) <=> $3::vector({dims}))
  WHERE e.account_id = $1 AND e.model = $2 AND e.dimensions = {dims} AND e.item_id = ANY($5::text[]);
 
 -- embeddings_hnsw_index --
--- The HNSW index for vectors of {dims} dimensions (384 is created by the migration).
+-- The HNSW index for vectors of {dims} dimensions (384 is created by the migration). Indexers in
+-- several processes meet a new model's dimension together, and CREATE INDEX IF NOT EXISTS run
+-- twice at once can fail on a duplicate in pg_class: a transaction-level advisory lock makes the
+-- second wait and then find the index. (Both statements run as one transaction: simple protocol.)
+SELECT pg_advisory_xact_lock(hashtext('knowledge_embeddings_hnsw_{dims}'));
 CREATE INDEX IF NOT EXISTS knowledge_embeddings_hnsw_{dims} ON knowledge_embeddings
     USING hnsw ((embedding::vector({dims})) vector_cosine_ops) WHERE dimensions = {dims};
