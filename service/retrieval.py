@@ -144,9 +144,9 @@ async def find_references(
     # The question's vector first, so no transaction waits on the embedding backend.
     question_vector = await embeddings.embed_question(embedder, text) if embedder else None
     if embedder is None or question_vector is None:
-        # One statement, one round trip (sql/migrations/0013_retrieval_one_statement.sql).
+        # One statement, one round trip (sql/migrations/0013_retrieval_one_statement.sql, 0016).
         rows = await _retrieve(conn, account_id, text, [])
-        return await _rank(conn, account_id, text, rows, limit, {})
+        return await _rank(conn, account_id, rows, limit, {})
     async with conn.transaction():
         # HNSW returns at most ef_search rows (default 40) before the account filter; iterative
         # scans go on until DENSE_NEAREST of this account's entries are found.
@@ -165,7 +165,7 @@ async def find_references(
             dense |= await embeddings.similarities(
                 conn, embedder.model, account_id, question_vector, 0, rest
             )
-    return await _rank(conn, account_id, text, rows, limit, dense)
+    return await _rank(conn, account_id, rows, limit, dense)
 
 
 async def _retrieve(
@@ -181,7 +181,6 @@ async def _retrieve(
 async def _rank(
     conn: asyncpg.Connection,
     account_id: str,
-    text: str,
     rows: Sequence[asyncpg.Record],
     limit: int,
     dense: dict[str, float],
@@ -190,7 +189,7 @@ async def _rank(
     items, lexemes = question["items"], question["lexemes"]
     if not items or not lexemes or not candidates:
         return []
-    common = english.factors(text)
+    common = english.factors(question["words"])
     terms = [
         _Term(lexeme, idf(df, items) * common.get(lexeme, 1.0))
         for lexeme, df in zip(lexemes, question["dfs"], strict=True)
@@ -199,8 +198,10 @@ async def _rank(
     terms += [_Term(concept, CONCEPT_WEIGHT * mean_idf, True) for concept in question["concepts"]]
 
     lexical = terms[: len(lexemes)]
-    # A lexeme of a vocabulary phrase ("BCP") is known through its concept even if no entry has it.
-    covered = set(question["covered"])
+    # A lexeme of a vocabulary phrase ("BCP") is known through its concept when an entry matches
+    # that concept, though no entry has the lexeme itself.
+    matched = {concept for row in candidates for concept in row["matched"] or ()}
+    covered = {lexeme for concept, lexeme in question["covered"] if concept in matched}
     unknown = sum(
         t.weight for t, df in zip(lexical, question["dfs"], strict=True) if df == 0 and t.key not in covered
     )

@@ -1,7 +1,7 @@
 -- knowledge_retrieve --
--- The question's term statistics and concepts (first row, id NULL), then its lexical candidates and
--- the entries $6 (dense retrieval's), each with what the ranking reads: one round trip (the
--- function is in sql/migrations/0013_retrieval_one_statement.sql).
+-- The question's term statistics, concepts and words (first row, id NULL), then its lexical
+-- candidates and the entries $6 (dense retrieval's), each with what the ranking reads: one round
+-- trip (the function is in sql/migrations/0013_retrieval_one_statement.sql, redefined by 0016).
 SELECT * FROM knowledge_retrieve($1, $2, $3, $4, $5, $6);
 
 -- knowledge_item_by_external_id --

@@ -1,9 +1,16 @@
--- knowledge_retrieve (migration 0013) also returns, on the question's row, `covered`: the
--- question's lexemes that belong to a vocabulary phrase the question contains. A question's "BCP"
--- is then known through its concept (business continuity) even when no entry uses the acronym,
--- instead of counting as a word the knowledge base never mentions (the decision's `unknown`,
--- service/retrieval.py). The phrases the question contains are found in one pass over the
--- vocabulary for both; otherwise the function is unchanged.
+-- knowledge_retrieve (migration 0013) also returns, on the question's row:
+-- * `covered`: {concept, lexeme} for each lexeme of a vocabulary phrase the question contains.
+--   A question's "BCP" is then known through its concept (business continuity) when entries
+--   match that concept, though none uses the acronym, instead of counting as a word the knowledge
+--   base never mentions (the decision's `unknown`, service/retrieval.py).
+-- * `words`: {word as written, its lexeme} for the question's words, from PostgreSQL's own parser,
+--   so that general English frequencies (service/english.py) are looked up for the right lexeme.
+-- The phrases the question contains are found in one pass over the vocabulary (they were found
+-- twice); otherwise the function is unchanged.
+--
+-- The new result columns invalidate statements prepared on the old function: a process started
+-- before this migration re-prepares on its own, except inside a transaction (dense retrieval),
+-- where that question fails once and is retried by the pipeline.
 DROP FUNCTION knowledge_retrieve(text, text, integer, integer, integer, text[]);
 
 CREATE FUNCTION knowledge_retrieve(
@@ -12,7 +19,7 @@ CREATE FUNCTION knowledge_retrieve(
 ) RETURNS TABLE (
     id text, external_id text, title text, question text, answer text, source text, yes_no boolean,
     vector text, question_lexemes integer, answer_lexemes integer, matched text[],
-    lexemes text[], dfs integer[], items integer, concepts text[], covered text[]
+    lexemes text[], dfs integer[], items integer, concepts text[], covered text[], words text[]
 )
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -25,8 +32,8 @@ DECLARE
     all_dfs integer[];
     phrase_concepts text[];  -- the mentioned concepts' phrases, as parallel arrays
     phrase_queries tsquery[];
-    mentioned text[];  -- the concepts of the vocabulary phrases the question contains
-    covered_lexemes text[];  -- those phrases' lexemes
+    mentioned text[];  -- the vocabulary phrases the question contains, and their concepts
+    mentioned_phrases text[];
     candidate_query tsquery;
     ranking_query tsquery;
 BEGIN
@@ -35,10 +42,8 @@ BEGIN
       INTO all_lexemes, all_dfs
       FROM unnest(tsvector_to_array(question_vector)) AS l(lexeme)
       LEFT JOIN knowledge_terms t ON t.account_id = p_account AND t.lexeme = l.lexeme;
-    SELECT array_agg(DISTINCT m.concept),
-           ARRAY(SELECT DISTINCT l FROM unnest(tsvector_to_array(to_tsvector('english',
-                                                   string_agg(m.phrase, E'\n')))) AS l ORDER BY l)
-      INTO mentioned, covered_lexemes
+    SELECT array_agg(m.concept), array_agg(m.phrase)
+      INTO mentioned, mentioned_phrases
       FROM knowledge_vocabulary m
      WHERE (m.account_id IS NULL OR m.account_id = p_account)
        AND numnode(m.phrase_query) > 0 AND question_vector @@ m.phrase_query;
@@ -52,7 +57,14 @@ BEGIN
                         NULL::boolean, NULL::text, NULL::integer, NULL::integer, NULL::text[],
                         all_lexemes, all_dfs, n,
                         ARRAY(SELECT DISTINCT c FROM unnest(phrase_concepts) AS c ORDER BY c),
-                        coalesce(covered_lexemes, '{}');
+                        -- {concept, lexeme} of each lexeme of those phrases
+                        ARRAY(SELECT DISTINCT ARRAY[p.concept, l.lexeme]
+                                FROM unnest(mentioned, mentioned_phrases) AS p(concept, phrase),
+                                     unnest(tsvector_to_array(to_tsvector('english', p.phrase)))
+                                       AS l(lexeme)),
+                        -- {word as written, its lexeme}: service/english.py weighs words
+                        ARRAY(SELECT DISTINCT ARRAY[d.token, l.lexeme]
+                                FROM ts_debug('english', p_question) AS d, unnest(d.lexemes) AS l(lexeme));
     IF n = 0 OR all_lexemes IS NULL THEN
         RETURN;
     END IF;
@@ -101,7 +113,7 @@ BEGIN
            ARRAY(SELECT DISTINCT p.concept
                    FROM unnest(phrase_concepts, phrase_queries) AS p(concept, query)
                   WHERE c.search_vector @@ p.query),
-           NULL::text[], NULL::integer[], NULL::integer, NULL::text[], NULL::text[]
+           NULL::text[], NULL::integer[], NULL::integer, NULL::text[], NULL::text[], NULL::text[]
       FROM chosen c;
 END
 $$;
