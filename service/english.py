@@ -24,13 +24,33 @@ FULL_WEIGHT_ZIPF = 3.0
 SLOPE = 0.5  # weight lost per Zipf unit above FULL_WEIGHT_ZIPF
 FLOOR = 0.3  # the weight the commonest words keep
 
-_FREQUENCIES: dict[str, float] = get_frequency_dict("en", wordlist="small")
+
+
+def _frequencies() -> dict[str, float]:
+    """wordfreq's small English list (word -> share of all words), with the parts PostgreSQL
+    makes of a word with an apostrophe ("aren't": "aren" and "t"; "O'Brien") at least as
+    frequent as the whole."""
+    frequencies = dict(get_frequency_dict("en", wordlist="small"))
+    for word, frequency in list(frequencies.items()):
+        for part in word.split("'") if "'" in word else ():
+            if part and frequencies.get(part, 0.0) < frequency:
+                frequencies[part] = frequency
+    return frequencies
+
+
+_FREQUENCIES = _frequencies()
 
 
 def factor(word: str) -> float:
     """FLOOR to 1: how much of its idf a word keeps (1 for a word the list lacks: a term of art,
-    an acronym, a number)."""
-    frequency = _FREQUENCIES.get(word.lower())
+    a rare acronym)."""
+    word = word.lower()
+    frequency = _FREQUENCIES.get(word)
+    if frequency is None and "-" in word:
+        # A hyphenated compound ("third-party"): its parts used together, as wordfreq estimates
+        # a phrase (the harmonic sum of the parts' frequencies).
+        parts = [_FREQUENCIES.get(part) for part in word.split("-")]
+        frequency = 1 / sum(1 / f for f in parts) if all(parts) else None
     if not frequency:
         return 1.0
     zipf = math.log10(frequency) + 9

@@ -110,6 +110,7 @@ async def test_knowledge_retrieve__first_row_describes_the_question(conn, admin)
     assert dict(zip(first["lexemes"], first["dfs"], strict=True))["administr"] == 1
     assert "mfa" in first["concepts"] and "authentication" in first["concepts"]
     assert ["mfa", "2fa"] in first["covered"] and all(pair[1] != "administr" for pair in first["covered"])
+    assert {concept for concept, _ in first["covered"]} <= set(first["concepts"])
     assert ["administrator", "administr"] in first["words"]
     assert all(word != "2FA" for word, _ in first["words"])  # letters and digits: not weighed
     iam = next(row for row in rest if row["external_id"] == "IAM-1")
@@ -225,10 +226,23 @@ async def test_find_references__everyday_words_weigh_less_than_terms_of_art(conn
 
 
 def test_english_factors__common_words_lose_weight_rare_ones_keep_it():
-    words = [("year", "year"), ("data", "data"), ("SAML", "saml"), ("audit", "audit"),
-             ("geographically", "geograph"), ("incident", "incid"), ("incidents", "incid")]
+    words = [("Year", "year"), ("data", "data"), ("SAML", "saml"), ("audit", "audit"),
+             ("geographically", "geograph"), ("incidents", "incid"), ("incident", "incid")]
     factors = english.factors(words)
     assert factors["year"] == factors["data"] == english.FLOOR  # among the commonest English words
     assert factors["saml"] == 1.0  # not in the general list at all
     assert english.FLOOR < factors["audit"] < factors["geograph"] < 1.0  # the rarer, the more weight
     assert factors["incid"] == english.factor("incidents") > english.factor("incident")  # rarer form
+    # PostgreSQL's pieces of "aren't" and the parts of a compound are as everyday as the whole.
+    assert english.factor("aren") == english.factor("third-party") == english.FLOOR
+
+
+async def test_knowledge_retrieve__words_come_from_postgresql_parser(conn, admin):
+    await _load(conn, admin.account_id)
+    [first, *_] = await conn.fetch(
+        "SELECT * FROM knowledge_retrieve($1, $2, 300, 400, 200, '{}')",
+        admin.account_id, "Naïve third-party logins, e.g. 2FA, aren't used?")
+    words = {tuple(pair) for pair in first["words"]}
+    assert {("Naïve", "naïv"), ("third-party", "third-parti"), ("party", "parti"), ("e.g", "e.g"),
+            ("aren", "aren"), ("logins", "login")} <= words
+    assert not any(word == "2FA" for word, _ in words)  # letters and digits keep their weight

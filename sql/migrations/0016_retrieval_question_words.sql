@@ -5,8 +5,8 @@
 --   base never mentions (the decision's `unknown`, service/retrieval.py).
 -- * `words`: {word as written, its lexeme} for the question's words, from PostgreSQL's own parser
 --   and stemmer, so that general English frequencies (service/english.py) reach the right lexeme.
--- The phrases the question contains are found in one pass over the vocabulary (they were found
--- twice); otherwise the function is unchanged.
+-- Otherwise the function is unchanged (the phrases the question contains are found once, then
+-- their concepts' phrases, as before).
 --
 -- The new result columns invalidate statements prepared on the old function: a process started
 -- before this migration re-prepares on its own, except inside a transaction (dense retrieval),
@@ -63,14 +63,18 @@ BEGIN
                                      unnest(tsvector_to_array(to_tsvector('english', p.phrase)))
                                        AS l(lexeme)),
                         -- {word as written, its lexeme}, for the words the english configuration
-                        -- stems (numbers and the like keep their whole weight): service/english.py
-                        -- weighs words. (ts_debug says the same at four times the cost.)
+                        -- stems and for dotted abbreviations ("e.g.", a file name to the parser,
+                        -- kept as written); numbers and the like keep their whole weight.
+                        -- service/english.py weighs words. (ts_debug says the same at four times
+                        -- the cost.)
                         ARRAY(SELECT DISTINCT ARRAY[p.token, l.lexeme]
                                 FROM ts_parse('default', p_question) AS p
                                 JOIN ts_token_type('default') AS t ON t.tokid = p.tokid
                                  AND t.alias IN ('asciiword', 'word', 'asciihword', 'hword',
-                                                 'hword_asciipart', 'hword_part'),
-                                     unnest(ts_lexize('english_stem', p.token)) AS l(lexeme));
+                                                 'hword_asciipart', 'hword_part', 'file'),
+                                     unnest(CASE t.alias WHEN 'file' THEN ARRAY[lower(p.token)]
+                                                 ELSE ts_lexize('english_stem', p.token) END)
+                                       AS l(lexeme));
     IF n = 0 OR all_lexemes IS NULL THEN
         RETURN;
     END IF;
