@@ -8,7 +8,9 @@ import sys
 
 import asyncpg
 
-from service import db
+from service import accounts, db
+from service.auth import new_id
+from service.retrieval import find_references
 from tests.conftest import ROOT
 
 
@@ -59,3 +61,30 @@ def test_load_queries__every_block_has_a_description_and_sql():
         first, _, rest = sql.partition("\n")
         assert first.startswith("-- "), name
         assert rest.strip(), name
+
+
+async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spaces(
+    empty_database_url, tmp_path
+):
+    for version, path in db.migration_files():
+        if version < "0016":
+            (tmp_path / path.name).write_text(path.read_text())
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await db.migrate(conn, tmp_path)
+        account_id = (await accounts.create_account(conn, "A", "a@example.invalid", 0))["account"]["id"]
+        await conn.execute(
+            "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES ($1, $2, $3, $4)",
+            new_id("kb"), account_id, "Is there a plan?", "A Business Continuity/Disaster Recovery plan.")
+        matching = "SELECT count(*) FROM knowledge_items WHERE search_vector @@ to_tsquery('disast')"
+        assert await conn.fetchval(matching) == 0  # "Continuity/Disaster" was one token
+
+        await db.migrate(conn)
+        assert await conn.fetchval(matching) == 1
+        [found] = await find_references(conn, account_id, "Is there a disaster recovery plan?")
+        assert found.question == "Is there a plan?"
+        terms = dict(await conn.fetch("SELECT lexeme, df FROM knowledge_terms WHERE account_id = $1",
+                                      account_id))
+        assert terms["disast"] == terms["continu"] == 1 and "continuity/disaster" not in terms
+    finally:
+        await conn.close()
