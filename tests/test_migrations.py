@@ -76,7 +76,11 @@ async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spa
         await conn.execute(
             "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES ($1, $2, $3, $4)",
             new_id("kb"), account_id, "Is there a plan?", "A Business Continuity/Disaster Recovery plan.")
-        matching = "SELECT count(*) FROM knowledge_items WHERE search_vector @@ to_tsquery('disast')"
+        await conn.execute(
+            "INSERT INTO knowledge_vocabulary (account_id, concept, phrase) VALUES ($1, 'drp', 'BC/DR')",
+            account_id)
+        matching = ("SELECT count(*) FROM knowledge_items"
+                    " WHERE search_vector @@ to_tsquery('english', 'disaster')")
         assert await conn.fetchval(matching) == 0  # "Continuity/Disaster" was one token
 
         await db.migrate(conn)
@@ -86,5 +90,8 @@ async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spa
         terms = dict(await conn.fetch("SELECT lexeme, df FROM knowledge_terms WHERE account_id = $1",
                                       account_id))
         assert terms["disast"] == terms["continu"] == 1 and "continuity/disaster" not in terms
+        assert await conn.fetchval(
+            "SELECT phrase_query::text FROM knowledge_vocabulary WHERE account_id = $1", account_id
+        ) == "'bc' <-> 'dr'"
     finally:
         await conn.close()

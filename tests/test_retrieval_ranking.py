@@ -126,6 +126,24 @@ async def test_find_references__an_acronym_the_vocabulary_knows_is_not_unknown(c
     assert fedramp.unknown > 0  # "FedRAMP" is not known: no entry or phrase has it
 
 
+async def test_find_references__slash_joined_words_are_words_and_links_stay_links(conn, admin):
+    kb = (
+        "id,question,answer\n"
+        "BCR-3,Is there a plan?,Our Business Continuity/Disaster Recovery plan is tested.\n"
+        "ISO-1,Are you certified?,We hold an ISO 27001 certification.\n"
+        "LNK-1,Where are the terms?,See https://example.com/legal/terms.\n"
+    )
+    await _load(conn, admin.account_id, kb)
+    [drp, *_] = await find_references(conn, admin.account_id, "Is the disaster recovery plan tested?")
+    assert drp.external_id == "BCR-3"
+    # "ISO/IEC 27001" is a vocabulary phrase (audit): its words are known through it.
+    [iso, *_] = await find_references(conn, admin.account_id, "Are you ISO/IEC 27001 certified?")
+    assert iso.external_id == "ISO-1" and iso.unknown == 0.0
+    # A link is not the word "https" (an encryption-in-transit phrase).
+    found = await find_references(conn, admin.account_id, "Is HTTPS enforced?")
+    assert all(ref.external_id != "LNK-1" for ref in found)
+
+
 async def test_find_references__an_acronym_of_a_concept_no_entry_matches_stays_unknown(conn, admin):
     # "NDA" is in the vocabulary (confidentiality agreements), but no entry here is about those.
     await _load(conn, admin.account_id)

@@ -5,7 +5,7 @@
 --   base never mentions (the decision's `unknown`, service/retrieval.py).
 -- * `words`: {word as written, its lexeme} for the question's words, from PostgreSQL's own parser
 --   and stemmer, so that general English frequencies (service/english.py) reach the right lexeme.
--- The question is parsed as entries now are (knowledge_text, below: slashes read as spaces).
+-- The question is parsed as entries now are (knowledge_text, below: "a/b" read as "a b").
 -- Otherwise the function is unchanged (the phrases the question contains are found once, then
 -- their concepts' phrases, as before).
 --
@@ -16,14 +16,18 @@ DROP FUNCTION knowledge_retrieve(text, text, integer, integer, integer, text[]);
 
 -- Words joined by a slash ("Business Continuity/Disaster Recovery", "upgrade/update",
 -- "legal/contractual") are one file-path token to PostgreSQL's parser, so neither word could be
--- found by a question: 30 of the 261 entries of the development set had such pairs. Entries,
--- questions and vocabulary phrases are now parsed with slashes read as spaces, all alike.
+-- found by a question: about 20 of the 261 entries of the development set had such pairs.
+-- Entries, questions and vocabulary phrases are now parsed with a slash between two word
+-- characters read as a space, all alike. A URL's "://" stays, so a link is still a URL and does
+-- not bring in the word "https" (an encryption-in-transit phrase).
 CREATE FUNCTION knowledge_text(body text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-AS $$ SELECT replace(body, '/', ' ') $$;
+AS $$ SELECT regexp_replace(body, '(\w)/(?=\w)', '\1 ', 'g') $$;
 
--- The search vectors are recomputed (the table is rewritten once), and with them the document
--- frequencies; the index is as migrations 0002 and 0013 made it.
+-- The search vectors are recomputed, and with them the document frequencies; the index is as
+-- migrations 0002 and 0013 made it. This rewrites knowledge_items under an exclusive lock:
+-- retrieval, imports and reviews wait until it is done, about 12 s per 100,000 entries on a
+-- 2-core machine (docs/answer-quality.md). Plan the upgrade of a large knowledge base for it.
 ALTER TABLE knowledge_items DROP COLUMN search_vector;
 ALTER TABLE knowledge_items ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
     setweight(to_tsvector('english', knowledge_text(coalesce(question, ''))), 'A') ||
@@ -90,7 +94,8 @@ BEGIN
                         -- {concept, lexeme} of each lexeme of those phrases
                         ARRAY(SELECT DISTINCT ARRAY[p.concept, l.lexeme]
                                 FROM unnest(mentioned, mentioned_phrases) AS p(concept, phrase),
-                                     unnest(tsvector_to_array(to_tsvector('english', p.phrase)))
+                                     unnest(tsvector_to_array(to_tsvector('english',
+                                                                          knowledge_text(p.phrase))))
                                        AS l(lexeme)),
                         -- {word as written, its lexeme}, for the words the english configuration
                         -- stems and for dotted abbreviations ("e.g.", a file name to the parser,
