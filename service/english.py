@@ -25,14 +25,13 @@ SLOPE = 0.5  # weight lost per Zipf unit above FULL_WEIGHT_ZIPF
 FLOOR = 0.3  # the weight the commonest words keep
 
 
-
 def _frequencies() -> dict[str, float]:
     """wordfreq's small English list (word -> share of all words), with the parts PostgreSQL
     makes of a word with an apostrophe ("aren't": "aren" and "t"; "O'Brien") at least as
     frequent as the whole."""
     frequencies = dict(get_frequency_dict("en", wordlist="small"))
-    for word, frequency in list(frequencies.items()):
-        for part in word.split("'") if "'" in word else ():
+    for word, frequency in [item for item in frequencies.items() if "'" in item[0]]:
+        for part in word.split("'"):
             if part and frequencies.get(part, 0.0) < frequency:
                 frequencies[part] = frequency
     return frequencies
