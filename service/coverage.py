@@ -78,7 +78,7 @@ def overlap(question: str, reference: Reference) -> float:
 
 # -- the decision --------------------------------------------------------------------------------
 
-FEATURES = ("score", "margin", "question_match", "coverage", "overlap", "unknown")
+FEATURES = ("score", "margin", "question_match", "coverage", "overlap", "unknown", "unknown_peak")
 # With dense retrieval: also the first reference's cosine similarity to the question.
 DENSE_FEATURES = (*FEATURES, "dense")
 
@@ -97,6 +97,7 @@ def features(question: str, references: Sequence[Reference]) -> dict[str, float]
         "coverage": best.coverage,
         "overlap": overlap(question, best),
         "unknown": best.unknown,
+        "unknown_peak": best.unknown_peak,
     }
     if best.dense is not None:
         values["dense"] = best.dense

@@ -74,6 +74,10 @@ class Reference:
     # and no vocabulary phrase of the question accounts for: a question about something the
     # knowledge base never mentions (a property of the question, the same on every reference).
     unknown: float = 0.0
+    # The heaviest of those lexemes relative to the question's heaviest (0 to 1): 1 when the most
+    # specific word of the question ("CMMC", "FERPA") is one the knowledge base never uses, however
+    # long the question around it (the share above dilutes it). Also a property of the question.
+    unknown_peak: float = 0.0
 
 
 # -- tsvector text as PostgreSQL prints it: 'lexeme':1A,4 'other':2C -------------------------
@@ -202,10 +206,11 @@ async def _rank(
     # that concept, though no entry has the lexeme itself.
     matched = {concept for row in candidates for concept in row["matched"] or ()}
     covered = {lexeme for concept, lexeme in question["covered"] if concept in matched}
-    unknown = sum(
+    missing = [
         t.weight for t, df in zip(lexical, question["dfs"], strict=True) if df == 0 and t.key not in covered
-    )
-    unknown /= sum(t.weight for t in lexical)
+    ]
+    unknown = sum(missing) / sum(t.weight for t in lexical)
+    unknown_peak = max(missing, default=0.0) / max(t.weight for t in lexical)
 
     scored = _bm25f(terms, candidates)
     scored.sort(key=lambda s: (-s[0], s[3]["id"]))
@@ -229,6 +234,7 @@ async def _rank(
                 dense=round(dense[row["id"]], 4) if row["id"] in dense else None,
                 yes_no=row["yes_no"],
                 unknown=round(unknown, 4),
+                unknown_peak=round(unknown_peak, 4),
             )
             for score, question_match, coverage, row in top
         ],

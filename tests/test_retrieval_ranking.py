@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from service import english, retrieval
+from service import coverage, english, retrieval
 from service.coverage import decide
 from service.knowledge import import_csv
 from service.retrieval import find_references, lexeme_weights
@@ -151,6 +151,22 @@ async def test_find_references__an_acronym_of_a_concept_no_entry_matches_stays_u
     assert found and found[0].unknown > 0.5
 
 
+async def test_find_references__unknown_peak_is_the_missing_word_of_art_however_long_the_question(
+    conn, admin
+):
+    await _load(conn, admin.account_id)
+    question = ("Do you enforce multi-factor authentication for administrators, rotate the keys "
+                "in the KMS and train employees against phishing to CMMC?")
+    [first, *_] = await find_references(conn, admin.account_id, question)
+    # "CMMC" is the question's one word no entry has, and its rarest: the share of the question's
+    # weight it holds is small, its weight against the heaviest word's is all of it.
+    assert first.unknown_peak == 1.0 and first.unknown < 0.3
+    [known, *_] = await find_references(conn, admin.account_id, "Are the keys in the KMS rotated?")
+    assert known.unknown == known.unknown_peak == 0.0
+    features = coverage.features(question, [first])
+    assert (features["unknown"], features["unknown_peak"]) == (first.unknown, first.unknown_peak)
+
+
 def test_lexeme_weights__reads_positions_of_one_lexeme():
     vector = "'key':1A,7C 'monkey':2A 'it''s':3B 'bare'"
     assert lexeme_weights(vector, "key") == "AC"
@@ -183,6 +199,21 @@ async def test_decide__a_paraphrase_is_sufficient_below_the_confident_band(conn,
     decision = decide(question, refs)
     assert refs[0].external_id == "IAM-1" and decision.sufficient and not decision.exact
     assert decision.confidence < 0.8
+
+
+async def test_decide__a_question_hinging_on_a_standard_the_base_never_mentions_is_not_covered(
+    conn, admin
+):
+    await _load(conn, admin.account_id)
+    question = "Is 2FA enforced for administrator accounts under CMMC?"
+    refs = await find_references(conn, admin.account_id, question)
+    assert refs[0].external_id == "IAM-1" and refs[0].unknown_peak == 1.0
+    assert not decide(question, refs).sufficient
+    # The peak decides it: the model without it would have answered from IAM-1.
+    model = coverage.MODEL
+    without = coverage.Model(intercept=model.intercept,
+                             coefficients={**model.coefficients, "unknown_peak": 0.0})
+    assert decide(question, refs, without).sufficient
 
 
 async def test_import_csv__merges_the_index_pending_list(conn, admin):
