@@ -164,6 +164,12 @@ def decide(question: str, references: Sequence[Reference], model: Model | None =
                         rationale=f"The knowledge base holds this very question: {_label(best)}.")
     values = features(question, references)
     model = model or model_for(references)
+    if not values["coverage"] and not values["overlap"] and "dense" not in model.coefficients:
+        # No lexical evidence at all (an entry found by meaning alone) and a lexical model: its
+        # fit saw only entries sharing words with their questions and says nothing about this.
+        return Decision(sufficient=False, confidence=0.75, probability=0.0, exact=False,
+                        rationale=f"Not covered: the nearest entry, {_label(best)}, shares no word "
+                                  "with the question.")
     p = model.probability(values)
     sufficient = p >= model.threshold
     confidence = round(min(CONFIDENT - 0.01, p if sufficient else 1 - p), 4)

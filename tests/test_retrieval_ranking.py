@@ -3,7 +3,7 @@ from __future__ import annotations
 from service import coverage, english, retrieval
 from service.coverage import decide
 from service.knowledge import import_csv
-from service.retrieval import find_references, lexeme_weights
+from service.retrieval import Reference, find_references, lexeme_weights
 
 KB = (
     "id,question,answer\n"
@@ -178,6 +178,17 @@ def test_lexeme_weights__reads_positions_of_one_lexeme():
 def test_decide__nothing_found_is_not_sufficient():
     decision = decide("Anything?", [])
     assert not decision.sufficient and decision.rationale
+
+
+def test_decide__an_entry_sharing_no_word_is_not_covered_unless_a_dense_model_judges():
+    office = Reference(kb_item_id="kb_off", external_id=None, title="Office", question="Where is "
+                       "your office?", answer="Our office is in Lisbon.", source=None, score=0.05,
+                       dense=0.9)
+    question = "Do you have a rooftop garden for staff?"
+    decision = decide(question, [office], coverage.MODEL)
+    assert not decision.sufficient and "shares no word" in decision.rationale
+    dense = coverage.Model(intercept=-1.0, coefficients={"dense": 2.0})
+    assert decide(question, [office], dense).sufficient  # a dense model decides for itself
 
 
 async def test_decide__close_match_is_sufficient_unrelated_is_not(conn, admin):
