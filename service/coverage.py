@@ -164,19 +164,19 @@ def decide(question: str, references: Sequence[Reference], model: Model | None =
                         rationale=f"The knowledge base holds this very question: {_label(best)}.")
     values = features(question, references)
     model = model or model_for(references)
-    if not values["coverage"] and not values["overlap"] and "dense" not in model.coefficients:
-        # No lexical evidence at all (an entry found by meaning alone) and a lexical model: its
-        # fit saw only entries sharing words with their questions and says nothing about this.
-        return Decision(sufficient=False, confidence=0.75, probability=0.0, exact=False,
-                        rationale=f"Not covered: the nearest entry, {_label(best)}, shares no word "
-                                  "with the question.")
     p = model.probability(values)
-    sufficient = p >= model.threshold
+    # An entry found by meaning alone shares no term with the question (coverage 0; the unweighted
+    # overlap may still count a word PostgreSQL drops, "each", "before"). A lexical model was
+    # fitted on entries that share terms with their questions and has no say about it.
+    unmatched = not values["coverage"] and "dense" not in model.coefficients
+    sufficient = p >= model.threshold and not unmatched
     confidence = round(min(CONFIDENT - 0.01, p if sufficient else 1 - p), 4)
     evidence = (f"best match {_label(best)}: score {best.score:.2f}, {best.coverage:.0%} of the "
                 f"question's weighted terms, {best.question_match:.0%} in its own question, margin "
                 f"{values['margin']:.2f} over the next; estimated {p:.0%} likely to answer it")
     rationale = (f"Covered: {evidence}." if sufficient
+                 else f"Not covered: the nearest entry, {_label(best)}, shares no term with the "
+                      "question." if unmatched
                  else f"Not covered: no entry matches the question well enough ({evidence}).")
     return Decision(sufficient=sufficient, confidence=confidence, probability=round(p, 4),
                     exact=False, rationale=rationale)

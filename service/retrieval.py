@@ -19,6 +19,7 @@ Two stages, both driven from PostgreSQL's full-text data:
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -48,6 +49,11 @@ RRF_K = 60
 LEXICAL_WEIGHT = 1.5
 # A concept found in an entry counts like a lexeme found once in a field of average length.
 CONCEPT_TF = 1 / (1 + BM25_K1)
+# The term-proximity score's weight against BM25F's (`_proximity`): every weight from 0.1 to 0.3 gave the
+# same first references or better on the development set, and one to two more right entries in
+# the first five (docs/answer-quality.md, "Fifth round"). The published form adds it unweighted
+# to a BM25 whose terms carry (k1 + 1), about 0.45 on this scale.
+PROXIMITY_WEIGHT = 0.25
 
 
 @attrs.frozen(kw_only=True)
@@ -89,19 +95,25 @@ _POINTER = re.compile(
 )
 
 
-def lexeme_weights(vector: str, lexeme: str) -> str:
-    """The weights of a lexeme's positions in a tsvector's text ('lex':1A,4 …): one letter per
-    position, A question, B title, C answer ("" when absent). A substring search, not a parse:
-    only the question's few lexemes are looked up."""
+def lexeme_positions(vector: str, lexeme: str) -> list[str]:
+    """A lexeme's positions in a tsvector's text ('lex':1A,4 …) as written there: "1A", "4" (the
+    letter is the weight, A question, B title, C answer, none D); [] when absent, [""] when
+    present without positions (a stripped vector). A substring search, not a parse: only the
+    question's few lexemes are looked up."""
     key = "'" + lexeme.replace("'", "''") + "'"
     start = vector.find(key + ":")
     while start > 0 and vector[start - 1] != " ":
         start = vector.find(key + ":", start + 1)
     if start < 0:
-        return "" if vector.find(key) < 0 or not _bare(vector, key) else "D"
+        return [] if vector.find(key) < 0 or not _bare(vector, key) else [""]
     end = vector.find(" ", start + len(key))
-    positions = vector[start + len(key) + 1 : end if end >= 0 else None]
-    return "".join(p[-1] if p[-1] in "ABC" else "D" for p in positions.split(","))
+    return vector[start + len(key) + 1 : end if end >= 0 else None].split(",")
+
+
+def lexeme_weights(vector: str, lexeme: str) -> str:
+    """One letter per position of the lexeme: A question, B title, C answer, D none ("" when
+    absent)."""
+    return "".join(p[-1] if p and p[-1] in "ABC" else "D" for p in lexeme_positions(vector, lexeme))
 
 
 def _bare(vector: str, key: str) -> bool:
@@ -252,6 +264,10 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
     # Per query, not per candidate: each lexeme as it is quoted in a tsvector's text.
     lexical = [("'" + t.key.replace("'", "''") + "'", t.key, t.weight) for t in terms if not t.is_concept]
     concepts = [(t.key, t.weight) for t in terms if t.is_concept]
+    weights_by_index = [weight for _, _, weight in lexical]
+    # Each field's saturation term is < 1, so 2·total bounds the BM25F sum; each lexeme's
+    # proximity term is below min(1, weight)·(k1 + 1).
+    bound = 2 * total + PROXIMITY_WEIGHT * (BM25_K1 + 1) * sum(min(1.0, w) for w in weights_by_index)
     scored = []
     for row in candidates:
         vector = row["vector"]
@@ -259,12 +275,15 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
         in_question = anywhere = bm25 = 0.0
         saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
         saturation_answer = BM25_K1 * (1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer)
-        for key, lexeme, weight in lexical:
+        occurrences: list[tuple[int, int]] = []  # (position, index in `lexical`)
+        for index, (key, lexeme, weight) in enumerate(lexical):
             if key not in vector:  # most of a question's lexemes are not in a given entry
                 continue
-            weights = lexeme_weights(vector, lexeme)
-            if not weights:
+            positions = lexeme_positions(vector, lexeme)
+            if not positions:
                 continue
+            weights = "".join(p[-1] if p and p[-1] in "ABC" else "D" for p in positions)
+            occurrences += [(int(p.rstrip("ABC")), index) for p in positions if p]
             tf_question = weights.count("A") + weights.count("B")
             tf_answer = len(weights) - tf_question
             bm25 += weight * (
@@ -280,9 +299,30 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
                     bm25 += weight * 2 * CONCEPT_TF
                     in_question += weight
                     anywhere += weight
-        # Each field's saturation term is < 1, so 2·total bounds the sum.
-        scored.append((bm25 / (2 * total), in_question / total, anywhere / total, row))
+        bm25 += PROXIMITY_WEIGHT * _proximity(occurrences, weights_by_index)
+        scored.append((bm25 / bound, in_question / total, anywhere / total, row))
     return scored
+
+
+def _proximity(occurrences: list[tuple[int, int]], weights: Sequence[float]) -> float:
+    """Büttcher, Clarke and Lushman's term proximity (SIGIR 2006), over an entry's occurrences
+    (position, lexeme) of the question's lexemes: walking them in order, two neighbours that are
+    different lexemes at distance d each add the other's weight / d² to their accumulator, which
+    is then saturated like a term frequency and weighed by min(1, weight). An entry that says the
+    question's words together ("information security policy") beats one that scatters them."""
+    if len(occurrences) < 2:
+        return 0.0
+    occurrences.sort()
+    accumulated: dict[int, float] = {}
+    for (first, a), (second, b) in itertools.pairwise(occurrences):
+        if a == b or first == second:  # the same lexeme again; two lexemes of one word
+            continue
+        distance = (second - first) ** 2
+        accumulated[a] = accumulated.get(a, 0.0) + weights[b] / distance
+        accumulated[b] = accumulated.get(b, 0.0) + weights[a] / distance
+    return sum(
+        min(1.0, weights[i]) * acc * (BM25_K1 + 1) / (acc + BM25_K1) for i, acc in accumulated.items()
+    )
 
 
 def _fuse(lexical: list[_Scored], dense: dict[str, float]) -> list[_Scored]:

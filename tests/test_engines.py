@@ -19,13 +19,13 @@ ENCRYPTION = Reference(
     question="Is customer data encrypted at rest?",
     answer="Yes. Customer data is encrypted at rest with AES-256. Keys are rotated every 90 days "
            "in a managed KMS. Backups are encrypted the same way.",
-    source=None, score=0.4,
+    source=None, score=0.4, question_match=0.6, coverage=0.7,  # as retrieval would rate them
 )
 BACKUPS = Reference(
     kb_item_id="kb_bak", external_id=None, title="Backups",
     question="How often are backups taken?",
     answer="Backups of customer data are taken every night. They are kept for 35 days.",
-    source=None, score=0.2,
+    source=None, score=0.2, question_match=0.3, coverage=0.4,
 )
 OFFICE = Reference(
     kb_item_id="kb_off", external_id=None, title="Office", question="Where is your office?",

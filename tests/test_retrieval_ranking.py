@@ -3,7 +3,7 @@ from __future__ import annotations
 from service import coverage, english, retrieval
 from service.coverage import decide
 from service.knowledge import import_csv
-from service.retrieval import Reference, find_references, lexeme_weights
+from service.retrieval import Reference, find_references, lexeme_positions, lexeme_weights
 
 KB = (
     "id,question,answer\n"
@@ -121,7 +121,7 @@ async def test_find_references__an_acronym_the_vocabulary_knows_is_not_unknown(c
     # No entry says "DRP", but the vocabulary maps it to disaster recovery, which BCR-1 is about.
     await _load(conn, admin.account_id)
     [drp, *_] = await find_references(conn, admin.account_id, "Is the DRP tested?")
-    assert drp.external_id == "BCR-1" and drp.unknown == 0.0
+    assert drp.external_id == "BCR-1" and drp.unknown == drp.unknown_peak == 0.0
     [fedramp, *_] = await find_references(conn, admin.account_id, "Is the DRP FedRAMP tested?")
     assert fedramp.unknown > 0  # "FedRAMP" is not known: no entry or phrase has it
 
@@ -164,7 +164,52 @@ async def test_find_references__unknown_peak_is_the_missing_word_of_art_however_
     [known, *_] = await find_references(conn, admin.account_id, "Are the keys in the KMS rotated?")
     assert known.unknown == known.unknown_peak == 0.0
     features = coverage.features(question, [first])
+    assert "unknown_peak" in coverage.FEATURES  # so that --fit fits it
     assert (features["unknown"], features["unknown_peak"]) == (first.unknown, first.unknown_peak)
+
+
+async def test_vocabulary__in_the_last_year_finds_annually(conn, admin):
+    kb = ("id,question,answer\n"
+          "BCR-9,Is the disaster recovery plan documented?,Yes: the disaster recovery plan is "
+          "documented and approved.\n"
+          "BCR-1,How often is the disaster recovery plan exercised?,Annually.\n"
+          "HRS-1,Do employees complete training?,Annual security awareness training covers phishing.\n"
+          "CEK-2,How are cryptographic keys managed?,Keys live in a KMS and rotate every 90 days.\n")
+    await _load(conn, admin.account_id, kb)
+    question = "Has the disaster recovery plan been tested in the last year?"
+    found = await find_references(conn, admin.account_id, question)
+    assert found[0].external_id == "BCR-1"
+    # The seeded concept (migration 0017) is what finds it: without it the sibling comes first.
+    await conn.execute("DELETE FROM knowledge_vocabulary WHERE concept = 'annual'")
+    found = await find_references(conn, admin.account_id, question)
+    assert found[0].external_id == "BCR-9"
+
+
+async def test_find_references__words_said_together_beat_words_scattered(conn, admin):
+    # As many words, the question's the same: BM25F alone scores them equal, only the order of
+    # the words tells POL-2 apart.
+    kb = ("id,question,answer\n"
+          "POL-1,Which documents exist?,Information to auditors yearly; security reviewed; we hold "
+          "policy.\n"
+          "POL-2,Which documents exist?,We keep an information security policy reviewed yearly "
+          "by auditors.\n")
+    await _load(conn, admin.account_id, kb)
+    found = await find_references(conn, admin.account_id, "Is there an information security policy?")
+    assert [ref.external_id for ref in found] == ["POL-2", "POL-1"]
+    assert found[0].score > found[1].score
+
+
+def test_proximity__neighbours_count_by_inverse_square_distance():
+    weights = [2.0, 0.5]
+    adjacent = retrieval._proximity([(1, 0), (2, 1)], weights)
+    apart = retrieval._proximity([(1, 0), (4, 1)], weights)
+    assert adjacent > apart > 0
+    # The same lexeme twice, or two lexemes of one word at one position, are not a pair.
+    assert retrieval._proximity([(1, 0), (2, 0)], weights) == 0.0
+    assert retrieval._proximity([(3, 0), (3, 1)], weights) == 0.0
+    assert retrieval._proximity([(5, 1)], weights) == 0.0
+    # Each lexeme's part is saturated and weighed by min(1, weight): below 1 + k1 in all.
+    assert retrieval._proximity([(1, 0), (2, 1)] * 50, weights) < 2 * (1 + retrieval.BM25_K1)
 
 
 def test_lexeme_weights__reads_positions_of_one_lexeme():
@@ -173,6 +218,8 @@ def test_lexeme_weights__reads_positions_of_one_lexeme():
     assert lexeme_weights(vector, "it's") == "B"
     assert lexeme_weights(vector, "bare") == "D"
     assert lexeme_weights(vector, "monk") == ""
+    assert lexeme_positions(vector, "key") == ["1A", "7C"]
+    assert lexeme_positions(vector, "bare") == [""] and lexeme_positions(vector, "monk") == []
 
 
 def test_decide__nothing_found_is_not_sufficient():
@@ -180,15 +227,20 @@ def test_decide__nothing_found_is_not_sufficient():
     assert not decision.sufficient and decision.rationale
 
 
-def test_decide__an_entry_sharing_no_word_is_not_covered_unless_a_dense_model_judges():
-    office = Reference(kb_item_id="kb_off", external_id=None, title="Office", question="Where is "
-                       "your office?", answer="Our office is in Lisbon.", source=None, score=0.05,
-                       dense=0.9)
-    question = "Do you have a rooftop garden for staff?"
-    decision = decide(question, [office], coverage.MODEL)
-    assert not decision.sufficient and "shares no word" in decision.rationale
+def test_decide__an_entry_found_by_meaning_alone_is_not_covered_unless_a_dense_model_judges():
+    # What retrieval returns for an entry only dense search found: no term shared, though the
+    # crude word overlap counts "each" and "before" (PostgreSQL's stopwords, not ours).
+    device = Reference(kb_item_id="kb_dev", external_id=None, title=None, question=None,
+                       answer="Each device is sanitised before it is reassigned.", source=None,
+                       score=0.0, coverage=0.0, dense=0.8)
+    question = "Is each laptop wiped before reuse?"
+    assert coverage.features(question, [device])["overlap"] > 0
+    decision = decide(question, [device], coverage.MODEL)
+    assert not decision.sufficient and "shares no term" in decision.rationale
+    assert decision.probability == round(coverage.MODEL.probability(
+        coverage.features(question, [device])), 4)  # the model's, for the answer's confidence
     dense = coverage.Model(intercept=-1.0, coefficients={"dense": 2.0})
-    assert decide(question, [office], dense).sufficient  # a dense model decides for itself
+    assert decide(question, [device], dense).sufficient  # a dense model decides for itself
 
 
 async def test_decide__close_match_is_sufficient_unrelated_is_not(conn, admin):
