@@ -54,6 +54,7 @@ CONCEPT_TF = 1 / (1 + BM25_K1)
 # the first five (docs/answer-quality.md, "Fifth round"). The published form adds it unweighted
 # to a BM25 whose terms carry (k1 + 1), about 0.45 on this scale.
 PROXIMITY_WEIGHT = 0.25
+PROXIMITY_RERANK = 30  # the best candidates by BM25F whose proximity is computed
 
 
 @attrs.frozen(kw_only=True)
@@ -268,22 +269,19 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
     # Each field's saturation term is < 1, so 2·total bounds the BM25F sum; each lexeme's
     # proximity term is below min(1, weight)·(k1 + 1).
     bound = 2 * total + PROXIMITY_WEIGHT * (BM25_K1 + 1) * sum(min(1.0, w) for w in weights_by_index)
-    scored = []
+    scored: list[list] = []
     for row in candidates:
         vector = row["vector"]
         hits = row["matched"]
         in_question = anywhere = bm25 = 0.0
         saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
         saturation_answer = BM25_K1 * (1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer)
-        occurrences: list[tuple[int, int]] = []  # (position, index in `lexical`)
-        for index, (key, lexeme, weight) in enumerate(lexical):
+        for key, lexeme, weight in lexical:
             if key not in vector:  # most of a question's lexemes are not in a given entry
                 continue
-            positions = lexeme_positions(vector, lexeme)
-            if not positions:
+            weights = lexeme_weights(vector, lexeme)
+            if not weights:
                 continue
-            weights = "".join(p[-1] if p and p[-1] in "ABC" else "D" for p in positions)
-            occurrences += [(int(p.rstrip("ABC")), index) for p in positions if p]
             tf_question = weights.count("A") + weights.count("B")
             tf_answer = len(weights) - tf_question
             bm25 += weight * (
@@ -299,9 +297,18 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
                     bm25 += weight * 2 * CONCEPT_TF
                     in_question += weight
                     anywhere += weight
-        bm25 += PROXIMITY_WEIGHT * _proximity(occurrences, weights_by_index)
-        scored.append((bm25 / bound, in_question / total, anywhere / total, row))
-    return scored
+        scored.append([bm25, in_question, anywhere, row])
+    # Proximity, the costly part (positions parsed and sorted), re-orders the best by BM25F.
+    for best in sorted(scored, key=lambda s: -s[0])[:PROXIMITY_RERANK]:
+        vector = best[3]["vector"]
+        occurrences = [
+            (int(p.rstrip("ABC")), index)
+            for index, (key, lexeme, _) in enumerate(lexical) if key in vector
+            for p in lexeme_positions(vector, lexeme) if p
+        ]
+        best[0] += PROXIMITY_WEIGHT * _proximity(occurrences, weights_by_index)
+    return [(bm25 / bound, in_question / total, anywhere / total, row)
+            for bm25, in_question, anywhere, row in scored]
 
 
 def _proximity(occurrences: list[tuple[int, int]], weights: Sequence[float]) -> float:
