@@ -14,7 +14,9 @@ Two stages, both driven from PostgreSQL's full-text data:
    question/title (question-to-question) and its answer, with the standard k1 and b, and each
    vocabulary concept the question mentions counted as one more term, so "2FA" finds
    "multi-factor". Each lexeme's idf is tempered by how common the word is in English at large
-   (service/english.py). Divided by the most a perfect entry could score, so scores are in [0, 1].
+   (service/english.py). The best PROXIMITY_RERANK by BM25F also score for saying the
+   question's words close together (term proximity). Divided by the most a perfect entry could
+   score, so scores are in [0, 1].
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class Reference:
     question: str | None
     answer: str
     source: str | None
-    score: float  # in [0, 1]; the lexical (BM25F) match, higher is better
+    score: float  # in [0, 1]; the lexical match (BM25F, and proximity for the best), higher is better
     # Share (0 to 1, idf-weighted) of the question's terms found in the entry's own question/title.
     question_match: float = 0.0
     # Share (0 to 1, idf-weighted) of the question's terms found anywhere in the entry.
@@ -299,10 +301,10 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
                     anywhere += weight
         scored.append([bm25, in_question, anywhere, row])
     # Proximity, the costly part (positions parsed and sorted), re-orders the best by BM25F.
-    for best in sorted(scored, key=lambda s: -s[0])[:PROXIMITY_RERANK]:
+    for best in sorted(scored, key=lambda s: (-s[0], s[3]["id"]))[:PROXIMITY_RERANK]:
         vector = best[3]["vector"]
         occurrences = [
-            (int(p.rstrip("ABC")), index)
+            (int(p.rstrip("ABC")), index, p[-1] if p[-1] in "ABC" else "D")
             for index, (key, lexeme, _) in enumerate(lexical) if key in vector
             for p in lexeme_positions(vector, lexeme) if p
         ]
@@ -311,18 +313,21 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
             for bm25, in_question, anywhere, row in scored]
 
 
-def _proximity(occurrences: list[tuple[int, int]], weights: Sequence[float]) -> float:
+def _proximity(occurrences: list[tuple[int, int, str]], weights: Sequence[float]) -> float:
     """Büttcher, Clarke and Lushman's term proximity (SIGIR 2006), over an entry's occurrences
-    (position, lexeme) of the question's lexemes: walking them in order, two neighbours that are
-    different lexemes at distance d each add the other's weight / d² to their accumulator, which
-    is then saturated like a term frequency and weighed by min(1, weight). An entry that says the
-    question's words together ("information security policy") beats one that scatters them."""
+    (position, lexeme, field letter) of the question's lexemes: walking them in order, two
+    neighbours that are different lexemes of one field at distance d each add the other's
+    weight / d² to their accumulator, which is then saturated like a term frequency and weighed by
+    min(1, weight). An entry that says the question's words together ("information security
+    policy") beats one that scatters them. (The fields' vectors are concatenated, so the last word
+    of the question and the first of the answer have neighbouring positions: not a pair.)"""
     if len(occurrences) < 2:
         return 0.0
     occurrences.sort()
     accumulated: dict[int, float] = {}
-    for (first, a), (second, b) in itertools.pairwise(occurrences):
-        if a == b or first == second:  # the same lexeme again; two lexemes of one word
+    for (first, a, field), (second, b, other_field) in itertools.pairwise(occurrences):
+        # The same lexeme again; another field; one position (PostgreSQL caps them at 16383).
+        if a == b or field != other_field or first == second:
             continue
         distance = (second - first) ** 2
         accumulated[a] = accumulated.get(a, 0.0) + weights[b] / distance

@@ -201,15 +201,20 @@ async def test_find_references__words_said_together_beat_words_scattered(conn, a
 
 def test_proximity__neighbours_count_by_inverse_square_distance():
     weights = [2.0, 0.5]
-    adjacent = retrieval._proximity([(1, 0), (2, 1)], weights)
-    apart = retrieval._proximity([(1, 0), (4, 1)], weights)
+    adjacent = retrieval._proximity([(1, 0, "C"), (2, 1, "C")], weights)
+    apart = retrieval._proximity([(1, 0, "C"), (4, 1, "C")], weights)
     assert adjacent > apart > 0
-    # The same lexeme twice, or two lexemes of one word at one position, are not a pair.
-    assert retrieval._proximity([(1, 0), (2, 0)], weights) == 0.0
-    assert retrieval._proximity([(3, 0), (3, 1)], weights) == 0.0
-    assert retrieval._proximity([(5, 1)], weights) == 0.0
-    # Each lexeme's part is saturated and weighed by min(1, weight): below 1 + k1 in all.
-    assert retrieval._proximity([(1, 0), (2, 1)] * 50, weights) < 2 * (1 + retrieval.BM25_K1)
+    # Not pairs: the same lexeme twice, two fields (the question's last word, the answer's first),
+    # two lexemes at one position (PostgreSQL's cap).
+    assert retrieval._proximity([(1, 0, "C"), (2, 0, "C")], weights) == 0.0
+    assert retrieval._proximity([(4, 0, "A"), (5, 1, "C")], weights) == 0.0
+    assert retrieval._proximity([(3, 0, "C"), (3, 1, "C")], weights) == 0.0
+    assert retrieval._proximity([(5, 1, "C")], weights) == 0.0
+    # Each lexeme's part is saturated and weighed by min(1, weight): below (1 + k1)·(1 + 0.5)
+    # however often the two alternate, and above what one pair gives.
+    alternating = [(n, n % 2, "C") for n in range(100)]
+    bound = (1 + retrieval.BM25_K1) * (min(1, weights[0]) + min(1, weights[1]))
+    assert adjacent < retrieval._proximity(alternating, weights) < bound
 
 
 def test_lexeme_weights__reads_positions_of_one_lexeme():
