@@ -95,3 +95,19 @@ async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spa
         ) == "'bc' <-> 'dr'"
     finally:
         await conn.close()
+
+
+async def test_migration_0017__keeps_an_operator_phrase_it_also_seeds(empty_database_url, tmp_path):
+    for version, path in db.migration_files():
+        if version < "0017":
+            (tmp_path / path.name).write_text(path.read_text())
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await db.migrate(conn, tmp_path)
+        await conn.execute("INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ('annual', 'annually')")
+        await db.migrate(conn)  # would fail on the unique phrase without ON CONFLICT
+        phrases = await conn.fetch(
+            "SELECT phrase FROM knowledge_vocabulary WHERE concept = 'annual' AND account_id IS NULL")
+        assert len(phrases) == 11 and {"annually", "last 12 months"} <= {p["phrase"] for p in phrases}
+    finally:
+        await conn.close()
