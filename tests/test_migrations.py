@@ -63,15 +63,20 @@ def test_load_queries__every_block_has_a_description_and_sql():
         assert rest.strip(), name
 
 
+async def _migrate_before(conn: asyncpg.Connection, version: str, folder) -> None:
+    """Apply the migrations older than `version` only (copied into `folder`)."""
+    for older, path in db.migration_files():
+        if older < version:
+            (folder / path.name).write_text(path.read_text())
+    await db.migrate(conn, folder)
+
+
 async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spaces(
     empty_database_url, tmp_path
 ):
-    for version, path in db.migration_files():
-        if version < "0016":
-            (tmp_path / path.name).write_text(path.read_text())
     conn = await asyncpg.connect(empty_database_url)
     try:
-        await db.migrate(conn, tmp_path)
+        await _migrate_before(conn, "0016", tmp_path)
         account_id = (await accounts.create_account(conn, "A", "a@example.invalid", 0))["account"]["id"]
         await conn.execute(
             "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES ($1, $2, $3, $4)",
@@ -98,12 +103,9 @@ async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spa
 
 
 async def test_migration_0017__keeps_an_operator_phrase_it_also_seeds(empty_database_url, tmp_path):
-    for version, path in db.migration_files():
-        if version < "0017":
-            (tmp_path / path.name).write_text(path.read_text())
     conn = await asyncpg.connect(empty_database_url)
     try:
-        await db.migrate(conn, tmp_path)
+        await _migrate_before(conn, "0017", tmp_path)
         await conn.execute("INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ('annual', 'annually')")
         await db.migrate(conn)  # would fail on the unique phrase without ON CONFLICT
         phrases = await conn.fetch(
