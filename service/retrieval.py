@@ -51,10 +51,10 @@ RRF_K = 60
 LEXICAL_WEIGHT = 1.5
 # A concept found in an entry counts like a lexeme found once in a field of average length.
 CONCEPT_TF = 1 / (1 + BM25_K1)
-# The term-proximity score's weight against BM25F's (`_proximity`): every weight from 0.1 to 0.3 gave the
-# same first references or better on the development set, and one to two more right entries in
-# the first five (docs/answer-quality.md, "Fifth round"). The published form adds it unweighted
-# to a BM25 whose terms carry (k1 + 1), about 0.45 on this scale.
+# The term-proximity score's weight against BM25F's (`_proximity`): every weight from 0.1 to 0.3
+# gave the same first references or better on the development set, and one to two more right
+# entries in the first five (docs/answer-quality.md, "Fifth round"). The published form adds it
+# unweighted to a BM25 whose terms carry (k1 + 1), about 0.45 on this scale.
 PROXIMITY_WEIGHT = 0.25
 PROXIMITY_RERANK = 30  # the best candidates by BM25F whose proximity is computed
 
@@ -329,9 +329,9 @@ def _proximity(occurrences: list[tuple[int, int, str]], weights: Sequence[float]
         # The same lexeme again; another field; one position (PostgreSQL caps them at 16383).
         if a == b or field != other_field or first == second:
             continue
-        distance = (second - first) ** 2
-        accumulated[a] = accumulated.get(a, 0.0) + weights[b] / distance
-        accumulated[b] = accumulated.get(b, 0.0) + weights[a] / distance
+        squared = (second - first) ** 2
+        accumulated[a] = accumulated.get(a, 0.0) + weights[b] / squared
+        accumulated[b] = accumulated.get(b, 0.0) + weights[a] / squared
     return sum(
         min(1.0, weights[i]) * acc * (BM25_K1 + 1) / (acc + BM25_K1) for i, acc in accumulated.items()
     )
