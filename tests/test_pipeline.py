@@ -292,7 +292,11 @@ async def test_handoff__a_stopping_pipeline_takes_no_new_questions(aiohttp_clien
 
     client = await aiohttp_client(create_app(config))
     pipeline = client.app[PIPELINE]
-    pipeline.stopping = True  # as on SIGTERM: the question must be left to other processes
+    pipeline.stop()  # as on SIGTERM: the question must be left to other processes
+    # The claim loop's start-up claim may still be in flight (it would take the question, then
+    # hand it back at once): wait for the loop to end, as shutdown does.
+    [claim_loop] = [task for task in asyncio.all_tasks() if task.get_name() == "pipeline"]
+    await asyncio.wait_for(claim_loop, 5)
     question_id = (await (await ask(client, admin.headers, "Anything?")).json())["id"]
     row = await conn.fetchrow("SELECT lease_owner, state::text FROM questions WHERE id = $1", question_id)
     assert tuple(row) == (None, "new")
