@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import asyncpg
+import pytest
 
 from service import accounts, db
 from service.auth import new_id
@@ -102,14 +103,23 @@ async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spa
         await conn.close()
 
 
-async def test_migration_0017__keeps_an_operator_phrase_it_also_seeds(empty_database_url, tmp_path):
+@pytest.mark.parametrize(("version", "concept", "phrase", "seeded"), [
+    ("0017", "annual", "annually", 11),
+    ("0018", "high_availability", "geographically diverse", 6),
+])
+async def test_vocabulary_migration__keeps_an_operator_phrase_it_also_seeds(
+    empty_database_url, tmp_path, version, concept, phrase, seeded
+):
     conn = await asyncpg.connect(empty_database_url)
     try:
-        await _migrate_before(conn, "0017", tmp_path)
-        await conn.execute("INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ('annual', 'annually')")
+        await _migrate_before(conn, version, tmp_path)
+        before = await conn.fetchval(
+            "SELECT count(*) FROM knowledge_vocabulary WHERE concept = $1 AND account_id IS NULL", concept)
+        await conn.execute("INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ($1, $2)",
+                           concept, phrase)
         await db.migrate(conn)  # would fail on the unique phrase without ON CONFLICT
         phrases = await conn.fetch(
-            "SELECT phrase FROM knowledge_vocabulary WHERE concept = 'annual' AND account_id IS NULL")
-        assert len(phrases) == 11 and {"annually", "last 12 months"} <= {p["phrase"] for p in phrases}
+            "SELECT phrase FROM knowledge_vocabulary WHERE concept = $1 AND account_id IS NULL", concept)
+        assert len(phrases) == before + seeded and phrase in {p["phrase"] for p in phrases}
     finally:
         await conn.close()

@@ -185,6 +185,25 @@ async def test_vocabulary__in_the_last_year_finds_annually(conn, admin):
     assert found[0].external_id == "BCR-9"
 
 
+async def test_vocabulary__geographically_dispersed_is_known_from_geographically_separate(conn, admin):
+    kb = ("id,question,answer\n"
+          "DCS-1,Are data centres physically secured?,Yes: badge access and CCTV.\n"
+          "BCR-2,Is business-critical equipment redundant?,Yes: a second data centre in a "
+          "geographically-separate region.\n"
+          "CEK-2,How are cryptographic keys managed?,Keys live in a KMS and rotate every 90 days.\n")
+    await _load(conn, admin.account_id, kb)
+    question = "Are your data centres geographically dispersed?"
+    [found, *_] = await find_references(conn, admin.account_id, question)
+    # "dispersed" is in no entry, but the question's phrase and the entry's are one concept.
+    assert found.external_id == "BCR-2" and found.unknown == found.unknown_peak == 0.0
+    # Without the seeded phrases (migration 0018) the same entry comes first, but the question
+    # seems to ask about a word the knowledge base never uses, which the decision holds against it.
+    await conn.execute("DELETE FROM knowledge_vocabulary WHERE phrase LIKE 'geographically %'")
+    [without, *_] = await find_references(conn, admin.account_id, question)
+    assert without.external_id == "BCR-2" and without.unknown_peak == 1.0
+    assert without.score < found.score
+
+
 async def test_find_references__words_said_together_beat_words_scattered(conn, admin):
     # As many words, the question's the same: BM25F alone scores them equal, only the order of
     # the words tells POL-2 apart.
