@@ -221,6 +221,7 @@ async def _rank(
     # that concept, though no entry has the lexeme itself.
     matched = {concept for row in candidates for concept in row["matched"] or ()}
     covered = {lexeme for concept, lexeme in question["covered"] if concept in matched}
+    covered |= _compounds_of(question["words"], covered)
     missing = [
         t.weight for t, df in zip(lexical, question["dfs"], strict=True) if df == 0 and t.key not in covered
     ]
@@ -254,6 +255,23 @@ async def _rank(
             for score, question_match, coverage, row in top
         ],
     )
+
+
+def _compounds_of(words: Sequence[Sequence[str]], covered: set[str]) -> set[str]:
+    """The lexemes of the question's hyphenated words whose parts are all in `covered`: the parser
+    makes "geographically-dispersed" a lexeme of its own besides its parts', and no vocabulary
+    phrase has that one. (A part without a lexeme, a stop word like "of", is no part.)"""
+    lexemes: dict[str, set[str]] = {}
+    for word, lexeme in words:
+        lexemes.setdefault(word.lower(), set()).add(lexeme)
+    found = set()
+    for word, lexeme in words:
+        if "-" not in word:
+            continue
+        parts = [lexemes[part] for part in word.lower().split("-") if part in lexemes]
+        if parts and all(part & covered for part in parts):
+            found.add(lexeme)
+    return found
 
 
 _Scored = tuple[float, float, float, asyncpg.Record]

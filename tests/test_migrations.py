@@ -103,23 +103,28 @@ async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spa
         await conn.close()
 
 
-@pytest.mark.parametrize(("version", "concept", "phrase", "seeded"), [
-    ("0017", "annual", "annually", 11),
-    ("0018", "high_availability", "geographically diverse", 6),
+@pytest.mark.parametrize(("version", "concept", "phrase", "other", "seeded"), [
+    ("0017", "annual", "annually", "last 12 months", 11),
+    ("0018", "high_availability", "geographically diverse", "geographically separate", 4),
 ])
 async def test_vocabulary_migration__keeps_an_operator_phrase_it_also_seeds(
-    empty_database_url, tmp_path, version, concept, phrase, seeded
+    empty_database_url, tmp_path, version, concept, phrase, other, seeded
 ):
     conn = await asyncpg.connect(empty_database_url)
     try:
         await _migrate_before(conn, version, tmp_path)
         before = await conn.fetchval(
             "SELECT count(*) FROM knowledge_vocabulary WHERE concept = $1 AND account_id IS NULL", concept)
-        await conn.execute("INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ($1, $2)",
-                           concept, phrase)
+        operators = await conn.fetchval(
+            "INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ($1, $2) RETURNING id",
+            concept, phrase)
         await db.migrate(conn)  # would fail on the unique phrase without ON CONFLICT
-        phrases = await conn.fetch(
-            "SELECT phrase FROM knowledge_vocabulary WHERE concept = $1 AND account_id IS NULL", concept)
-        assert len(phrases) == before + seeded and phrase in {p["phrase"] for p in phrases}
+        rows = await conn.fetch(
+            "SELECT id, phrase, numnode(phrase_query) AS nodes FROM knowledge_vocabulary"
+            " WHERE concept = $1 AND account_id IS NULL", concept)
+        assert len(rows) == before + seeded
+        phrases = {row["phrase"]: row for row in rows}
+        assert phrases[phrase]["id"] == operators and other in phrases
+        assert all(row["nodes"] > 0 for row in rows)  # each phrase parses to a query
     finally:
         await conn.close()

@@ -188,20 +188,24 @@ async def test_vocabulary__in_the_last_year_finds_annually(conn, admin):
 async def test_vocabulary__geographically_dispersed_is_known_from_geographically_separate(conn, admin):
     kb = ("id,question,answer\n"
           "DCS-1,Are data centres physically secured?,Yes: badge access and CCTV.\n"
-          "BCR-2,Is business-critical equipment redundant?,Yes: a second data centre in a "
-          "geographically-separate region.\n"
+          "BCR-2,Where are backups kept?,In a second data centre in a geographically-separate "
+          "region.\n"
           "CEK-2,How are cryptographic keys managed?,Keys live in a KMS and rotate every 90 days.\n")
     await _load(conn, admin.account_id, kb)
-    question = "Are your data centres geographically dispersed?"
-    [found, *_] = await find_references(conn, admin.account_id, question)
-    # "dispersed" is in no entry, but the question's phrase and the entry's are one concept.
-    assert found.external_id == "BCR-2" and found.unknown == found.unknown_peak == 0.0
-    # Without the seeded phrases (migration 0018) the same entry comes first, but the question
-    # seems to ask about a word the knowledge base never uses, which the decision holds against it.
-    await conn.execute("DELETE FROM knowledge_vocabulary WHERE phrase LIKE 'geographically %'")
-    [without, *_] = await find_references(conn, admin.account_id, question)
-    assert without.external_id == "BCR-2" and without.unknown_peak == 1.0
-    assert without.score < found.score
+    questions = ["Are your data centres geographically dispersed?",
+                 # the parser also makes the hyphenated word a lexeme of its own
+                 "Are your data centres geographically-dispersed?"]
+    for question in questions:
+        [found, *_] = await find_references(conn, admin.account_id, question)
+        # "dispersed" is in no entry, but the question's phrase and the entry's are one concept.
+        assert found.external_id == "BCR-2" and found.unknown == found.unknown_peak == 0.0, question
+    # Without the entry's phrase (migration 0018) no entry matches the question's concept, and the
+    # question seems to ask about a word the knowledge base never uses, which the decision holds
+    # against it.
+    await conn.execute("DELETE FROM knowledge_vocabulary WHERE phrase = 'geographically separate'")
+    for question in questions:
+        [without, *_] = await find_references(conn, admin.account_id, question)
+        assert without.unknown_peak == 1.0, question
 
 
 async def test_find_references__words_said_together_beat_words_scattered(conn, admin):
@@ -216,6 +220,14 @@ async def test_find_references__words_said_together_beat_words_scattered(conn, a
     found = await find_references(conn, admin.account_id, "Is there an information security policy?")
     assert [ref.external_id for ref in found] == ["POL-2", "POL-1"]
     assert found[0].score > found[1].score
+
+
+def test_compounds_of__a_hyphenated_word_is_covered_when_its_parts_are():
+    words = [("End-of-life", "end-of-lif"), ("End", "end"), ("life", "life"), ("lock-out", "lock-out"),
+             ("lock", "lock")]  # "of" and "out" are stop words: no lexeme, no pair
+    assert retrieval._compounds_of(words, {"end", "life"}) == {"end-of-lif"}
+    assert retrieval._compounds_of(words, {"end", "lock"}) == {"lock-out"}
+    assert retrieval._compounds_of(words, set()) == set()
 
 
 def test_proximity__neighbours_count_by_inverse_square_distance():
