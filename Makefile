@@ -7,7 +7,7 @@ EVAL   ?= ../shared/eval
 
 .PHONY: run test psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz soak clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -545,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.setup(config.logging)
     try:
         return args.handler(args, config)
-    except ConfigError as exc:
+    except (ConfigError, db.MigrationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except accounts.OperatorError as exc:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import graphlib
+import hashlib
 import logging
 import re
+import tomllib
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +23,14 @@ from .keys import POOL
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
-MIGRATIONS_DIR = SQL_DIR / "migrations"
-QUERIES_DIR = SQL_DIR / "queries"
+# The repository's top-level sql/, which the wheel carries as the package `service.sql`
+# (pyproject.toml: package-dir). Read as package resources, so an installed wheel finds its SQL
+# the same way an editable install does.
+try:
+    SQL: Traversable = resources.files("service.sql")
+except ModuleNotFoundError as exc:  # an editable install made before sql/ became a package
+    raise ImportError("service.sql is not installed: run `pip install -e .` (make .venv/.installed-stamp) "
+                      "again") from exc
 
 # Any fixed number works; it only has to be the same in every process that migrates.
 MIGRATION_LOCK_ID = 724_113_001
@@ -28,13 +38,18 @@ MIGRATION_LOCK_ID = 724_113_001
 _BLOCK_HEADER = re.compile(r"^-- ([a-z0-9_]+) --\n", re.MULTILINE)
 
 
-def load_queries(directory: Path = QUERIES_DIR) -> dict[str, str]:
+def sql_files(directory: Traversable) -> list[Traversable]:
+    """The `.sql` files of a directory of `SQL`, by name."""
+    return sorted((f for f in directory.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+
+
+def load_queries(directory: Traversable = SQL / "queries") -> dict[str, str]:
     """Read every `-- name --` block of sql/queries/*.sql into {name: sql}.
 
     A block runs from its header to the next one; names are unique across files.
     """
     queries: dict[str, str] = {}
-    for path in sorted(directory.glob("*.sql")):
+    for path in sql_files(directory):
         parts = _BLOCK_HEADER.split(path.read_text())
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in queries:
@@ -129,37 +144,128 @@ async def connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
 # -- migrations ------------------------------------------------------------------------
 
 
-def migration_files(directory: Path = MIGRATIONS_DIR) -> list[tuple[str, Path]]:
-    """[(version, path)] in order; the version is the file name without `.sql`."""
-    return [(path.stem, path) for path in sorted(directory.glob("*.sql"))]
+class MigrationError(Exception):
+    """The database and the migrations in sql/ disagree; nothing was applied. The message names
+    the file."""
 
 
-async def migrate(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> list[str]:
-    """Apply pending migrations, each in its own transaction; returns the versions applied.
+def migration_files(sql: Traversable = SQL) -> list[tuple[str, Traversable]]:
+    """[(version, file)] in order; the version is the file name without `.sql`."""
+    return [(f.name.removesuffix(".sql"), f) for f in sql_files(sql / "migrations")]
 
-    The advisory lock makes concurrent start-ups wait for each other instead of racing.
+
+def checksum(file: Traversable) -> str:
+    return hashlib.sha256(file.read_bytes()).hexdigest()
+
+
+def function_files(sql: Traversable = SQL) -> list[tuple[str, Traversable]]:
+    """[(function name, file)] of sql/functions/, each function after those it calls.
+
+    A file is named for the function it defines; a function calls another when its text (comments
+    left out) names it followed by `(`. SQL-language bodies are checked when created, so order
+    matters for them.
+    """
+    files = {f.name.removesuffix(".sql"): f for f in sql_files(sql / "functions")}
+    code = {name: re.sub(r"--[^\n]*", "", f.read_text()) for name, f in files.items()}
+    calls = {
+        name: {other for other in files if other != name and re.search(rf"\b{other}\s*\(", text)}
+        for name, text in code.items()
+    }
+    return [(name, files[name]) for name in graphlib.TopologicalSorter(calls).static_order()]
+
+
+def vocabulary(sql: Traversable = SQL) -> list[tuple[str, str]]:
+    """[(concept, phrase)] of sql/vocabulary.toml, in the file's order."""
+    rows: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for concept, phrases in tomllib.loads((sql / "vocabulary.toml").read_text()).items():
+        if not isinstance(phrases, list) or not all(isinstance(p, str) and p.strip() for p in phrases):
+            raise ValueError(f"vocabulary.toml: {concept} must be a list of non-blank phrases")
+        for phrase in phrases:
+            if (concept, phrase.lower()) in seen:
+                raise ValueError(f"vocabulary.toml: {concept} lists {phrase!r} twice")
+            seen.add((concept, phrase.lower()))
+            rows.append((concept, phrase))
+    return rows
+
+
+async def migrate(
+    conn: asyncpg.Connection, sql: Traversable = SQL, *, before: str | None = None
+) -> list[str]:
+    """Bring the database to the schema in `sql`: pending migrations, each in its own transaction,
+    then, in one transaction, every function of sql/functions/ (re-created: the file is its
+    definition) and the seeded vocabulary (synced with sql/vocabulary.toml). Returns the versions
+    applied.
+
+    Refuses with MigrationError, before applying anything, when an applied migration's file
+    changed or is missing. `before` applies only the migrations older than that version and
+    nothing else (the functions and vocabulary are the latest schema's): a migration's tests start
+    from there. The advisory lock makes concurrent start-ups wait for each other instead of racing.
     """
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
     try:
-        await conn.execute(
-            """CREATE TABLE IF NOT EXISTS schema_migrations (
-                   version text PRIMARY KEY,
-                   applied_at timestamptz NOT NULL DEFAULT now()
-               )"""
-        )
-        done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        await conn.execute(query("create_schema_migrations"))
+        files = migration_files(sql)
+        done = await check_applied(conn, files)
         applied = []
-        for version, path in migration_files(directory):
+        for version, file in files:
+            if before is not None and version >= before:
+                break
             if version in done:
                 continue
             async with conn.transaction():
-                await conn.execute(path.read_text())
-                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+                await conn.execute(file.read_text())
+                await conn.execute(query("record_migration"), version, checksum(file))
             log.info("applied migration %s", version)
             applied.append(version)
+        if before is None:
+            async with conn.transaction():
+                for _name, file in function_files(sql):
+                    await conn.execute(file.read_text())
+                await sync_vocabulary(conn, vocabulary(sql))
         return applied
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)
+
+
+async def check_applied(conn: asyncpg.Connection, files: list[tuple[str, Traversable]]) -> set[str]:
+    """The versions applied, each of which still has its file, unchanged. Rows from before
+    checksums were stored get theirs from the files as they are now."""
+    known = dict(files)
+    latest = files[-1][0] if files else ""
+    unknown_checksum = []
+    rows = await conn.fetch(query("applied_migrations"))
+    for row in rows:
+        version = row["version"]
+        file = known.get(version)
+        if file is None:
+            if version > latest:  # a newer release's: this one runs on the schema it knows
+                log.warning("migration %s is applied but unknown to this version", version)
+                continue
+            raise MigrationError(
+                f"migration {version} is applied to this database but sql/migrations/{version}.sql "
+                "is missing: a migration that landed is never renamed or removed"
+            )
+        if row["checksum"] is None:
+            unknown_checksum.append((version, checksum(file)))
+        elif row["checksum"] != checksum(file):
+            raise MigrationError(
+                f"sql/migrations/{file.name} changed after it was applied to this database: a "
+                "migration that landed is never edited (put the change in a new migration)"
+            )
+    if unknown_checksum:
+        await conn.executemany(query("fill_migration_checksum"), unknown_checksum)
+    return {row["version"] for row in rows}
+
+
+async def sync_vocabulary(conn: asyncpg.Connection, rows: list[tuple[str, str]]) -> None:
+    """Make the seeded rows of knowledge_vocabulary those of `rows`; operators' rows stay."""
+    concepts, phrases = [c for c, _ in rows], [p for _, p in rows]
+    for name, change in (("delete_unlisted_vocabulary", "removed"), ("update_vocabulary_case", "updated"),
+                         ("insert_listed_vocabulary", "added")):
+        changed = await conn.fetch(query(name), concepts, phrases)
+        if changed:
+            log.info("vocabulary: %s %d seeded phrase(s)", change, len(changed))
 
 
 async def migrate_url(dsn: str) -> list[str]:

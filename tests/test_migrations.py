@@ -3,8 +3,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tomllib
+from importlib import resources
 
 import asyncpg
 import pytest
@@ -64,20 +67,10 @@ def test_load_queries__every_block_has_a_description_and_sql():
         assert rest.strip(), name
 
 
-async def _migrate_before(conn: asyncpg.Connection, version: str, folder) -> None:
-    """Apply the migrations older than `version` only (copied into `folder`)."""
-    for older, path in db.migration_files():
-        if older < version:
-            (folder / path.name).write_text(path.read_text())
-    await db.migrate(conn, folder)
-
-
-async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spaces(
-    empty_database_url, tmp_path
-):
+async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spaces(empty_database_url):
     conn = await asyncpg.connect(empty_database_url)
     try:
-        await _migrate_before(conn, "0016", tmp_path)
+        await db.migrate(conn, before="0016")
         account_id = (await accounts.create_account(conn, "A", "a@example.invalid", 0))["account"]["id"]
         await conn.execute(
             "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES ($1, $2, $3, $4)",
@@ -108,11 +101,11 @@ async def test_migration_0016__reindexes_existing_entries_reading_slashes_as_spa
     ("0018", "high_availability", "geographically diverse", "geographically separate", 4),
 ])
 async def test_vocabulary_migration__keeps_an_operator_phrase_it_also_seeds(
-    empty_database_url, tmp_path, version, concept, phrase, other, seeded
+    empty_database_url, version, concept, phrase, other, seeded
 ):
     conn = await asyncpg.connect(empty_database_url)
     try:
-        await _migrate_before(conn, version, tmp_path)
+        await db.migrate(conn, before=version)
         before = await conn.fetchval(
             "SELECT count(*) FROM knowledge_vocabulary WHERE concept = $1 AND account_id IS NULL", concept)
         operators = await conn.fetchval(
@@ -128,3 +121,217 @@ async def test_vocabulary_migration__keeps_an_operator_phrase_it_also_seeds(
         assert all(row["nodes"] > 0 for row in rows)  # each phrase parses to a query
     finally:
         await conn.close()
+
+
+# -- checksums, functions, vocabulary, upgrades -------------------------------------------
+
+LAST_WITHOUT_CHECKSUMS = "0018"  # the last migration main's runner applied before checksums
+
+
+async def _migrate_the_old_way(conn: asyncpg.Connection) -> None:
+    """The runner as it was up to migration 0018 (no checksums, no functions/, no vocabulary
+    file), on the migration files as they are now."""
+    await conn.execute(
+        """CREATE TABLE IF NOT EXISTS schema_migrations (
+               version text PRIMARY KEY,
+               applied_at timestamptz NOT NULL DEFAULT now()
+           )"""
+    )
+    for version, path in db.migration_files():
+        if version[:4] > LAST_WITHOUT_CHECKSUMS:
+            break
+        async with conn.transaction():
+            await conn.execute(path.read_text())
+            await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+
+
+# Everything a migration can change, as text that compares equal when the schemas are the same.
+SCHEMA_QUERIES = {
+    "extensions": "SELECT extname FROM pg_extension ORDER BY 1",
+    "columns": """
+        SELECT table_name, column_name, ordinal_position, data_type, udt_name, is_nullable,
+               column_default, is_generated, generation_expression, is_identity
+          FROM information_schema.columns WHERE table_schema = 'public'
+         ORDER BY table_name, ordinal_position""",
+    "indexes": """
+        SELECT i.indexname, i.indexdef, c.reloptions::text
+          FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname
+         WHERE i.schemaname = 'public' ORDER BY 1""",
+    "constraints": """
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+          FROM pg_constraint WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2""",
+    "functions": """
+        SELECT p.proname, pg_get_functiondef(p.oid)
+          FROM pg_proc p
+         WHERE p.pronamespace = 'public'::regnamespace
+           AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
+         ORDER BY 1, 2""",
+    "triggers": """
+        SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1""",
+    "views": "SELECT viewname, definition FROM pg_views WHERE schemaname = 'public' ORDER BY 1",
+    "enums": """
+        SELECT t.typname, array_agg(e.enumlabel ORDER BY e.enumsortorder)::text
+          FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid GROUP BY 1 ORDER BY 1""",
+    "migrations": "SELECT version, checksum FROM schema_migrations ORDER BY 1",
+    "seeded vocabulary": """
+        SELECT concept, phrase, phrase_query::text FROM knowledge_vocabulary
+         WHERE seeded ORDER BY concept, lower(phrase)""",
+}
+
+
+async def _schema(conn: asyncpg.Connection) -> dict[str, list[tuple]]:
+    return {name: [tuple(row) for row in await conn.fetch(sql)] for name, sql in SCHEMA_QUERIES.items()}
+
+
+async def test_migrate__upgrades_a_database_migrated_before_checksums_to_the_fresh_schema(
+    database_url, empty_database_url
+):
+    old = await asyncpg.connect(empty_database_url)
+    fresh = await asyncpg.connect(database_url)  # the template's copy: migrated from nothing
+    try:
+        await _migrate_the_old_way(old)
+        await old.execute("INSERT INTO accounts (id, name) VALUES ('acct_old', 'Old')")
+        await old.execute(
+            "INSERT INTO knowledge_items (id, account_id, question, answer)"
+            " VALUES ('kb_old', 'acct_old', 'Do you enforce MFA?', 'Yes, for every login.')")
+        # An operator's phrases: one of the account's, one for every account.
+        await old.execute(
+            "INSERT INTO knowledge_vocabulary (account_id, concept, phrase)"
+            " VALUES ('acct_old', 'mfa', 'two-step verification'), (NULL, 'sso', 'Okta')")
+        assert await old.fetchval("SELECT count(*) FROM schema_migrations") == len(
+            [v for v, _ in db.migration_files() if v[:4] <= LAST_WITHOUT_CHECKSUMS])
+
+        applied = await db.migrate(old)
+
+        assert applied == [v for v, _ in db.migration_files() if v[:4] > LAST_WITHOUT_CHECKSUMS]
+        upgraded, expected = await _schema(old), await _schema(fresh)
+        for part in SCHEMA_QUERIES:
+            assert upgraded[part] == expected[part], part
+        assert len(expected["seeded vocabulary"]) == len(db.vocabulary())
+        assert all(checksum for _, checksum in upgraded["migrations"])
+        assert await old.fetch(
+            "SELECT account_id, concept, phrase FROM knowledge_vocabulary WHERE NOT seeded ORDER BY id"
+        ) == [("acct_old", "mfa", "two-step verification"), (None, "sso", "Okta")]
+        # The functions work on the data the old schema held.
+        found = await old.fetch(
+            "SELECT id, concepts FROM knowledge_retrieve('acct_old', 'Is 2FA required?', 100, 1000, 30, '{}')"
+        )
+        assert [row["id"] for row in found] == [None, "kb_old"] and "mfa" in found[0]["concepts"]
+        assert await old.fetchrow(db.query("principal_by_token_hash"), b"no such token") is None
+        assert await db.migrate(old) == []
+        assert await _schema(old) == upgraded  # a second run changes nothing
+    finally:
+        await old.close()
+        await fresh.close()
+
+
+def _sql_copy(tmp_path):
+    """A copy of sql/ to change: what a checkout with edited files would hold."""
+    with resources.as_file(db.SQL) as source:
+        return shutil.copytree(source, tmp_path / "sql", ignore=shutil.ignore_patterns("__pycache__"))
+
+
+async def test_migrate__refuses_a_changed_migration_naming_it_and_applies_nothing(conn, tmp_path):
+    sql = _sql_copy(tmp_path)
+    edited = sql / "migrations" / "0013_retrieval_one_statement.sql"
+    edited.write_text(edited.read_text() + "\n-- an afterthought\n")
+    (sql / "migrations" / "9999_later.sql").write_text("CREATE TABLE later (id integer);")
+
+    with pytest.raises(db.MigrationError, match=r"sql/migrations/0013_retrieval_one_statement\.sql changed"):
+        await db.migrate(conn, sql)
+
+    assert await conn.fetchval("SELECT to_regclass('later')") is None
+    edited.write_text(edited.read_text().removesuffix("\n-- an afterthought\n"))  # as it landed
+    assert await db.migrate(conn, sql) == ["9999_later"]
+
+
+async def test_migrate__refuses_an_applied_migration_without_its_file(conn, tmp_path):
+    sql = _sql_copy(tmp_path)
+    (sql / "migrations" / "0014_question_handoff.sql").rename(sql / "migrations" / "0014_handoff.sql")
+
+    with pytest.raises(db.MigrationError, match=r"0014_question_handoff is applied .* is missing"):
+        await db.migrate(conn, sql)
+    assert await conn.fetchval("SELECT count(*) FROM schema_migrations WHERE version = '0014_handoff'") == 0
+
+
+async def test_migrate__allows_migrations_of_a_newer_release(conn):
+    await conn.execute("INSERT INTO schema_migrations (version, checksum) VALUES ('9999_newer', 'x')")
+    assert await db.migrate(conn) == []
+
+
+async def test_migrate__fills_checksums_of_migrations_applied_without_them(conn):
+    await conn.execute("UPDATE schema_migrations SET checksum = NULL")
+    await db.migrate(conn)
+    stored = dict(await conn.fetch("SELECT version, checksum FROM schema_migrations"))
+    assert stored == {version: db.checksum(file) for version, file in db.migration_files()}
+
+
+def test_cli_migrate__refuses_to_start_naming_the_changed_migration(database_url):
+    async def tamper() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute(
+                "UPDATE schema_migrations SET checksum = 'edited' WHERE version = '0005_members'")
+        finally:
+            await conn.close()
+
+    asyncio.run(tamper())
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "service", "migrate"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "sql/migrations/0005_members.sql changed after it was applied" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_functions__every_function_of_the_schema_has_its_file(conn):
+    defined = await conn.fetch(SCHEMA_QUERIES["functions"])
+    assert sorted(name for name, _ in defined) == sorted(name for name, _ in db.function_files())
+
+
+async def test_functions__are_reapplied_from_their_files(conn, tmp_path):
+    sql = _sql_copy(tmp_path)
+    file = sql / "functions" / "display_name.sql"
+    file.write_text(file.read_text().replace("split_part(email, '@', 1)", "'someone'"))
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
+    await db.migrate(conn, sql)
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
+
+
+def test_function_files__each_after_the_functions_it_calls():
+    order = [name for name, _ in db.function_files()]
+    assert order.index("knowledge_text") < order.index("knowledge_retrieve")
+
+
+async def test_vocabulary__synced_with_its_file_keeping_operators_rows(conn, tmp_path):
+    account = await conn.fetchval("INSERT INTO accounts (id, name) VALUES ('acct_v', 'V') RETURNING id")
+    await conn.execute(
+        "INSERT INTO knowledge_vocabulary (account_id, concept, phrase)"
+        " VALUES ($1, 'mfa', 'OTP'), (NULL, 'mfa', 'passkey'), (NULL, 'sso', 'Okta')", account)
+    operators = await conn.fetch("SELECT * FROM knowledge_vocabulary WHERE NOT seeded ORDER BY id")
+    sql = _sql_copy(tmp_path)
+    concepts = tomllib.loads((sql / "vocabulary.toml").read_text())
+    concepts["mfa"].remove("OTP")
+    concepts["mfa"].append("passkey")  # which an operator has already, for every account
+    concepts["wireless"][concepts["wireless"].index("Wi-Fi")] = "WI-FI"  # the same to the unique index
+    concepts["quantum"] = ["post-quantum cryptography"]
+    (sql / "vocabulary.toml").write_text(
+        "".join(f"{concept} = {json.dumps(phrases)}\n" for concept, phrases in concepts.items()))
+
+    await db.migrate(conn, sql)
+
+    seeded = await conn.fetch("SELECT concept, phrase FROM knowledge_vocabulary WHERE seeded")
+    listed = db.vocabulary(sql)
+    assert sorted(map(tuple, seeded)) == sorted(row for row in listed if row != ("mfa", "passkey"))
+    assert ("wireless", "WI-FI") in listed and ("quantum", "post-quantum cryptography") in listed
+    assert await conn.fetch("SELECT * FROM knowledge_vocabulary WHERE NOT seeded ORDER BY id") == operators
+    await db.migrate(conn)  # back to the file as it is
+    seeded = await conn.fetch("SELECT concept, phrase FROM knowledge_vocabulary WHERE seeded")
+    assert sorted(map(tuple, seeded)) == sorted(db.vocabulary())
+
+
+def test_vocabulary__file_rejects_a_phrase_listed_twice(tmp_path):
+    sql = _sql_copy(tmp_path)
+    (sql / "vocabulary.toml").write_text('mfa = ["MFA", "2FA", "mfa"]\n')
+    with pytest.raises(ValueError, match="mfa lists 'mfa' twice"):
+        db.vocabulary(sql)

@@ -5,7 +5,7 @@ VALUES ($1, $2, $3, $4)
 RETURNING id;
 
 -- principal_by_token_hash --
--- The member, account and user behind a live (unrevoked, unexpired) token.
+-- The member, account and user behind a live token (api_token_is_live: unrevoked, unexpired).
 SELECT t.token_hash, t.scopes,
        m.id AS member_id, m.account_id, m.role::text AS role,
        u.id AS user_id, u.email,
@@ -14,8 +14,7 @@ SELECT t.token_hash, t.scopes,
   JOIN members m ON m.id = t.member_id
   JOIN users u ON u.id = m.user_id
  WHERE t.token_hash = $1
-   AND t.revoked_at IS NULL
-   AND (t.expires_at IS NULL OR t.expires_at > now());
+   AND api_token_is_live(t.revoked_at, t.expires_at);
 
 -- take_rate_limit_token --
 -- One request against a shared token bucket: (allowed, remaining, retry_after seconds).
@@ -30,8 +29,7 @@ SELECT b.allowed, b.remaining, b.retry_after
 -- principal_and_rfp --
 -- principal_by_token_hash and get_rfp in one round trip (GET /api/v1/rfps/{id}): the principal
 -- behind a live token $1 and the RFP $2 of its account, the RFP's columns null when the account
--- has no such RFP. The token conditions are principal_by_token_hash's and must stay so
--- (tests/test_auth.py runs every token case through both).
+-- has no such RFP. (tests/test_auth.py runs every token case through both.)
 SELECT t.token_hash, t.scopes,
        m.id AS member_id, m.account_id, m.role::text AS role,
        u.id AS user_id, u.email,
@@ -52,8 +50,7 @@ SELECT t.token_hash, t.scopes,
        WHERE o.id = $2 AND o.account_id = m.account_id
   ) r ON true
  WHERE t.token_hash = $1
-   AND t.revoked_at IS NULL
-   AND (t.expires_at IS NULL OR t.expires_at > now());
+   AND api_token_is_live(t.revoked_at, t.expires_at);
 
 -- principal_and_rate_limit --
 -- principal_by_token_hash and take_rate_limit_token in one round trip, for a rate-limited
@@ -61,7 +58,7 @@ SELECT t.token_hash, t.scopes,
 -- policy (the token has scope $2 and the member one of the roles $3, as auth.check demands),
 -- one request from the bucket $4 || member id, of capacity $5 refilled at $6 per second;
 -- allowed/remaining/retry_after are null when nothing was taken. Committed without waiting for
--- the WAL flush, like take_rate_limit_token. The token conditions are principal_by_token_hash's.
+-- the WAL flush, like take_rate_limit_token.
 -- The CASE runs its subquery only when the policy passes (a lateral WHERE would not keep the
 -- function from running); OFFSET 0 keeps the bucket (as jsonb: the function's row type is
 -- anonymous) one value, taken once, not once per field.
@@ -84,5 +81,4 @@ SELECT t.token_hash, t.scopes,
       OFFSET 0
   ) g ON true
  WHERE t.token_hash = $1
-   AND t.revoked_at IS NULL
-   AND (t.expires_at IS NULL OR t.expires_at > now());
+   AND api_token_is_live(t.revoked_at, t.expires_at);

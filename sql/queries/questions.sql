@@ -47,10 +47,6 @@ SELECT q.*, q.state::text AS state, u.email AS user_email,
   JOIN users u ON u.id = q.user_id
  WHERE q.id = $1 AND q.account_id = $2;
 
--- question_state --
--- Where a question is in the pipeline.
-SELECT state::text FROM questions WHERE id = $1;
-
 -- claim_questions --
 -- Lease up to $2 unfinished questions whose lease is free or expired, oldest first; skips rows
 -- another process is claiming right now.
@@ -121,10 +117,6 @@ UPDATE rfp_items
    SET answer = $2, confidence = $3, state = $4::rfp_item_state, updated_at = now()
  WHERE id = $1 AND state = 'pending' AND question_id = $5
 RETURNING rfp_id;
-
--- count_unfinished_questions --
--- How many questions are not complete yet (bench and tests).
-SELECT count(*)::integer FROM questions WHERE state <> 'complete';
 
 -- mark_question_refunded --
 -- Record that a question's credits were given back; returns them only the first time.

@@ -1,0 +1,136 @@
+-- The lexical candidates of a question, with everything the ranking in Python reads, in one
+-- round trip (service/retrieval.py).
+--
+-- The first row describes the question (id NULL): its lexemes in order with their document
+-- frequencies (`dfs`), the account's entry count (`items`), the vocabulary concepts it mentions
+-- (`concepts`), {concept, lexeme} for each lexeme of a vocabulary phrase it contains (`covered`)
+-- and {word as written, its lexeme} for its words (`words`). The other rows are the candidates:
+-- entries containing the question's rarest lexemes (document frequencies summing to at most
+-- `budget`; every lexeme when the account has at most `candidate_limit` entries) or a phrase of
+-- a mentioned concept, at most `candidate_limit`, cut to the best `rerank` by a weighted ts_rank
+-- over every lexeme; then the entries `also` (dense retrieval's) that are not among them. Each
+-- carries its tsvector as text, its field lengths in distinct lexemes and the mentioned concepts
+-- it contains (`matched`).
+--
+-- plan_cache_mode: after five runs a cached generic plan (not knowing the account or the
+-- tsquery) reads every entry of the account through the account index instead of the few the GIN
+-- index finds; planning each time costs well under a millisecond.
+--
+-- A change of its arguments or result columns cannot be a CREATE OR REPLACE: a migration drops
+-- the old function first (as 0016 did), and statements prepared on the old one are re-prepared.
+CREATE OR REPLACE FUNCTION knowledge_retrieve(
+    p_account text, p_question text, budget integer, candidate_limit integer, rerank integer,
+    also text[]
+) RETURNS TABLE (
+    id text, external_id text, title text, question text, answer text, source text, yes_no boolean,
+    vector text, question_lexemes integer, answer_lexemes integer, matched text[],
+    lexemes text[], dfs integer[], items integer, concepts text[], covered text[], words text[]
+)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    question_text text := knowledge_text(p_question);  -- parsed as entries are
+    question_vector tsvector := to_tsvector('english', question_text);
+    n integer;
+    all_lexemes text[];
+    all_dfs integer[];
+    phrase_concepts text[];  -- the mentioned concepts' phrases, as parallel arrays
+    phrase_queries tsquery[];
+    mentioned text[];  -- the vocabulary phrases the question contains, and their concepts
+    mentioned_phrases text[];
+    candidate_query tsquery;
+    ranking_query tsquery;
+BEGIN
+    n := coalesce((SELECT s.items FROM knowledge_stats s WHERE s.account_id = p_account), 0);
+    SELECT array_agg(l.lexeme ORDER BY l.lexeme), array_agg(coalesce(t.df, 0) ORDER BY l.lexeme)
+      INTO all_lexemes, all_dfs
+      FROM unnest(tsvector_to_array(question_vector)) AS l(lexeme)
+      LEFT JOIN knowledge_terms t ON t.account_id = p_account AND t.lexeme = l.lexeme;
+    SELECT array_agg(m.concept), array_agg(m.phrase)
+      INTO mentioned, mentioned_phrases
+      FROM knowledge_vocabulary m
+     WHERE (m.account_id IS NULL OR m.account_id = p_account)
+       AND numnode(m.phrase_query) > 0 AND question_vector @@ m.phrase_query;
+    SELECT array_agg(v.concept ORDER BY v.concept, v.id), array_agg(v.phrase_query ORDER BY v.concept, v.id)
+      INTO phrase_concepts, phrase_queries
+      FROM knowledge_vocabulary v
+     WHERE (v.account_id IS NULL OR v.account_id = p_account) AND numnode(v.phrase_query) > 0
+       AND v.concept = ANY(mentioned);
+
+    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
+                        NULL::boolean, NULL::text, NULL::integer, NULL::integer, NULL::text[],
+                        all_lexemes, all_dfs, n,
+                        ARRAY(SELECT DISTINCT c FROM unnest(phrase_concepts) AS c ORDER BY c),
+                        -- {concept, lexeme} of each lexeme of those phrases
+                        ARRAY(SELECT DISTINCT ARRAY[p.concept, l.lexeme]
+                                FROM unnest(mentioned, mentioned_phrases) AS p(concept, phrase),
+                                     unnest(tsvector_to_array(to_tsvector('english',
+                                                                          knowledge_text(p.phrase))))
+                                       AS l(lexeme)),
+                        -- {word as written, its lexeme}, for the words the english configuration
+                        -- stems and for dotted abbreviations ("e.g.", a file name to the parser,
+                        -- kept as written); numbers and the like keep their whole weight.
+                        -- service/english.py weighs words. (ts_debug says the same at four times
+                        -- the cost.)
+                        ARRAY(SELECT DISTINCT ARRAY[p.token, l.lexeme]
+                                FROM ts_parse('default', question_text) AS p
+                                JOIN ts_token_type('default') AS t ON t.tokid = p.tokid
+                                 AND t.alias IN ('asciiword', 'word', 'asciihword', 'hword',
+                                                 'hword_asciipart', 'hword_part', 'file'),
+                                     unnest(CASE t.alias WHEN 'file' THEN ARRAY[lower(p.token)]
+                                                 ELSE ts_lexize('english_stem', p.token) END)
+                                       AS l(lexeme));
+    IF n = 0 OR all_lexemes IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Lexemes are quoted and phrase queries are tsquery text already, so any question is safe.
+    SELECT (SELECT string_agg(part, ' | ')
+              FROM (SELECT quote_literal(s.lexeme)
+                      FROM (SELECT l.lexeme, l.df,
+                                   sum(l.df) OVER (ORDER BY l.df, l.lexeme) AS running,
+                                   row_number() OVER (ORDER BY l.df, l.lexeme) AS rarity
+                              FROM unnest(all_lexemes, all_dfs) AS l(lexeme, df)
+                             WHERE l.df > 0) AS s
+                     WHERE n <= candidate_limit OR s.rarity = 1 OR s.running <= budget
+                    UNION ALL
+                    SELECT '(' || p::text || ')' FROM unnest(phrase_queries) AS p) AS a(part)
+           )::tsquery,
+           (SELECT string_agg(part, ' | ')
+              FROM (SELECT quote_literal(l.lexeme)
+                      FROM unnest(all_lexemes, all_dfs) AS l(lexeme, df) WHERE l.df > 0
+                    UNION ALL
+                    SELECT '(' || p::text || ')' FROM unnest(phrase_queries) AS p) AS a(part)
+           )::tsquery
+      INTO candidate_query, ranking_query;
+
+    RETURN QUERY
+    WITH cand AS MATERIALIZED (
+        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector
+          FROM knowledge_items k
+         WHERE k.account_id = p_account AND k.search_vector @@ candidate_query
+         LIMIT candidate_limit
+    ), best AS (
+        SELECT c.*
+          FROM cand c
+         ORDER BY ts_rank('{0.1, 0.2, 0.4, 1.0}', c.search_vector, ranking_query) DESC, c.id
+         LIMIT rerank
+    ), chosen AS (
+        SELECT * FROM best
+        UNION ALL
+        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector
+          FROM knowledge_items k
+         WHERE k.account_id = p_account AND k.id = ANY(also)
+           AND k.id NOT IN (SELECT b.id FROM best b)
+    )
+    SELECT c.id, c.external_id, c.title, c.question, c.answer, c.source, c.yes_no, c.search_vector::text,
+           length(ts_filter(c.search_vector, '{a,b}')), length(ts_filter(c.search_vector, '{c,d}')),
+           ARRAY(SELECT DISTINCT p.concept
+                   FROM unnest(phrase_concepts, phrase_queries) AS p(concept, query)
+                  WHERE c.search_vector @@ p.query),
+           NULL::text[], NULL::integer[], NULL::integer, NULL::text[], NULL::text[], NULL::text[]
+      FROM chosen c;
+END
+$$;
