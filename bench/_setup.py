@@ -18,7 +18,8 @@ import asyncpg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from service import accounts, db  # noqa: E402  (after the path set-up above)
+from service import db  # noqa: E402  (after the path set-up above)
+from service.domain import accounts  # noqa: E402
 
 BENCH_DIR = ROOT / "var" / "bench"
 

@@ -38,8 +38,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from service_process import ServiceProcess  # noqa: E402
 
-from service import accounts, db  # noqa: E402 (after the path set-up above)
-from service.auth import new_id  # noqa: E402
+from service import db  # noqa: E402 (after the path set-up above)
+from service.domain import accounts  # noqa: E402
+from service.domain.ids import new_id  # noqa: E402
 
 TOPICS = """encryption at rest|encryption in transit|multi-factor authentication|password policy|
 backup retention|disaster recovery|incident response|vulnerability scanning|penetration testing|

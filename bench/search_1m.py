@@ -81,7 +81,7 @@ async def prepare(url: str) -> dict:
 
 
 async def existing(url: str) -> dict | None:
-    from service import accounts
+    from service.domain import accounts
 
     conn = await asyncpg.connect(url)
     try:
@@ -95,7 +95,7 @@ async def existing(url: str) -> dict | None:
 
 
 async def explain(url: str, account: str, term: str, offset: int) -> dict[str, float]:
-    from service.rfps import SEARCH_COUNT_CAP, like_pattern
+    from service.web.views.rfps import SEARCH_COUNT_CAP, like_pattern
 
     conn = await asyncpg.connect(url)
     timings = {}

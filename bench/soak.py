@@ -49,7 +49,7 @@ limit = 100000
 period_seconds = 60
 """
 sys.path.insert(0, str(ROOT))
-from service import accounts  # noqa: E402
+from service.domain import accounts  # noqa: E402
 
 WORDS = ("encryption backup retention access audit incident vendor password network privacy "
          "logging firewall training policy recovery").split()

@@ -8,18 +8,13 @@ import logging
 import re
 import tomllib
 import warnings
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
 
 import asyncpg
-from aiohttp import web
 
 from .config import Config
-from .keys import POOL
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +78,6 @@ class EmbeddedPostgres:
     def url(self, database: str = "postgres") -> str:
         return self._server.get_uri(database)
 
-    @property
-    def bin_dir(self) -> Path:
-        return psql_path().parent
-
     def stop(self) -> None:
         self._server.cleanup()
 
@@ -120,25 +111,6 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     trip on every release. Pooled connections carry no session state: settings are `SET LOCAL`,
     advisory locks transaction-scoped, LISTEN on a connection of its own. asyncpg still rolls
     back a transaction left open before calling this."""
-
-
-# The connection the auth middleware holds for a request without a body (see `connection`).
-REQUEST_CONNECTION = web.RequestKey("connection", asyncpg.Connection)
-
-
-@asynccontextmanager
-async def connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
-    """A connection for a handler: the one authentication already used for this request when
-    there is one (saves a pool release, whose reset costs a round trip), else one from the pool.
-
-    Use it sequentially: asyncpg runs one statement at a time per connection.
-    """
-    held = request.get(REQUEST_CONNECTION)
-    if held is not None:
-        yield held
-        return
-    async with request.app[POOL].acquire() as conn:
-        yield conn
 
 
 # -- migrations ------------------------------------------------------------------------
@@ -274,10 +246,6 @@ async def migrate_url(dsn: str) -> list[str]:
         return await migrate(conn)
     finally:
         await conn.close()
-
-
-def record(row: asyncpg.Record | None) -> dict[str, Any] | None:
-    return dict(row) if row is not None else None
 
 
 def with_database(url: str, name: str) -> str:

@@ -2,9 +2,9 @@
 
 Each `create_app` gets its own `Metrics` (own `CollectorRegistry`), so several apps in one process
 (the tests) never share or collide. Code that counts something reaches it with
-`request.app[METRICS]` (or `app[METRICS]`); it is always present, and counting costs next to
-nothing when `[metrics] enabled = false` (then only the `/metrics` route and the timing
-middleware are absent).
+`request.app[METRICS]` (service/web/keys.py), or is handed it (the pipeline); it is always
+present, and counting costs next to nothing when `[metrics] enabled = false` (then only the
+`/metrics` route and the timing middleware are absent).
 
 Names (all prefixed `rfp_`):
 
@@ -31,20 +31,14 @@ writes its samples there, and `/metrics` on any worker reports the sum over all 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Awaitable, Callable
 
-from aiohttp import web
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
 )
-
-from .auth import public
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -97,35 +91,3 @@ class Metrics:
             multiprocess.MultiProcessCollector(registry, path=directory)
             return generate_latest(registry)
         return generate_latest(self.registry)
-
-
-METRICS = web.AppKey("metrics", Metrics)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Count and time every request by route name; sits outside the error middleware."""
-    started = time.perf_counter()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
-    finally:
-        metrics = request.app[METRICS]
-        route = request.match_info.route.name or "unmatched"
-        metrics.http_requests.labels(route, request.method, str(status)).inc()
-        metrics.http_request_duration.labels(route, request.method).observe(
-            time.perf_counter() - started
-        )
-
-
-@public
-async def get_metrics(request: web.Request) -> web.Response:
-    body = request.app[METRICS].exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -17,9 +17,10 @@ from multiprocessing.connection import wait
 from aiohttp import web
 
 from . import logs
-from .app import create_app
 from .config import Config
 from .metrics import MULTIPROC_ENV
+from .web.app import create_app
+from .web.telemetry import AccessLogger
 
 log = logging.getLogger("service")
 
@@ -32,7 +33,7 @@ def serve_worker(config: Config) -> None:
         host=config.server.host,
         port=config.server.port,
         reuse_port=config.server.workers > 1,
-        access_log_class=logs.AccessLogger,
+        access_log_class=AccessLogger,
         shutdown_timeout=config.server.shutdown_timeout,
         print=None,
         handler_cancellation=True,

@@ -18,11 +18,12 @@ import attrs
 import pytest
 from aiohttp.test_utils import TestClient
 
-from service import accounts, db
 from service import config as config_module
-from service.app import create_app
-from service.auth import new_id
+from service import db
 from service.config import Config
+from service.domain import accounts
+from service.domain.ids import new_id
+from service.web.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 

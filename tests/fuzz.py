@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from service_process import ServiceProcess  # noqa: E402
 
-from service import accounts, db  # noqa: E402  (after the path set-up above)
+from service import db  # noqa: E402  (after the path set-up above)
+from service.domain import accounts  # noqa: E402
 
 CHECKS = ",".join([
     "not_a_server_error",

@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from service.auth import new_id
+from service.domain.ids import new_id
 
 
 async def add_entry(

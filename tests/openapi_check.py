@@ -12,7 +12,7 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 from jsonschema import Draft202012Validator, FormatChecker
 
-from service.openapi import document
+from service.web.openapi import document
 
 
 @cache

@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from service.auth import TOKEN_PREFIX, hash_token, new_id, new_token, token_well_formed
+from service.domain.ids import new_id
+from service.domain.tokens import TOKEN_PREFIX, hash_token, new_token, token_well_formed
 
 SEARCH = "/api/v1/rfps/search?query=x"
 # GET /rfps/{id} reads the principal and the RFP in one statement (auth.sql principal_and_rfp),

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from service.auth import hash_token
+from service.domain.tokens import hash_token
 from tests.conftest import ROOT
 
 

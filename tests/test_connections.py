@@ -7,7 +7,7 @@ from pathlib import Path
 from conftest import with_config
 
 from service import db
-from service.app import create_app
+from service.web.app import create_app
 
 SERVICE = Path(db.__file__).resolve().parent
 # Only these may take connections from the pool directly: the auth middleware holds one per

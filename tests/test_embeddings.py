@@ -17,11 +17,11 @@ import pytest
 from aiohttp import web
 
 from service import config as config_module
-from service import embeddings
+from service.answering import embeddings
+from service.answering.embeddings import EmbeddingFailure, Indexer, OpenAIEmbedder
+from service.answering.retrieval import find_references
 from service.config import EmbeddingsConfig
-from service.embeddings import EmbeddingFailure, Indexer, OpenAIEmbedder
-from service.knowledge import import_csv
-from service.retrieval import find_references
+from service.web.views.knowledge import import_csv
 
 GROUPS = [
     {"laptop", "laptops", "workstation", "workstations", "endpoint", "endpoints", "device", "devices"},
@@ -238,7 +238,7 @@ async def test_find_references__backend_down_means_lexical_only(fake, session, c
 
 async def test_app__entries_written_through_the_api_are_embedded(fake, aiohttp_client, config, admin):
     server, url = fake
-    from service.app import create_app
+    from service.web.app import create_app
     from tests.conftest import with_config
 
     app = create_app(with_config(config, embeddings={"backend": "openai", "base_url": url,
@@ -268,8 +268,8 @@ async def test_app__embeddings_backend_without_the_table_refuses_to_start(conn):
 def test_decide__without_a_dense_model_the_lexical_decision_stands():
     import attrs
 
-    from service import coverage
-    from service.retrieval import Reference
+    from service.answering import decision as coverage
+    from service.answering.retrieval import Reference
 
     ref = Reference(kb_item_id="kb_1", external_id="X-1", title=None, question="Backups?",
                     answer="Nightly copies.", source=None, score=0.3, question_match=0.5, coverage=0.6)

@@ -9,10 +9,10 @@ from aiohttp import web
 from conftest import with_config
 from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
 
-from service.app import create_app
-from service.engines import AnswerRequest
-from service.engines.local import NOT_COVERED, LocalEngine
-from service.retrieval import Reference
+from service.answering.engines import AnswerRequest
+from service.answering.engines.local import NOT_COVERED, LocalEngine
+from service.answering.retrieval import Reference
+from service.web.app import create_app
 
 ENCRYPTION = Reference(
     kb_item_id="kb_enc", external_id="SEC-7", title="Encryption at rest",
@@ -165,7 +165,7 @@ async def test_openai__grounded_prompt_with_prompt_detail_and_rfp_context(
         "/api/v1/rfps", headers=admin.headers,
         json={"rfp": {"title": "Bank", "context": "A regional bank in Ohio."}},
     )).json()
-    from service.questions import create_question
+    from service.web.views.questions import create_question
 
     async with conn.transaction():
         question_id = await create_question(

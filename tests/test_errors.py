@@ -5,9 +5,9 @@ import logging
 import pytest
 from aiohttp import web
 
-from service.app import create_app
-from service.auth import public, requires
-from service.middleware import guard
+from service.web.app import create_app
+from service.web.auth import public, requires
+from service.web.frontdoor import guard
 
 
 async def test_unknown_route__404_not_found_error_object(client, admin):
@@ -90,7 +90,7 @@ async def failing_client(aiohttp_client, config):
 async def test_unexpected_failure__500_internal_error_without_stack_trace(
     failing_client, admin, caplog, path
 ):
-    with caplog.at_level(logging.ERROR, logger="service.errors"):
+    with caplog.at_level(logging.ERROR, logger="service.web.errors"):
         response = await failing_client.get(
             path, headers={**admin.headers, "X-Request-Id": "req-500"}
         )
@@ -102,7 +102,7 @@ async def test_unexpected_failure__500_internal_error_without_stack_trace(
     for leak in ("Traceback", "Boom", "hunter2", "explode"):
         assert leak not in text
     # ...but it is logged once, with the request id and the traceback, for the operator.
-    (record,) = [r for r in caplog.records if r.name == "service.errors"]
+    (record,) = [r for r in caplog.records if r.name == "service.web.errors"]
     assert "req-500" in record.getMessage()
     assert record.exc_info is not None and record.exc_info[0] is Boom
 
@@ -122,7 +122,7 @@ async def test_route_added_without_the_front_door__refuses_to_start(aiohttp_clie
 
     app = create_app(config)
     app.router.add_get("/unguarded", unguarded)
-    with pytest.raises(RuntimeError, match=r"without service\.middleware\.guard"):
+    with pytest.raises(RuntimeError, match=r"without service\.web\.frontdoor\.guard"):
         await aiohttp_client(app)
 
 

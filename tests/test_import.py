@@ -9,8 +9,8 @@ import aiohttp
 from conftest import with_config
 from openpyxl import Workbook
 
-from service.app import create_app
-from service.importer import XLSX_MEDIA_TYPE
+from service.domain.questionnaires import XLSX_MEDIA_TYPE
+from service.web.app import create_app
 
 
 def vendor_assessment_xlsx() -> bytes:

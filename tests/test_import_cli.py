@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from service.__main__ import main
+from service.cli import main
 
 
 def run(capsys, *argv: str) -> tuple[int, dict | str]:

@@ -6,7 +6,7 @@ import sys
 
 import aiohttp
 
-from service.retrieval import find_references
+from service.answering.retrieval import find_references
 
 ITEMS = "/api/v1/knowledge_base_items"
 

@@ -12,9 +12,10 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from service import logs
-from service.app import create_app
 from service.config import LoggingConfig
-from service.logs import AccessLogger, formatter
+from service.logs import formatter
+from service.web.app import create_app
+from service.web.telemetry import AccessLogger
 
 
 async def test_access_log__json_line_has_request_member_route_status_duration(

@@ -12,9 +12,10 @@ import pytest
 from conftest import SmtpSink, free_port, mail_settings, with_config
 
 from service import config as config_module
-from service import db, mail
-from service.app import create_app
-from service.mail import MailSender
+from service import db
+from service.domain import mail
+from service.domain.mail import MailSender
+from service.web.app import create_app
 
 
 def mail_config(**settings: Any) -> Any:
@@ -104,7 +105,7 @@ async def test_sender__without_smtp_writes_message_with_link_to_log(pool, caplog
     config = mail_config()  # no smtp_host
     async with pool.acquire() as conn:
         await mail.enqueue(conn, config, "ada@example.test", "Confirm", "open https://x.test/confirm?token=abc")
-    with caplog.at_level(logging.INFO, logger="service.mail"):
+    with caplog.at_level(logging.INFO, logger="service.domain.mail"):
         assert await MailSender(pool, config).deliver_due()
     assert "https://x.test/confirm?token=abc" in caplog.text
     async with pool.acquire() as conn:

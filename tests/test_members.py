@@ -9,8 +9,8 @@ from typing import Any
 
 from conftest import with_config
 
-from service.app import create_app
-from service.auth import hash_token
+from service.domain.tokens import hash_token
+from service.web.app import create_app
 
 PASSWORD = "correct horse battery"
 

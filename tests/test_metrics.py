@@ -3,8 +3,8 @@ from __future__ import annotations
 from conftest import with_config
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.app import create_app
-from service.metrics import METRICS
+from service.web.app import create_app
+from service.web.keys import METRICS
 
 
 def samples(text: str) -> dict[tuple[str, frozenset], float]:
@@ -101,9 +101,9 @@ async def test_metrics__pipeline_steps_queue_depth_and_credits_after_a_question(
 async def test_metrics__a_refund_is_counted_once(conn, admin):
     import attrs
 
+    from service.answering.pipeline import Work, persist
     from service.metrics import Metrics
-    from service.pipeline import Work, persist
-    from service.questions import create_question
+    from service.web.views.questions import create_question
 
     async with conn.transaction():
         question_id = await create_question(

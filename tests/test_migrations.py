@@ -12,9 +12,10 @@ from importlib import resources
 import asyncpg
 import pytest
 
-from service import accounts, db
-from service.auth import new_id
-from service.retrieval import find_references
+from service import db
+from service.answering.retrieval import find_references
+from service.domain import accounts
+from service.domain.ids import new_id
 from tests.conftest import ROOT
 
 

@@ -4,9 +4,9 @@ from conftest import with_config
 from jsonschema import Draft202012Validator
 from openapi_check import check_response
 
-from service.app import create_app
-from service.middleware import no_route
-from service.openapi import document
+from service.web.app import create_app
+from service.web.frontdoor import no_route
+from service.web.openapi import document
 
 
 def test_openapi__describes_every_registered_route(config):

@@ -10,10 +10,10 @@ from conftest import with_config
 from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
 
 from service import db
+from service.answering.engines.local import LocalEngine
+from service.answering.pipeline import STATES, TRANSITIONS, Pipeline, Work, persist
 from service.config import QuestionsConfig
-from service.engines.local import LocalEngine
-from service.pipeline import STATES, TRANSITIONS, Pipeline, Work, persist
-from service.questions import create_question
+from service.web.views.questions import create_question
 
 
 def test_transition_table__is_one_chain_over_every_state():
@@ -241,7 +241,7 @@ async def test_rfp_item__an_item_already_reviewed_is_not_overwritten(client, con
 async def test_credits__200_concurrent_asks_on_100_credits(
     aiohttp_client, database_url, config, conn, make_account
 ):
-    from service.app import create_app
+    from service.web.app import create_app
 
     busy = with_config(config, rate_limits={"ask_question": {"limit": 1000, "period_seconds": 60}},
                        database={"pool_max_size": 20})
@@ -260,8 +260,8 @@ async def test_credits__200_concurrent_asks_on_100_credits(
 async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounced(
     aiohttp_client, config, conn, admin
 ):
-    from service.app import create_app
-    from service.keys import PIPELINE
+    from service.web.app import create_app
+    from service.web.keys import PIPELINE
 
     slow = with_config(config, questions={"step_delay_seconds": 0.3, "concurrency": 1})
     client = await aiohttp_client(create_app(slow))
@@ -287,8 +287,8 @@ async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounc
 
 
 async def test_handoff__a_stopping_pipeline_takes_no_new_questions(aiohttp_client, config, conn, admin):
-    from service.app import create_app
-    from service.keys import PIPELINE
+    from service.web.app import create_app
+    from service.web.keys import PIPELINE
 
     client = await aiohttp_client(create_app(config))
     pipeline = client.app[PIPELINE]

@@ -8,8 +8,8 @@ import json
 from helpers_questions import ask, wait_complete
 from test_cli import cli
 
-from service.engines.local import NOT_COVERED
-from service.knowledge import import_csv
+from service.answering.engines.local import NOT_COVERED
+from service.web.views.knowledge import import_csv
 
 KB = (
     "id,question,answer\n"

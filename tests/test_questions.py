@@ -6,7 +6,7 @@ import json
 import attrs
 from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
 
-from service.app import create_app
+from service.web.app import create_app
 
 MFA_Q = "Do you enforce multi-factor authentication for all employees?"
 MFA_A = "Yes. All employees must use multi-factor authentication with hardware keys for every system."

@@ -5,8 +5,8 @@ from __future__ import annotations
 from conftest import with_config
 
 from service import db
-from service.app import create_app
-from service.auth import hash_token
+from service.domain.tokens import hash_token
+from service.web.app import create_app
 
 
 async def buckets(conn) -> dict[str, float]:

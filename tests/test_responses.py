@@ -3,7 +3,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, date, datetime
 
-from service.responses import dumps, json_response, timestamp
+from service.domain.convert import timestamp
+from service.web.responses import dumps, json_response
 
 
 def test_dumps__utc_datetimes_written_as_timestamp_writes_them():

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from service.auth import new_id
-from service.retrieval import find_references
+from service.answering.retrieval import find_references
+from service.domain.ids import new_id
 
 
 async def test_find_references__matches_on_some_words_and_ranks_question_first(conn, admin):

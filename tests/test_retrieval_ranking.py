@@ -1,9 +1,11 @@
 from __future__ import annotations
 
-from service import coverage, english, retrieval
-from service.coverage import decide
-from service.knowledge import import_csv
-from service.retrieval import Reference, find_references, lexeme_positions, lexeme_weights
+from service.answering import decision as coverage
+from service.answering import retrieval
+from service.answering import words as english
+from service.answering.decision import decide
+from service.answering.retrieval import Reference, find_references, lexeme_positions, lexeme_weights
+from service.web.views.knowledge import import_csv
 
 KB = (
     "id,question,answer\n"

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from service import db
-from service.rfps import like_pattern
+from service.web.views.rfps import like_pattern
 
 SEARCH = "/api/v1/rfps/search"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -184,7 +184,7 @@ async def test_search__trigram_index_serves_the_substring_match(conn, admin, que
 async def test_search__leaves_no_session_setting_on_the_pooled_connection(client, admin, config):
     """Pooled connections are not reset on release, so the search's planner setting must end
     with its transaction instead of leaking into whatever the connection serves next."""
-    from service.keys import POOL
+    from service.web.keys import POOL
 
     response = await client.get("/api/v1/rfps/search?query=x", headers=admin.headers)
     assert response.status == 200

@@ -138,7 +138,7 @@ async def test_create__non_json_media_type_is_415(client, admin):
 
 
 async def test_create__body_over_the_limit_is_413(aiohttp_client, config, admin):
-    from service.app import create_app
+    from service.web.app import create_app
 
     client = await aiohttp_client(create_app(with_config(config, server={"max_body_bytes": 1024})))
     response, body = await create(client, admin, {"title": "x" * 2000})

@@ -14,14 +14,16 @@ import asyncpg
 import attrs
 from aiohttp import web
 
-from . import db
-from .auth import new_id, principal, requires
-from .convert import read_json, structure, unstructure
-from .embeddings import entries_written
-from .errors import ValidationFailed
+from ... import db
+from ...answering.embeddings import entries_written
+from ...domain.convert import structure, unstructure
+from ...domain.errors import ValidationFailed
+from ...domain.ids import new_id
+from ..auth import connection, principal, requires
+from ..body import read_json
+from ..responses import json_response
 from .knowledge import MAX_ANSWER, MAX_QUESTION, KnowledgeItem
 from .questions import fetch_question
-from .responses import json_response
 
 
 @attrs.frozen(kw_only=True)
@@ -65,7 +67,7 @@ async def post_review(request: web.Request) -> web.Response:
     review = structure(body, Review)
     if not review.approved and review.answer is None:
         raise ValidationFailed(["approved: must be true, or give the corrected answer"])
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         item, created = await save_review(
             conn, principal(request).account_id, request.match_info["id"], review.answer
         )

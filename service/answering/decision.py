@@ -2,7 +2,7 @@
 
 `decide` says whether the first retrieved reference answers the question, from a small logistic
 model over features of the retrieval (`features`); its coefficients are data
-(`coverage_model.json`, refitted with `python -m service eval … --fit`, which also reports
+(`decision_model.json`, refitted with `python -m service eval … --fit`, which also reports
 leave-one-out numbers). The local engine uses the decision; `assess` turns the engine's outcome
 into the answer's confidence, rationale, attention points and requires_attention.
 
@@ -23,7 +23,7 @@ import attrs
 
 from .retrieval import Reference
 
-MODEL_PATH = Path(__file__).with_name("coverage_model.json")
+MODEL_PATH = Path(__file__).with_name("decision_model.json")
 # Answers under this confidence need a person's look before they are relied on.
 ATTENTION_BELOW = 0.6
 # Confidence at or above this promises ≥ 90% right; only a word-for-word known question gets it.
@@ -126,8 +126,8 @@ MODEL = Model.load()
 # is shipped: on the development set it decided no better than the lexical model (leave-one-out
 # 0.50 vs 0.525, docs/answer-quality.md), so dense retrieval changes the ranking, not the
 # decision. A deployment with labels of its own can fit one for its embedding model:
-# `python -m service eval … --embeddings … --fit --write-model service/coverage_model_dense.json`.
-DENSE_MODEL_PATH = MODEL_PATH.with_name("coverage_model_dense.json")
+# `python -m service eval … --embeddings … --fit --write-model service/answering/decision_model_dense.json`.
+DENSE_MODEL_PATH = MODEL_PATH.with_name("decision_model_dense.json")
 DENSE_MODEL = Model.load(DENSE_MODEL_PATH) if DENSE_MODEL_PATH.exists() else None
 
 

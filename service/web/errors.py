@@ -1,74 +1,54 @@
-"""The one error shape, `{"error": {code, message, details?}}`, and the middleware that renders it."""
+"""The one error shape, `{"error": {code, message, details?}}`: domain errors mapped to HTTP
+statuses and rendered, and anything unexpected turned into a logged 500 or, when the database is
+unreachable, a 503."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
 
 import asyncpg
 from aiohttp import web
 
-from .logs import REQUEST_ID
+from ..domain.errors import (
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    ParameterInvalid,
+    PayloadTooLarge,
+    ServiceError,
+    ServiceUnavailable,
+)
 from .responses import json_response
+from .telemetry import REQUEST_ID
 
 log = logging.getLogger(__name__)
 
 
-class ApiError(Exception):
-    """An error a client is meant to see. Raise it anywhere; the middleware renders it."""
-
-    status = 400
-    code = "bad_request"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        details: Sequence[str] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = list(details) if details is not None else None
-        self.headers = dict(headers or {})
-
-    def body(self) -> dict:
-        error: dict = {"code": self.code, "message": self.message}
-        if self.details is not None:
-            error["details"] = self.details
-        return {"error": error}
+# The HTTP status of each error code (service/domain/errors.py); anything else is a 400.
+STATUS = {
+    "invalid_json": 400,
+    "parameter_missing": 400,
+    "parameter_invalid": 400,
+    "invalid_multipart": 400,
+    "unauthorized": 401,
+    "insufficient_scope": 403,
+    "forbidden": 403,
+    "usage_blocked": 403,
+    "email_unconfirmed": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "conflict": 409,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "validation_failed": 422,
+    "rate_limited": 429,
+    "internal_error": 500,
+    "service_unavailable": 503,
+}
 
 
-def _error(status: int, code: str) -> type[ApiError]:
-    name = "".join(part.title() for part in code.split("_"))
-    return type(name, (ApiError,), {"status": status, "code": code})
-
-
-InvalidJson = _error(400, "invalid_json")
-ParameterMissing = _error(400, "parameter_missing")
-ParameterInvalid = _error(400, "parameter_invalid")
-Unauthorized = _error(401, "unauthorized")
-InsufficientScope = _error(403, "insufficient_scope")
-Forbidden = _error(403, "forbidden")
-UsageBlocked = _error(403, "usage_blocked")
-EmailUnconfirmed = _error(403, "email_unconfirmed")
-NotFound = _error(404, "not_found")
-MethodNotAllowed = _error(405, "method_not_allowed")
-Conflict = _error(409, "conflict")
-PayloadTooLarge = _error(413, "payload_too_large")
-UnsupportedMediaType = _error(415, "unsupported_media_type")
-InvalidMultipart = _error(400, "invalid_multipart")
-RateLimited = _error(429, "rate_limited")
-InternalError = _error(500, "internal_error")
-ServiceUnavailable = _error(503, "service_unavailable")
-
-
-class ValidationFailed(ApiError):
-    status = 422
-    code = "validation_failed"
-
-    def __init__(self, details: Sequence[str], message: str = "the record could not be saved"):
-        super().__init__(message, details=details)
+def status_of(error: ServiceError) -> int:
+    return getattr(error, "status", None) or STATUS.get(error.code, 400)
 
 
 # Failures of the database connection rather than of the request; see error_response.
@@ -94,11 +74,11 @@ def database_unavailable(exc: BaseException) -> bool:
     return False
 
 
-def render(error: ApiError) -> web.Response:
-    return json_response(error.body(), status=error.status, headers=error.headers)
+def render(error: ServiceError) -> web.Response:
+    return json_response(error.body(), status=status_of(error), headers=error.headers)
 
 
-def _from_http_exception(exc: web.HTTPException) -> ApiError:
+def _from_http_exception(exc: web.HTTPException) -> ServiceError:
     if isinstance(exc, web.HTTPNotFound):
         return NotFound("no such route")
     if isinstance(exc, web.HTTPMethodNotAllowed):
@@ -108,7 +88,7 @@ def _from_http_exception(exc: web.HTTPException) -> ApiError:
         )
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         return PayloadTooLarge("the request body is larger than the service accepts")
-    error = ApiError(exc.reason or "request failed")
+    error = ServiceError(exc.reason or "request failed")
     error.status = exc.status
     error.code = exc.reason.lower().replace(" ", "_") if exc.reason else "error"
     return error
@@ -123,7 +103,7 @@ def refuse_nul(request: web.Request) -> None:
 def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
     """The response in the one error shape for anything a handler raised; a redirect and the
     like (an HTTPException below 400) is raised again, untouched."""
-    if isinstance(exc, ApiError):
+    if isinstance(exc, ServiceError):
         return render(exc)
     if isinstance(exc, web.HTTPException):
         if exc.status < 400:

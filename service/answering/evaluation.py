@@ -1,7 +1,7 @@
 """Answer-quality evaluation: load a knowledge base into a scratch database, ask every question
 through the real question pipeline (retrieval, the configured engine, confidence), one at a time,
 and score the outcome against labels (hit@1, hit@5, decision accuracy, calibration, latency).
-`fit_decision` refits the coverage model (service/coverage_model.json) and reports leave-one-out.
+`fit_decision` refits the coverage model (service/answering/decision_model.json) and reports leave-one-out.
 
 Files: KB CSV (id, question, answer, …), questions CSV (id, question), labels CSV
 (question_id, kb_id, alt_kb_ids `;`-separated, coverage). See /work/shared/eval/README.md.
@@ -23,9 +23,12 @@ import aiojobs
 import asyncpg
 import attrs
 
-from . import accounts, coverage, db, embeddings
-from .config import QuestionsConfig
-from .knowledge import decode_csv, import_csv
+from .. import db
+from ..answering import decision as coverage
+from ..answering import embeddings
+from ..config import QuestionsConfig
+from ..domain import accounts
+from ..web.views.knowledge import decode_csv, import_csv
 from .retrieval import Reference
 
 
@@ -63,8 +66,8 @@ async def ask_through_pipeline(
 ) -> tuple[list[str], dict[str, Any]]:
     """Ask one question as the API does (free of charge) and run it through the pipeline to
     `complete` in this task: (the references' external ids, best first, and the outcome)."""
+    from ..web.views.questions import create_question
     from .pipeline import Work
-    from .questions import create_question
 
     async with pool.acquire() as conn:
         async with conn.transaction():
@@ -171,7 +174,7 @@ async def evaluate(
                 report = await import_csv(conn, account_id, kb_text)
             embedded = 0
             if embedder is not None:
-                from .config import EmbeddingsConfig
+                from ..config import EmbeddingsConfig
                 from .embeddings import Indexer
 
                 async with pool.acquire() as conn:

@@ -15,13 +15,15 @@ import attrs
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import db
-from .auth import new_id, principal, requires
-from .convert import NonBlank, at_most, converter, read_object, structure, unstructure
-from .embeddings import entries_written
-from .errors import InvalidMultipart, NotFound, UnsupportedMediaType, ValidationFailed
-from .models import Page
-from .responses import json_response
+from ... import db
+from ...answering.embeddings import entries_written
+from ...domain.convert import NonBlank, at_most, converter, structure, unstructure
+from ...domain.errors import InvalidMultipart, NotFound, UnsupportedMediaType, ValidationFailed
+from ...domain.ids import new_id
+from ...domain.models import Page
+from ..auth import connection, principal, requires
+from ..body import read_object
+from ..responses import json_response
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +315,7 @@ def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
 async def post_item(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "knowledge_base_item")
     data = structure(fields, KnowledgeItemInput, root="knowledge_base_item")
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         item = await create_item(conn, principal(request).account_id, data)
     entries_written(request.app)
     response = _item_response(item, status=201)
@@ -325,7 +327,7 @@ async def post_item(request: web.Request) -> web.Response:
 async def list_items(request: web.Request) -> web.Response:
     page = Page.from_query(request.query)
     account_id = principal(request).account_id
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         total = await conn.fetchval(db.query("count_knowledge_items"), account_id)
         rows = await conn.fetch(db.query("list_knowledge_items"), account_id, page.size, page.offset)
     return json_response(
@@ -339,7 +341,7 @@ async def list_items(request: web.Request) -> web.Response:
 @requires("read")
 async def get_item(request: web.Request) -> web.Response:
     item_id = request.match_info["id"]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         row = await conn.fetchrow(
             db.query("get_knowledge_item"), item_id, principal(request).account_id
         )
@@ -351,7 +353,7 @@ async def get_item(request: web.Request) -> web.Response:
 @requires("write", roles=("admin", "member"))
 async def delete_item(request: web.Request) -> web.Response:
     item_id = request.match_info["id"]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         deleted = await conn.fetchval(
             db.query("delete_knowledge_item"), item_id, principal(request).account_id
         )
@@ -363,7 +365,7 @@ async def delete_item(request: web.Request) -> web.Response:
 @requires("write", roles=("admin", "member"))
 async def import_items(request: web.Request) -> web.Response:
     text = await _read_csv_body(request)
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, text)
     entries_written(request.app)
     return json_response(unstructure(report))

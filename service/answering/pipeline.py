@@ -27,11 +27,12 @@ import aiojobs
 import asyncpg
 import attrs
 
-from . import coverage, db
-from .accounts import change_credits
-from .config import QuestionsConfig
+from .. import db
+from ..answering import decision as coverage
+from ..config import QuestionsConfig
+from ..domain.accounts import change_credits
+from ..metrics import Metrics
 from .engines import AnswerEngine, AnswerRequest, EngineFailure
-from .metrics import Metrics
 from .retrieval import Reference, find_references
 
 log = logging.getLogger(__name__)

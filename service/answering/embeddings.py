@@ -28,9 +28,9 @@ import aiohttp
 import asyncpg
 from aiohttp import web
 
-from . import db
-from .config import EmbeddingsConfig
-from .keys import INDEXER
+from .. import db
+from ..config import EmbeddingsConfig
+from ..web.keys import INDEXER
 
 log = logging.getLogger(__name__)
 

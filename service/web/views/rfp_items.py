@@ -20,10 +20,10 @@ import attrs
 from aiohttp import BodyPartReader, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import db, importer
-from .auth import Principal, new_id, principal, requires
-from .convert import NonBlank, at_most, converter, read_json, structure, unstructure
-from .errors import (
+from ... import db
+from ...domain import questionnaires as importer
+from ...domain.convert import NonBlank, at_most, converter, structure, unstructure
+from ...domain.errors import (
     InvalidMultipart,
     NotFound,
     ParameterInvalid,
@@ -31,12 +31,15 @@ from .errors import (
     UsageBlocked,
     ValidationFailed,
 )
-from .keys import CONFIG, PIPELINE
-from .metrics import METRICS
-from .middleware import stream_headers
-from .models import RfpItem, rfp_json
+from ...domain.ids import new_id
+from ...domain.models import RfpItem, rfp_json
+from ...domain.tokens import Principal
+from ..auth import connection, principal, requires
+from ..body import read_json
+from ..frontdoor import stream_headers
+from ..keys import CONFIG, METRICS, PIPELINE
+from ..responses import json_response
 from .questions import DetailLevel, create_question
-from .responses import json_response
 from .rfps import MAX_ITEMS_PER_CREATE, MAX_TEXT, MAX_TITLE, ItemInput, fetch_rfp
 
 _SPOOL_IN_MEMORY = 4 * 1024 * 1024
@@ -148,7 +151,7 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     items = structure(raw, list[ItemInput], root=key)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         _, rows = await append_items(
             conn, who.account_id, rfp_id, [i.question.strip() for i in items],
             [i.section for i in items], returning=True,
@@ -229,7 +232,7 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     options = import_options(request.query)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     try:
@@ -238,7 +241,7 @@ async def import_rfp_items(request: web.Request) -> web.Response:
         )
     finally:
         upload.file.close()
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         report = await import_questionnaire(conn, who.account_id, rfp_id, found)
     return json_response({"import": report}, status=201)
 
@@ -259,7 +262,7 @@ async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -
 
 @requires("read")
 async def get_rfp_item(request: web.Request) -> web.Response:
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         row = await _item(conn, request, lock=False)
     return json_response(unstructure(RfpItem.from_row(row)))
 
@@ -300,7 +303,7 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
-    async with db.connection(request) as conn, conn.transaction():
+    async with connection(request) as conn, conn.transaction():
         current = await _item(conn, request, lock=True)
         row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
     return json_response(unstructure(RfpItem.from_row(row)))
@@ -369,7 +372,7 @@ async def export_rows(conn: asyncpg.Connection, rfp_id: str) -> list[list[Any]]:
 async def export_rfp(request: web.Request) -> web.StreamResponse:
     fmt = export_format(request.query)
     rfp_id = request.match_info["id"]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
         headers = {
             hdrs.CONTENT_DISPOSITION:
@@ -468,7 +471,7 @@ async def answer_rfp(request: web.Request) -> web.Response:
     who = principal(request)
     rfp_id = request.match_info["id"]
     cost = settings.credits_per_question
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         answering = await answer_pending_items(conn, who, rfp_id, options, cost)
         if answering["started"]:
             request.app[PIPELINE].wake()

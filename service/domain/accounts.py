@@ -9,8 +9,9 @@ from collections.abc import Iterable
 
 import asyncpg
 
-from . import db
-from .auth import ROLES, SCOPES, issue_token, new_id
+from .. import db
+from .ids import new_id
+from .tokens import ROLES, SCOPES, issue_token
 
 
 class OperatorError(Exception):

@@ -1,6 +1,6 @@
 """The service's front door, around every route's handler: the request id, the one error shape,
 authentication and the route's rate limit, in that order. Each concern lives in its own module
-(logs, errors, auth, ratelimit); this is where they are put in order.
+(telemetry, errors, auth, ratelimit); this is where they are put in order.
 
 It wraps each handler when the routes are added (`guard`) instead of being an aiohttp
 middleware: an application with any middleware runs aiohttp's middleware machinery on every
@@ -17,39 +17,42 @@ from collections.abc import Awaitable, Callable, Iterable
 import attrs
 from aiohttp import web
 
-from . import auth, errors, ratelimit
-from .config import Config
-from .logs import REQUEST_ID, REQUEST_ID_HEADER, assign_request_id
+from ..config import Config
+from ..domain.errors import MethodNotAllowed, NotFound
+from .auth import authorized, policy_of, public
+from .errors import error_response, refuse_nul
+from .ratelimit import DECISION, guarded
+from .telemetry import REQUEST_ID, REQUEST_ID_HEADER, assign_request_id
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def guard(handler: Handler, name: str | None, config: Config) -> Handler:
     """`handler` behind the front door; `name` is its route's name (which keys rate limits)."""
-    policy = auth.policy_of(handler)
+    policy = policy_of(handler)
     if policy is None:
         raise RuntimeError(f"route {name or handler} has no access policy")
     limit = config.rate_limits.get(name) if name else None
     inner = (
         handler if limit is None
-        else functools.partial(ratelimit.guarded, handler=handler, limit=limit)
+        else functools.partial(guarded, handler=handler, limit=limit)
     )
 
     async def front_door(request: web.Request) -> web.StreamResponse:
         request_id = assign_request_id(request)
         try:
-            errors.refuse_nul(request)
-            response = await auth.authorized(request, inner, policy, limit)
+            refuse_nul(request)
+            response = await authorized(request, inner, policy, limit)
         except web.HTTPException as exc:
             if exc.status < 400:  # a redirect passes through, with the request id
                 exc.headers[REQUEST_ID_HEADER] = request_id
                 raise
-            response = errors.error_response(request, exc)
+            response = error_response(request, exc)
         except Exception as exc:
-            response = errors.error_response(request, exc)
+            response = error_response(request, exc)
         # What stream_headers gives a stream, here without a dict for the hot path's sake.
         response.headers[REQUEST_ID_HEADER] = request_id
-        if limit is not None and (decided := request.get(ratelimit.DECISION)) is not None:
+        if limit is not None and (decided := request.get(DECISION)) is not None:
             response.headers.update(decided.headers())  # on errors too: 404, 413, 500
         return response
 
@@ -65,7 +68,7 @@ async def refuse_unguarded(app: web.Application) -> None:
         if not getattr(route.handler, "guarded", False):
             raise RuntimeError(
                 f"{route.method} {route.resource.canonical if route.resource else route} was added "
-                "without service.middleware.guard: it would skip authentication"
+                "without service.web.frontdoor.guard: it would skip authentication"
             )
 
 
@@ -73,7 +76,7 @@ def stream_headers(request: web.Request) -> dict[str, str]:
     """What the front door adds to a response (the request id, the rate limit's headers), for
     a response the handler prepares itself (a stream): its headers are sent before it returns."""
     headers = {REQUEST_ID_HEADER: request[REQUEST_ID]}
-    decided = request.get(ratelimit.DECISION)
+    decided = request.get(DECISION)
     if decided is not None:
         headers.update(decided.headers())
     return headers
@@ -81,7 +84,7 @@ def stream_headers(request: web.Request) -> dict[str, str]:
 
 def guarded_routes(routes: Iterable[web.RouteDef], config: Config) -> list[web.RouteDef]:
     """`routes` with their handlers behind the front door, then the catch-all for the rest.
-    Add routes here (service/app.py routes()), not later: aiohttp tries the longest path prefix
+    Add routes here (service/web/app.py routes()), not later: aiohttp tries the longest path prefix
     first, so a later `/api/...` route still matches, but a later top-level `/{name}` would share
     the catch-all's prefix `/` and never be reached."""
     return [
@@ -90,7 +93,7 @@ def guarded_routes(routes: Iterable[web.RouteDef], config: Config) -> list[web.R
     ]
 
 
-@auth.public
+@public
 async def no_route(request: web.Request) -> web.Response:
     """404, or 405 with Allow when the path is some route's with another method. (Registered
     last, this matches whatever no other route did, so it asks the other routes which methods
@@ -101,8 +104,8 @@ async def no_route(request: web.Request) -> web.Response:
             _, methods = await resource.resolve(request)
             allowed |= methods
     if allowed:
-        raise errors.MethodNotAllowed(
+        raise MethodNotAllowed(
             f"{request.method} is not allowed here; allowed: {', '.join(sorted(allowed))}",
             headers={"Allow": ", ".join(sorted(allowed))},
         )
-    raise errors.NotFound("no such route")
+    raise NotFound("no such route")

@@ -1,4 +1,4 @@
-"""The one cattrs converter: JSON bodies in (strict, with per-field errors) and models out.
+"""The one cattrs converter: JSON values in (strict, with per-field errors) and models out.
 
 Field rules live in the types below (`NonBlank`, `Framework`, `HttpUrl`, `IsoDate`), so cattrs'
 detailed validation reports every failing field at once: exactly the `details` of a 422.
@@ -6,18 +6,15 @@ detailed validation reports every failing field at once: exactly the `details` o
 
 from __future__ import annotations
 
-import json
 import re
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any, NewType, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
 import cattrs
-from aiohttp import web
 
-from .errors import InvalidJson, UnsupportedMediaType, ValidationFailed
-from .responses import timestamp
+from .errors import ValidationFailed
 
 T = TypeVar("T")
 
@@ -30,6 +27,11 @@ FRAMEWORKS = ("nist-csf-2.0", "hecvat-3.06", "hecvat-4.1", "rh-1.0", "cjis-5", "
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def timestamp(value: datetime) -> str:
+    """A point in time as the API writes it: ISO 8601 in UTC, with `Z`."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _strict_str(value: Any, _: type) -> str:
@@ -163,54 +165,3 @@ def structure(data: Any, cls: type[T], root: str = "") -> T:
 
 def unstructure(obj: Any) -> Any:
     return converter.unstructure(obj)
-
-
-async def read_json(request: web.Request) -> Any:
-    """The request body as JSON, or a 400/415 saying why it is not."""
-    if request.content_type not in ("application/json", "") and not request.content_type.endswith(
-        "+json"
-    ):
-        raise UnsupportedMediaType(
-            f"send the body as application/json, not {request.content_type}"
-        )
-    raw = await request.read()
-    if not raw.strip():
-        raise InvalidJson("the request body is empty; a JSON object is expected")
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidJson(f"the request body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidJson("the request body is nested too deeply") from None
-    if not _storable(body):
-        # PostgreSQL text cannot hold NUL, and UTF-8 cannot encode a lone surrogate (\ud800).
-        raise InvalidJson(
-            "the request body holds a string with a NUL character (\\u0000) or an unpaired "
-            "surrogate (\\ud800-\\udfff); neither can be stored"
-        )
-    return body
-
-
-def _storable(value: Any) -> bool:
-    """Whether every string in a JSON value (keys included) is storable as PostgreSQL text."""
-    if isinstance(value, str):
-        return _UNSTORABLE.search(value) is None
-    if isinstance(value, list):
-        return all(_storable(item) for item in value)
-    if isinstance(value, dict):
-        return all(_storable(key) and _storable(item) for key, item in value.items())
-    return True
-
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-async def read_object(request: web.Request, key: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The body's `{key: {...}}` object, and the whole body; 422 when it is not an object."""
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise ValidationFailed([f"the body must be a JSON object with a {key!r} object"])
-    inner = body.get(key)
-    if not isinstance(inner, dict):
-        raise ValidationFailed([f"{key}: is required and must be an object"])
-    return inner, body

@@ -1,140 +1,19 @@
-"""Tokens (format, checksum, hashing), the authenticated principal, and access policies.
-
-A token is `rfpk_` + 30 random base62 characters + a 6-character base62 CRC32 of those 30: a
-mistyped token fails the checksum and is rejected without a database query. Only its SHA-256 is
-stored; the lookup is by hash, and the stored hash is compared again in constant time.
-"""
+"""Who may call a route: access policies (`requires`, `public`), the bearer-token check, and the
+connection a body-less request keeps from authentication for its handler (`connection`)."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
-import string
-import zlib
-from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 
 import asyncpg
 import attrs
 from aiohttp import web
 
-from . import db
-from .config import RateLimit
-from .errors import Forbidden, InsufficientScope, Unauthorized
+from ..config import RateLimit
+from ..domain.errors import Forbidden, InsufficientScope, Unauthorized
+from ..domain.tokens import ROLES, SCOPES, Principal, authenticate_with
 from .keys import POOL
-
-TOKEN_PREFIX = "rfpk_"
-SCOPES = ("read", "write")
-ROLES = ("admin", "member", "viewer")
-_BASE62 = string.digits + string.ascii_letters
-_BASE62_CHARS = frozenset(_BASE62)
-_RANDOM_LEN = 30
-_CHECKSUM_LEN = 6
-_ID_SPACE = 62**22  # uniform over every 22-character base62 string
-_TOKEN_SPACE = 62**_RANDOM_LEN
-
-
-# Every two-digit base62 string, so encoding takes half the divisions: the checksum is
-# computed on every authenticated request.
-_BASE62_PAIRS = [a + b for a in _BASE62 for b in _BASE62]
-
-
-def base62(number: int, width: int) -> str:
-    """`number` (< 62**width) as `width` base62 digits, most significant first."""
-    parts = []
-    for _ in range(width // 2):
-        number, pair = divmod(number, 3844)
-        parts.append(_BASE62_PAIRS[pair])
-    if width % 2:
-        parts.append(_BASE62[number % 62])
-    return "".join(reversed(parts))
-
-
-def new_id(prefix: str) -> str:
-    """A prefixed, unguessable, URL-safe id: `rfp_` + 22 base62 characters (~131 bits)."""
-    return f"{prefix}_" + base62(secrets.randbelow(_ID_SPACE), 22)  # one draw, not 22
-
-
-def _checksum(body: str) -> str:
-    return base62(zlib.crc32(body.encode()), _CHECKSUM_LEN)
-
-
-def new_token() -> str:
-    body = base62(secrets.randbelow(_TOKEN_SPACE), _RANDOM_LEN)
-    return TOKEN_PREFIX + body + _checksum(body)
-
-
-def token_well_formed(token: str) -> bool:
-    if not token.startswith(TOKEN_PREFIX) or len(token) != len(TOKEN_PREFIX) + 36:
-        return False
-    body, checksum = token[len(TOKEN_PREFIX) : -_CHECKSUM_LEN], token[-_CHECKSUM_LEN:]
-    return _BASE62_CHARS.issuperset(body) and hmac.compare_digest(_checksum(body), checksum)
-
-
-def hash_token(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
-
-
-@attrs.frozen(kw_only=True)
-class Principal:
-    """Who is calling: a membership (member of one account) through one token."""
-
-    member_id: str
-    user_id: int
-    account_id: str
-    role: str
-    scopes: frozenset[str]
-    name: str
-    email: str
-
-
-async def issue_token(
-    conn: asyncpg.Connection,
-    member_id: str,
-    scopes: Iterable[str],
-    expires_at: datetime | None = None,
-) -> str:
-    """Store a new token for a member and return it; this is the only time it is visible."""
-    token = new_token()
-    await conn.execute(
-        db.query("insert_api_token"), member_id, hash_token(token), sorted(set(scopes)), expires_at
-    )
-    return token
-
-
-async def authenticate(conn: asyncpg.Connection, token: str) -> Principal | None:
-    who, _ = await authenticate_with(conn, token, "principal_by_token_hash", ())
-    return who
-
-
-async def authenticate_with(
-    conn: asyncpg.Connection, token: str, query: str, args: tuple[Any, ...]
-) -> tuple[Principal | None, asyncpg.Record | None]:
-    """The principal behind `token` and the row of `query`, which takes the token hash and then
-    `args` and returns the principal's columns (principal_by_token_hash's) beside whatever else
-    it reads in the same round trip; (None, None) when the token is refused."""
-    if not token_well_formed(token):
-        return None, None
-    digest = hash_token(token)
-    row = await conn.fetchrow(db.query(query), digest, *args)
-    if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
-        return None, None
-    return _principal(row), row
-
-
-def _principal(row: asyncpg.Record) -> Principal:
-    return Principal(
-        member_id=row["member_id"],
-        user_id=row["user_id"],
-        account_id=row["account_id"],
-        role=row["role"],
-        scopes=frozenset(row["scopes"]),
-        name=row["name"],
-        email=row["email"],
-    )
-
 
 # -- access policies -------------------------------------------------------------------
 
@@ -273,11 +152,11 @@ async def authorized(
         request[PRINCIPAL] = who
         if keep is not None:
             request[keep] = row
-        request[db.REQUEST_CONNECTION] = conn
+        request[REQUEST_CONNECTION] = conn
         try:
             return await handler(request)
         finally:
-            del request[db.REQUEST_CONNECTION]
+            del request[REQUEST_CONNECTION]
 
 
 def check(policy: Policy, who: Principal | None) -> None:
@@ -297,3 +176,22 @@ def check(policy: Policy, who: Principal | None) -> None:
     if who.role not in policy.roles:
         allowed = " or ".join(sorted(policy.roles))
         raise Forbidden(f"this operation needs the {allowed} role; yours is {who.role}")
+
+
+# The connection `authorized` holds for a request without a body (see `connection`).
+REQUEST_CONNECTION = web.RequestKey("connection", asyncpg.Connection)
+
+
+@asynccontextmanager
+async def connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
+    """A connection for a handler: the one authentication already used for this request when
+    there is one (saves a pool release, whose reset costs a round trip), else one from the pool.
+
+    Use it sequentially: asyncpg runs one statement at a time per connection.
+    """
+    held = request.get(REQUEST_CONNECTION)
+    if held is not None:
+        yield held
+        return
+    async with request.app[POOL].acquire() as conn:
+        yield conn

@@ -29,7 +29,9 @@ from collections.abc import Sequence
 import asyncpg
 import attrs
 
-from . import db, embeddings, english
+from .. import db
+from ..answering import embeddings
+from ..answering import words as english
 from .embeddings import Embedder
 
 # The candidate stage reads one heap page per candidate row; that, not ranking, is what costs

@@ -24,10 +24,10 @@ import asyncpg
 import attrs
 from aiohttp import web
 
-from . import db, mail
-from .auth import ROLES, SCOPES, hash_token, issue_token, new_id, principal, public, requires
-from .convert import converter, read_json, read_object, structure, unstructure
-from .errors import (
+from ... import db
+from ...domain import mail
+from ...domain.convert import converter, structure, unstructure
+from ...domain.errors import (
     Conflict,
     EmailUnconfirmed,
     Forbidden,
@@ -38,12 +38,16 @@ from .errors import (
     UsageBlocked,
     ValidationFailed,
 )
-from .keys import CONFIG, MAIL_SENDER, PASSWORDS, POOL
-from .mail import MailSender
-from .models import Page
-from .passwords import MAX_LENGTH, MIN_LENGTH, Passwords
-from .ratelimit import take
-from .responses import json_response
+from ...domain.ids import new_id
+from ...domain.mail import MailSender
+from ...domain.models import Page
+from ...domain.passwords import MAX_LENGTH, MIN_LENGTH, Passwords
+from ...domain.tokens import ROLES, SCOPES, hash_token, issue_token
+from ..auth import connection, principal, public, requires
+from ..body import read_json, read_object
+from ..keys import CONFIG, MAIL_SENDER, PASSWORDS, POOL
+from ..ratelimit import take
+from ..responses import json_response
 
 # -- input types: each rule reports its own `details` entry -------------------------------------
 
@@ -315,14 +319,14 @@ async def post_user(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "user")
     who = principal(request)
     config = request.app[CONFIG]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         account_name = await require_active_account(conn, who.account_id)
         data = await _validate_new_user(conn, fields)
     password_hash = await request.app[PASSWORDS].hash(data.password)
     token = new_link_token()
     ttl_hours = config.members.confirmation_ttl_hours
     subject, body = confirmation_mail(_base_url(request), account_name, token, ttl_hours)
-    async with db.connection(request) as conn, conn.transaction():
+    async with connection(request) as conn, conn.transaction():
         try:
             user_id = await conn.fetchval(
                 db.query("insert_user_with_password"),
@@ -402,7 +406,7 @@ async def post_token(request: web.Request) -> web.Response:
         (f"sign_in:address:{request.remote or 'unknown'}", config.members.sign_in_per_address),
         (f"sign_in:email:{data.email.strip().lower()}", config.members.sign_in_per_email),
     ]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         for key, limit in buckets:
             decision = await take(conn, key, limit)
             if not decision.allowed:
@@ -415,7 +419,7 @@ async def post_token(request: web.Request) -> web.Response:
     stored_hash = user["password_hash"] if user is not None else None
     if not await passwords.verify(stored_hash, data.password):
         raise Unauthorized("wrong e-mail address or password")
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         for key, limit in buckets:
             await conn.execute(db.query("refund_rate_limit_token"), key, float(limit.limit))
         if user["confirmed_at"] is None:
@@ -456,7 +460,7 @@ async def post_invitation(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "invitation")
     who = principal(request)
     config = request.app[CONFIG]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         account_name = await require_active_account(conn, who.account_id)
         data = structure(fields, NewInvitation, root="invitation")
         if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
@@ -493,7 +497,7 @@ def _usable(row: Mapping[str, Any] | None) -> Mapping[str, Any]:
 @public
 async def get_invitation(request: web.Request) -> web.Response:
     """What an invitation link offers: the account, address and role, before accepting."""
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         row = await conn.fetchrow(
             db.query("invitation_by_token_hash"), hash_token(request.match_info["token"])
         )
@@ -511,7 +515,7 @@ async def accept_invitation(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise ValidationFailed(["the body must be a JSON object with password and terms_of_service"])
     passwords: Passwords = request.app[PASSWORDS]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         invitation = _usable(await conn.fetchrow(db.query("invitation_by_token_hash"), digest))
         data = structure(body, InvitationAcceptance)
         user = await conn.fetchrow(db.query("user_by_email"), invitation["email"])
@@ -524,7 +528,7 @@ async def accept_invitation(request: web.Request) -> web.Response:
     else:
         new_hash = await passwords.hash(data.password)
     first, last = data.first_name or "", data.last_name or ""
-    async with db.connection(request) as conn, conn.transaction():
+    async with connection(request) as conn, conn.transaction():
         invitation = _usable(await conn.fetchrow(db.query("lock_invitation_by_token_hash"), digest))
         user = await conn.fetchrow(db.query("lock_user_by_email"), invitation["email"])
         if user is None:
@@ -555,7 +559,7 @@ async def accept_invitation(request: web.Request) -> web.Response:
 async def list_members(request: web.Request) -> web.Response:
     page = Page.from_query(request.query)
     account_id = principal(request).account_id
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         total = await conn.fetchval(db.query("count_members"), account_id)
         rows = await conn.fetch(db.query("list_members"), account_id, page.size, page.offset)
     return json_response(

@@ -17,16 +17,17 @@ import asyncpg
 import attrs
 from aiohttp import web
 
-from . import db
-from .auth import new_id, principal, requires
-from .convert import NonBlank, converter, read_object, structure, unstructure
-from .errors import NotFound, UsageBlocked, ValidationFailed
-from .keys import CONFIG, EVENTS, PIPELINE
-from .metrics import METRICS
-from .middleware import stream_headers
-from .models import MemberRef
-from .pipeline import STATES, Pipeline
-from .responses import json_response
+from ... import db
+from ...answering.pipeline import STATES, Pipeline
+from ...domain.convert import NonBlank, converter, structure, unstructure
+from ...domain.errors import NotFound, UsageBlocked, ValidationFailed
+from ...domain.ids import new_id
+from ...domain.models import MemberRef
+from ..auth import connection, principal, requires
+from ..body import read_object
+from ..frontdoor import stream_headers
+from ..keys import CONFIG, EVENTS, METRICS, PIPELINE
+from ..responses import json_response
 
 DETAIL_LEVELS = ("low", "normal", "high")
 MAX_IDEMPOTENCY_KEY = 255
@@ -296,7 +297,7 @@ async def post_question(request: web.Request) -> web.Response:
     key = _idempotency_key(request)
     who = principal(request)
     pipeline = request.app[PIPELINE]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         question_id = await _replay(conn, who.member_id, key, ask) if key else None
         if question_id is None:
             # Handed straight to this process's pipeline when it has room: stored leased to it.
@@ -349,7 +350,7 @@ async def post_question(request: web.Request) -> web.Response:
 
 @requires("read")
 async def get_question(request: web.Request) -> web.Response:
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         row = await fetch_question(conn, request.match_info["id"], principal(request).account_id)
     return json_response(unstructure(Question.from_row(row)))
 
@@ -418,7 +419,7 @@ async def question_events(request: web.Request) -> web.StreamResponse:
         listener = events.connections
         row = _working_on(pipeline, question_id, account_id)
         if row is None:
-            async with db.connection(request) as conn:
+            async with connection(request) as conn:
                 row = await fetch_question(conn, question_id, account_id)  # 404 before streaming
         if seen >= FINAL:
             return web.Response(status=204)
@@ -472,6 +473,6 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                     known = max(seen, position(row["state"]))
                     if not let_go and (announced <= known or question_id in pipeline.active):
                         continue
-                async with db.connection(request) as conn:
+                async with connection(request) as conn:
                     row = await fetch_question(conn, question_id, account_id)
     return response

@@ -12,12 +12,18 @@ import aiojobs
 import asyncpg
 from aiohttp import web
 
-from . import db, embeddings, health, knowledge, members, openapi, questions, review, rfps, workflow
-from .config import Config
-from .engines import AnswerEngine
-from .keys import CONFIG, EVENTS, INDEXER, PIPELINE, POOL
-from .metrics import METRICS, Metrics, get_metrics, metrics_middleware
-from .middleware import guarded_routes, refuse_unguarded
+from .. import db
+from ..answering import embeddings
+from ..answering.engines import AnswerEngine
+from ..config import Config
+from ..metrics import Metrics
+from ..web import openapi
+from .frontdoor import guarded_routes, refuse_unguarded
+from .keys import CONFIG, EVENTS, INDEXER, METRICS, PIPELINE, POOL
+from .telemetry import metrics_middleware
+from .views import health, knowledge, members, questions, review, rfps
+from .views import rfp_items as workflow
+from .views.health import get_metrics
 
 
 def routes() -> list[web.RouteDef]:
@@ -131,10 +137,10 @@ async def _pool(app: web.Application) -> AsyncIterator[None]:
 def make_engine(app: web.Application, session: aiohttp.ClientSession) -> AnswerEngine:
     config = app[CONFIG]
     if config.questions.engine == "openai":
-        from .engines.openai import OpenAIEngine
+        from ..answering.engines.openai import OpenAIEngine
 
         return OpenAIEngine(config.openai, session)
-    from .engines.local import LocalEngine
+    from ..answering.engines.local import LocalEngine
 
     return LocalEngine()
 
@@ -142,8 +148,8 @@ def make_engine(app: web.Application, session: aiohttp.ClientSession) -> AnswerE
 async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     """The question pipeline, its event listener and the model client, started and stopped together."""
     config = app[CONFIG]
-    from .events import QuestionEvents
-    from .pipeline import Pipeline
+    from ..answering.events import QuestionEvents
+    from ..answering.pipeline import Pipeline
 
     # The pipeline's own pool: under a flood of requests, answering must not queue behind asking.
     pool = await asyncpg.create_pool(

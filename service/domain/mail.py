@@ -18,8 +18,8 @@ from email.message import EmailMessage
 import aiosmtplib
 import asyncpg
 
-from . import db
-from .config import MailConfig
+from .. import db
+from ..config import MailConfig
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import aiohttp
 
-from ..config import OpenAIConfig
-from . import DETAIL_LEVELS, AnswerRequest, Draft, EngineFailure
+from ...config import OpenAIConfig
+from ..engines import DETAIL_LEVELS, AnswerRequest, Draft, EngineFailure
 
 log = logging.getLogger(__name__)
 

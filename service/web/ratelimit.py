@@ -10,11 +10,11 @@ import asyncpg
 import attrs
 from aiohttp import web
 
-from . import db
-from .auth import PRINCIPAL, RATE_LIMIT_TAKEN
-from .config import RateLimit
-from .errors import RateLimited
-from .metrics import METRICS
+from .. import db
+from ..config import RateLimit
+from ..domain.errors import RateLimited
+from .auth import PRINCIPAL, RATE_LIMIT_TAKEN, connection
+from .keys import METRICS
 
 
 @attrs.frozen
@@ -80,7 +80,7 @@ async def guarded(request: web.Request, handler: Handler, limit: RateLimit) -> w
     else:
         who = request.get(PRINCIPAL)
         subject = who.member_id if who is not None else (request.remote or "unknown")
-        async with db.connection(request) as conn:
+        async with connection(request) as conn:
             decided = await take(conn, f"{route_name}:{subject}", limit)
     request[DECISION] = decided
     if not decided.allowed:

@@ -8,13 +8,16 @@ import asyncpg
 import attrs
 from aiohttp import web
 
-from . import db
-from .auth import Prefetch, Principal, new_id, prefetched, principal, requires
-from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, read_object, structure, unstructure
-from .errors import NotFound, ParameterMissing, ValidationFailed
-from .keys import CONFIG
-from .models import Page, RfpItem, rfp_json
-from .responses import json_response
+from ... import db
+from ...domain.convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, structure, unstructure
+from ...domain.errors import NotFound, ParameterMissing, ValidationFailed
+from ...domain.ids import new_id
+from ...domain.models import Page, RfpItem, rfp_json
+from ...domain.tokens import Principal
+from ..auth import Prefetch, connection, prefetched, principal, requires
+from ..body import read_object
+from ..keys import CONFIG
+from ..responses import json_response
 
 MAX_TITLE = 500
 MAX_TEXT = 100_000
@@ -105,7 +108,7 @@ def _rfp_response(request: web.Request, row: asyncpg.Record, status: int = 200) 
 async def get_rfp(request: web.Request) -> web.Response:
     row = prefetched(request)  # token and RFP in one round trip
     if row is None:
-        async with db.connection(request) as conn:
+        async with connection(request) as conn:
             row = await fetch_rfp(conn, request.match_info["id"], principal(request).account_id)
     elif row["id"] is None:
         raise NotFound(f"no RFP {request.match_info['id']} in this account")
@@ -121,7 +124,7 @@ async def search_rfps(request: web.Request) -> web.Response:
     pattern = like_pattern(term)
     account_id = principal(request).account_id
     base_url = request.app[CONFIG].server.web_base_url
-    async with db.connection(request) as conn, conn.transaction(readonly=True):
+    async with connection(request) as conn, conn.transaction(readonly=True):
         await conn.execute(db.query("plan_each_search"))  # SET LOCAL: ends with the transaction
         total = await conn.fetchval(
             db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
@@ -147,7 +150,7 @@ async def post_rfp(request: web.Request) -> web.Response:
     if len(data.items) > MAX_ITEMS_PER_CREATE:
         raise ValidationFailed([f"rfp.items: at most {MAX_ITEMS_PER_CREATE} items per request"])
     who = principal(request)
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         rfp_id = await create_rfp(conn, who, data)
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     response = _rfp_response(request, row, status=201)
@@ -160,7 +163,7 @@ async def patch_rfp(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "rfp")
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with db.connection(request) as conn, conn.transaction():
+    async with connection(request) as conn, conn.transaction():
         current = await conn.fetchrow(db.query("lock_rfp"), rfp_id, who.account_id)
         if current is None:
             raise NotFound(f"no RFP {rfp_id} in this account")
@@ -179,7 +182,7 @@ async def patch_rfp(request: web.Request) -> web.Response:
             data.portal_url,
             data.context,
         )
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     return _rfp_response(request, row)
 
@@ -192,7 +195,7 @@ def _json_value(value: Any) -> Any:
 async def list_rfp_items(request: web.Request) -> web.Response:
     page = Page.from_query(request.query)
     rfp_id = request.match_info["id"]
-    async with db.connection(request) as conn:
+    async with connection(request) as conn:
         await fetch_rfp(conn, rfp_id, principal(request).account_id)
         total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
         rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset)

@@ -11,8 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ..domain.errors import NotFound
 from .auth import public
-from .errors import NotFound
 from .responses import json_response
 
 SWAGGER_UI_DIR = Path(__file__).resolve().parent / "static" / "swagger-ui"

@@ -1,0 +1,556 @@
+"""Operator CLI: `python -m service serve|migrate|psql|account|member|token|credits|subscription|rfp|kb|eval`.
+
+With `--json` a command prints exactly one JSON object on stdout; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import attrs
+
+from . import config as config_module
+from . import db, logs
+from .config import Config, ConfigError
+from .domain import accounts
+
+log = logging.getLogger("service")
+
+
+# -- database access for commands ---------------------------------------------------------
+
+
+class Database:
+    """The configured database (starting the embedded one if need be), migrated."""
+
+    def __init__(self, config: Config) -> None:
+        self.url, self.embedded = db.database_url(config)
+
+    async def connect(self, *, migrate: bool = True) -> asyncpg.Connection:
+        conn = await connect(self.url)
+        if migrate:
+            await db.migrate(conn)
+        return conn
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    """A connection, or a ConfigError saying which server could not be reached and why."""
+    try:
+        return await asyncpg.connect(url, timeout=10)
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        from yarl import URL
+
+        try:
+            where = str(URL(url).with_password(None)) if URL(url).password else url
+        except ValueError:
+            where = "the configured URL"
+        raise ConfigError(f"database.url: cannot connect to {where}: {exc}") from None
+
+
+def run_with_connection(config: Config, work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
+    database = Database(config)
+
+    async def main() -> Any:
+        conn = await database.connect()
+        try:
+            return await work(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(main())
+
+
+def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
+    print(json.dumps(payload) if getattr(args, "json", False) else text)
+
+
+# -- serve --------------------------------------------------------------------------------
+
+
+async def bootstrap_demo(url: str, config: Config) -> dict | None:
+    """On first start with an empty database, create a demo account and return it."""
+    conn = await connect(url)
+    try:
+        await db.migrate(conn)
+        async with conn.transaction():
+            # Two service instances starting at once on an empty database make one demo, not two.
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", db.MIGRATION_LOCK_ID)
+            if await conn.fetchval(db.query("any_account")):
+                return None
+            return await accounts.create_account(conn, "Demo", "admin@example.com", credits=100)
+    finally:
+        await conn.close()
+
+
+def print_demo(demo: dict, config: Config) -> None:
+    base = f"http://localhost:{config.server.port}"
+    token = demo["token"]
+    print(
+        f"""
+First start: created the demo account {demo['account']['id']} with admin {demo['member']['email']}.
+Its API token (shown once; keep it):
+
+    {token}
+
+Try:
+    curl -s -X POST {base}/api/v1/rfps -H 'Authorization: Bearer {token}' \\
+         -H 'Content-Type: application/json' -d '{{"rfp": {{"title": "Acme security review"}}}}'
+    curl -s '{base}/api/v1/rfps/search?query=acme' -H 'Authorization: Bearer {token}'
+""",
+        flush=True,
+    )
+
+
+def cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["host"] = args.host
+    if args.port is not None:
+        overrides["port"] = args.port
+    if args.workers is not None:
+        overrides["workers"] = args.workers
+    try:
+        config = attrs.evolve(config, server=attrs.evolve(config.server, **overrides))
+    except ValueError as exc:  # the same validators as config.toml: `workers: must be …`
+        raise ConfigError(f"invalid option --{exc}") from None
+    database = Database(config)
+    config = attrs.evolve(config, database=attrs.evolve(config.database, url=database.url))
+    demo = asyncio.run(bootstrap_demo(database.url, config))
+    if demo:
+        print_demo(demo, config)
+    where = "embedded PostgreSQL in " + str(database.embedded.pgdata) if database.embedded else "DATABASE_URL"
+    log.info(
+        "serving on http://%s:%s with %d worker(s), database: %s",
+        config.server.host, config.server.port, config.server.workers, where,
+    )
+    from .server import run_workers, serve_worker  # imports aiohttp and the app: serve only
+
+    try:
+        if config.server.workers == 1:
+            serve_worker(config)
+            status = 0
+        else:
+            status = run_workers(config)
+    finally:
+        if database.embedded:
+            database.embedded.stop()
+            log.info("embedded PostgreSQL stopped")
+    return status
+
+
+# -- other commands -----------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
+    database = Database(config)
+
+    async def work() -> list[str]:
+        conn = await database.connect(migrate=False)
+        try:
+            return await db.migrate(conn)
+        finally:
+            await conn.close()
+
+    applied = asyncio.run(work())
+    emit(args, {"applied": applied}, f"applied: {', '.join(applied) or 'nothing (up to date)'}")
+    return 0
+
+
+def cmd_psql(args: argparse.Namespace, config: Config) -> int:
+    database = Database(config)
+
+    async def migrated() -> None:  # so that the tables are there to look at
+        await (await database.connect()).close()
+
+    asyncio.run(migrated())
+    # The wheel's psql works with DATABASE_URL too, so no client needs installing.
+    psql = str(db.psql_path())
+    # Not exec: the embedded server is stopped when this process exits, after psql.
+    import subprocess
+
+    return subprocess.call([psql, database.url, *args.psql_args])
+
+
+def cmd_account_create(args: argparse.Namespace, config: Config) -> int:
+    result = run_with_connection(
+        config, lambda c: accounts.create_account(c, args.name, args.admin_email, args.credits)
+    )
+    emit(
+        args,
+        result,
+        f"account {result['account']['id']} ({result['account']['name']}), admin "
+        f"{result['member']['email']} ({result['member']['id']}), token:\n{result['token']}",
+    )
+    return 0
+
+
+def cmd_member_create(args: argparse.Namespace, config: Config) -> int:
+    member = run_with_connection(
+        config, lambda c: accounts.add_member(c, args.account, args.email, args.role)
+    )
+    emit(args, {"member": member}, f"member {member['id']}: {member['email']} ({member['role']})")
+    return 0
+
+
+def cmd_token_create(args: argparse.Namespace, config: Config) -> int:
+    scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
+    token = run_with_connection(
+        config, lambda c: accounts.create_token(c, args.account, args.email, scopes)
+    )
+    emit(args, {"token": token}, token)
+    return 0
+
+
+def cmd_credits_add(args: argparse.Namespace, config: Config) -> int:
+    if args.amount == 0:
+        raise accounts.OperatorError("--amount must not be 0")
+
+    async def work(conn: asyncpg.Connection) -> int:
+        try:
+            reason = "grant" if args.amount > 0 else "adjustment"
+            return await accounts.change_credits(conn, args.account, args.amount, reason)
+        except asyncpg.CheckViolationError:
+            raise accounts.OperatorError(
+                f"{args.account} has fewer than {-args.amount} credits to remove"
+            ) from None
+
+    balance = run_with_connection(config, work)
+    emit(args, {"account": args.account, "credits": balance}, f"{args.account}: {balance} credits")
+    return 0
+
+
+def cmd_subscription_set(args: argparse.Namespace, config: Config) -> int:
+    run_with_connection(
+        config, lambda c: accounts.set_subscription(c, args.account, args.status)
+    )
+    emit(args, {"account": args.account, "subscription": args.status},
+         f"{args.account}: subscription {args.status}")
+    return 0
+
+
+def cmd_rfp_create(args: argparse.Namespace, config: Config) -> int:
+    from .domain.convert import structure
+    from .domain.errors import ValidationFailed
+    from .domain.tokens import Principal
+    from .web.views.rfps import RfpCreate, create_rfp
+
+    raw = {"title": args.title, "description": args.description, "framework": args.framework,
+           "deadline": args.deadline, "context": args.context}
+    try:
+        data = structure({k: v for k, v in raw.items() if v is not None}, RfpCreate)
+    except ValidationFailed as exc:
+        raise accounts.OperatorError("; ".join(exc.details or [])) from None
+
+    async def work(conn: asyncpg.Connection) -> str:
+        await accounts.require_account(conn, args.account)
+        member = await conn.fetchrow(db.query("member_by_email"), args.account, args.owner_email)
+        if member is None:
+            raise accounts.OperatorError(f"{args.owner_email} is not a member of {args.account}")
+        owner = Principal(member_id=member["id"], user_id=member["user_id"],
+                          account_id=args.account, role=member["role"], scopes=frozenset(),
+                          name="", email=member["email"])
+        return await create_rfp(conn, owner, data)
+
+    rfp_id = run_with_connection(config, work)
+    emit(args, {"id": rfp_id}, rfp_id)
+    return 0
+
+
+def _operator_error(exc: Exception) -> accounts.OperatorError:
+    """An API error (404, 422 …) as an operator error: message plus details."""
+    details = getattr(exc, "details", None) or []
+    return accounts.OperatorError("; ".join([str(exc), *details]))
+
+
+def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
+    from .domain import questionnaires as importer
+    from .domain.errors import ServiceError
+    from .web.views import rfp_items as workflow
+
+    options = importer.ImportOptions(
+        sheet=args.sheet, question_column=args.question_column,
+        section_column=args.section_column, header_row=args.header_row,
+    )
+    progress = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        progress = tqdm(desc=f"reading {Path(args.file).name}", unit=" rows", file=sys.stderr)
+    try:
+        with open(args.file, "rb") as file:
+            found = importer.parse(file, options, filename=args.file,
+                                   progress=progress.update if progress else None)
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
+    except ServiceError as exc:
+        raise _operator_error(exc) from None
+    finally:
+        if progress:
+            progress.close()
+
+    async def work(conn: asyncpg.Connection) -> dict:
+        await accounts.require_account(conn, args.account)
+        try:
+            return await workflow.import_questionnaire(conn, args.account, args.rfp, found)
+        except ServiceError as exc:
+            raise _operator_error(exc) from None
+
+    report = run_with_connection(config, work)
+    skipped = "".join(f"\n  row {s['row']}: {s['reason']}" for s in report["skipped"])
+    emit(args, {"import": report},
+         f"imported {report['imported']} items into {args.rfp} from "
+         f"{'sheet ' + repr(report['sheet']) + ', ' if report['sheet'] else ''}column "
+         f"{report['question_column']!r}; skipped {report['skipped_count']} rows{skipped}")
+    return 0
+
+
+def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
+    from .domain.errors import ServiceError
+    from .web.views import rfp_items as workflow
+    from .web.views.rfps import fetch_rfp
+
+    async def work(conn: asyncpg.Connection) -> tuple[str, list[list[Any]]]:
+        await accounts.require_account(conn, args.account)
+        try:
+            rfp = await fetch_rfp(conn, args.rfp, args.account)
+        except ServiceError as exc:
+            raise _operator_error(exc) from None
+        return rfp["title"], await workflow.export_rows(conn, args.rfp)
+
+    title, rows = run_with_connection(config, work)
+    try:
+        if args.format == "xlsx":
+            with open(args.output, "wb") as out:
+                out.write(workflow.build_xlsx(rows, title))
+        else:
+            with open(args.output, "w", newline="", encoding="utf-8") as out:
+                workflow.write_csv(rows, out)
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
+    emit(args, {"rfp_id": args.rfp, "format": args.format, "output": args.output, "items": len(rows)},
+         f"exported {len(rows)} items of {args.rfp} to {args.output}")
+    return 0
+
+
+def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
+    from .domain.convert import unstructure
+    from .domain.errors import ValidationFailed
+    from .web.views.knowledge import decode_csv, import_csv
+
+    try:
+        with open(args.file, "rb") as handle:
+            raw = handle.read()
+        text = decode_csv(raw)
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
+    except ValidationFailed as exc:
+        raise accounts.OperatorError("; ".join(exc.details or [])) from None
+
+    async def work(conn: asyncpg.Connection) -> Any:
+        await accounts.require_account(conn, args.account)
+        try:
+            return await import_csv(conn, args.account, text)
+        except ValidationFailed as exc:
+            raise accounts.OperatorError("; ".join(exc.details or [])) from None
+
+    report = run_with_connection(config, work)
+    lines = [f"imported {report.imported} ({report.created} new, {report.updated} updated), "
+             f"rejected {len(report.rejected)}"]
+    lines += [f"  row {r.row}: {r.reason}" for r in report.rejected]
+    emit(args, unstructure(report), "\n".join(lines))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace, config: Config) -> int:
+    from pathlib import Path
+
+    from .answering.evaluation import evaluate, fit_decision, read_labels
+
+    paths = [Path(args.kb), Path(args.questions), Path(args.labels)]
+    for path in paths:
+        if not path.is_file():
+            raise accounts.OperatorError(f"no such file: {path}")
+    database = Database(config)
+    embeddings_config = config.embeddings
+    if args.embeddings:
+        embeddings_config = attrs.evolve(embeddings_config, backend=args.embeddings)
+
+    async def run() -> dict:
+        from .answering.embeddings import make_embedder
+
+        async with aiohttp.ClientSession() as session:
+            embedder = make_embedder(embeddings_config, session)
+            return await evaluate(database.url, *paths, config=config.questions, embedder=embedder)
+
+    result = asyncio.run(run())
+    if args.fit:
+        fitted = fit_decision(result, read_labels(paths[2]), args.l2)
+        if args.write_model:
+            Path(args.write_model).write_text(json.dumps(fitted["model"], indent=2) + "\n")
+        if not args.json:
+            print(json.dumps({k: v for k, v in fitted.items() if k != "leave_one_out_probabilities"},
+                             indent=2))
+        result["fit"] = fitted
+    if args.json:
+        keep = ("id", "references", "sufficient_context", "confidence", "verbatim_answer", "answer",
+                "requires_attention", "correct")
+        result["questions"] = [{k: q.get(k) for k in keep} for q in result["questions"]]
+        print(json.dumps(result))
+        return 0
+    for q in result["questions"]:
+        mark = "ok " if q.get("correct") else ("BAD" if "correct" in q else "   ")
+        print(f"{mark} {q['id']:12} sufficient={q['sufficient_context']!s:5} "
+              f"confidence={q['confidence']:.2f} references={', '.join(q['references'][:3])}")
+    print(f"\nhit@1 {result['hit_at_1']}  hit@5 {result['hit_at_5']}  "
+          f"decision accuracy {result['decision_accuracy']}")
+    print("calibration (confidence band: right / questions):")
+    for band in result["calibration"]:
+        print(f"  {band['confidence']}: {band['correct']} / {band['questions']}")
+    latency = result["latency_ms"]
+    print(f"latency per question (ms): p50 {latency['p50']}  p95 {latency['p95']}  p99 {latency['p99']}")
+    return 0
+
+
+# -- argument parsing ---------------------------------------------------------------------
+
+
+def _iso_date(text: str) -> str:
+    date.fromisoformat(text)
+    return text
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m service", description=__doc__)
+    top.add_argument("--config", help="config file (default: config.toml, or $RFP_CONFIG)")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler: Callable, parent: Any = sub, **kwargs: Any) -> Any:
+        p = parent.add_parser(name, **kwargs)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("serve", cmd_serve, help="run the HTTP service")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--workers", type=int)
+    p = command("migrate", cmd_migrate, help="apply pending migrations")
+    p.add_argument("--json", action="store_true")
+    p = command("psql", cmd_psql, help="open psql on the service's database; extra arguments go to psql")
+    p.add_argument("psql_args", nargs=argparse.REMAINDER)
+
+    group = sub.add_parser("account", help="accounts").add_subparsers(dest="action", required=True)
+    p = command("create", cmd_account_create, group, help="create an account with its admin")
+    p.add_argument("--name", required=True)
+    p.add_argument("--admin-email", required=True)
+    p.add_argument("--credits", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("member", help="members").add_subparsers(dest="action", required=True)
+    p = command("create", cmd_member_create, group, help="add a member to an account")
+    p.add_argument("--account", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--role", required=True, choices=["admin", "member", "viewer"])
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("token", help="API tokens").add_subparsers(dest="action", required=True)
+    p = command("create", cmd_token_create, group, help="create a token for a member")
+    p.add_argument("--account", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--scopes", default="read,write")
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("credits", help="credits").add_subparsers(dest="action", required=True)
+    p = command("add", cmd_credits_add, group, help="grant credits to an account")
+    p.add_argument("--account", required=True)
+    p.add_argument("--amount", type=int, required=True)
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("subscription", help="subscription").add_subparsers(
+        dest="action", required=True
+    )
+    p = command("set", cmd_subscription_set, group, help="activate or deactivate an account")
+    p.add_argument("--account", required=True)
+    p.add_argument("--status", required=True, choices=["active", "inactive"])
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("rfp", help="RFPs").add_subparsers(dest="action", required=True)
+    p = command("create", cmd_rfp_create, group, help="create an RFP")
+    p.add_argument("--account", required=True)
+    p.add_argument("--owner-email", required=True)
+    p.add_argument("--title", required=True)
+    p.add_argument("--description")
+    p.add_argument("--framework")
+    p.add_argument("--deadline", type=_iso_date)
+    p.add_argument("--context")
+    p.add_argument("--json", action="store_true")
+    p = command("import", cmd_rfp_import, group, help="import a CSV or XLSX questionnaire as items")
+    p.add_argument("--account", required=True)
+    p.add_argument("--rfp", required=True)
+    p.add_argument("file")
+    p.add_argument("--sheet", help="sheet name (default: the first with a question-like header)")
+    p.add_argument("--question-column", help="header name or column letter")
+    p.add_argument("--section-column", help="header name or column letter")
+    p.add_argument("--header-row", type=int, help="1-based header row; 0 = no header row")
+    p.add_argument("--json", action="store_true")
+    p = command("export", cmd_rfp_export, group, help="export an RFP's items as CSV or XLSX")
+    p.add_argument("--account", required=True)
+    p.add_argument("--rfp", required=True)
+    p.add_argument("--format", required=True, choices=["csv", "xlsx"])
+    p.add_argument("--output", required=True, help="file to write")
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("kb", help="knowledge base").add_subparsers(dest="action", required=True)
+    p = command("import", cmd_kb_import, group, help="import knowledge-base entries from a CSV file")
+    p.add_argument("--account", required=True)
+    p.add_argument("file", metavar="FILE.csv")
+    p.add_argument("--json", action="store_true")
+
+    p = command("eval", cmd_eval, help="measure answer quality on a labelled question set")
+    p.add_argument("--kb", required=True, metavar="KB.csv")
+    p.add_argument("--questions", required=True, metavar="Q.csv")
+    p.add_argument("--labels", required=True, metavar="L.csv")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--embeddings", choices=["none", "local", "openai"],
+                   help="dense retrieval backend for this run (default: the config's [embeddings])")
+    p.add_argument("--fit", action="store_true",
+                   help="also fit the coverage decision model on these labels (with leave-one-out)")
+    p.add_argument("--l2", type=float, default=0.3,
+                   help="with --fit: the L2 penalty on the standardised coefficients (default 0.3)")
+    p.add_argument("--write-model", metavar="MODEL.json",
+                   help="with --fit: write the fitted model there (service/answering/decision_model.json "
+                        "is the one the service uses)")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser()
+    args, extra = cli.parse_known_args(argv)
+    if args.command == "psql":  # everything after `psql` goes to psql, options included
+        args.psql_args = [*extra, *args.psql_args]
+    elif extra:
+        cli.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        config = config_module.load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    logs.setup(config.logging)
+    try:
+        return args.handler(args, config)
+    except (ConfigError, db.MigrationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except accounts.OperatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+

@@ -1,0 +1,33 @@
+"""The app's shared objects, reached through typed `web.AppKey`s (no module-level state).
+
+This module imports nothing of the service at run time (only types, for checkers), so any module
+may import it without closing an import cycle; each object's lifetime (`cleanup_ctx`) sits beside
+its factory in service/web/app.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from ..answering.embeddings import Indexer
+    from ..answering.events import QuestionEvents
+    from ..answering.pipeline import Pipeline
+    from ..config import Config
+    from ..domain.mail import MailSender
+    from ..domain.passwords import Passwords
+    from ..metrics import Metrics
+
+CONFIG: web.AppKey[Config] = web.AppKey("config")
+POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
+PASSWORDS: web.AppKey[Passwords] = web.AppKey("passwords")
+MAIL_SENDER: web.AppKey[MailSender] = web.AppKey("mail_sender")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
+EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
+# The embeddings indexer when a backend is configured (absent otherwise).
+INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")
