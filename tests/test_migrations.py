@@ -336,3 +336,38 @@ def test_vocabulary__file_rejects_a_phrase_listed_twice(tmp_path):
     (sql / "vocabulary.toml").write_text('mfa = ["MFA", "2FA", "mfa"]\n')
     with pytest.raises(ValueError, match="mfa lists 'mfa' twice"):
         db.vocabulary(sql)
+
+
+# The sha256 of each migration as it landed. A database that applied one refuses a changed file at
+# start (MigrationError); this catches the edit before any database does. A new migration is added
+# here once it has landed on main.
+LANDED = {
+    "0001_foundation": "e2ceb4013eb3c7863b92de53c0d63c2d4d37485dd63e1ff4b67c0392a36fb98e",
+    "0002_knowledge": "ed866d84350858326fe6c3793f2af7b0dd9bf85547aa0e9d3c2483b682994ca5",
+    "0003_knowledge_search": "75ffa3e99cef7f45fd60233376f52f6ea24a583be06b6b575fc78baf9eebb1d4",
+    "0004_questions": "50974d3ca704af07ee06422b9bf06bc0644545e258ce4c2d230a843fc3ad1f55",
+    "0005_members": "11bbfab07ccaf88a9b6a5cead006f7a15ebb1e3ee39119dde53e9acbe3db7f9a",
+    "0006_rfp_workflow": "f484f4be989962b8f8ebd83728010870e85c0f8db56a2cfd02224d5129904fe6",
+    "0011_embeddings": "3db71c858272607774d5a7be9e369810ef54605317274e55fdf56a4965fd4615",
+    "0012_search_index": "5b4e7312b91efc79caba106b162028ded5a68bdbac45b2937043dee889e402eb",
+    "0013_retrieval_one_statement": "546a7b37ac991176df582d863dc3bcf133591c83eb0d2d7783ca807f22285974",
+    "0014_question_handoff": "f65924a54983b3662e5a12ce84d99ca4f5ece6e5517a187e8892a0450b45b632",
+    "0015_vocabulary_review": "9599569663b07292973698c32356f60b460a029fbba8a4848062885f2fa2d5bf",
+    "0016_retrieval_question_words": "2ec19d933e3d42ad3ec2c2fafea9e54c8e5aa37bcbbc1b65bca77ad46550f37e",
+    "0017_vocabulary_annual": "02f90266b5c92524fb053f87fd60c81445c87fc39fa5fbe0e81ecf98b68e938b",
+    "0018_vocabulary_geographic": "17a879586039700e1994cbd9dff7c9142e19000251290d9d343f7ee652af81c5",
+    "0019_vocabulary_seeded": "f4420db34dc1a0101d877caf094b8ab04411e9ab5e09e1c1fbcd2e2ef116ef96",
+}
+
+
+def test_migrations__landed_ones_are_never_edited():
+    current = {version: db.checksum(file) for version, file in db.migration_files()}
+    assert {version: current.get(version) for version in LANDED} == LANDED
+
+
+async def test_vocabulary__every_seeded_phrase_parses_to_a_query(conn):
+    # A phrase of stop words only ("at the") would match nothing: the file must not hold one.
+    assert await conn.fetch(
+        "SELECT concept, phrase FROM knowledge_vocabulary WHERE seeded AND numnode(phrase_query) = 0") == []
+    seeded = await conn.fetchval("SELECT count(*) FROM knowledge_vocabulary WHERE seeded")
+    assert seeded == len(db.vocabulary())
