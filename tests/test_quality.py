@@ -9,7 +9,7 @@ from helpers_questions import ask, wait_complete
 from test_cli import cli
 
 from service.answering.engines.local import NOT_COVERED
-from service.web.views.knowledge import import_csv
+from service.domain.knowledge import import_csv
 
 KB = (
     "id,question,answer\n"

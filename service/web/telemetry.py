@@ -146,7 +146,6 @@ class AccessLogger(AbstractAccessLogger):
             self.direct.write_later(self.direct.format, record)  # formatted by the writer too
 
 
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ...answering import decision as coverage
+from .. import decision as coverage
 from ..engines import AnswerRequest, Draft
 
 NOT_COVERED = (
