@@ -8,13 +8,13 @@ import json
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NewType
+from typing import Any
 
 import asyncpg
 import attrs
 
 from .. import db
-from .convert import NonBlank, at_most, converter, structure
+from .convert import NonBlank, TagList, at_most, structure
 from .errors import ValidationFailed
 from .ids import new_id
 from .questions import fetch_question
@@ -39,17 +39,6 @@ YES_NO = {"yes": True, "y": True, "true": True, "no": False, "n": False, "false"
           "": None, "n/a": None, "na": None, "-": None}
 
 
-TagList = NewType("TagList", list)
-
-
-def _tag_list(value: Any, _: type) -> list[str]:
-    # cattrs would take a string for a list of its characters.
-    if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
-        raise ValueError("must be an array of strings")
-    return value
-
-
-converter.register_structure_hook(TagList, _tag_list)
 
 
 def _tags(instance: object, attribute: attrs.Attribute, value: list[str]) -> None:

@@ -13,117 +13,32 @@ Decisions where the specification is silent (also in README "Members"):
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, NewType
+from typing import Any
 
 import asyncpg
 import attrs
 
 from .. import db
-from .convert import converter, structure, unstructure
+from .convert import (
+    Email,
+    Password,
+    PersonName,
+    Role,
+    Scope,
+    TermsAcceptance,
+    converter,
+    structure,
+    unstructure,
+)
 from .errors import (
     NotFound,
     UsageBlocked,
     ValidationFailed,
 )
-from .passwords import MAX_LENGTH, MIN_LENGTH
-from .tokens import ROLES, SCOPES, hash_token
-
-Email = NewType("Email", str)
-
-
-Password = NewType("Password", str)
-
-
-PersonName = NewType("PersonName", str)
-
-
-Role = NewType("Role", str)
-
-
-Scope = NewType("Scope", str)
-
-
-TermsAcceptance = NewType("TermsAcceptance", bool)
-
-
-TERMS_ACCEPTED = ("accepted", "true", "1", "yes")
-MAX_NAME = 100
-
-
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
-
-
-def _string(value: Any) -> str:
-    return converter.structure(value, str)
-
-
-def _email(value: Any, _: type) -> str:
-    text = _string(value).strip()
-    if not text:
-        raise ValueError("must not be blank")
-    if len(text) > 254 or not _EMAIL.match(text):
-        raise ValueError("is not a valid e-mail address")
-    return text
-
-
-def _password(value: Any, _: type) -> str:
-    text = _string(value)
-    if len(text) < MIN_LENGTH:
-        raise ValueError(f"is too short (minimum is {MIN_LENGTH} characters)")
-    if len(text) > MAX_LENGTH:
-        raise ValueError(f"is too long (maximum is {MAX_LENGTH} characters)")
-    if not text.strip():
-        raise ValueError("must not be only whitespace")
-    return text
-
-
-def _person_name(value: Any, _: type) -> str:
-    text = _string(value).strip()
-    if len(text) > MAX_NAME:
-        raise ValueError(f"is too long (maximum is {MAX_NAME} characters)")
-    return text
-
-
-def _role(value: Any, _: type) -> str:
-    text = _string(value)
-    if text not in ROLES:
-        raise ValueError(f"must be one of {', '.join(ROLES)}; got {text!r}")
-    return text
-
-
-def _scope(value: Any, _: type) -> str:
-    text = _string(value)
-    if text not in SCOPES:
-        raise ValueError(f"must be one of {', '.join(SCOPES)}; got {text!r}")
-    return text
-
-
-def _terms(value: Any, _: type) -> bool:
-    if value is True or (isinstance(value, str) and value.strip().lower() in TERMS_ACCEPTED):
-        return True
-    raise ValueError('must be accepted explicitly: true or "accepted"')
-
-
-converter.register_structure_hook(Email, _email)
-
-
-converter.register_structure_hook(Password, _password)
-
-
-converter.register_structure_hook(PersonName, _person_name)
-
-
-converter.register_structure_hook(Role, _role)
-
-
-converter.register_structure_hook(Scope, _scope)
-
-
-converter.register_structure_hook(TermsAcceptance, _terms)
+from .tokens import SCOPES, hash_token
 
 
 def _non_empty(instance: object, attribute: attrs.Attribute, value: list) -> None:
@@ -291,7 +206,7 @@ async def _validate_new_user(conn: asyncpg.Connection, fields: dict[str, Any]) -
     except ValidationFailed as exc:
         details = list(exc.details or [])
     try:
-        email = _email(fields.get("email"), str)
+        email = converter.structure(fields.get("email"), Email)
     except ValueError:
         email = None
     if email and await conn.fetchval(db.query("user_email_taken"), email):

@@ -8,36 +8,22 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Any, NewType
+from typing import Any
 
 import asyncpg
 import attrs
 
 from .. import db
-from .convert import NonBlank, converter, structure
+from .convert import DETAIL_LEVELS, DetailLevel, NonBlank, structure
 from .errors import NotFound, UsageBlocked, ValidationFailed
 from .ids import new_id
 from .models import MemberRef
-
-DETAIL_LEVELS = ("low", "normal", "high")
-
 
 # A question's states, in order (SPEC 3); the pipeline moves it along them (answering/pipeline.py).
 STATES = ("new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete")
 MAX_IDEMPOTENCY_KEY = 255
 
 
-DetailLevel = NewType("DetailLevel", int)
-
-
-def _detail_level(value: Any, _: type) -> int:
-    # A structure hook, not a validator, so it is reported together with the other fields' errors.
-    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, 2):
-        raise ValueError(f"must be 0 (low), 1 (normal) or 2 (high); got {json.dumps(value)}")
-    return value
-
-
-converter.register_structure_hook(DetailLevel, _detail_level)
 
 
 @attrs.frozen(kw_only=True)

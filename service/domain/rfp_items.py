@@ -11,14 +11,14 @@ import csv
 import io
 import re
 from collections.abc import Sequence
-from typing import IO, Any, NewType
+from typing import IO, Any
 
 import asyncpg
 import attrs
 
 from .. import db
 from . import questionnaires
-from .convert import NonBlank, at_most, converter, structure, unstructure
+from .convert import NonBlank, ReviewState, at_most, structure, unstructure
 from .errors import (
     NotFound,
     ParameterInvalid,
@@ -27,26 +27,8 @@ from .errors import (
 )
 from .ids import new_id
 from .questions import DetailLevel, create_question
-from .rfps import MAX_TEXT, MAX_TITLE
+from .rfps import MAX_TEXT, MAX_TITLE, append_items
 from .tokens import Principal
-
-_SPOOL_IN_MEMORY = 4 * 1024 * 1024
-_CHUNK = 64 * 1024
-
-
-REVIEW_STATES = ("approved", "discarded", "pending")
-
-
-ReviewState = NewType("ReviewState", str)
-
-
-def _review_state(value: Any, _: type) -> str:
-    if value not in REVIEW_STATES:
-        raise ValueError(f"must be one of {', '.join(REVIEW_STATES)}; got {value!r}")
-    return value
-
-
-converter.register_structure_hook(ReviewState, _review_state)
 
 
 @attrs.frozen(kw_only=True)
@@ -58,39 +40,6 @@ class ItemReview:
     answer: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
     state: ReviewState | None = None
     save_to_knowledge_base: bool = False
-
-
-async def append_items(
-    conn: asyncpg.Connection,
-    account_id: str,
-    rfp_id: str,
-    questions: Sequence[str],
-    sections: Sequence[str | None],
-    *,
-    returning: bool = False,
-) -> tuple[int, list[asyncpg.Record]]:
-    """Append items after the RFP's last one in one statement; the RFP lock orders positions.
-
-    Returns the first new position and, with `returning`, the stored rows.
-    """
-    async with conn.transaction():
-        if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, account_id) is None:
-            raise NotFound(f"no RFP {rfp_id} in this account")
-        start = await conn.fetchval(db.query("next_item_position"), rfp_id)
-        args = (
-            rfp_id,
-            [new_id("item") for _ in questions],
-            list(questions),
-            list(sections),
-            list(range(start, start + len(questions))),
-        )
-        rows: list[asyncpg.Record] = []
-        if returning:
-            rows = await conn.fetch(db.query("insert_rfp_items_returning"), *args)
-        else:
-            await conn.execute(db.query("insert_rfp_items"), *args)
-        await conn.execute(db.query("touch_rfp"), rfp_id)
-    return start, rows
 
 
 async def import_questionnaire(
@@ -118,13 +67,6 @@ async def import_questionnaire(
         "skipped_count": found.skipped_count,
         "skipped": [unstructure(s) for s in found.skipped],
     }
-
-
-@attrs.frozen
-class Upload:
-    file: IO[bytes]
-    media_type: str | None
-    filename: str | None
 
 
 def import_options(query: Any) -> questionnaires.ImportOptions:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -59,20 +60,37 @@ async def fetch_rfp(conn: asyncpg.Connection, rfp_id: str, account_id: str) -> a
     return row
 
 
-async def add_items(conn: asyncpg.Connection, rfp_id: str, items: list[ItemInput]) -> None:
-    """Append items after the RFP's last one, in the given order."""
-    if not items:
-        return
-    start = await conn.fetchval(db.query("next_item_position"), rfp_id)
-    await conn.execute(
-        db.query("insert_rfp_items"),
-        rfp_id,
-        [new_id("item") for _ in items],
-        [item.question for item in items],
-        [item.section for item in items],
-        list(range(start, start + len(items))),
-    )
-    await conn.execute(db.query("touch_rfp"), rfp_id)
+async def append_items(
+    conn: asyncpg.Connection,
+    account_id: str,
+    rfp_id: str,
+    questions: Sequence[str],
+    sections: Sequence[str | None],
+    *,
+    returning: bool = False,
+) -> tuple[int, list[asyncpg.Record]]:
+    """Append items after the RFP's last one in one statement; the RFP lock orders positions.
+
+    Returns the first new position and, with `returning`, the stored rows.
+    """
+    async with conn.transaction():
+        if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, account_id) is None:
+            raise NotFound(f"no RFP {rfp_id} in this account")
+        start = await conn.fetchval(db.query("next_item_position"), rfp_id)
+        args = (
+            rfp_id,
+            [new_id("item") for _ in questions],
+            list(questions),
+            list(sections),
+            list(range(start, start + len(questions))),
+        )
+        rows: list[asyncpg.Record] = []
+        if returning:
+            rows = await conn.fetch(db.query("insert_rfp_items_returning"), *args)
+        else:
+            await conn.execute(db.query("insert_rfp_items"), *args)
+        await conn.execute(db.query("touch_rfp"), rfp_id)
+    return start, rows
 
 
 async def create_rfp(
@@ -92,7 +110,11 @@ async def create_rfp(
             data.portal_url,
             data.context,
         )
-        await add_items(conn, rfp_id, data.items)
+        if data.items:
+            await append_items(
+                conn, account_id, rfp_id,
+                [item.question for item in data.items], [item.section for item in data.items],
+            )
     return rfp_id
 
 

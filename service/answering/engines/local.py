@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from .. import decision as coverage
-from ..engines import AnswerRequest, Draft
+from . import AnswerRequest, Draft
 
 NOT_COVERED = (
     "The knowledge base does not cover this question, so no answer was drafted. "

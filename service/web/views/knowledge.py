@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from ... import db
 from ...domain.convert import structure, unstructure
-from ...domain.errors import InvalidMultipart, NotFound, UnsupportedMediaType, ValidationFailed
+from ...domain.errors import NotFound, UnsupportedMediaType
 from ...domain.knowledge import KnowledgeItem, KnowledgeItemInput, create_item, decode_csv, import_csv
 from ...domain.models import Page
 from ..auth import connection, principal, requires
-from ..body import read_object
-from ..keys import INDEXER
+from ..body import read_object, receive_upload
+from ..keys import CONFIG, INDEXER
 from ..responses import json_response
 
 
@@ -23,21 +22,18 @@ def entries_written(app: web.Application) -> None:
         indexer.wake()
 
 
+_CSV_MEDIA_TYPES = ("text/csv", "application/csv", "text/plain")
+
+
 async def _read_csv_body(request: web.Request) -> str:
-    if request.content_type == "multipart/form-data":
-        try:
-            reader = await request.multipart()
-            async for part in reader:
-                if getattr(part, "name", None) == "file":
-                    return decode_csv(await part.read())  # type: ignore[union-attr]
-        except (ValueError, HttpProcessingError) as exc:  # no boundary, broken part headers
-            raise InvalidMultipart(f"the multipart body is malformed: {exc}") from None
-        raise ValidationFailed(["file: is required (a multipart field named file holding the CSV)"])
-    if request.content_type in ("text/csv", "application/csv", "text/plain"):
-        return decode_csv(await request.read())
-    raise UnsupportedMediaType(
-        "send the CSV as text/csv, or as multipart/form-data with a field named file"
-    )
+    """The CSV of an import: a text/csv body, or a multipart field `file`."""
+    if request.content_type != "multipart/form-data" and request.content_type not in _CSV_MEDIA_TYPES:
+        raise UnsupportedMediaType(
+            "send the CSV as text/csv, or as multipart/form-data with a field named file"
+        )
+    upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
+    with upload.file:
+        return decode_csv(upload.file.read())
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:

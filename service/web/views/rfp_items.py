@@ -10,31 +10,25 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import tempfile
 from typing import Any
 
 import asyncpg
 import attrs
-from aiohttp import BodyPartReader, hdrs, web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp import hdrs, web
 
 from ... import db
 from ...domain import questionnaires
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
-    InvalidMultipart,
     NotFound,
-    PayloadTooLarge,
     ValidationFailed,
 )
 from ...domain.models import RfpItem, rfp_json
 from ...domain.rfp_items import (
     _CHUNK,
-    _SPOOL_IN_MEMORY,
     EXPORT_COLUMNS,
     EXPORT_FORMATS,
     AnswerOptions,
-    Upload,
     answer_pending_items,
     append_items,
     build_xlsx,
@@ -48,7 +42,7 @@ from ...domain.rfp_items import (
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..auth import connection, principal, requires
-from ..body import read_json
+from ..body import read_json, receive_upload
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
@@ -83,43 +77,6 @@ async def post_rfp_items(request: web.Request) -> web.Response:
         response.headers["Location"] = f"/api/v1/rfps/{rfp_id}/rfp_items/{created[0]['id']}"
         return response
     return json_response({"rfp_items": created}, status=201)
-
-
-async def receive_upload(request: web.Request, limit: int) -> Upload:
-    """The uploaded file, raw body or multipart field `file`, spooled; 413 past `limit` bytes."""
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"the file is larger than the {limit} bytes an import accepts")
-    spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)
-    size = 0
-
-    def keep(chunk: bytes) -> None:
-        nonlocal size
-        size += len(chunk)
-        if size > limit:
-            spool.close()
-            raise PayloadTooLarge(f"the file is larger than the {limit} bytes an import accepts")
-        spool.write(chunk)
-
-    if request.content_type.startswith("multipart/"):
-        try:
-            reader = await request.multipart()
-            while (part := await reader.next()) is not None:
-                if isinstance(part, BodyPartReader) and part.name == "file":
-                    while chunk := await part.read_chunk(_CHUNK):
-                        keep(chunk)
-                    media = part.headers.get(hdrs.CONTENT_TYPE)
-                    spool.seek(0)
-                    return Upload(spool, media.split(";")[0].strip() if media else None, part.filename)
-                await part.release()  # other fields are not used; options are query parameters
-        except (ValueError, HttpProcessingError) as exc:  # no boundary, broken part headers
-            spool.close()
-            raise InvalidMultipart(f"the multipart body is malformed: {exc}") from None
-        spool.close()
-        raise ValidationFailed(["file: is required (a multipart field named file)"])
-    async for chunk in request.content.iter_chunked(_CHUNK):
-        keep(chunk)
-    spool.seek(0)
-    return Upload(spool, request.content_type, None)
 
 
 @requires("write", roles=("admin", "member"))
