@@ -25,7 +25,6 @@ from ...domain.errors import (
 )
 from ...domain.models import RfpItem, rfp_json
 from ...domain.rfp_items import (
-    _CHUNK,
     EXPORT_COLUMNS,
     EXPORT_FORMATS,
     AnswerOptions,
@@ -46,6 +45,9 @@ from ..body import read_json, receive_upload
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
+
+# A CSV export is written to the client in pieces of about this size.
+_EXPORT_CHUNK = 64 * 1024
 
 
 @requires("write", roles=("admin", "member"))
@@ -152,7 +154,7 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
         async with conn.transaction():
             async for row in conn.cursor(db.query("export_rfp_items"), rfp_id, prefetch=500):
                 writer.writerow(["" if c is None else c for c in export_cells(row)])
-                if buffer.tell() > _CHUNK:
+                if buffer.tell() > _EXPORT_CHUNK:
                     await response.write(buffer.getvalue().encode())
                     buffer.seek(0)
                     buffer.truncate()
