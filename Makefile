@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 EVAL   ?= ../shared/eval
 
-.PHONY: run test wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz soak clean
+.PHONY: run test test-fast wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ run: $(STAMP)  ## serve on :8080 with the embedded PostgreSQL (or $$DATABASE_URL
 
 test: $(STAMP)  ## the whole test suite, on a real PostgreSQL (3 workers: tests mostly wait on I/O)
 	$(PY) -m pytest -q -n 3
+
+test-fast: $(STAMP)  ## everything but the `slow` tests (service processes, fuzzing): under a minute
+	$(PY) -m pytest -q -n 3 -m "not slow"
 
 wheel-check:  ## build the wheel, install it into a fresh venv outside the checkout, migrate, serve, read
 	$(PYTHON) tests/wheel_check.py

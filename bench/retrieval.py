@@ -28,9 +28,8 @@ import asyncpg
 
 from service import db
 from service.answering.retrieval import find_references
-from service.domain import accounts
+from service.domain import accounts, knowledge
 from service.domain.ids import new_id
-from service.web.views import knowledge
 
 VOCABULARY = 30_000
 SYLLABLES = ["ka", "to", "ri", "ne", "mo", "sa", "lu", "ve", "di", "po", "ga", "ze", "fi", "ba",

@@ -95,7 +95,7 @@ async def existing(url: str) -> dict | None:
 
 
 async def explain(url: str, account: str, term: str, offset: int) -> dict[str, float]:
-    from service.web.views.rfps import SEARCH_COUNT_CAP, like_pattern
+    from service.domain.rfps import SEARCH_COUNT_CAP, like_pattern
 
     conn = await asyncpg.connect(url)
     timings = {}

@@ -23,6 +23,7 @@ from . import config as config_module
 from . import db, logs
 from .config import Config, ConfigError
 from .domain import accounts
+from .domain.errors import ServiceError
 
 log = logging.getLogger("service")
 
@@ -240,44 +241,30 @@ def cmd_subscription_set(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_rfp_create(args: argparse.Namespace, config: Config) -> int:
     from .domain.convert import structure
-    from .domain.errors import ValidationFailed
-    from .domain.tokens import Principal
-    from .web.views.rfps import RfpCreate, create_rfp
+    from .domain.rfps import RfpCreate, create_rfp
 
     raw = {"title": args.title, "description": args.description, "framework": args.framework,
            "deadline": args.deadline, "context": args.context}
-    try:
-        data = structure({k: v for k, v in raw.items() if v is not None}, RfpCreate)
-    except ValidationFailed as exc:
-        raise accounts.OperatorError("; ".join(exc.details or [])) from None
+    data = structure({k: v for k, v in raw.items() if v is not None}, RfpCreate)
 
     async def work(conn: asyncpg.Connection) -> str:
         await accounts.require_account(conn, args.account)
         member = await conn.fetchrow(db.query("member_by_email"), args.account, args.owner_email)
         if member is None:
             raise accounts.OperatorError(f"{args.owner_email} is not a member of {args.account}")
-        owner = Principal(member_id=member["id"], user_id=member["user_id"],
-                          account_id=args.account, role=member["role"], scopes=frozenset(),
-                          name="", email=member["email"])
-        return await create_rfp(conn, owner, data)
+        return await create_rfp(
+            conn, account_id=args.account, owner_user_id=member["user_id"], data=data
+        )
 
     rfp_id = run_with_connection(config, work)
     emit(args, {"id": rfp_id}, rfp_id)
     return 0
 
 
-def _operator_error(exc: Exception) -> accounts.OperatorError:
-    """An API error (404, 422 …) as an operator error: message plus details."""
-    details = getattr(exc, "details", None) or []
-    return accounts.OperatorError("; ".join([str(exc), *details]))
-
-
 def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
-    from .domain import questionnaires as importer
-    from .domain.errors import ServiceError
-    from .web.views import rfp_items as workflow
+    from .domain import questionnaires, rfp_items
 
-    options = importer.ImportOptions(
+    options = questionnaires.ImportOptions(
         sheet=args.sheet, question_column=args.question_column,
         section_column=args.section_column, header_row=args.header_row,
     )
@@ -288,22 +275,17 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
         progress = tqdm(desc=f"reading {Path(args.file).name}", unit=" rows", file=sys.stderr)
     try:
         with open(args.file, "rb") as file:
-            found = importer.parse(file, options, filename=args.file,
-                                   progress=progress.update if progress else None)
+            found = questionnaires.parse(file, options, filename=args.file,
+                                         progress=progress.update if progress else None)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
-    except ServiceError as exc:
-        raise _operator_error(exc) from None
     finally:
         if progress:
             progress.close()
 
     async def work(conn: asyncpg.Connection) -> dict:
         await accounts.require_account(conn, args.account)
-        try:
-            return await workflow.import_questionnaire(conn, args.account, args.rfp, found)
-        except ServiceError as exc:
-            raise _operator_error(exc) from None
+        return await rfp_items.import_questionnaire(conn, args.account, args.rfp, found)
 
     report = run_with_connection(config, work)
     skipped = "".join(f"\n  row {s['row']}: {s['reason']}" for s in report["skipped"])
@@ -315,26 +297,22 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
-    from .domain.errors import ServiceError
-    from .web.views import rfp_items as workflow
-    from .web.views.rfps import fetch_rfp
+    from .domain import rfp_items
+    from .domain.rfps import fetch_rfp
 
     async def work(conn: asyncpg.Connection) -> tuple[str, list[list[Any]]]:
         await accounts.require_account(conn, args.account)
-        try:
-            rfp = await fetch_rfp(conn, args.rfp, args.account)
-        except ServiceError as exc:
-            raise _operator_error(exc) from None
-        return rfp["title"], await workflow.export_rows(conn, args.rfp)
+        rfp = await fetch_rfp(conn, args.rfp, args.account)
+        return rfp["title"], await rfp_items.export_rows(conn, args.rfp)
 
     title, rows = run_with_connection(config, work)
     try:
         if args.format == "xlsx":
             with open(args.output, "wb") as out:
-                out.write(workflow.build_xlsx(rows, title))
+                out.write(rfp_items.build_xlsx(rows, title))
         else:
             with open(args.output, "w", newline="", encoding="utf-8") as out:
-                workflow.write_csv(rows, out)
+                rfp_items.write_csv(rows, out)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
     emit(args, {"rfp_id": args.rfp, "format": args.format, "output": args.output, "items": len(rows)},
@@ -344,8 +322,7 @@ def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
     from .domain.convert import unstructure
-    from .domain.errors import ValidationFailed
-    from .web.views.knowledge import decode_csv, import_csv
+    from .domain.knowledge import decode_csv, import_csv
 
     try:
         with open(args.file, "rb") as handle:
@@ -353,15 +330,10 @@ def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
         text = decode_csv(raw)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
-    except ValidationFailed as exc:
-        raise accounts.OperatorError("; ".join(exc.details or [])) from None
 
     async def work(conn: asyncpg.Connection) -> Any:
         await accounts.require_account(conn, args.account)
-        try:
-            return await import_csv(conn, args.account, text)
-        except ValidationFailed as exc:
-            raise accounts.OperatorError("; ".join(exc.details or [])) from None
+        return await import_csv(conn, args.account, text)
 
     report = run_with_connection(config, work)
     lines = [f"imported {report.imported} ({report.created} new, {report.updated} updated), "
@@ -552,5 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except accounts.OperatorError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ServiceError as exc:  # a domain rule refused it: the same message the API gives
+        print(f"error: {exc.describe()}", file=sys.stderr)
         return 1
 

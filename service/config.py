@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -205,38 +206,43 @@ class Config:
         return Path(self.database.data_dir)
 
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
+def strict_converter(
+    error: Callable[[str], Exception] = ValueError, shown: Callable[[object], str] = repr
+) -> cattrs.Converter:
+    """A converter that takes each scalar only as its own type: a quoted number or a 0/1 for a
+    boolean is a mistake worth reporting, in a TOML setting as in a JSON body. The request
+    bodies' converter (service/domain/convert.py) starts from this one; `shown` describes the
+    value that was given."""
+
+    def strict_int(value: object, _: type) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise error(f"must be an integer, got {shown(value)}")
+        return value
+
+    def strict_float(value: object, _: type) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise error(f"must be a number, got {shown(value)}")
+        return float(value)
+
+    def strict_bool(value: object, _: type) -> bool:
+        if not isinstance(value, bool):
+            raise error(f"must be true or false, got {shown(value)}")
+        return value
+
+    def strict_str(value: object, _: type) -> str:
+        if not isinstance(value, str):
+            raise error(f"must be a string, got {shown(value)}")
+        return value
+
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook(int, strict_int)
+    converter.register_structure_hook(float, strict_float)
+    converter.register_structure_hook(bool, strict_bool)
+    converter.register_structure_hook(str, strict_str)
+    return converter
 
 
-# TOML has real types; a quoted number or a 0/1 for a boolean is a mistake worth reporting.
-def _strict_int(value: object, _: type) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SettingInvalid("", f"must be an integer, got {value!r}")
-    return value
-
-
-def _strict_float(value: object, _: type) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SettingInvalid("", f"must be a number, got {value!r}")
-    return float(value)
-
-
-def _strict_bool(value: object, _: type) -> bool:
-    if not isinstance(value, bool):
-        raise SettingInvalid("", f"must be true or false, got {value!r}")
-    return value
-
-
-def _strict_str(value: object, _: type) -> str:
-    if not isinstance(value, str):
-        raise SettingInvalid("", f"must be a string, got {value!r}")
-    return value
-
-
-_converter.register_structure_hook(int, _strict_int)
-_converter.register_structure_hook(float, _strict_float)
-_converter.register_structure_hook(bool, _strict_bool)
-_converter.register_structure_hook(str, _strict_str)
+_converter = strict_converter(lambda message: SettingInvalid("", message))
 
 
 def _deep_merge(base: dict, extra: dict) -> dict:

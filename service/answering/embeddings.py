@@ -26,11 +26,9 @@ from typing import Any, Protocol
 
 import aiohttp
 import asyncpg
-from aiohttp import web
 
 from .. import db
 from ..config import EmbeddingsConfig
-from ..web.keys import INDEXER
 
 log = logging.getLogger(__name__)
 
@@ -278,13 +276,6 @@ class Indexer:
                 log.warning("could not embed knowledge-base entries: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.config.poll_seconds)
-
-
-def entries_written(app: web.Application) -> None:
-    """Knowledge-base entries were created or changed: wake the indexer, if there is one."""
-    indexer = app.get(INDEXER)
-    if indexer is not None:
-        indexer.wake()
 
 
 async def embed_question(embedder: Embedder, text: str) -> list[float] | None:

@@ -24,11 +24,11 @@ import asyncpg
 import attrs
 
 from .. import db
-from ..answering import decision as coverage
 from ..answering import embeddings
 from ..config import QuestionsConfig
 from ..domain import accounts
-from ..web.views.knowledge import decode_csv, import_csv
+from ..domain.knowledge import decode_csv, import_csv
+from . import decision as coverage
 from .retrieval import Reference
 
 
@@ -66,7 +66,7 @@ async def ask_through_pipeline(
 ) -> tuple[list[str], dict[str, Any]]:
     """Ask one question as the API does (free of charge) and run it through the pipeline to
     `complete` in this task: (the references' external ids, best first, and the outcome)."""
-    from ..web.views.questions import create_question
+    from ..domain.questions import create_question
     from .pipeline import Work
 
     async with pool.acquire() as conn:

@@ -28,10 +28,10 @@ import asyncpg
 import attrs
 
 from .. import db
-from ..answering import decision as coverage
 from ..config import QuestionsConfig
 from ..domain.accounts import change_credits
 from ..metrics import Metrics
+from . import decision as coverage
 from .engines import AnswerEngine, AnswerRequest, EngineFailure
 from .retrieval import Reference, find_references
 
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 # opens right after its ask; a fast answer may already be complete by then).
 RECENTLY_COMPLETED = 256
 
-STATES = ("new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete")
 
 
 @attrs.frozen(kw_only=True)

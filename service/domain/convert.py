@@ -1,4 +1,5 @@
-"""The one cattrs converter: JSON values in (strict, with per-field errors) and models out.
+"""The one cattrs converter: JSON values in (strict, with per-field errors) and models out, with
+every field type the service validates (registered here, in one place).
 
 Field rules live in the types below (`NonBlank`, `Framework`, `HttpUrl`, `IsoDate`), so cattrs'
 detailed validation reports every failing field at once: exactly the `details` of a 422.
@@ -6,6 +7,7 @@ detailed validation reports every failing field at once: exactly the `details` o
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, date, datetime
 from typing import Any, NewType, TypeVar
@@ -14,7 +16,10 @@ from urllib.parse import urlsplit
 import attrs
 import cattrs
 
+from ..config import strict_converter
 from .errors import ValidationFailed
+from .passwords import MAX_LENGTH, MIN_LENGTH
+from .tokens import ROLES, SCOPES
 
 T = TypeVar("T")
 
@@ -26,7 +31,10 @@ IsoDate = NewType("IsoDate", date)
 FRAMEWORKS = ("nist-csf-2.0", "hecvat-3.06", "hecvat-4.1", "rh-1.0", "cjis-5", "cjis-6")
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
-converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+_strict_scalars = strict_converter(shown=lambda value: _json_type(value))
+converter = strict_converter(shown=lambda value: _json_type(value))
 
 
 def timestamp(value: datetime) -> str:
@@ -35,29 +43,10 @@ def timestamp(value: datetime) -> str:
 
 
 def _strict_str(value: Any, _: type) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"must be a string, got {_json_type(value)}")
-    if "\x00" in value:
+    text = _strict_scalars.structure(value, str)
+    if "\x00" in text:
         raise ValueError("must not contain NUL characters")
-    return value
-
-
-def _strict_int(value: Any, _: type) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"must be an integer, got {_json_type(value)}")
-    return value
-
-
-def _strict_bool(value: Any, _: type) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"must be true or false, got {_json_type(value)}")
-    return value
-
-
-def _strict_float(value: Any, _: type) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"must be a number, got {_json_type(value)}")
-    return float(value)
+    return text
 
 
 def _non_blank(value: Any, _: type) -> str:
@@ -113,14 +102,147 @@ def _json_type(value: Any) -> str:
             dict: "object"}.get(type(value), type(value).__name__)
 
 
+Email = NewType("Email", str)
+
+
+Password = NewType("Password", str)
+
+
+PersonName = NewType("PersonName", str)
+
+
+Role = NewType("Role", str)
+
+
+Scope = NewType("Scope", str)
+
+
+TermsAcceptance = NewType("TermsAcceptance", bool)
+
+
+TERMS_ACCEPTED = ("accepted", "true", "1", "yes")
+MAX_NAME = 100
+
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
+
+
+def _string(value: Any) -> str:
+    return converter.structure(value, str)
+
+
+def _email(value: Any, _: type) -> str:
+    text = _string(value).strip()
+    if not text:
+        raise ValueError("must not be blank")
+    if len(text) > 254 or not _EMAIL.match(text):
+        raise ValueError("is not a valid e-mail address")
+    return text
+
+
+def _password(value: Any, _: type) -> str:
+    text = _string(value)
+    if len(text) < MIN_LENGTH:
+        raise ValueError(f"is too short (minimum is {MIN_LENGTH} characters)")
+    if len(text) > MAX_LENGTH:
+        raise ValueError(f"is too long (maximum is {MAX_LENGTH} characters)")
+    if not text.strip():
+        raise ValueError("must not be only whitespace")
+    return text
+
+
+def _person_name(value: Any, _: type) -> str:
+    text = _string(value).strip()
+    if len(text) > MAX_NAME:
+        raise ValueError(f"is too long (maximum is {MAX_NAME} characters)")
+    return text
+
+
+def _role(value: Any, _: type) -> str:
+    text = _string(value)
+    if text not in ROLES:
+        raise ValueError(f"must be one of {', '.join(ROLES)}; got {text!r}")
+    return text
+
+
+def _scope(value: Any, _: type) -> str:
+    text = _string(value)
+    if text not in SCOPES:
+        raise ValueError(f"must be one of {', '.join(SCOPES)}; got {text!r}")
+    return text
+
+
+def _terms(value: Any, _: type) -> bool:
+    if value is True or (isinstance(value, str) and value.strip().lower() in TERMS_ACCEPTED):
+        return True
+    raise ValueError('must be accepted explicitly: true or "accepted"')
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+DETAIL_LEVELS = ("low", "normal", "high")
+DetailLevel = NewType("DetailLevel", int)
+
+
+def _detail_level(value: Any, _: type) -> int:
+    # A structure hook, not a validator, so it is reported together with the other fields' errors.
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, 2):
+        raise ValueError(f"must be 0 (low), 1 (normal) or 2 (high); got {json.dumps(value)}")
+    return value
+
+
+
+
+TagList = NewType("TagList", list)
+
+
+def _tag_list(value: Any, _: type) -> list[str]:
+    # cattrs would take a string for a list of its characters.
+    if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
+        raise ValueError("must be an array of strings")
+    return value
+
+
+
+
+REVIEW_STATES = ("approved", "discarded", "pending")
+
+
+ReviewState = NewType("ReviewState", str)
+
+
+def _review_state(value: Any, _: type) -> str:
+    if value not in REVIEW_STATES:
+        raise ValueError(f"must be one of {', '.join(REVIEW_STATES)}; got {value!r}")
+    return value
+
+
 converter.register_structure_hook(str, _strict_str)
-converter.register_structure_hook(int, _strict_int)
-converter.register_structure_hook(bool, _strict_bool)
-converter.register_structure_hook(float, _strict_float)
 converter.register_structure_hook(NonBlank, _non_blank)
 converter.register_structure_hook(Framework, _framework)
 converter.register_structure_hook(HttpUrl, _http_url)
 converter.register_structure_hook(IsoDate, _iso_date)
+converter.register_structure_hook(Email, _email)
+converter.register_structure_hook(Password, _password)
+converter.register_structure_hook(PersonName, _person_name)
+converter.register_structure_hook(Role, _role)
+converter.register_structure_hook(Scope, _scope)
+converter.register_structure_hook(TermsAcceptance, _terms)
+converter.register_structure_hook(DetailLevel, _detail_level)
+converter.register_structure_hook(TagList, _tag_list)
+converter.register_structure_hook(ReviewState, _review_state)
 converter.register_unstructure_hook(datetime, timestamp)
 converter.register_unstructure_hook(date, lambda d: d.isoformat())
 

@@ -21,8 +21,7 @@ from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
 from .keys import CONFIG, EVENTS, INDEXER, METRICS, PIPELINE, POOL
 from .telemetry import metrics_middleware
-from .views import health, knowledge, members, questions, review, rfps
-from .views import rfp_items as workflow
+from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
 from .views.health import get_metrics
 
 
@@ -39,19 +38,19 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/rfps/{id}/rfp_items", rfps.list_rfp_items, name="list_rfp_items",
             allow_head=False,
         ),
-        web.post("/api/v1/rfps/{id}/rfp_items", workflow.post_rfp_items, name="create_rfp_items"),
+        web.post("/api/v1/rfps/{id}/rfp_items", rfp_items.post_rfp_items, name="create_rfp_items"),
         web.post(
-            "/api/v1/rfps/{id}/rfp_items/import", workflow.import_rfp_items, name="import_rfp_items"
+            "/api/v1/rfps/{id}/rfp_items/import", rfp_items.import_rfp_items, name="import_rfp_items"
         ),
         web.get(
-            "/api/v1/rfps/{id}/rfp_items/{item_id}", workflow.get_rfp_item, name="get_rfp_item",
+            "/api/v1/rfps/{id}/rfp_items/{item_id}", rfp_items.get_rfp_item, name="get_rfp_item",
             allow_head=False,
         ),
         web.patch(
-            "/api/v1/rfps/{id}/rfp_items/{item_id}", workflow.patch_rfp_item, name="review_rfp_item"
+            "/api/v1/rfps/{id}/rfp_items/{item_id}", rfp_items.patch_rfp_item, name="review_rfp_item"
         ),
-        web.post("/api/v1/rfps/{id}/answer", workflow.answer_rfp, name="answer_rfp"),
-        web.get("/api/v1/rfps/{id}/export", workflow.export_rfp, name="export_rfp", allow_head=False),
+        web.post("/api/v1/rfps/{id}/answer", rfp_items.answer_rfp, name="answer_rfp"),
+        web.get("/api/v1/rfps/{id}/export", rfp_items.export_rfp, name="export_rfp", allow_head=False),
         web.post("/api/v1/users", members.post_user, name="create_user"),
         web.post(
             "/api/v1/users/confirmation", members.post_confirmation, name="confirm_email"
@@ -77,7 +76,7 @@ def routes() -> list[web.RouteDef]:
         ),
         web.post("/api/v1/questions/{id}/review", review.post_review, name="review_question"),
         web.get(
-            "/api/v1/questions/{id}/events", questions.question_events, name="question_events",
+            "/api/v1/questions/{id}/events", question_events.question_events, name="question_events",
             allow_head=False,
         ),
         web.post(

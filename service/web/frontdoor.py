@@ -12,19 +12,17 @@ reach `no_route`, registered last, so that 404 and 405 have the same shape and r
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
 import attrs
 from aiohttp import web
 
 from ..config import Config
 from ..domain.errors import MethodNotAllowed, NotFound
-from .auth import authorized, policy_of, public
+from .auth import Handler, authorized, policy_of, public
 from .errors import error_response, refuse_nul
 from .ratelimit import DECISION, guarded
 from .telemetry import REQUEST_ID, REQUEST_ID_HEADER, assign_request_id
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def guard(handler: Handler, name: str | None, config: Config) -> Handler:

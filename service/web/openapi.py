@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..domain.convert import FRAMEWORKS
 from ..domain.errors import NotFound
 from .auth import public
 from .responses import json_response
@@ -78,7 +79,7 @@ _BODY_ERRORS = {
     "422": _error("the record could not be saved (validation_failed, with details)"),
 }
 
-_FRAMEWORKS = ["nist-csf-2.0", "hecvat-3.06", "hecvat-4.1", "rh-1.0", "cjis-5", "cjis-6"]
+_FRAMEWORKS = list(FRAMEWORKS)
 _DATE_TIME = {"type": "string", "format": "date-time"}
 _ROLE = {"enum": ["admin", "member", "viewer"]}
 

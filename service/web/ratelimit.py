@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
@@ -13,7 +13,7 @@ from aiohttp import web
 from .. import db
 from ..config import RateLimit
 from ..domain.errors import RateLimited
-from .auth import PRINCIPAL, RATE_LIMIT_TAKEN, connection
+from .auth import PRINCIPAL, RATE_LIMIT_TAKEN, Handler, connection
 from .keys import METRICS
 
 
@@ -61,7 +61,6 @@ def decision(row: Mapping[str, Any], limit: RateLimit) -> Decision:
     )
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 # The decision `guarded` took, for the front door to put its headers on whatever response the

@@ -8,13 +8,13 @@ import os
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from ..logs import DeferredHandler, JsonLineFormatter, redact_url
+from .auth import Handler
 from .keys import METRICS
 
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -146,8 +146,6 @@ class AccessLogger(AbstractAccessLogger):
             self.direct.write_later(self.direct.format, record)  # formatted by the writer too
 
 
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @web.middleware

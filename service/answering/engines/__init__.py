@@ -13,8 +13,6 @@ import attrs
 
 from ..retrieval import Reference
 
-DETAIL_LEVELS = ("low", "normal", "high")
-
 
 @attrs.frozen(kw_only=True)
 class AnswerRequest:

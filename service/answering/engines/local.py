@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from ...answering import decision as coverage
-from ..engines import AnswerRequest, Draft
+from .. import decision as coverage
+from . import AnswerRequest, Draft
 
 NOT_COVERED = (
     "The knowledge base does not cover this question, so no answer was drafted. "

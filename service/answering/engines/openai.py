@@ -16,7 +16,8 @@ from typing import Any
 import aiohttp
 
 from ...config import OpenAIConfig
-from ..engines import DETAIL_LEVELS, AnswerRequest, Draft, EngineFailure
+from ...domain.convert import DETAIL_LEVELS
+from . import AnswerRequest, Draft, EngineFailure
 
 log = logging.getLogger(__name__)
 

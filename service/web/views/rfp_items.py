@@ -10,127 +10,44 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import re
-import tempfile
-from collections.abc import Sequence
-from typing import IO, Any, NewType
+from typing import Any
 
 import asyncpg
 import attrs
-from aiohttp import BodyPartReader, hdrs, web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp import hdrs, web
 
 from ... import db
-from ...domain import questionnaires as importer
-from ...domain.convert import NonBlank, at_most, converter, structure, unstructure
+from ...domain import questionnaires
+from ...domain.convert import structure, unstructure
 from ...domain.errors import (
-    InvalidMultipart,
     NotFound,
-    ParameterInvalid,
-    PayloadTooLarge,
-    UsageBlocked,
     ValidationFailed,
 )
-from ...domain.ids import new_id
 from ...domain.models import RfpItem, rfp_json
-from ...domain.tokens import Principal
+from ...domain.rfp_items import (
+    EXPORT_COLUMNS,
+    EXPORT_FORMATS,
+    AnswerOptions,
+    answer_pending_items,
+    append_items,
+    build_xlsx,
+    export_cells,
+    export_filename,
+    export_format,
+    export_rows,
+    import_options,
+    import_questionnaire,
+    review_item,
+)
+from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..auth import connection, principal, requires
-from ..body import read_json
+from ..body import read_json, receive_upload
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
-from .questions import DetailLevel, create_question
-from .rfps import MAX_ITEMS_PER_CREATE, MAX_TEXT, MAX_TITLE, ItemInput, fetch_rfp
 
-_SPOOL_IN_MEMORY = 4 * 1024 * 1024
-_CHUNK = 64 * 1024
-
-REVIEW_STATES = ("approved", "discarded", "pending")
-ReviewState = NewType("ReviewState", str)
-
-
-def _review_state(value: Any, _: type) -> str:
-    if value not in REVIEW_STATES:
-        raise ValueError(f"must be one of {', '.join(REVIEW_STATES)}; got {value!r}")
-    return value
-
-
-converter.register_structure_hook(ReviewState, _review_state)
-
-
-
-@attrs.frozen(kw_only=True)
-class ItemReview:
-    """A PATCH of an item, merged over its stored fields (absent fields keep their values)."""
-
-    question: NonBlank = attrs.field(validator=at_most(MAX_TEXT))
-    section: str | None = attrs.field(default=None, validator=at_most(MAX_TITLE))
-    answer: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
-    state: ReviewState | None = None
-    save_to_knowledge_base: bool = False
-
-
-# -- adding items ---------------------------------------------------------------------------
-
-
-async def append_items(
-    conn: asyncpg.Connection,
-    account_id: str,
-    rfp_id: str,
-    questions: Sequence[str],
-    sections: Sequence[str | None],
-    *,
-    returning: bool = False,
-) -> tuple[int, list[asyncpg.Record]]:
-    """Append items after the RFP's last one in one statement; the RFP lock orders positions.
-
-    Returns the first new position and, with `returning`, the stored rows.
-    """
-    async with conn.transaction():
-        if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, account_id) is None:
-            raise NotFound(f"no RFP {rfp_id} in this account")
-        start = await conn.fetchval(db.query("next_item_position"), rfp_id)
-        args = (
-            rfp_id,
-            [new_id("item") for _ in questions],
-            list(questions),
-            list(sections),
-            list(range(start, start + len(questions))),
-        )
-        rows: list[asyncpg.Record] = []
-        if returning:
-            rows = await conn.fetch(db.query("insert_rfp_items_returning"), *args)
-        else:
-            await conn.execute(db.query("insert_rfp_items"), *args)
-        await conn.execute(db.query("touch_rfp"), rfp_id)
-    return start, rows
-
-
-async def import_questionnaire(
-    conn: asyncpg.Connection, account_id: str, rfp_id: str, found: importer.Questionnaire
-) -> dict[str, Any]:
-    """Store a parsed questionnaire's rows as items; returns the import report."""
-    if not found.rows:
-        reasons = [f"row {s.row}: {s.reason}" for s in found.skipped[:20]]
-        raise ValidationFailed(
-            [f"file: no questions found in column {found.question_column!r}"
-             + (f" (sheet {found.sheet!r})" if found.sheet else ""), *reasons],
-            message="the file holds no questions",
-        )
-    start, _ = await append_items(
-        conn, account_id, rfp_id, [r.question for r in found.rows], [r.section for r in found.rows]
-    )
-    return {
-        "rfp_id": rfp_id,
-        "sheet": found.sheet,
-        "header_row": found.header_row,
-        "question_column": found.question_column,
-        "section_column": found.section_column,
-        "imported": len(found.rows),
-        "first_position": start,
-        "skipped_count": found.skipped_count,
-        "skipped": [unstructure(s) for s in found.skipped],
-    }
+# A CSV export is written to the client in pieces of about this size.
+_EXPORT_CHUNK = 64 * 1024
 
 
 @requires("write", roles=("admin", "member"))
@@ -164,69 +81,6 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     return json_response({"rfp_items": created}, status=201)
 
 
-# -- import ---------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Upload:
-    file: IO[bytes]
-    media_type: str | None
-    filename: str | None
-
-
-async def receive_upload(request: web.Request, limit: int) -> Upload:
-    """The uploaded file, raw body or multipart field `file`, spooled; 413 past `limit` bytes."""
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"the file is larger than the {limit} bytes an import accepts")
-    spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)
-    size = 0
-
-    def keep(chunk: bytes) -> None:
-        nonlocal size
-        size += len(chunk)
-        if size > limit:
-            spool.close()
-            raise PayloadTooLarge(f"the file is larger than the {limit} bytes an import accepts")
-        spool.write(chunk)
-
-    if request.content_type.startswith("multipart/"):
-        try:
-            reader = await request.multipart()
-            while (part := await reader.next()) is not None:
-                if isinstance(part, BodyPartReader) and part.name == "file":
-                    while chunk := await part.read_chunk(_CHUNK):
-                        keep(chunk)
-                    media = part.headers.get(hdrs.CONTENT_TYPE)
-                    spool.seek(0)
-                    return Upload(spool, media.split(";")[0].strip() if media else None, part.filename)
-                await part.release()  # other fields are not used; options are query parameters
-        except (ValueError, HttpProcessingError) as exc:  # no boundary, broken part headers
-            spool.close()
-            raise InvalidMultipart(f"the multipart body is malformed: {exc}") from None
-        spool.close()
-        raise ValidationFailed(["file: is required (a multipart field named file)"])
-    async for chunk in request.content.iter_chunked(_CHUNK):
-        keep(chunk)
-    spool.seek(0)
-    return Upload(spool, request.content_type, None)
-
-
-def import_options(query: Any) -> importer.ImportOptions:
-    """The import options from query parameters; a malformed header_row is a 400."""
-    header_row: int | None = None
-    raw = query.get("header_row")
-    if raw not in (None, ""):
-        if not raw.isascii() or not raw.isdigit() or int(raw) > 1_000_000:
-            raise ParameterInvalid(f"header_row must be a row number (0 = no header row); got {raw!r}")
-        header_row = int(raw)
-    return importer.ImportOptions(
-        sheet=query.get("sheet") or None,
-        question_column=query.get("question_column") or None,
-        section_column=query.get("section_column") or None,
-        header_row=header_row,
-    )
-
-
 @requires("write", roles=("admin", "member"))
 async def import_rfp_items(request: web.Request) -> web.Response:
     options = import_options(request.query)
@@ -237,16 +91,13 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     try:
         found = await asyncio.to_thread(
-            importer.parse, upload.file, options, upload.media_type, upload.filename
+            questionnaires.parse, upload.file, options, upload.media_type, upload.filename
         )
     finally:
         upload.file.close()
     async with connection(request) as conn:
         report = await import_questionnaire(conn, who.account_id, rfp_id, found)
     return json_response({"import": report}, status=201)
-
-
-# -- review ---------------------------------------------------------------------------------
 
 
 async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -> asyncpg.Record:
@@ -267,37 +118,6 @@ async def get_rfp_item(request: web.Request) -> web.Response:
     return json_response(unstructure(RfpItem.from_row(row)))
 
 
-async def review_item(
-    conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any]
-) -> asyncpg.Record:
-    """Apply a review to a locked item (in the caller's transaction) and return the stored row."""
-    stored = {"question": current["question"], "section": current["section"], "answer": current["answer"]}
-    review = structure(stored | fields, ItemReview, root="rfp_item")
-    state = review.state or current["state"]
-    answer = review.answer if review.answer is None or review.answer.strip() else None
-    problems = []
-    if state == "approved" and answer is None:
-        problems.append("rfp_item.answer: an item needs an answer before it can be approved")
-    if review.save_to_knowledge_base and state != "approved":
-        problems.append(
-            "rfp_item.save_to_knowledge_base: only an approved answer can be saved to the knowledge base"
-        )
-    if problems:
-        raise ValidationFailed(problems)
-    row = await conn.fetchrow(
-        db.query("review_rfp_item"), current["id"], review.question.strip(), review.section,
-        answer, state,
-    )
-    if review.save_to_knowledge_base:
-        kb_id = await conn.fetchval(
-            db.query("save_answer_to_knowledge_base"), new_id("kb"), account_id, row["question"],
-            answer, row["section"], f"rfp:{row['rfp_id']}", f"rfp_item:{row['id']}",
-        )
-        row = await conn.fetchrow(db.query("link_rfp_item_to_knowledge_item"), row["id"], kb_id)
-    await conn.execute(db.query("touch_rfp"), row["rfp_id"])
-    return row
-
-
 @requires("write", roles=("admin", "member"))
 async def patch_rfp_item(request: web.Request) -> web.Response:
     body = await read_json(request)
@@ -307,65 +127,6 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
         current = await _item(conn, request, lock=True)
         row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
     return json_response(unstructure(RfpItem.from_row(row)))
-
-
-# -- export ---------------------------------------------------------------------------------
-
-EXPORT_COLUMNS = ("question", "answer", "state", "confidence", "section")
-EXPORT_FORMATS = {"csv": "text/csv", "xlsx": importer.XLSX_MEDIA_TYPE}
-
-
-def export_format(query: Any) -> str:
-    wanted = query.get("format") or "csv"
-    if wanted not in EXPORT_FORMATS:
-        raise ParameterInvalid(f"format must be csv or xlsx; got {wanted!r}")
-    return wanted
-
-
-def export_filename(title: str, rfp_id: str, fmt: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-").lower()[:60]
-    return f"{slug or rfp_id}.{fmt}"
-
-
-def export_cells(row: asyncpg.Record) -> list[Any]:
-    confidence = None if row["confidence"] is None else round(float(row["confidence"]), 4)
-    return [row["question"], row["answer"], row["state"], confidence, row["section"]]
-
-
-def write_csv(rows: Sequence[Sequence[Any]], out: IO[str]) -> None:
-    writer = csv.writer(out)
-    writer.writerow(EXPORT_COLUMNS)
-    for cells in rows:
-        writer.writerow(["" if cell is None else cell for cell in cells])
-
-
-def build_xlsx(rows: Sequence[Sequence[Any]], title: str) -> bytes:
-    """One sheet, a header row and one row per item; text never becomes a formula."""
-    from openpyxl import Workbook
-    from openpyxl.cell import WriteOnlyCell
-    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
-
-    workbook = Workbook(write_only=True)
-    sheet = workbook.create_sheet("RFP items")
-    sheet.append(list(EXPORT_COLUMNS))
-    for cells in rows:
-        out = []
-        for value in cells:
-            if isinstance(value, str):
-                cell = WriteOnlyCell(sheet, value=ILLEGAL_CHARACTERS_RE.sub("", value))
-                cell.data_type = "s"  # "=…" from a questionnaire is text, not a formula
-                out.append(cell)
-            else:
-                out.append(value)
-        sheet.append(out)
-    workbook.properties.title = title[:200]
-    buffer = io.BytesIO()
-    workbook.save(buffer)
-    return buffer.getvalue()
-
-
-async def export_rows(conn: asyncpg.Connection, rfp_id: str) -> list[list[Any]]:
-    return [export_cells(row) for row in await conn.fetch(db.query("export_rfp_items"), rfp_id)]
 
 
 @requires("read")
@@ -393,63 +154,13 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
         async with conn.transaction():
             async for row in conn.cursor(db.query("export_rfp_items"), rfp_id, prefetch=500):
                 writer.writerow(["" if c is None else c for c in export_cells(row)])
-                if buffer.tell() > _CHUNK:
+                if buffer.tell() > _EXPORT_CHUNK:
                     await response.write(buffer.getvalue().encode())
                     buffer.seek(0)
                     buffer.truncate()
         await response.write(buffer.getvalue().encode())
         await response.write_eof()
         return response
-
-
-# -- answering every pending item -------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class AnswerOptions:
-    """The optional body of "answer all": the same options as an ask, for every item."""
-
-    answer_detail_level: DetailLevel = 1  # type: ignore[assignment]  # normal
-    custom_prompt: str | None = None
-
-
-async def answer_pending_items(
-    conn: asyncpg.Connection, who: Principal, rfp_id: str, options: AnswerOptions, cost: int
-) -> dict[str, int]:
-    """Create one charged question per pending item not already being answered, in one transaction.
-
-    All or nothing: without an active subscription or credits for every item, nothing is asked.
-    The RFP lock makes a concurrent second call wait and then find nothing left to start.
-    """
-    async with conn.transaction():
-        if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, who.account_id) is None:
-            raise NotFound(f"no RFP {rfp_id} in this account")
-        items = await conn.fetch(db.query("lock_unanswered_items"), rfp_id)
-        if items:
-            account = await conn.fetchrow(db.query("lock_account_for_answering"), who.account_id)
-            if account["subscription_status"] != "active":
-                raise UsageBlocked("the account has no active subscription; items cannot be answered")
-            if account["credits"] < cost * len(items):
-                raise UsageBlocked(
-                    f"out of credits: answering {len(items)} items costs {cost * len(items)} and the "
-                    f"account has {account['credits']}"
-                )
-        question_ids = [
-            await create_question(
-                conn, account_id=who.account_id, user_id=who.user_id, member_id=who.member_id,
-                text=item["question"], detail_level=options.answer_detail_level,
-                custom_prompt=options.custom_prompt, rfp_id=rfp_id, rfp_item_id=item["id"],
-                charge=cost > 0, credits=cost,
-            )
-            for item in items
-        ]
-        await conn.execute(
-            db.query("link_rfp_items_to_questions"), [item["id"] for item in items], question_ids
-        )
-        if items:
-            await conn.execute(db.query("touch_rfp"), rfp_id)
-        in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
-    return {"started": len(items), "in_flight": in_flight, "credits_charged": cost * len(items)}
 
 
 @requires("write", roles=("admin", "member"))

@@ -5,7 +5,7 @@ from service.answering import retrieval
 from service.answering import words as english
 from service.answering.decision import decide
 from service.answering.retrieval import Reference, find_references, lexeme_positions, lexeme_weights
-from service.web.views.knowledge import import_csv
+from service.domain.knowledge import import_csv
 
 KB = (
     "id,question,answer\n"

@@ -15,27 +15,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_runner import cli, cli_json
+from conftest import ROOT
 
 from service.domain.tokens import hash_token
-from tests.conftest import ROOT
-
-
-def cli(database_url: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": database_url, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def cli_json(database_url: str, *args: str) -> dict:
-    result = cli(database_url, *args, "--json")
-    assert result.returncode == 0, result.stderr
-    # Exactly one JSON object on stdout, nothing else there.
-    assert result.stdout.count("\n") == 1
-    return json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -221,6 +204,7 @@ def read_demo_block(proc: subprocess.Popen) -> tuple[str, str]:
     return tokens[0], "".join(lines)
 
 
+@pytest.mark.slow
 def test_serve__first_start_prints_a_working_demo_token_and_stops_on_ctrl_c(empty_database_url):
     port = free_port()
     proc = start_serve({"DATABASE_URL": empty_database_url, "PORT": str(port)})
@@ -238,6 +222,7 @@ def test_serve__first_start_prints_a_working_demo_token_and_stops_on_ctrl_c(empt
     assert f"http://localhost:{port}/api/v1/rfps" in printed
 
 
+@pytest.mark.slow
 def test_serve__second_start_creates_no_second_demo(empty_database_url):
     port = free_port()
     outputs = []
@@ -259,6 +244,7 @@ def listeners(parent: int, port: int) -> list[int]:
     ]
 
 
+@pytest.mark.slow
 def test_serve__workers_2_serves_from_two_processes_on_one_port(empty_database_url):
     port = free_port()
     proc = start_serve({"DATABASE_URL": empty_database_url}, "--port", str(port), "--workers", "2")
@@ -275,6 +261,7 @@ def test_serve__workers_2_serves_from_two_processes_on_one_port(empty_database_u
     assert not any(psutil.pid_exists(pid) for pid in listening)
 
 
+@pytest.mark.slow
 def test_serve__embedded_postgres_starts_and_ctrl_c_stops_it(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
@@ -299,6 +286,7 @@ def test_serve__embedded_postgres_starts_and_ctrl_c_stops_it(tmp_path):
     assert not psutil.pid_exists(postmaster) or psutil.Process(postmaster).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.slow
 def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ from service.web.app import create_app
 
 SERVICE = Path(db.__file__).resolve().parent
 # Only these may take connections from the pool directly: the auth middleware holds one per
-# body-less request, and db.connection hands it to handlers.
+# body-less request, and auth.connection hands it to handlers.
 ALLOWED = {"db.py", "auth.py", "app.py"}
 
 
@@ -25,7 +25,9 @@ def test_handlers_take_connections_through_db_connection():
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(r"\[POOL\]\.acquire\(|= request\.app\[POOL\]$", line)
     ]
-    assert offenders == [], "use `async with db.connection(request) as conn` in: " + ", ".join(offenders)
+    assert offenders == [], (
+        "use `async with connection(request) as conn` (service/web/auth.py) in: " + ", ".join(offenders)
+    )
 
 
 async def test_request_connection__every_route_works_with_a_one_connection_pool(

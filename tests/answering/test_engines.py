@@ -165,7 +165,7 @@ async def test_openai__grounded_prompt_with_prompt_detail_and_rfp_context(
         "/api/v1/rfps", headers=admin.headers,
         json={"rfp": {"title": "Bank", "context": "A regional bank in Ohio."}},
     )).json()
-    from service.web.views.questions import create_question
+    from service.domain.questions import create_question
 
     async with conn.transaction():
         question_id = await create_question(

@@ -9,6 +9,8 @@ import pytest
 from helpers_questions import add_entry, balance_and_ledger, wait_all_complete
 from service_process import ServiceProcess
 
+pytestmark = pytest.mark.slow  # starts service processes (make test-fast leaves it out)
+
 CRASH_CONFIG = """
 [questions]
 step_delay_seconds = 0.15   # slow enough to be killed mid-pipeline

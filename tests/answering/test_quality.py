@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
+from cli_runner import cli
 from helpers_questions import ask, wait_complete
-from test_cli import cli
 
 from service.answering.engines.local import NOT_COVERED
-from service.web.views.knowledge import import_csv
+from service.domain.knowledge import import_csv
 
 KB = (
     "id,question,answer\n"

@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # starts service processes (make test-fast leaves it out)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

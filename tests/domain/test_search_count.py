@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from service.web.views import rfps
+from service.domain import rfps
 
 
 async def test_search__total_count_is_exact_below_the_cap(client, admin):

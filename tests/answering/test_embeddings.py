@@ -21,7 +21,7 @@ from service.answering import embeddings
 from service.answering.embeddings import EmbeddingFailure, Indexer, OpenAIEmbedder
 from service.answering.retrieval import find_references
 from service.config import EmbeddingsConfig
-from service.web.views.knowledge import import_csv
+from service.domain.knowledge import import_csv
 
 GROUPS = [
     {"laptop", "laptops", "workstation", "workstations", "endpoint", "endpoints", "device", "devices"},

@@ -102,8 +102,8 @@ async def test_metrics__a_refund_is_counted_once(conn, admin):
     import attrs
 
     from service.answering.pipeline import Work, persist
+    from service.domain.questions import create_question
     from service.metrics import Metrics
-    from service.web.views.questions import create_question
 
     async with conn.transaction():
         question_id = await create_question(

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from service import db
-from service.web.views.rfps import like_pattern
+from service.domain.rfps import like_pattern
 
 SEARCH = "/api/v1/rfps/search"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

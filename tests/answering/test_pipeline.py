@@ -11,9 +11,9 @@ from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
 
 from service import db
 from service.answering.engines.local import LocalEngine
-from service.answering.pipeline import STATES, TRANSITIONS, Pipeline, Work, persist
+from service.answering.pipeline import TRANSITIONS, Pipeline, Work, persist
 from service.config import QuestionsConfig
-from service.web.views.questions import create_question
+from service.domain.questions import STATES, create_question
 
 
 def test_transition_table__is_one_chain_over_every_state():

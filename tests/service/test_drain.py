@@ -6,8 +6,11 @@ import asyncio
 import time
 
 import aiohttp
+import pytest
 from helpers_questions import add_entry, balance_and_ledger, wait_all_complete
 from service_process import ServiceProcess
+
+pytestmark = pytest.mark.slow  # starts service processes (make test-fast leaves it out)
 
 SHUTDOWN_TIMEOUT = 6.0
 DRAIN_CONFIG = f"""

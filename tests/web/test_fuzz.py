@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 
 import fuzz
+import pytest
+
+pytestmark = pytest.mark.slow  # starts service processes (make test-fast leaves it out)
 
 
 async def test_fuzz__no_5xx_no_undescribed_response_no_unauthenticated_access(

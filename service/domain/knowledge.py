@@ -1,0 +1,306 @@
+"""Knowledge base: an account's entries (question?, answer, title, tags, source) and CSV import."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import attrs
+
+from .. import db
+from .convert import NonBlank, TagList, at_most, structure
+from .errors import ValidationFailed
+from .ids import new_id
+from .questions import fetch_question
+
+log = logging.getLogger(__name__)
+
+
+MAX_QUESTION = 10_000
+MAX_ANSWER = 100_000
+
+
+MAX_SHORT = 500  # title, source, external id, each tag
+MAX_TAGS = 50
+
+
+MAX_IMPORT_ROWS = 10_000
+CSV_COLUMNS = ("question", "answer", "title", "tags", "source", "id", "yes_no")
+
+
+# The CSV's yes_no column: a questionnaire's own Yes/No for the entry; blank or "N/A" is none.
+YES_NO = {"yes": True, "y": True, "true": True, "no": False, "n": False, "false": False,
+          "": None, "n/a": None, "na": None, "-": None}
+
+
+
+
+def _tags(instance: object, attribute: attrs.Attribute, value: list[str]) -> None:
+    if len(value) > MAX_TAGS:
+        raise ValueError(f"at most {MAX_TAGS} tags")
+    for tag in value:
+        if not tag.strip() or len(tag) > MAX_SHORT:
+            raise ValueError(f"each tag must be non-blank and at most {MAX_SHORT} characters")
+
+
+@attrs.frozen(kw_only=True)
+class KnowledgeItemInput:
+    answer: NonBlank = attrs.field(validator=at_most(MAX_ANSWER))
+    question: str | None = attrs.field(default=None, validator=at_most(MAX_QUESTION))
+    title: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
+    tags: TagList = attrs.field(factory=list, validator=_tags)
+    source: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
+    # The entry's own Yes/No (a questionnaire's yes_no column): leads answers to yes/no questions.
+    yes_no: bool | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ImportRow(KnowledgeItemInput):
+    """A CSV row: an entry plus the importer's own id, which re-imports update by."""
+
+    external_id: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
+
+
+@attrs.frozen(kw_only=True)
+class KnowledgeItem:
+    id: str
+    question: str | None
+    answer: str
+    title: str | None
+    tags: list[str]
+    source: str | None
+    external_id: str | None
+    yes_no: bool | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> KnowledgeItem:
+        return cls(
+            id=row["id"],
+            question=row["question"],
+            answer=row["answer"],
+            title=row["title"],
+            tags=list(row["tags"]),
+            source=row["source"],
+            external_id=row["external_id"],
+            yes_no=row["yes_no"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+def _blank_to_none(value: str | None) -> str | None:
+    return value if value is not None and value.strip() else None
+
+
+async def create_item(
+    conn: asyncpg.Connection, account_id: str, data: KnowledgeItemInput
+) -> KnowledgeItem:
+    row = await conn.fetchrow(
+        db.query("insert_knowledge_item"),
+        new_id("kb"),
+        account_id,
+        _blank_to_none(data.question),
+        data.answer,
+        _blank_to_none(data.title),
+        [tag.strip() for tag in data.tags],
+        _blank_to_none(data.source),
+        None,  # external ids come from imports only
+        data.yes_no,
+    )
+    return KnowledgeItem.from_row(row)
+
+
+@attrs.frozen(kw_only=True)
+class Rejection:
+    row: int  # the spreadsheet row: the header is row 1, the first entry row 2
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ImportReport:
+    imported: int
+    created: int
+    updated: int
+    rejected: list[Rejection]
+    ignored_columns: list[str]
+
+
+@attrs.frozen(kw_only=True)
+class ParsedCsv:
+    valid: list[tuple[int, ImportRow]]  # (row number, row)
+    rejected: list[Rejection]
+    ignored_columns: list[str]
+
+
+def parse_csv(text: str) -> ParsedCsv:
+    """The valid rows of a knowledge-base CSV (with their row numbers) and the rejected ones.
+
+    A header without `answer` or too many rows rejects the whole file (422); a bad row only
+    itself. Columns other than CSV_COLUMNS (spreadsheet exports carry many) are ignored and named.
+    """
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc}"]) from None
+    if header is None:
+        raise ValidationFailed(["csv: the file is empty; expected a header row question,answer,…"])
+    names = [name.strip().lower() for name in header]
+    problems = []
+    known = [name for name in names if name in CSV_COLUMNS]
+    if len(set(known)) != len(known):
+        problems.append("csv: a column appears twice in the header")
+    if "answer" not in names:
+        problems.append("csv: the header must have an answer column")
+    if problems:
+        raise ValidationFailed(problems)
+
+    valid: list[tuple[int, ImportRow]] = []
+    rejected: list[Rejection] = []
+    seen_ids: dict[str, int] = {}
+    row_number = 1
+    while True:
+        try:
+            values = next(reader, None)
+        except csv.Error as exc:
+            rejected.append(Rejection(row=row_number + 1, reason=f"not valid CSV: {exc}"))
+            break  # the reader cannot resynchronise after a broken quote
+        if values is None:
+            break
+        row_number += 1
+        if not any(value.strip() for value in values):
+            continue  # blank lines are not entries
+        if row_number - 1 > MAX_IMPORT_ROWS:
+            raise ValidationFailed([f"csv: at most {MAX_IMPORT_ROWS} rows per import; split the file"])
+        if len(values) != len(names):
+            rejected.append(Rejection(
+                row=row_number, reason=f"has {len(values)} fields; the header has {len(names)}"
+            ))
+            continue
+        fields = {name: value for name, value in zip(names, values, strict=True) if name in CSV_COLUMNS}
+        yes_no_text = (fields.get("yes_no") or "").strip().lower()
+        if yes_no_text not in YES_NO:
+            rejected.append(Rejection(
+                row=row_number, reason=f"yes_no must be Yes, No or blank; got {fields['yes_no']!r}"
+            ))
+            continue
+        raw: dict[str, Any] = {
+            "answer": fields["answer"],
+            "question": fields.get("question") or None,
+            "title": fields.get("title") or None,
+            "source": fields.get("source") or None,
+            "external_id": (fields.get("id") or "").strip() or None,
+            "tags": [tag.strip() for tag in (fields.get("tags") or "").split(";") if tag.strip()],
+            "yes_no": YES_NO[yes_no_text],
+        }
+        try:
+            item = structure(raw, ImportRow)
+        except ValidationFailed as exc:
+            reason = "; ".join(exc.details or [exc.message]).replace("external_id", "id")
+            rejected.append(Rejection(row=row_number, reason=reason))
+            continue
+        if item.external_id is not None:
+            if item.external_id in seen_ids:
+                rejected.append(Rejection(
+                    row=row_number,
+                    reason=f"id {item.external_id!r} already appears on row {seen_ids[item.external_id]}",
+                ))
+                continue
+            seen_ids[item.external_id] = row_number
+        valid.append((row_number, item))
+    ignored = [name for name in names if name not in CSV_COLUMNS]
+    return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
+
+
+async def import_csv(conn: asyncpg.Connection, account_id: str, text: str) -> ImportReport:
+    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
+    parsed = parse_csv(text)
+    valid = parsed.valid
+    created = updated = 0
+    if valid:
+        items = [item for _, item in valid]
+        async with conn.transaction():
+            rows = await conn.fetch(
+                db.query("upsert_knowledge_items"),
+                account_id,
+                [new_id("kb") for _ in items],
+                [_blank_to_none(i.question) for i in items],
+                [i.answer for i in items],
+                [_blank_to_none(i.title) for i in items],
+                [json.dumps(i.tags) for i in items],
+                [_blank_to_none(i.source) for i in items],
+                [i.external_id for i in items],
+                [i.yes_no for i in items],
+            )
+        created = sum(1 for row in rows if row["created"])
+        updated = len(rows) - created
+        await merge_pending_index(conn)
+    return ImportReport(
+        imported=created + updated,
+        created=created,
+        updated=updated,
+        rejected=parsed.rejected,
+        ignored_columns=parsed.ignored_columns,
+    )
+
+
+async def merge_pending_index(conn: asyncpg.Connection) -> None:
+    """Merge the full-text index's pending list into the index proper after a bulk write.
+
+    New entries' lexemes wait in the GIN index's pending list until autovacuum merges them, and
+    every retrieval reads that whole list meanwhile (BENCHMARKS.md, Retrieval). Merging costs the
+    import what the next vacuum would have spent anyway. Only the index's owner may merge; another
+    role leaves it to autovacuum.
+    """
+    try:
+        await conn.execute(db.query("merge_knowledge_index_pending"))
+    except asyncpg.InsufficientPrivilegeError:
+        log.info("not the knowledge index's owner: its pending list is left to autovacuum")
+
+
+def decode_csv(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValidationFailed(["csv: the file must be UTF-8 encoded"]) from None
+
+
+@attrs.frozen(kw_only=True)
+class Review:
+    approved: bool
+    answer: str | None = None  # the corrected answer; absent: the question's own answer
+
+
+async def save_review(
+    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None
+) -> tuple[KnowledgeItem, bool]:
+    """Store question `question_id` with `answer` (or its own answer) as a knowledge-base entry:
+    (the entry, whether it is new). The entry an earlier review of this question (or of the same
+    question text) saved is updated rather than duplicated."""
+    row = await fetch_question(conn, question_id, account_id)
+    text = answer if answer is not None else row["answer"]
+    details = []
+    if answer is None and (row["state"] != "complete" or not row["sufficient_context"]):
+        details.append("answer: required when the question has no drafted answer to approve")
+    elif text is None or not text.strip():
+        details.append("answer: must not be blank")
+    elif len(text) > MAX_ANSWER:
+        details.append(f"answer: must be at most {MAX_ANSWER} characters")
+    if len(row["question"]) > MAX_QUESTION:
+        details.append(f"question: longer than {MAX_QUESTION} characters; add the entry by hand")
+    if details:
+        raise ValidationFailed(details)
+    saved = await conn.fetchrow(
+        db.query("save_review_item"),
+        new_id("kb"), account_id, row["question"], text, f"review of question {question_id}",
+        question_id,
+    )
+    return KnowledgeItem.from_row(saved), saved["created"]

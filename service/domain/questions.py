@@ -1,0 +1,240 @@
+"""Questions: ask (charged, idempotent), read, and follow a question's state as Server-Sent Events.
+
+`create_question` is the one way to store a question; the RFP workflow uses it too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import attrs
+
+from .. import db
+from .convert import DETAIL_LEVELS, DetailLevel, NonBlank, structure
+from .errors import NotFound, UsageBlocked, ValidationFailed
+from .ids import new_id
+from .models import MemberRef
+
+# A question's states, in order (SPEC 3); the pipeline moves it along them (answering/pipeline.py).
+STATES = ("new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete")
+MAX_IDEMPOTENCY_KEY = 255
+
+
+
+
+@attrs.frozen(kw_only=True)
+class QuestionFields:
+    """The `question` object of an ask; the options may also sit beside it (AskOptions)."""
+
+    question: NonBlank
+    custom_prompt: str | None = None
+    answer_detail_level: DetailLevel | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AskOptions:
+    custom_prompt: str | None = None
+    answer_detail_level: DetailLevel | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Ask:
+    """A validated ask, normalised: what is stored and what the idempotency hash covers."""
+
+    question: str
+    custom_prompt: str | None
+    detail_level: int
+
+    def fingerprint(self) -> bytes:
+        return hashlib.sha256(json.dumps(attrs.asdict(self), sort_keys=True).encode()).digest()
+
+
+def parse_ask(body: dict[str, Any], fields: dict[str, Any], max_chars: int, max_prompt: int) -> Ask:
+    """The ask in `body`, or a 422 listing every failure (both places are checked)."""
+    details: list[str] = []
+    inner = outer = None
+    try:
+        inner = structure(fields, QuestionFields, root="question")
+    except ValidationFailed as exc:
+        details += exc.details or []
+    try:
+        outer = structure({k: v for k, v in body.items() if k != "question"}, AskOptions)
+    except ValidationFailed as exc:
+        details += exc.details or []
+    if inner is not None and len(inner.question) > max_chars:
+        details.append(f"question.question: must be at most {max_chars} characters")
+    chosen: dict[str, Any] = {}
+    for name in ("custom_prompt", "answer_detail_level"):
+        a = getattr(inner, name, None) if inner is not None else None
+        b = getattr(outer, name, None) if outer is not None else None
+        if a is not None and b is not None and a != b:
+            details.append(f"{name}: given inside and beside the question object with different values")
+        chosen[name] = a if a is not None else b
+    prompt = chosen["custom_prompt"]
+    if prompt is not None and len(prompt) > max_prompt:
+        details.append(f"custom_prompt: must be at most {max_prompt} characters")
+    if details or inner is None:
+        raise ValidationFailed(details)
+    level = chosen["answer_detail_level"]
+    return Ask(
+        question=inner.question.strip(),
+        custom_prompt=prompt if prompt and prompt.strip() else None,
+        detail_level=1 if level is None else level,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class QuestionReference:
+    """A knowledge-base entry the answer drew on (an extension of SPEC 2.2)."""
+
+    id: str
+    external_id: str | None
+    title: str | None
+    score: float
+
+
+@attrs.frozen(kw_only=True)
+class Question:
+    id: str
+    question: str
+    answer: str | None
+    verbatim_answer: bool
+    state: str
+    confidence: float | None
+    confidence_rationale: str | None
+    answer_detail_level: str
+    custom_prompt: str | None
+    requires_attention: bool
+    attention_points: list[str] | None
+    sufficient_context: bool | None
+    created_at: datetime
+    updated_at: datetime
+    user: MemberRef
+    references: list[QuestionReference]
+    rfp_id: str | None
+    rfp_item_id: str | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Question:
+        complete = row["state"] == "complete"
+        stored = json.loads(row["references"]) if row["references"] else []
+        return cls(
+            id=row["id"],
+            question=row["question"],
+            answer=row["answer"] if complete else None,
+            verbatim_answer=row["verbatim_answer"] if complete else False,
+            state=row["state"],
+            confidence=None if row["confidence"] is None else round(float(row["confidence"]), 4),
+            confidence_rationale=row["confidence_rationale"],
+            answer_detail_level=DETAIL_LEVELS[row["answer_detail_level"]],
+            custom_prompt=row["custom_prompt"],
+            requires_attention=row["requires_attention"],
+            attention_points=list(row["attention_points"]) if row["attention_points"] is not None else None,
+            sufficient_context=row["sufficient_context"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            user=MemberRef(id=row["user_id"], name=row["user_name"], email=row["user_email"]),
+            references=[
+                QuestionReference(
+                    id=ref["kb_item_id"], external_id=ref["external_id"], title=ref["title"],
+                    score=ref["score"],
+                )
+                for ref in stored
+                if ref.get("used")
+            ],
+            rfp_id=row["rfp_id"],
+            rfp_item_id=row["rfp_item_id"],
+        )
+
+
+async def fetch_question(conn: asyncpg.Connection, question_id: str, account_id: str) -> asyncpg.Record:
+    row = await conn.fetchrow(db.query("get_question"), question_id, account_id)
+    if row is None:
+        raise NotFound(f"no question {question_id} in this account")
+    return row
+
+
+async def ask_question(
+    conn: asyncpg.Connection,
+    *,
+    account_id: str,
+    user_id: int,
+    text: str,
+    detail_level: int,
+    custom_prompt: str | None,
+    rfp_id: str | None,
+    rfp_item_id: str | None,
+    member_id: str | None,
+    cost: int,
+    idempotency_key: str | None,
+    request_hash: bytes | None,
+    question_id: str | None = None,
+    lease_owner: str | None = None,
+    lease_seconds: float = 0.0,
+) -> asyncpg.Record:
+    """`create_question`, returning the stored question as `get_question` reads it.
+
+    One statement (debit, question, ledger entry), atomic with or without a caller's transaction.
+    With `lease_owner` the question is stored leased to that pipeline (`Pipeline.reserve`).
+    """
+    row = await conn.fetchrow(
+        db.query("ask_question"), question_id or new_id("q"), account_id, user_id, member_id,
+        rfp_id, rfp_item_id, text, custom_prompt, detail_level, cost, idempotency_key,
+        request_hash, lease_owner, lease_seconds,
+    )
+    if row is not None:
+        return row
+    account = await conn.fetchrow(db.query("account_standing"), account_id)
+    if account is None:
+        raise NotFound(f"no account {account_id}")
+    if account["subscription_status"] != "active":
+        raise UsageBlocked("the account has no active subscription; questions cannot be asked")
+    raise UsageBlocked(
+        f"out of credits: a question costs {cost} and the account has {account['credits']}"
+    )
+
+
+async def _replay(conn: asyncpg.Connection, member_id: str, key: str, ask: Ask) -> str | None:
+    """The question first asked with this key, if any; 422 when that ask was a different one."""
+    previous = await conn.fetchrow(db.query("question_by_idempotency_key"), member_id, key)
+    if previous is None:
+        return None
+    if bytes(previous["request_hash"]) != ask.fingerprint():
+        raise ValidationFailed(
+            ["Idempotency-Key: already used for a different question; use a new key"]
+        )
+    return previous["id"]
+
+
+async def create_question(
+    conn: asyncpg.Connection,
+    *,
+    account_id: str,
+    user_id: int,
+    text: str,
+    detail_level: int = 1,
+    custom_prompt: str | None = None,
+    rfp_id: str | None = None,
+    rfp_item_id: str | None = None,
+    member_id: str | None = None,
+    charge: bool = True,
+    credits: int = 1,
+    idempotency_key: str | None = None,
+    request_hash: bytes | None = None,
+) -> str:
+    """Store a question in state `new`, charging `credits` for it, in the caller's transaction.
+
+    Raises UsageBlocked (and writes nothing) without an active subscription or enough credits.
+    Wake the pipeline (`Pipeline.wake`) after the transaction commits so it is answered at once
+    (otherwise the next poll, at most `questions.poll_seconds` later, picks it up).
+    """
+    row = await ask_question(
+        conn, account_id=account_id, user_id=user_id, text=text, detail_level=detail_level,
+        custom_prompt=custom_prompt, rfp_id=rfp_id, rfp_item_id=rfp_item_id, member_id=member_id,
+        cost=credits if charge else 0, idempotency_key=idempotency_key, request_hash=request_hash,
+    )
+    return row["id"]

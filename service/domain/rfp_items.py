@@ -1,0 +1,220 @@
+"""The RFP workflow: add and import items, answer them all, review them, export the response.
+
+Questionnaire uploads are streamed into a spooled temporary file (memory up to a few MiB, then
+disk) up to `server.max_upload_bytes`; the app's `client_max_size` (`server.max_body_bytes`) only
+bounds bodies read whole, i.e. JSON, so the JSON limit stays small while uploads may be large.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Sequence
+from typing import IO, Any
+
+import asyncpg
+import attrs
+
+from .. import db
+from . import questionnaires
+from .convert import NonBlank, ReviewState, at_most, structure, unstructure
+from .errors import (
+    NotFound,
+    ParameterInvalid,
+    UsageBlocked,
+    ValidationFailed,
+)
+from .ids import new_id
+from .questions import DetailLevel, create_question
+from .rfps import MAX_TEXT, MAX_TITLE, append_items
+from .tokens import Principal
+
+
+@attrs.frozen(kw_only=True)
+class ItemReview:
+    """A PATCH of an item, merged over its stored fields (absent fields keep their values)."""
+
+    question: NonBlank = attrs.field(validator=at_most(MAX_TEXT))
+    section: str | None = attrs.field(default=None, validator=at_most(MAX_TITLE))
+    answer: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
+    state: ReviewState | None = None
+    save_to_knowledge_base: bool = False
+
+
+async def import_questionnaire(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, found: questionnaires.Questionnaire
+) -> dict[str, Any]:
+    """Store a parsed questionnaire's rows as items; returns the import report."""
+    if not found.rows:
+        reasons = [f"row {s.row}: {s.reason}" for s in found.skipped[:20]]
+        raise ValidationFailed(
+            [f"file: no questions found in column {found.question_column!r}"
+             + (f" (sheet {found.sheet!r})" if found.sheet else ""), *reasons],
+            message="the file holds no questions",
+        )
+    start, _ = await append_items(
+        conn, account_id, rfp_id, [r.question for r in found.rows], [r.section for r in found.rows]
+    )
+    return {
+        "rfp_id": rfp_id,
+        "sheet": found.sheet,
+        "header_row": found.header_row,
+        "question_column": found.question_column,
+        "section_column": found.section_column,
+        "imported": len(found.rows),
+        "first_position": start,
+        "skipped_count": found.skipped_count,
+        "skipped": [unstructure(s) for s in found.skipped],
+    }
+
+
+def import_options(query: Any) -> questionnaires.ImportOptions:
+    """The import options from query parameters; a malformed header_row is a 400."""
+    header_row: int | None = None
+    raw = query.get("header_row")
+    if raw not in (None, ""):
+        if not raw.isascii() or not raw.isdigit() or int(raw) > 1_000_000:
+            raise ParameterInvalid(f"header_row must be a row number (0 = no header row); got {raw!r}")
+        header_row = int(raw)
+    return questionnaires.ImportOptions(
+        sheet=query.get("sheet") or None,
+        question_column=query.get("question_column") or None,
+        section_column=query.get("section_column") or None,
+        header_row=header_row,
+    )
+
+
+async def review_item(
+    conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any]
+) -> asyncpg.Record:
+    """Apply a review to a locked item (in the caller's transaction) and return the stored row."""
+    stored = {"question": current["question"], "section": current["section"], "answer": current["answer"]}
+    review = structure(stored | fields, ItemReview, root="rfp_item")
+    state = review.state or current["state"]
+    answer = review.answer if review.answer is None or review.answer.strip() else None
+    problems = []
+    if state == "approved" and answer is None:
+        problems.append("rfp_item.answer: an item needs an answer before it can be approved")
+    if review.save_to_knowledge_base and state != "approved":
+        problems.append(
+            "rfp_item.save_to_knowledge_base: only an approved answer can be saved to the knowledge base"
+        )
+    if problems:
+        raise ValidationFailed(problems)
+    row = await conn.fetchrow(
+        db.query("review_rfp_item"), current["id"], review.question.strip(), review.section,
+        answer, state,
+    )
+    if review.save_to_knowledge_base:
+        kb_id = await conn.fetchval(
+            db.query("save_answer_to_knowledge_base"), new_id("kb"), account_id, row["question"],
+            answer, row["section"], f"rfp:{row['rfp_id']}", f"rfp_item:{row['id']}",
+        )
+        row = await conn.fetchrow(db.query("link_rfp_item_to_knowledge_item"), row["id"], kb_id)
+    await conn.execute(db.query("touch_rfp"), row["rfp_id"])
+    return row
+
+
+EXPORT_COLUMNS = ("question", "answer", "state", "confidence", "section")
+EXPORT_FORMATS = {"csv": "text/csv", "xlsx": questionnaires.XLSX_MEDIA_TYPE}
+
+
+def export_format(query: Any) -> str:
+    wanted = query.get("format") or "csv"
+    if wanted not in EXPORT_FORMATS:
+        raise ParameterInvalid(f"format must be csv or xlsx; got {wanted!r}")
+    return wanted
+
+
+def export_filename(title: str, rfp_id: str, fmt: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-").lower()[:60]
+    return f"{slug or rfp_id}.{fmt}"
+
+
+def export_cells(row: asyncpg.Record) -> list[Any]:
+    confidence = None if row["confidence"] is None else round(float(row["confidence"]), 4)
+    return [row["question"], row["answer"], row["state"], confidence, row["section"]]
+
+
+def write_csv(rows: Sequence[Sequence[Any]], out: IO[str]) -> None:
+    writer = csv.writer(out)
+    writer.writerow(EXPORT_COLUMNS)
+    for cells in rows:
+        writer.writerow(["" if cell is None else cell for cell in cells])
+
+
+def build_xlsx(rows: Sequence[Sequence[Any]], title: str) -> bytes:
+    """One sheet, a header row and one row per item; text never becomes a formula."""
+    from openpyxl import Workbook
+    from openpyxl.cell import WriteOnlyCell
+    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
+
+    workbook = Workbook(write_only=True)
+    sheet = workbook.create_sheet("RFP items")
+    sheet.append(list(EXPORT_COLUMNS))
+    for cells in rows:
+        out = []
+        for value in cells:
+            if isinstance(value, str):
+                cell = WriteOnlyCell(sheet, value=ILLEGAL_CHARACTERS_RE.sub("", value))
+                cell.data_type = "s"  # "=…" from a questionnaire is text, not a formula
+                out.append(cell)
+            else:
+                out.append(value)
+        sheet.append(out)
+    workbook.properties.title = title[:200]
+    buffer = io.BytesIO()
+    workbook.save(buffer)
+    return buffer.getvalue()
+
+
+async def export_rows(conn: asyncpg.Connection, rfp_id: str) -> list[list[Any]]:
+    return [export_cells(row) for row in await conn.fetch(db.query("export_rfp_items"), rfp_id)]
+
+
+@attrs.frozen(kw_only=True)
+class AnswerOptions:
+    """The optional body of "answer all": the same options as an ask, for every item."""
+
+    answer_detail_level: DetailLevel = 1  # type: ignore[assignment]  # normal
+    custom_prompt: str | None = None
+
+
+async def answer_pending_items(
+    conn: asyncpg.Connection, who: Principal, rfp_id: str, options: AnswerOptions, cost: int
+) -> dict[str, int]:
+    """Create one charged question per pending item not already being answered, in one transaction.
+
+    All or nothing: without an active subscription or credits for every item, nothing is asked.
+    The RFP lock makes a concurrent second call wait and then find nothing left to start.
+    """
+    async with conn.transaction():
+        if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, who.account_id) is None:
+            raise NotFound(f"no RFP {rfp_id} in this account")
+        items = await conn.fetch(db.query("lock_unanswered_items"), rfp_id)
+        if items:
+            account = await conn.fetchrow(db.query("lock_account_for_answering"), who.account_id)
+            if account["subscription_status"] != "active":
+                raise UsageBlocked("the account has no active subscription; items cannot be answered")
+            if account["credits"] < cost * len(items):
+                raise UsageBlocked(
+                    f"out of credits: answering {len(items)} items costs {cost * len(items)} and the "
+                    f"account has {account['credits']}"
+                )
+        question_ids = [
+            await create_question(
+                conn, account_id=who.account_id, user_id=who.user_id, member_id=who.member_id,
+                text=item["question"], detail_level=options.answer_detail_level,
+                custom_prompt=options.custom_prompt, rfp_id=rfp_id, rfp_item_id=item["id"],
+                charge=cost > 0, credits=cost,
+            )
+            for item in items
+        ]
+        await conn.execute(
+            db.query("link_rfp_items_to_questions"), [item["id"] for item in items], question_ids
+        )
+        if items:
+            await conn.execute(db.query("touch_rfp"), rfp_id)
+        in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
+    return {"started": len(items), "in_flight": in_flight, "credits_charged": cost * len(items)}

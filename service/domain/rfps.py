@@ -1,0 +1,178 @@
+"""RFPs: read, search, create, update, and list an RFP's items."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+import attrs
+
+from .. import db
+from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, structure
+from .errors import NotFound, ParameterMissing
+from .ids import new_id
+from .models import Page, RfpItem
+
+MAX_TITLE = 500
+MAX_TEXT = 100_000
+
+MAX_ITEMS_PER_CREATE = 5_000
+
+
+# Search counts matches up to this many (500 pages): every search's work stays bounded.
+SEARCH_COUNT_CAP = 10_000
+
+
+@attrs.frozen(kw_only=True)
+class ItemInput:
+    question: NonBlank = attrs.field(validator=at_most(MAX_TEXT))
+    section: str | None = attrs.field(default=None, validator=at_most(MAX_TITLE))
+
+
+@attrs.frozen(kw_only=True)
+class RfpInput:
+    """The editable fields of an RFP; also the shape of a PATCH (absent fields unchanged)."""
+
+    title: NonBlank = attrs.field(validator=at_most(MAX_TITLE))
+    description: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
+    deadline: IsoDate | None = None
+    framework: Framework | None = None
+    portal_url: HttpUrl | None = attrs.field(default=None, validator=at_most(2048))
+    context: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
+
+
+@attrs.frozen(kw_only=True)
+class RfpCreate(RfpInput):
+    items: list[ItemInput] = attrs.Factory(list)
+
+
+def like_pattern(term: str) -> str:
+    """An ILIKE pattern matching `term` anywhere, with %, _ and \\ in the term taken literally."""
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+async def fetch_rfp(conn: asyncpg.Connection, rfp_id: str, account_id: str) -> asyncpg.Record:
+    row = await conn.fetchrow(db.query("get_rfp"), rfp_id, account_id)
+    if row is None:
+        raise NotFound(f"no RFP {rfp_id} in this account")
+    return row
+
+
+async def append_items(
+    conn: asyncpg.Connection,
+    account_id: str,
+    rfp_id: str,
+    questions: Sequence[str],
+    sections: Sequence[str | None],
+    *,
+    returning: bool = False,
+) -> tuple[int, list[asyncpg.Record]]:
+    """Append items after the RFP's last one in one statement; the RFP lock orders positions.
+
+    Returns the first new position and, with `returning`, the stored rows.
+    """
+    async with conn.transaction():
+        if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, account_id) is None:
+            raise NotFound(f"no RFP {rfp_id} in this account")
+        start = await conn.fetchval(db.query("next_item_position"), rfp_id)
+        args = (
+            rfp_id,
+            [new_id("item") for _ in questions],
+            list(questions),
+            list(sections),
+            list(range(start, start + len(questions))),
+        )
+        rows: list[asyncpg.Record] = []
+        if returning:
+            rows = await conn.fetch(db.query("insert_rfp_items_returning"), *args)
+        else:
+            await conn.execute(db.query("insert_rfp_items"), *args)
+        await conn.execute(db.query("touch_rfp"), rfp_id)
+    return start, rows
+
+
+async def create_rfp(
+    conn: asyncpg.Connection, *, account_id: str, owner_user_id: int, data: RfpCreate
+) -> str:
+    rfp_id = new_id("rfp")
+    async with conn.transaction():
+        await conn.execute(
+            db.query("insert_rfp"),
+            rfp_id,
+            account_id,
+            owner_user_id,
+            data.title.strip(),
+            data.description,
+            data.deadline,
+            data.framework,
+            data.portal_url,
+            data.context,
+        )
+        if data.items:
+            await append_items(
+                conn, account_id, rfp_id,
+                [item.question for item in data.items], [item.section for item in data.items],
+            )
+    return rfp_id
+
+
+def _json_value(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+@attrs.frozen(kw_only=True)
+class SearchResult:
+    rows: list[asyncpg.Record]
+    total: int
+    capped: bool  # total is "at least this many": counting stopped at SEARCH_COUNT_CAP
+
+
+async def search_rfps(conn: asyncpg.Connection, account_id: str, term: str, page: Page) -> SearchResult:
+    """The account's RFPs whose title (or description) contains `term`, newest first."""
+    if not term.strip():  # blank counts as missing: it would match everything
+        raise ParameterMissing("query is required: GET /api/v1/rfps/search?query=term")
+    pattern = like_pattern(term)
+    async with conn.transaction(readonly=True):
+        await conn.execute(db.query("plan_each_search"))  # SET LOCAL: ends with the transaction
+        total = await conn.fetchval(
+            db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
+        )
+        rows = await conn.fetch(db.query("search_rfps"), account_id, pattern, page.size, page.offset)
+    return SearchResult(rows=rows, total=total, capped=total >= SEARCH_COUNT_CAP)
+
+
+async def update_rfp(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, fields: dict[str, Any]
+) -> None:
+    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values)."""
+    async with conn.transaction():
+        current = await conn.fetchrow(db.query("lock_rfp"), rfp_id, account_id)
+        if current is None:
+            raise NotFound(f"no RFP {rfp_id} in this account")
+        editable = [a.name for a in attrs.fields(RfpInput)]
+        # Validate the merged record, so absent fields keep their stored values.
+        merged = {name: _json_value(current[name]) for name in editable} | fields
+        data = structure(merged, RfpInput, root="rfp")
+        await conn.execute(
+            db.query("update_rfp"),
+            rfp_id,
+            account_id,
+            data.title.strip(),
+            data.description,
+            data.deadline,
+            data.framework,
+            data.portal_url,
+            data.context,
+        )
+
+
+async def list_items(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, page: Page
+) -> tuple[list[RfpItem], int]:
+    """One page of an RFP's items in order, and how many it has."""
+    await fetch_rfp(conn, rfp_id, account_id)
+    total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
+    rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset)
+    return [RfpItem.from_row(row) for row in rows], total
