@@ -41,6 +41,11 @@ def _not_negative(instance: object, attribute: attrs.Attribute, value: int | flo
         raise SettingInvalid(attribute.name, f"must be 0 or more, got {value}")
 
 
+def _probability(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0 <= value <= 1:
+        raise SettingInvalid(attribute.name, f"must be between 0 and 1, got {value}")
+
+
 def _http_url(instance: object, attribute: attrs.Attribute, value: str) -> None:
     if value and not value.startswith(("http://", "https://")):
         raise SettingInvalid(attribute.name, f"must start with http:// or https://, got {value!r}")
@@ -147,6 +152,16 @@ class QuestionsConfig:
     # Tests and benches only: a pause before each pipeline step, to kill a process mid-pipeline.
     step_delay_seconds: float = attrs.field(default=0.0, validator=_not_negative)
     engine: Literal["local", "openai"] = "local"
+    # Confidence bands, as RFP tools present them (service/domain/bands.py): at or above
+    # auto_answer_confidence an answer may be used as drafted; at or above review_confidence it
+    # wants a reviewer; below, the item needs input.
+    auto_answer_confidence: float = attrs.field(default=0.8, validator=_probability)
+    review_confidence: float = attrs.field(default=0.5, validator=_probability)
+
+    @review_confidence.validator
+    def _review_below_auto(self, attribute: attrs.Attribute, value: float) -> None:
+        if value > self.auto_answer_confidence:
+            raise SettingInvalid(attribute.name, f"must not exceed auto_answer_confidence, got {value}")
 
 
 @attrs.frozen(kw_only=True)
