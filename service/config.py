@@ -90,6 +90,9 @@ class MetricsConfig:
 class AuthConfig:
     # Lifetime of tokens obtained with e-mail and password; 0 = never expire.
     token_ttl_days: int = attrs.field(default=90, validator=_not_negative)
+    # Lifetime of tokens made by the operator CLI (`token create`, `account create`) and of the
+    # first-start demo token; 0 = never expire. `token create --ttl-days` overrides it.
+    cli_token_ttl_days: int = attrs.field(default=365, validator=_not_negative)
 
 
 @attrs.frozen(kw_only=True)
@@ -127,6 +130,16 @@ class MembersConfig:
     )
     sign_in_per_address: RateLimit = attrs.Factory(
         lambda: RateLimit(limit=50, period_seconds=900)
+    )
+    # -- accounts hardening (issue 17) --
+    # Once an address's sign-in bucket is empty, clients (IPv4 address or IPv6 /64) it signed
+    # in from successfully within these days may still try; others get 429.
+    known_client_days: float = attrs.field(default=90.0, validator=_positive)
+    # Lifetime of the link in a password reset e-mail.
+    password_reset_ttl_hours: float = attrs.field(default=1.0, validator=_positive)
+    # Reset e-mails sent per address; more requests are answered alike but send nothing.
+    password_reset_per_email: RateLimit = attrs.Factory(
+        lambda: RateLimit(limit=3, period_seconds=3600)
     )
 
 

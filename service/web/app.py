@@ -70,6 +70,23 @@ def routes() -> list[web.RouteDef]:
             name="accept_invitation",
         ),
         web.get("/api/v1/members", members.list_members, name="list_members", allow_head=False),
+        # -- accounts hardening (issue 17): members, tokens, passwords --
+        web.patch("/api/v1/members/{id}", members.patch_member, name="change_member_role"),
+        web.delete("/api/v1/members/{id}", members.delete_member, name="remove_member"),
+        web.get(
+            "/api/v1/members/{id}/tokens", members.list_member_tokens, name="list_member_tokens",
+            allow_head=False,
+        ),
+        web.delete("/api/v1/tokens/{id}", members.delete_token, name="revoke_token"),
+        web.post("/api/v1/users/password", members.post_password, name="change_password"),
+        web.post(
+            "/api/v1/users/password/reset", members.post_password_reset,
+            name="request_password_reset",
+        ),
+        web.post(
+            "/api/v1/users/password/reset/complete", members.post_password_reset_complete,
+            name="reset_password",
+        ),
         web.post("/api/v1/questions", questions.post_question, name="ask_question"),
         web.get(
             "/api/v1/questions/{id}", questions.get_question, name="get_question", allow_head=False

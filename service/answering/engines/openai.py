@@ -100,8 +100,13 @@ class OpenAIEngine:
                 if response.status == 429 or response.status >= 500:
                     raise RetryableError(f"HTTP {response.status} from the model server")
                 if response.status >= 400:
-                    text = (await response.text())[:200]
-                    raise EngineFailure(f"HTTP {response.status} from the model server: {text}")
+                    # The body may echo the prompt, the key's name or the provider's internals:
+                    # it goes to the operator's log, never into the user's attention points.
+                    log.warning("model server answered HTTP %s: %s",
+                                response.status, (await response.text())[:2000])
+                    raise EngineFailure(
+                        f"HTTP {response.status} from the model server (details in the service log)"
+                    )
                 try:
                     payload = await response.json(content_type=None)
                 except ValueError:
