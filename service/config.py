@@ -56,13 +56,18 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = attrs.field(default=8080, validator=_port)
     workers: int = attrs.field(default=1, validator=_positive)
-    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}
-    web_base_url: str = attrs.field(default="http://localhost:8080", validator=_http_url)
+    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}. Empty: the
+    # service itself on the port it serves, http://localhost:{port} (env PORT included).
+    web_base_url: str = attrs.field(default="", validator=_http_url)
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.web_base_url:  # frozen: set once, here, so every reader sees the final value
+            object.__setattr__(self, "web_base_url", f"http://localhost:{self.port}")
 
 
 @attrs.frozen(kw_only=True)
