@@ -113,6 +113,13 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     back a transaction left open before calling this."""
 
 
+async def pgvector_available(conn: asyncpg.Connection) -> bool:
+    """Whether dense retrieval can run on this database: migration 0011 found pgvector and made
+    the knowledge_embeddings table. The one place that decides it (start-up, the embeddings
+    backend, the tests' skip)."""
+    return bool(await conn.fetchval(query("embeddings_available")))
+
+
 # -- migrations ------------------------------------------------------------------------
 
 

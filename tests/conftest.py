@@ -61,6 +61,28 @@ def template_db(server_url: str) -> Iterator[str]:
     asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture(scope="session")
+def pgvector_on_server(server_url: str, template_db: str) -> bool:
+    """Whether the test server has pgvector (the migrated template has the embeddings table)."""
+
+    async def check() -> bool:
+        conn = await asyncpg.connect(db.with_database(server_url, template_db))
+        try:
+            return await db.pgvector_available(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(check())
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_pgvector(request: pytest.FixtureRequest) -> None:
+    """Tests marked `pgvector` skip, saying why, on a server without the extension (Debian's
+    PostgreSQL packages do not ship it); the service itself runs lexical-only there."""
+    if request.node.get_closest_marker("pgvector") and not request.getfixturevalue("pgvector_on_server"):
+        pytest.skip("pgvector is not installed on this PostgreSQL server: dense retrieval is off")
+
+
 @pytest.fixture
 async def database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
     name = f"rfp_test_{secrets.token_hex(6)}"

@@ -160,7 +160,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         embedder = embeddings.make_embedder(config.embeddings, session)
         if embedder is not None:
             async with pool.acquire() as conn:
-                await embeddings.check_available(conn)
+                embedder = await embeddings.usable_embedder(conn, embedder)
     except BaseException:
         await session.close()
         await pool.close()

@@ -39,6 +39,7 @@ async def test_local__configured_by_name():
     assert make_embedder(EmbeddingsConfig(backend="local"), None).model == LOCAL_MODEL
 
 
+@pytest.mark.pgvector
 async def test_local__fused_retrieval_finds_a_paraphrase(embedder, conn, database_url, admin):
     await import_csv(conn, admin.account_id, (
         "id,question,answer\n"
