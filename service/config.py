@@ -77,6 +77,14 @@ class DatabaseConfig:
     data_dir: str = "./var"
     pool_min_size: int = attrs.field(default=2, validator=_positive)
     pool_max_size: int = attrs.field(default=10, validator=_positive)
+    # What `url` reaches (DEPLOYMENT.md): "none", PostgreSQL itself; "pgbouncer-transaction",
+    # PgBouncer in transaction mode: no server-side prepared statements (asyncpg's statement cache
+    # off), and what needs a session of its own (LISTEN for question events, the migrations'
+    # advisory lock) goes to direct_url, or without one: events are polled, migrations hold their
+    # lock in one transaction.
+    pooler: Literal["none", "pgbouncer-transaction"] = "none"
+    # PostgreSQL itself, bypassing the pooler (env DATABASE_DIRECT_URL). Used only with a pooler.
+    direct_url: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -279,6 +287,10 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
     overrides: dict = {}
     if "DATABASE_URL" in env:
         overrides.setdefault("database", {})["url"] = env["DATABASE_URL"]
+    if "DATABASE_DIRECT_URL" in env:
+        overrides.setdefault("database", {})["direct_url"] = env["DATABASE_DIRECT_URL"]
+    if "RFP_DATABASE_POOLER" in env:
+        overrides.setdefault("database", {})["pooler"] = env["RFP_DATABASE_POOLER"]
     if "RFP_DATA_DIR" in env:
         overrides.setdefault("database", {})["data_dir"] = env["RFP_DATA_DIR"]
     if "PORT" in env:
