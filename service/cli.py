@@ -158,9 +158,9 @@ def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
     database = Database(config)
 
     async def work() -> list[str]:
-        conn = await database.connect(migrate=False)
+        conn, session = await connect(database.url, config)
         try:
-            return await db.migrate(conn)
+            return await db.migrate(conn, session=session)
         finally:
             await conn.close()
 

@@ -115,6 +115,8 @@ max_client_conn = 2000
 max_db_connections = 0
 server_reset_query =
 ignore_startup_parameters = extra_float_digits
+query_wait_timeout = 10
+server_login_retry = 1
 logfile = {self.base / "pgbouncer.log"}
 pidfile = {self.base / "pgbouncer.pid"}
 """)
