@@ -96,3 +96,23 @@ async def test_pgbouncer__migrate_without_direct_url_leaves_no_lock_behind(empty
         assert held == 0
     finally:
         await direct.close()
+
+
+def test_session_state__only_set_local_and_transaction_scoped_locks():
+    # Behind a transaction pooler a plain SET or a session advisory lock stays on whichever server
+    # connection ran it, for whoever gets it next. Only the migration lock (db.migrate, which
+    # takes it over direct_url or falls back to a transaction lock) may be a session lock.
+    import re
+
+    from tests.conftest import ROOT
+
+    offenders = []
+    sources = [*ROOT.glob("sql/queries/*.sql"), *ROOT.glob("service/**/*.py")]
+    for path in sources:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("--")[0] if path.suffix == ".sql" else line
+            if re.search(r"""(^|[;"'(]\s*)SET\s+(?!LOCAL\b)(SESSION\s+)?[a-z_.]+\s*(=|TO\b)""", code) or (
+                "pg_advisory_lock(" in code and path.name != "db.py"
+            ) or re.search(r"set_config\([^)]*,\s*false\s*\)", code):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert offenders == []
