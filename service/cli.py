@@ -36,19 +36,21 @@ class Database:
     """The configured database (starting the embedded one if need be), migrated."""
 
     def __init__(self, config: Config) -> None:
+        self.config = config
         self.url, self.embedded = db.database_url(config)
 
     async def connect(self, *, migrate: bool = True) -> asyncpg.Connection:
-        conn = await connect(self.url)
+        conn, session = await connect(self.url, self.config)
         if migrate:
-            await db.migrate(conn)
+            await db.migrate(conn, session=session)
         return conn
 
 
-async def connect(url: str) -> asyncpg.Connection:
-    """A connection, or a ConfigError saying which server could not be reached and why."""
+async def connect(url: str, config: Config) -> tuple[asyncpg.Connection, bool]:
+    """A connection (past a pooler when configured so: db.connect_for_admin) and whether it keeps
+    its session, or a ConfigError saying which server could not be reached and why."""
     try:
-        return await asyncpg.connect(url, timeout=10)
+        return await db.connect_for_admin(config, url)
     except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         from yarl import URL
 
@@ -81,9 +83,9 @@ def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
 
 async def bootstrap_demo(url: str, config: Config) -> dict | None:
     """On first start with an empty database, create a demo account and return it."""
-    conn = await connect(url)
+    conn, session = await connect(url, config)
     try:
-        await db.migrate(conn)
+        await db.migrate(conn, session=session)
         async with conn.transaction():
             # Two service instances starting at once on an empty database make one demo, not two.
             await conn.execute("SELECT pg_advisory_xact_lock($1)", db.MIGRATION_LOCK_ID)
@@ -160,9 +162,9 @@ def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
     database = Database(config)
 
     async def work() -> list[str]:
-        conn = await database.connect(migrate=False)
+        conn, session = await connect(database.url, config)
         try:
-            return await db.migrate(conn)
+            return await db.migrate(conn, session=session)
         finally:
             await conn.close()
 

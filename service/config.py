@@ -56,13 +56,18 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = attrs.field(default=8080, validator=_port)
     workers: int = attrs.field(default=1, validator=_positive)
-    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}
-    web_base_url: str = attrs.field(default="http://localhost:8080", validator=_http_url)
+    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}. Empty: the
+    # service itself on the port it serves, http://localhost:{port} (env PORT included).
+    web_base_url: str = attrs.field(default="", validator=_http_url)
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.web_base_url:  # frozen: set once, here, so every reader sees the final value
+            object.__setattr__(self, "web_base_url", f"http://localhost:{self.port}")
 
 
 @attrs.frozen(kw_only=True)
@@ -72,6 +77,14 @@ class DatabaseConfig:
     data_dir: str = "./var"
     pool_min_size: int = attrs.field(default=2, validator=_positive)
     pool_max_size: int = attrs.field(default=10, validator=_positive)
+    # What `url` reaches (DEPLOYMENT.md): "none", PostgreSQL itself; "pgbouncer-transaction",
+    # PgBouncer in transaction mode: no server-side prepared statements (asyncpg's statement cache
+    # off), and what needs a session of its own (LISTEN for question events, the migrations'
+    # advisory lock) goes to direct_url, or without one: events are polled, migrations hold their
+    # lock in one transaction.
+    pooler: Literal["none", "pgbouncer-transaction"] = "none"
+    # PostgreSQL itself, bypassing the pooler (env DATABASE_DIRECT_URL). Used only with a pooler.
+    direct_url: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -287,6 +300,10 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
     overrides: dict = {}
     if "DATABASE_URL" in env:
         overrides.setdefault("database", {})["url"] = env["DATABASE_URL"]
+    if "DATABASE_DIRECT_URL" in env:
+        overrides.setdefault("database", {})["direct_url"] = env["DATABASE_DIRECT_URL"]
+    if "RFP_DATABASE_POOLER" in env:
+        overrides.setdefault("database", {})["pooler"] = env["RFP_DATABASE_POOLER"]
     if "RFP_DATA_DIR" in env:
         overrides.setdefault("database", {})["data_dir"] = env["RFP_DATA_DIR"]
     if "PORT" in env:

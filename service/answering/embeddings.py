@@ -194,12 +194,28 @@ def make_embedder(config: EmbeddingsConfig, session: aiohttp.ClientSession | Non
 
 async def check_available(conn: asyncpg.Connection) -> None:
     """Raise when the database has no embeddings table (pgvector missing when migrating)."""
-    if not await conn.fetchval(db.query("embeddings_available")):
+    if not await db.pgvector_available(conn):
         raise RuntimeError(
             "an embeddings backend is configured but the database has no knowledge_embeddings "
             "table: install pgvector on the PostgreSQL server and re-create the database, or set "
             "embeddings.backend = \"none\""
         )
+
+
+PGVECTOR_MISSING = (
+    "pgvector is not installed on this PostgreSQL server (no knowledge_embeddings table): "
+    "retrieval stays lexical; install pgvector and re-create the database for dense retrieval, "
+    "or set embeddings.backend = \"none\" to silence this"
+)
+
+
+async def usable_embedder(conn: asyncpg.Connection, embedder: Embedder | None) -> Embedder | None:
+    """The configured embedder, or None (lexical retrieval) with one warning when the database
+    has no pgvector: a server without the extension still serves, as on many managed offerings."""
+    if embedder is None or await db.pgvector_available(conn):
+        return embedder
+    log.warning(PGVECTOR_MISSING)
+    return None
 
 
 # -- the indexer ---------------------------------------------------------------------------------

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 
 import aiohttp
 import aiojobs
-import asyncpg
 from aiohttp import web
 
 from .. import db
@@ -23,6 +23,8 @@ from .keys import CONFIG, EVENTS, INDEXER, METRICS, PIPELINE, POOL
 from .telemetry import metrics_middleware
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
 from .views.health import get_metrics
+
+log = logging.getLogger(__name__)
 
 
 def routes() -> list[web.RouteDef]:
@@ -168,8 +170,8 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     from ..answering.pipeline import Pipeline
 
     # The pipeline's own pool: under a flood of requests, answering must not queue behind asking.
-    pool = await asyncpg.create_pool(
-        config.database.url, min_size=1, max_size=config.questions.pool_size, reset=db.keep_session
+    pool = await db.create_pool(
+        config.database.url, config, min_size=1, max_size=config.questions.pool_size
     )
     session = aiohttp.ClientSession()
     scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
@@ -177,7 +179,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         embedder = embeddings.make_embedder(config.embeddings, session)
         if embedder is not None:
             async with pool.acquire() as conn:
-                await embeddings.check_available(conn)
+                embedder = await embeddings.usable_embedder(conn, embedder)
     except BaseException:
         await session.close()
         await pool.close()
@@ -185,7 +187,14 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     pipeline = Pipeline(
         pool, make_engine(app, session), config.questions, scheduler, embedder, app[METRICS]
     )
-    events = QuestionEvents(config.database.url, pipeline.wake)
+    listen_url = db.session_url(config)
+    if listen_url is None:
+        log.warning(
+            "database.pooler is %s and database.direct_url is empty: question events are polled "
+            "every %g s instead of listened for (set direct_url to PostgreSQL itself for LISTEN)",
+            config.database.pooler, config.questions.poll_seconds,
+        )
+    events = QuestionEvents(listen_url, pipeline.wake)
     pipeline.on_commit = events.deliver  # this process's streams get its commits without a read
     await events.connect()
     app[PIPELINE] = pipeline

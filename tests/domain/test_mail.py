@@ -16,6 +16,7 @@ from service import db
 from service.domain import mail
 from service.domain.mail import MailSender
 from service.web.app import create_app
+from tests.conftest import CONNECT
 
 
 def mail_config(**settings: Any) -> Any:
@@ -24,7 +25,7 @@ def mail_config(**settings: Any) -> Any:
 
 @pytest.fixture
 async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=6)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=6)
     yield pool
     await pool.close()
 
