@@ -72,6 +72,9 @@ class DatabaseConfig:
     data_dir: str = "./var"
     pool_min_size: int = attrs.field(default=2, validator=_positive)
     pool_max_size: int = attrs.field(default=10, validator=_positive)
+    # A request waits at most this long for a free pooled connection, then gets 503
+    # service_unavailable with Retry-After (SECURITY.md, "Connections and streams").
+    acquire_timeout_seconds: float = attrs.field(default=5.0, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)

@@ -8,8 +8,7 @@ bounds bodies read whole, i.e. JSON, so the JSON limit stays small while uploads
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
+import tempfile
 from typing import Any
 
 import asyncpg
@@ -25,19 +24,18 @@ from ...domain.errors import (
 )
 from ...domain.models import RfpItem, rfp_json
 from ...domain.rfp_items import (
-    EXPORT_COLUMNS,
     EXPORT_FORMATS,
     AnswerOptions,
     answer_pending_items,
     append_items,
     build_xlsx,
-    export_cells,
     export_filename,
     export_format,
     export_rows,
     import_options,
     import_questionnaire,
     review_item,
+    spool_csv,
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..auth import connection, principal, requires
@@ -46,8 +44,10 @@ from ..frontdoor import stream_headers
 from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
 
-# A CSV export is written to the client in pieces of about this size.
+# A CSV export is written to the client in pieces of this size, from a file that stays in
+# memory up to _SPOOL_IN_MEMORY and spills to disk past it.
 _EXPORT_CHUNK = 64 * 1024
+_SPOOL_IN_MEMORY = 4 * 1024 * 1024
 
 
 @requires("write", roles=("admin", "member"))
@@ -129,36 +129,34 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     return json_response(unstructure(RfpItem.from_row(row)))
 
 
-@requires("read")
+@requires("read", hold_connection=False)
 async def export_rfp(request: web.Request) -> web.StreamResponse:
+    """The items as CSV or XLSX. Read whole while a pooled connection is held, then sent from a
+    spooled file (CSV) or memory (XLSX) with no connection held: a client that reads slowly, or
+    never, must not keep a connection from other requests."""
     fmt = export_format(request.query)
     rfp_id = request.match_info["id"]
-    async with connection(request) as conn:
-        rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
+        async with connection(request) as conn:
+            rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
+            rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
+            if rows is None:
+                await spool_csv(conn, rfp_id, spool)
         headers = {
             hdrs.CONTENT_DISPOSITION:
                 f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"',
         }
-        if fmt == "xlsx":
-            rows = await export_rows(conn, rfp_id)
+        if rows is not None:
             body = await asyncio.to_thread(build_xlsx, rows, rfp["title"])
             return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
-        # CSV streams from a cursor, so a large RFP is never held in memory whole.
         response = web.StreamResponse(headers={**headers, **stream_headers(request)})
         response.content_type = "text/csv"
         response.charset = "utf-8"
+        response.content_length = spool.tell()
+        spool.seek(0)
         await response.prepare(request)
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(EXPORT_COLUMNS)
-        async with conn.transaction():
-            async for row in conn.cursor(db.query("export_rfp_items"), rfp_id, prefetch=500):
-                writer.writerow(["" if c is None else c for c in export_cells(row)])
-                if buffer.tell() > _EXPORT_CHUNK:
-                    await response.write(buffer.getvalue().encode())
-                    buffer.seek(0)
-                    buffer.truncate()
-        await response.write(buffer.getvalue().encode())
+        while chunk := spool.read(_EXPORT_CHUNK):
+            await response.write(chunk)
         await response.write_eof()
         return response
 
