@@ -61,6 +61,10 @@ class ServerConfig:
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
+    # A JSON body must arrive whole within body_timeout_seconds, an upload within
+    # upload_timeout_seconds; else 408 request_timeout and the connection is closed.
+    body_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    upload_timeout_seconds: float = attrs.field(default=300.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
 

@@ -74,6 +74,7 @@ _AUTH_ERRORS = {
 }
 _BODY_ERRORS = {
     "400": _error("malformed JSON or a missing/invalid parameter (invalid_json, parameter_*)"),
+    "408": _error("the body did not arrive within server.body_timeout_seconds (request_timeout)"),
     "413": _error("the body is larger than the service accepts (payload_too_large)"),
     "415": _error("the body is not JSON (unsupported_media_type)"),
     "422": _error("the record could not be saved (validation_failed, with details)"),

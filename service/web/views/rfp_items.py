@@ -39,7 +39,7 @@ from ...domain.rfp_items import (
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..auth import connection, principal, requires
-from ..body import read_json, receive_upload
+from ..body import read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
@@ -165,7 +165,7 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
 async def answer_rfp(request: web.Request) -> web.Response:
     """Answer every pending item through the question pipeline; 202 with what was started."""
     fields: dict[str, Any] = {}
-    if request.body_exists and (await request.read()).strip():  # the body is optional
+    if request.body_exists and (await read_body(request)).strip():  # the body is optional
         body = await read_json(request)
         if not isinstance(body, dict):
             raise ValidationFailed(["the body must be a JSON object (or empty)"])
