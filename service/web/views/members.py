@@ -288,8 +288,9 @@ async def list_members(request: web.Request) -> web.Response:
 
 
 async def passwords_context(app: web.Application) -> AsyncIterator[None]:
-    app[PASSWORDS] = await Passwords.create()
+    app[PASSWORDS] = await Passwords.create(app[CONFIG].auth.password_hash_workers)
     yield
+    app[PASSWORDS].close()
 
 
 async def mail_sender_context(app: web.Application) -> AsyncIterator[None]:

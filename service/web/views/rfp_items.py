@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -22,6 +23,7 @@ from ...domain.errors import (
     NotFound,
     ValidationFailed,
 )
+from ...domain.isolation import IsolatedWorkers
 from ...domain.models import RfpItem, rfp_json
 from ...domain.rfp_items import (
     EXPORT_FORMATS,
@@ -41,7 +43,7 @@ from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..auth import connection, principal, requires
 from ..body import read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
-from ..keys import CONFIG, METRICS, PIPELINE
+from ..keys import CONFIG, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
 
 # A CSV export is written to the client in pieces of this size, from a file that stays in
@@ -81,6 +83,15 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     return json_response({"rfp_items": created}, status=201)
 
 
+async def parsers_context(app: web.Application) -> AsyncIterator[None]:
+    """The upload parsers of this process; children still running at shutdown are killed."""
+    uploads = app[CONFIG].uploads
+    app[PARSERS] = IsolatedWorkers(workers=uploads.parse_workers, timeout=uploads.parse_timeout_seconds,
+                                   memory_bytes=uploads.parse_memory_bytes)
+    yield
+    app[PARSERS].close()
+
+
 @requires("write", roles=("admin", "member"))
 async def import_rfp_items(request: web.Request) -> web.Response:
     options = import_options(request.query)
@@ -88,13 +99,16 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
-    upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
-    try:
-        found = await asyncio.to_thread(
-            questionnaires.parse, upload.file, options, upload.media_type, upload.filename
-        )
-    finally:
-        upload.file.close()
+    config = request.app[CONFIG]
+    upload = await receive_upload(request, config.server.max_upload_bytes)
+    with upload.file:
+        data = upload.file.read()
+    # In a child process with a time and memory limit (service/domain/isolation.py): a hostile
+    # file costs at most that, and never the threads other requests need.
+    found = await request.app[PARSERS].run(
+        questionnaires.parse_upload, data, options, upload.media_type, upload.filename,
+        questionnaires.Limits.of(config.uploads),
+    )
     async with connection(request) as conn:
         report = await import_questionnaire(conn, who.account_id, rfp_id, found)
     return json_response({"import": report}, status=201)
