@@ -350,7 +350,8 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
     try:
         with open(args.file, "rb") as file:
             found = questionnaires.parse(file, options, filename=args.file,
-                                         progress=progress.update if progress else None)
+                                         progress=progress.update if progress else None,
+                                         limits=questionnaires.Limits.of(config.uploads))
     except OSError as exc:
         raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
     finally:

@@ -137,11 +137,30 @@ def export_cells(row: asyncpg.Record) -> list[Any]:
     return [row["question"], row["answer"], row["state"], confidence, row["section"]]
 
 
+# A spreadsheet opening the CSV runs a cell starting with one of these as a formula
+# (=HYPERLINK(…) sends neighbouring cells to another site): OWASP's CSV injection advice is to
+# make such a cell text by putting a single quote in front of it.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """An export cell as written to CSV: None as empty, formula-like text neutralised."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_row(cells: Sequence[Any]) -> list[Any]:
+    return [csv_cell(cell) for cell in cells]
+
+
 def write_csv(rows: Sequence[Sequence[Any]], out: IO[str]) -> None:
     writer = csv.writer(out)
     writer.writerow(EXPORT_COLUMNS)
     for cells in rows:
-        writer.writerow(["" if cell is None else cell for cell in cells])
+        writer.writerow(csv_row(cells))
 
 
 def build_xlsx(rows: Sequence[Sequence[Any]], title: str) -> bytes:
@@ -167,6 +186,26 @@ def build_xlsx(rows: Sequence[Sequence[Any]], title: str) -> bytes:
     buffer = io.BytesIO()
     workbook.save(buffer)
     return buffer.getvalue()
+
+
+async def spool_csv(conn: asyncpg.Connection, rfp_id: str, out: IO[bytes]) -> int:
+    """Write an RFP's items as UTF-8 CSV into `out`, read from a cursor in batches; returns the
+    number of items. The caller sends `out` once the connection is back in the pool, so a client
+    that reads slowly (or never) holds a file, not a database connection."""
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(EXPORT_COLUMNS)
+    count = 0
+    async with conn.transaction():
+        async for row in conn.cursor(db.query("export_rfp_items"), rfp_id, prefetch=500):
+            writer.writerow(csv_row(export_cells(row)))
+            count += 1
+            if text.tell() > 64 * 1024:
+                out.write(text.getvalue().encode())
+                text.seek(0)
+                text.truncate()
+    out.write(text.getvalue().encode())
+    return count
 
 
 async def export_rows(conn: asyncpg.Connection, rfp_id: str) -> list[list[Any]]:

@@ -137,6 +137,7 @@ def create_app(config: Config) -> web.Application:
     app[METRICS] = Metrics()
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
+    app.cleanup_ctx.append(rfp_items.parsers_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]

@@ -74,6 +74,7 @@ _AUTH_ERRORS = {
 }
 _BODY_ERRORS = {
     "400": _error("malformed JSON or a missing/invalid parameter (invalid_json, parameter_*)"),
+    "408": _error("the body did not arrive within server.body_timeout_seconds (request_timeout)"),
     "413": _error("the body is larger than the service accepts (payload_too_large)"),
     "415": _error("the body is not JSON (unsupported_media_type)"),
     "422": _error("the record could not be saved (validation_failed, with details)"),
@@ -430,7 +431,11 @@ def _workflow_paths() -> dict[str, Any]:
     upload = _op("import_rfp_items", "import a CSV or XLSX questionnaire as items, in file order", {
         "201": _json(_ref("RfpItemImportReport"), "what was imported and every row skipped, with why"),
         "400": _error("a malformed option (parameter_invalid)"), "404": no_rfp,
-        "413": _error("the file is larger than server.max_upload_bytes"),
+        "408": _error("the upload did not arrive within server.upload_timeout_seconds "
+                      "(request_timeout)"),
+        "413": _error("the file is larger than server.max_upload_bytes, or over a limit of "
+                      "[uploads] (rows, columns, cells, items, zip parts, parse time or memory; "
+                      "the message names it)"),
         "422": _error("no question column (the columns found are named), no questions, "
                       "unknown sheet, or an unreadable file")},
         params=[_ID,
