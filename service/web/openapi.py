@@ -241,6 +241,10 @@ SCHEMAS: dict[str, Any] = {
                 "imported": {"type": "integer", "minimum": 1},
                 "first_position": {"type": "integer", "minimum": 1},
                 "skipped_count": {"type": "integer", "minimum": 0},
+                "answer_column": _nullable({"type": "string", "description": "where an export "
+                                            "with format=original writes answers"}),
+                "kept_for_export": {"type": "boolean", "description": "the file was kept for "
+                                    "format=original (not past library.max_kept_file_bytes)"},
                 "skipped": {"type": "array", "description": "at most 1,000 listed", "items": {
                     "type": "object", "required": ["row", "reason"],
                     "properties": {"row": {"type": "integer"}, "reason": {"type": "string"}}}},
@@ -448,6 +452,16 @@ def _query(name: str, description: str, schema: dict | None = None) -> dict:
             "schema": schema or {"type": "string"}}
 
 
+_WRITEBACK_PARAMS = [  # export?format=original (issue 20)
+    _query("answers", "approved (default): only approved answers are written; drafted: every "
+           "drafted answer too", {"enum": ["approved", "drafted"]}),
+    _query("unanswered", "text written into the answer cells left without an answer "
+           "(default: left as they are)", {"type": "string", "maxLength": 200}),
+    _query("answer_column", "the column letter answers go into, instead of the one detected at "
+           "import"),
+]
+
+
 def _workflow_paths() -> dict[str, Any]:
     """Items, import, answering, review and export (service/workflow.py)."""
     item = _ref("RfpItem")
@@ -469,7 +483,9 @@ def _workflow_paths() -> dict[str, Any]:
                 _query("question_column", "header name or column letter"),
                 _query("section_column", "header name or column letter"),
                 _query("header_row", "1-based header row; 0 = none; default: detected",
-                       {"type": "integer", "minimum": 0})])
+                       {"type": "integer", "minimum": 0}),
+                _query("answer_column", "header name or column letter answers are written back "
+                       "into (export?format=original); default: detected")])
     upload["requestBody"] = {"required": True, "content": {
         "text/csv": {"schema": {"type": "string"}},
         _XLSX: {"schema": {"type": "string", "format": "binary"}},
@@ -505,8 +521,14 @@ def _workflow_paths() -> dict[str, Any]:
             "200": {"description": "attachment: question, answer, state, confidence, section",
                     "content": {"text/csv": {"schema": {"type": "string"}},
                                 _XLSX: {"schema": {"type": "string", "format": "binary"}}}},
-            "400": _error("format is not csv or xlsx (parameter_invalid)"), "404": no_rfp},
-            params=[_ID, _query("format", "csv (default) or xlsx", {"enum": ["csv", "xlsx"]})])},
+            "400": _error("format is not csv, xlsx or original, or a write-back option is "
+                          "invalid (parameter_invalid)"), "404": no_rfp,
+            "422": _error("format=original without a kept questionnaire, or without an answer "
+                          "column")},
+            params=[_ID, _query("format", "csv (default), xlsx, or original: the imported "
+                                "questionnaire with the answers written into their cells",
+                                {"enum": ["csv", "xlsx", "original"]}),
+                    *_WRITEBACK_PARAMS])},
     }
 
 

@@ -17,7 +17,7 @@ import attrs
 from aiohttp import hdrs, web
 
 from ... import db
-from ...domain import questionnaires
+from ...domain import questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
     NotFound,
@@ -41,7 +41,7 @@ from ...domain.rfp_items import (
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..auth import connection, principal, requires
-from ..body import read_json, receive_upload
+from ..body import Upload, read_json, receive_upload
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
@@ -93,11 +93,25 @@ async def import_rfp_items(request: web.Request) -> web.Response:
         found = await asyncio.to_thread(
             questionnaires.parse, upload.file, options, upload.media_type, upload.filename
         )
+        kept = await asyncio.to_thread(
+            _kept_file, upload, request.app[CONFIG].library.max_kept_file_bytes
+        )
     finally:
         upload.file.close()
     async with connection(request) as conn:
-        report = await import_questionnaire(conn, who.account_id, rfp_id, found)
+        report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
     return json_response({"import": report}, status=201)
+
+
+def _kept_file(upload: Upload, limit: int) -> writeback.KeptFile | None:
+    """The uploaded questionnaire, kept for write-back (issue 20) when within `limit` bytes."""
+    upload.file.seek(0, io.SEEK_END)
+    if upload.file.tell() > limit:
+        return None
+    upload.file.seek(0)
+    content = upload.file.read()
+    fmt = questionnaires.detect_format(content[:8], upload.media_type, upload.filename)
+    return writeback.KeptFile(format=fmt, filename=upload.filename, content=content)
 
 
 async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -> asyncpg.Record:
@@ -133,6 +147,8 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
 async def export_rfp(request: web.Request) -> web.StreamResponse:
     fmt = export_format(request.query)
     rfp_id = request.match_info["id"]
+    if fmt == "original":
+        return await _export_original(request, rfp_id)
     async with connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
         headers = {
@@ -161,6 +177,20 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
         await response.write(buffer.getvalue().encode())
         await response.write_eof()
         return response
+
+
+async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
+    """The imported questionnaire with the answers written into their cells (write-back)."""
+    options = writeback.write_options(request.query)
+    account_id = principal(request).account_id
+    async with connection(request) as conn:
+        rfp = await fetch_rfp(conn, rfp_id, account_id)
+        file, cells = await writeback.load(conn, account_id, rfp_id, options)
+    body = await asyncio.to_thread(writeback.write, file, cells)
+    name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
+    safe = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in name)[:150]
+    headers = {hdrs.CONTENT_DISPOSITION: f'attachment; filename="{safe}"'}
+    return web.Response(body=body, content_type=writeback.media_type(file), headers=headers)
 
 
 @requires("write", roles=("admin", "member"))
