@@ -126,6 +126,11 @@ async def update_item(
     return KnowledgeItem.from_row(row)
 
 
+async def stale_items(conn: asyncpg.Connection, account_id: str) -> list[dict[str, Any]]:
+    """Every stale entry of an account with its owner's e-mail, most overdue first."""
+    return [dict(row) for row in await conn.fetch(db.query("stale_items"), account_id)]
+
+
 # -- versions ----------------------------------------------------------------------------------
 
 

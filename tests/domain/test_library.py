@@ -266,3 +266,24 @@ async def test_merge__rfp_items_saved_as_the_duplicate_follow_and_bad_ids_are_42
     assert same.status == 422
     gone = await client.post(f"{ITEMS}/{kept}/merge", json={"duplicate_id": dup}, headers=admin.headers)
     assert gone.status == 422
+
+
+# -- the operator CLI ----------------------------------------------------------------------------
+
+
+async def test_cli__kb_stale_and_kb_duplicates(database_url, conn, admin):
+    from cli_runner import cli, cli_json
+
+    ids = await _library(conn, admin.account_id)
+    await conn.execute("UPDATE knowledge_items SET review_by = current_date - 5 WHERE id = $1", ids["lone"])
+    stale = await asyncio.to_thread(cli_json, database_url, "kb", "stale", "--account", admin.account_id)
+    assert [entry["id"] for entry in stale["stale"]] == [ids["lone"]]
+    text = await asyncio.to_thread(cli, database_url, "kb", "stale", "--account", admin.account_id)
+    assert text.returncode == 0 and text.stdout.startswith("1 stale entry")
+    found = await asyncio.to_thread(cli_json, database_url, "kb", "duplicates", "--account",
+                                    admin.account_id)
+    assert found["state"] == "fresh"
+    assert sorted(pair["kind"] for pair in found["pairs"]) == ["conflict", "conflict", "duplicate",
+                                                              "duplicate"]
+    missing = await asyncio.to_thread(cli, database_url, "kb", "stale", "--account", "acct_nope")
+    assert missing.returncode == 1
