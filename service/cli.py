@@ -475,6 +475,52 @@ def _iso_date(text: str) -> str:
     return text
 
 
+def cmd_kb_stale(args: argparse.Namespace, config: Config) -> int:
+    """The entries past their review date, most overdue first (library care, issue 20)."""
+
+    from .domain import library
+
+    async def work(conn: asyncpg.Connection) -> list[dict]:
+        await accounts.require_account(conn, args.account)
+        return await library.stale_items(conn, args.account)
+
+    rows = run_with_connection(config, work)
+    payload = {"stale": [
+        {"id": r["id"], "review_by": r["review_by"].isoformat(), "owner_id": r["owner_member_id"],
+         "owner_email": r["owner_email"], "question": r["question"], "title": r["title"]}
+        for r in rows
+    ]}
+    lines = [f"{len(rows)} stale entr{'y' if len(rows) == 1 else 'ies'}"]
+    lines += [f"  {r['id']}  review by {r['review_by']}  {r['owner_email'] or '(no owner)'}  "
+              f"{(r['question'] or r['title'] or '')[:80]}" for r in rows]
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def cmd_kb_duplicates(args: argparse.Namespace, config: Config) -> int:
+    """Find near-duplicate and conflicting entries now, and print them (library care, issue 20)."""
+    from .domain import library
+
+    async def work(conn: asyncpg.Connection) -> tuple[Any, dict]:
+        await accounts.require_account(conn, args.account)
+        run = await library.find_duplicates(
+            conn, args.account, duplicate_similarity=config.library.duplicate_similarity,
+            conflict_similarity=config.library.conflict_similarity,
+        )
+        return run, await library.duplicate_report(conn, args.account)
+
+    run, report = run_with_connection(config, work)
+    if run is None:
+        raise accounts.OperatorError("a duplicate run for this account is under way; try again shortly")
+    report["computed_at"] = report["computed_at"].isoformat() if report["computed_at"] else None
+    lines = [f"{len(report['pairs'])} pair(s) among {run.entries} entries in {run.seconds:.2f} s"]
+    for pair in report["pairs"]:
+        a, b = pair["items"]
+        lines.append(f"  {pair['kind']:9}  {a['id']}  {b['id']}  {pair['similarity']:.2f}  {pair['reason']}")
+    emit(args, report, "\n".join(lines))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m service", description=__doc__)
     top.add_argument("--config", help="config file (default: config.toml, or $RFP_CONFIG)")
@@ -583,6 +629,13 @@ def parser() -> argparse.ArgumentParser:
     p = command("import", cmd_kb_import, group, help="import knowledge-base entries from a CSV file")
     p.add_argument("--account", required=True)
     p.add_argument("file", metavar="FILE.csv")
+    p.add_argument("--json", action="store_true")
+    p = command("stale", cmd_kb_stale, group, help="entries past their review date")
+    p.add_argument("--account", required=True)
+    p.add_argument("--json", action="store_true")
+    p = command("duplicates", cmd_kb_duplicates, group,
+                help="find near-duplicate and conflicting entries now")
+    p.add_argument("--account", required=True)
     p.add_argument("--json", action="store_true")
 
     p = command("eval", cmd_eval, help="measure answer quality on a labelled question set")

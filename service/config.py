@@ -254,6 +254,19 @@ class EmbeddingsConfig:
     poll_seconds: float = attrs.field(default=10.0, validator=_positive)
 
 
+@attrs.frozen(kw_only=True)
+class LibraryConfig:
+    # Library care and write-back (issue 20). A new entry's review date is this many days after it
+    # is created or marked reviewed; past it the entry is stale and never auto-answers.
+    review_period_days: int = attrs.field(default=365, validator=_positive)
+    # Trigram similarity (0-1) at or above which two entries' questions (or answers) are reported as
+    # near-duplicates; conflicts (Yes vs No, different numbers) are looked for from conflict_similarity.
+    duplicate_similarity: float = attrs.field(default=0.8, validator=_probability)
+    conflict_similarity: float = attrs.field(default=0.6, validator=_probability)
+    # Imported questionnaires kept for `export?format=original`; a larger file is imported but not kept.
+    max_kept_file_bytes: int = attrs.field(default=20_971_520, validator=_positive)
+
+
 def _default_rate_limits() -> dict[str, RateLimit]:
     return {"ask_question": RateLimit(limit=10, period_seconds=60)}
 
@@ -273,6 +286,7 @@ class Config:
     questions: QuestionsConfig = QuestionsConfig()
     openai: OpenAIConfig = OpenAIConfig()
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    library: LibraryConfig = LibraryConfig()
 
     @property
     def data_dir(self) -> Path:
