@@ -23,6 +23,7 @@ from pathlib import Path
 
 import attrs
 
+from . import words as english
 from .retrieval import Reference
 
 MODEL_PATH = Path(__file__).with_name("decision_model.json")
@@ -51,6 +52,8 @@ def terms(text: str | None) -> set[str]:
     for word in _WORD.findall((text or "").lower()):
         if word in STOPWORDS or len(word) < 2:
             continue
+        if len(word) > 5 and word.endswith("ies"):
+            word = word[:-3] + "y"  # "vulnerabilities" is "vulnerability"
         for suffix in ("ing", "ed", "es", "s"):
             if len(word) > len(suffix) + 3 and word.endswith(suffix):
                 word = word[: -len(suffix)]
@@ -231,6 +234,44 @@ def match(question: str, reference: Reference) -> Match:
     anywhere = len(wanted & everything) / len(wanted)
     score = 0.75 * max(by_question, 0.8 * anywhere) + 0.25 * max(0.0, min(1.0, reference.score))
     return Match(reference=reference, score=round(score, 4), missing=frozenset(wanted - everything))
+
+
+def same_subject(question: str, reference: Reference) -> bool:
+    """The entry was written for this question in substance: its own question (or title) says
+    most of the question's terms. Then its whole answer, and its own Yes/No, answer it."""
+    if not reference.question and not reference.title:
+        return False
+    if same_question(question, reference):
+        return True
+    wanted = terms(question)
+    asked = terms(reference.question) | terms(reference.title)
+    return bool(wanted) and len(wanted & asked) / len(wanted) >= VERBATIM_MATCH
+
+
+def similarity(question: str, text: str) -> float:
+    """How much of the question a text says: the share of the question's content words it
+    contains, each weighed by how rare the word is in English (words.factor), so that "patched"
+    counts for more than "run"."""
+    wanted = terms(question)
+    if not wanted:
+        return 0.0
+    weight = {t: english.factor(t) for t in wanted}
+    found = wanted & terms(text)
+    return sum(weight[t] for t in found) / sum(weight.values())
+
+
+def bearing_sentences(question: str, reference: Reference) -> list[tuple[float, int, str]]:
+    """The sentences of the entry's answer that bear on the question (say any of its words):
+    (similarity, position, sentence), the most similar first (the earlier on a tie)."""
+    ranked = [(similarity(question, sentence), position, sentence)
+              for position, sentence in enumerate(split_sentences(reference.answer))]
+    return sorted((r for r in ranked if r[0] > 0), key=lambda r: (-r[0], r[1]))
+
+
+def bearing(question: str, reference: Reference) -> float:
+    """How well the entry's best part, its own question or one sentence, says the question."""
+    pieces = [reference.question or "", reference.title or "", *split_sentences(reference.answer)]
+    return max(similarity(question, piece) for piece in pieces)
 
 
 def relevant(question: str, references: Sequence[Reference]) -> list[Match]:
