@@ -51,8 +51,11 @@ async def _attempt(
             if response.status == 429 or response.status >= 500:
                 raise Retryable(f"HTTP {response.status} from the {server}")
             if response.status >= 400:
-                text = (await response.text())[:200]
-                raise failure(f"HTTP {response.status} from the {server}: {text}")
+                # The body may echo the prompt, the key's name or the provider's internals: it
+                # goes to the operator's log, never into what a user sees (attention points).
+                log.warning("%s answered HTTP %s: %s", server, response.status,
+                            (await response.text())[:2000])
+                raise failure(f"HTTP {response.status} from the {server} (details in the service log)")
             try:
                 payload = await response.json(content_type=None)
             except ValueError:

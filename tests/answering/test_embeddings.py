@@ -22,6 +22,7 @@ from service.answering.embeddings import EmbeddingFailure, Indexer, OpenAIEmbedd
 from service.answering.retrieval import find_references
 from service.config import EmbeddingsConfig
 from service.domain.knowledge import import_csv
+from tests.conftest import CONNECT
 
 GROUPS = [
     {"laptop", "laptops", "workstation", "workstations", "endpoint", "endpoints", "device", "devices"},
@@ -121,7 +122,7 @@ async def test_openai_embedder__retries_server_errors_then_gives_up(fake, sessio
 async def test_indexer__embeds_new_and_changed_entries_only(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
     try:
         indexer = Indexer(pool, OpenAIEmbedder(settings(url), session), settings(url))
         assert await indexer.catch_up() == 4
@@ -148,7 +149,7 @@ async def test_indexer__embeds_new_and_changed_entries_only(fake, session, conn,
 async def test_indexer__two_processes_never_embed_the_same_entry(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
-    pools = [await asyncpg.create_pool(database_url, min_size=1, max_size=2) for _ in range(2)]
+    pools = [await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2) for _ in range(2)]
     try:
         # Another process holds a live claim on BAK-1; one that died left a lapsed claim on HR-1.
         await conn.execute(
@@ -174,7 +175,7 @@ async def test_indexer__two_processes_never_embed_the_same_entry(fake, session, 
 async def test_hnsw_index__processes_meeting_a_new_dimension_at_once_both_succeed(conn, database_url):
     # CREATE INDEX IF NOT EXISTS is not safe against itself: two at once can end in a unique
     # violation in pg_class. Indexers in two processes meet a new model's dimension together.
-    conns = [await asyncpg.connect(database_url) for _ in range(2)]
+    conns = [await asyncpg.connect(database_url, **CONNECT) for _ in range(2)]
     try:
         for dimensions in range(3, 23):
             await asyncio.gather(*(c.execute(embeddings.query_sql("embeddings_hnsw_index", dimensions))
@@ -191,7 +192,7 @@ async def test_hnsw_index__processes_meeting_a_new_dimension_at_once_both_succee
 async def test_indexer__a_failed_batch_is_released_at_once(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
     try:
         indexer = Indexer(pool, OpenAIEmbedder(settings(url, max_attempts=1), session), settings(url))
         server.failures = [503]
@@ -212,7 +213,7 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     await import_csv(conn, admin.account_id, KB)
     await import_csv(conn, other.account_id, KB.replace("END-1", "OTHER-END"))
     embedder = OpenAIEmbedder(settings(url), session)
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
     try:
         await Indexer(pool, embedder, settings(url)).catch_up()
     finally:
