@@ -233,9 +233,10 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
 
 def rfp_item_state(work: Work, config: QuestionsConfig) -> str:
     """The state an RFP item takes from its question's answer: needs_input when nothing answers
-    it or its confidence is below the review band (a person must write it), else auto_answered
-    (the band, auto-answer or review, is shown beside it)."""
-    if not work.sufficient_context or work.engine_failure is not None:
+    it, it asks for attention (a stale entry, a partial answer), or its confidence is below the
+    review band (a person must write it), else auto_answered (the band, auto-answer or review, is
+    shown beside it)."""
+    if not work.sufficient_context or work.engine_failure is not None or work.requires_attention:
         return "needs_input"
     if bands.band(work.confidence, work.requires_attention, config) == "needs_input":
         return "needs_input"

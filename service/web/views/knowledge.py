@@ -14,9 +14,9 @@ from ...domain.convert import structure, unstructure
 from ...domain.errors import NotFound, ParameterInvalid, UnsupportedMediaType, ValidationFailed
 from ...domain.knowledge import KnowledgeItem, KnowledgeItemInput, create_item, decode_csv, import_csv
 from ...domain.models import Page
-from ..auth import connection, principal, requires
+from ..auth import acquire, connection, principal, requires
 from ..body import read_json, read_object, receive_upload
-from ..keys import CONFIG, INDEXER, LIBRARY_JOBS, POOL
+from ..keys import CONFIG, INDEXER, LIBRARY_JOBS
 from ..responses import json_response
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ async def get_duplicates(request: web.Request) -> web.Response:
 async def library_context(app: web.Application) -> AsyncIterator[None]:
     """The review period from config into the database; background duplicate runs stopped at exit."""
     app[LIBRARY_JOBS] = {}
-    async with app[POOL].acquire() as conn:
+    async with acquire(app) as conn:
         await library.set_review_period(conn, app[CONFIG].library.review_period_days)
     yield
     tasks = list(app[LIBRARY_JOBS].values())
@@ -199,7 +199,7 @@ def start_duplicate_run(app: web.Application, account_id: str) -> None:
 
     async def run() -> None:
         try:
-            async with app[POOL].acquire() as conn:
+            async with acquire(app) as conn:
                 await library.find_duplicates(
                     conn, account_id, duplicate_similarity=settings.duplicate_similarity,
                     conflict_similarity=settings.conflict_similarity,
