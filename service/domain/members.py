@@ -283,7 +283,7 @@ async def confirm_email(
     pool: asyncpg.Pool, passwords: Passwords, token: str, password: str | None
 ) -> asyncpg.Record:
     """Spend a confirmation link; it also sets the password the user chose, which is required
-    unless they already have one of their own (412-free: a 422 leaves the link unspent)."""
+    unless they already have one of their own (a 422 leaves the link unspent)."""
     digest = hash_token(token)
     async with pool.acquire() as conn:
         user = await conn.fetchrow(db.query("user_for_confirmation"), digest)
@@ -307,7 +307,7 @@ async def confirmation_needs_password(conn: asyncpg.Connection, token: str) -> b
     return not user["password_chosen_by_user"]
 
 
-def _confirmed(row: asyncpg.Record) -> dict[str, Any]:
+def confirmed_body(row: asyncpg.Record) -> dict[str, Any]:
     return {"confirmed": True, "email": row["email"], "confirmed_at": unstructure(row["confirmed_at"])}
 
 
