@@ -589,7 +589,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", required=True, metavar="Q.csv")
     p.add_argument("--labels", required=True, metavar="L.csv")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--embeddings", choices=["none", "local", "openai"],
+    p.add_argument("--embeddings", choices=["onnx", "none", "local", "openai"],
                    help="dense retrieval backend for this run (default: the config's [embeddings])")
     p.add_argument("--fit", action="store_true",
                    help="also fit the coverage decision model on these labels (with leave-one-out)")

