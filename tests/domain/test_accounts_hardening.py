@@ -379,3 +379,26 @@ async def test_invitation_acceptance_is_throttled(mail_client, make_account, con
                                           json={"password": "guessing again", "terms_of_service": True})
         statuses.append(response.status)
     assert statuses[:10] == [422] * 10 and statuses[10] == 429
+
+
+# -- 12: held mail is for the operator, through the CLI --------------------------------------------
+
+
+async def test_cli__mail_show_lists_held_mail_and_prints_one(database_url, conn):
+    from service import config as config_module
+    from service.domain import mail
+    from service.domain.mail import MailSender
+
+    settings = config_module.structure({}).mail  # no smtp_host: held
+    mail_id = await mail.enqueue(conn, settings, "ada@example.test", "Confirm", "token=SECRET123")
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        assert await MailSender(pool, settings).deliver_due()
+    finally:
+        await pool.close()
+    listed = cli(database_url, "mail", "show")
+    assert listed.returncode == 0 and f"{mail_id}\t" in listed.stdout and "SECRET123" not in listed.stdout
+    shown = cli(database_url, "mail", "show", str(mail_id))
+    assert shown.returncode == 0 and "token=SECRET123" in shown.stdout
+    assert "To: ada@example.test" in shown.stdout
+    assert cli(database_url, "mail", "show", "999999").returncode == 1
