@@ -283,13 +283,16 @@ async def confirm_email(
     pool: asyncpg.Pool, passwords: Passwords, token: str, password: str | None
 ) -> asyncpg.Record:
     """Spend a confirmation link; it also sets the password the user chose, which is required
-    unless they already have one of their own (a 422 leaves the link unspent)."""
+    unless they already have one of their own (a 422 leaves the link unspent). A password of
+    their own (chosen since, e.g. with an invitation) is kept: a link replaces no password."""
     digest = hash_token(token)
     async with pool.acquire() as conn:
         user = await conn.fetchrow(db.query("user_for_confirmation"), digest)
     if user is None:
         raise NotFound("this confirmation link is unknown, already used or expired")
-    if password is None and not user["password_chosen_by_user"]:
+    if user["password_chosen_by_user"]:
+        password = None
+    elif password is None:
         raise ValidationFailed(["password: choose your password (12 to 128 characters)"])
     new_hash = await passwords.hash(password) if password is not None else None
     async with pool.acquire() as conn, conn.transaction():
@@ -471,7 +474,8 @@ async def accept_invitation(
             await conn.execute(
                 db.query("accept_terms_for_invited_user"), user_id, new_hash, first, last
             )
-            if new_hash is not None:  # tokens signed in with a password that was not theirs
+            if new_hash is not None and user["password_hash"] is not None:
+                # Tokens may have been signed in with the password an administrator chose.
                 await conn.execute(db.query("revoke_user_tokens"), user_id, None)
         if await conn.fetchval(db.query("is_member"), invitation["account_id"], invitation["email"]):
             raise Conflict(f"{invitation['email']} is already a member of this account")

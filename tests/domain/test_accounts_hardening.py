@@ -402,3 +402,32 @@ async def test_cli__mail_show_lists_held_mail_and_prints_one(database_url, conn)
     assert shown.returncode == 0 and "token=SECRET123" in shown.stdout
     assert "To: ada@example.test" in shown.stdout
     assert cli(database_url, "mail", "show", "999999").returncode == 1
+
+
+async def test_confirmation_link_replaces_no_password_the_user_chose_since(mail_client, make_account, smtp):
+    first, second = await make_account(name="A"), await make_account(name="B")
+    await mail_client.post("/api/v1/users", headers=first.headers, json={"user": {
+        "email": "u2@example.test", "password": ADMIN_CHOSEN, "terms_of_service": "accepted"}})
+    confirmation = confirmation_token((await smtp.wait_for(1))[0])
+    await mail_client.post("/api/v1/invitations", headers=second.headers,
+                           json={"invitation": {"email": "u2@example.test"}})
+    invitation = link_token((await smtp.wait_for(2))[1], "/api/v1/invitations/")
+    joined = await mail_client.post(f"/api/v1/invitations/{invitation}/accept",
+                                    json={"password": OWN, "terms_of_service": "accepted"})
+    assert joined.status == 201
+    confirmed = await mail_client.post("/api/v1/users/confirmation",
+                                       json={"token": confirmation, "password": "replaced by a link"})
+    assert confirmed.status == 200
+    assert (await sign_in(mail_client, "u2@example.test", "replaced by a link")).status == 401
+    assert (await sign_in(mail_client, "u2@example.test", OWN)).status == 201
+
+
+async def test_invitation__operator_made_user_keeps_their_cli_token(mail_client, make_account, smtp):
+    first, second = await make_account(name="A"), await make_account(name="B")  # first: no password
+    await mail_client.post("/api/v1/invitations", headers=second.headers,
+                           json={"invitation": {"email": first.email}})
+    invitation = link_token((await smtp.wait_for(1))[0], "/api/v1/invitations/")
+    joined = await mail_client.post(f"/api/v1/invitations/{invitation}/accept",
+                                    json={"password": OWN, "terms_of_service": "accepted"})
+    assert joined.status == 201
+    assert (await mail_client.get("/api/v1/members", headers=first.headers)).status == 200
