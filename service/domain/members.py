@@ -628,9 +628,13 @@ async def reset_password(pool: asyncpg.Pool, passwords: Passwords, fields: Any) 
     """Complete a reset: the link proves the address; the new password is the user's own, and
     every token of the user is revoked."""
     data = structure(fields, PasswordReset)
+    digest = hash_token(data.token)
+    async with pool.acquire() as conn:  # no hashing work for a made-up token
+        if not await conn.fetchval(db.query("password_reset_is_live"), digest):
+            raise NotFound("this reset link is unknown, already used or expired")
     new_hash = await passwords.hash(data.password)
     async with pool.acquire() as conn, conn.transaction():
-        user_id = await conn.fetchval(db.query("use_password_reset"), hash_token(data.token))
+        user_id = await conn.fetchval(db.query("use_password_reset"), digest)
         if user_id is None:
             raise NotFound("this reset link is unknown, already used or expired")
         await conn.execute(db.query("set_own_password"), user_id, new_hash, True)
