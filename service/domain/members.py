@@ -92,7 +92,7 @@ class InvitationAcceptance:
 
 @attrs.frozen(kw_only=True)
 class SignIn:
-    email: str
+    email: Email  # validated (at most 254 characters) before it keys a rate-limit bucket
     password: str
     scopes: list[Scope] = attrs.field(factory=lambda: list(SCOPES), validator=_non_empty)
     account_id: str | None = None

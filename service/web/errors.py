@@ -38,6 +38,7 @@ STATUS = {
     "email_unconfirmed": 403,
     "not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
     "conflict": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
@@ -76,7 +77,10 @@ def database_unavailable(exc: BaseException) -> bool:
 
 
 def render(error: ServiceError) -> web.Response:
-    return json_response(error.body(), status=status_of(error), headers=error.headers)
+    response = json_response(error.body(), status=status_of(error), headers=error.headers)
+    if error.headers.get("Connection") == "close":
+        response.force_close()
+    return response
 
 
 def _from_http_exception(exc: web.HTTPException) -> ServiceError:

@@ -197,8 +197,9 @@ async def post_password_reset_complete(request: web.Request) -> web.Response:
 
 
 async def passwords_context(app: web.Application) -> AsyncIterator[None]:
-    app[PASSWORDS] = await Passwords.create()
+    app[PASSWORDS] = await Passwords.create(app[CONFIG].auth.password_hash_workers)
     yield
+    app[PASSWORDS].close()
 
 
 async def mail_sender_context(app: web.Application) -> AsyncIterator[None]:
