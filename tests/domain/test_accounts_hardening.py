@@ -431,3 +431,16 @@ async def test_invitation__operator_made_user_keeps_their_cli_token(mail_client,
                                     json={"password": OWN, "terms_of_service": "accepted"})
     assert joined.status == 201
     assert (await mail_client.get("/api/v1/members", headers=first.headers)).status == 200
+
+
+async def test_demo_token_expires_after_cli_token_ttl_days(empty_database_url, config):
+    from service.cli import bootstrap_demo
+
+    demo = await bootstrap_demo(empty_database_url, with_config(config, auth={"cli_token_ttl_days": 30}))
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        row = await conn.fetchrow("SELECT source, expires_at - now() AS left FROM api_tokens")
+    finally:
+        await conn.close()
+    assert demo["token"].startswith("rfpk_")
+    assert row["source"] == "demo" and 29 <= row["left"].days < 30
