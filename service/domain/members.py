@@ -26,7 +26,8 @@ Each state-changing action is one function here (`create_user`, `confirm_email`,
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -237,6 +238,16 @@ If you did not expect this, tell the account's administrator; your password is u
     return f"You were added to {account_name}", body
 
 
+@asynccontextmanager
+async def _race_is_conflict() -> AsyncIterator[None]:
+    """A unique index refusing a row written meanwhile by a request that took no address lock
+    (the operator CLI adding the same member) is a 409 to retry, not a 500."""
+    try:
+        yield
+    except asyncpg.UniqueViolationError:
+        raise Conflict("the same change was made at the same moment; try again") from None
+
+
 def _base_url(config: Config) -> str:
     return config.server.web_base_url.rstrip("/")
 
@@ -252,7 +263,7 @@ async def create_user(conn: asyncpg.Connection, config: Config, account_id: str,
     data = structure(fields, NewUser, root="user")
     first, last = data.first_name or "", data.last_name or ""
     role = data.role or "member"
-    async with conn.transaction():
+    async with _race_is_conflict(), conn.transaction():
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), account_id, data.email):
             raise ValidationFailed(["user.email: is already a member of this account"])
@@ -401,7 +412,7 @@ async def invite(
     account_name = await require_active_account(conn, who.account_id)
     data = structure(fields, NewInvitation, root="invitation")
     token = new_link_token()
-    async with conn.transaction():
+    async with _race_is_conflict(), conn.transaction():
         # Concurrent invitations to one address wait here instead of failing on
         # invitations_one_pending: each replaces the one before.
         await conn.execute(db.query("lock_address"), data.email)
@@ -452,7 +463,7 @@ async def accept_invitation(
     else:
         new_hash = await passwords.hash(data.password)
     first, last = data.first_name or "", data.last_name or ""
-    async with pool.acquire() as conn, conn.transaction():
+    async with _race_is_conflict(), pool.acquire() as conn, conn.transaction():
         # Two acceptances for one new address (invitations from two accounts) wait here; the
         # second then finds the user the first created, instead of failing on users_email_key.
         await conn.execute(db.query("lock_address"), invitation["email"])

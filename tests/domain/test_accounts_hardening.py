@@ -444,3 +444,26 @@ async def test_demo_token_expires_after_cli_token_ttl_days(empty_database_url, c
         await conn.close()
     assert demo["token"].startswith("rfpk_")
     assert row["source"] == "demo" and 29 <= row["left"].days < 30
+
+
+async def test_create_user__a_member_added_meanwhile_elsewhere_is_409_not_500(
+    client, make_account, conn, database_url
+):
+    first, second = await make_account(name="A"), await make_account(name="B")
+    other = await asyncpg.connect(database_url)  # the operator's CLI, which takes no address lock
+    try:
+        transaction = other.transaction()
+        await transaction.start()
+        await other.execute(
+            "INSERT INTO members (id, account_id, user_id, role) VALUES ('mbr_cli', $1, $2, 'member')",
+            first.account_id, second.user_id,
+        )
+        request = asyncio.create_task(client.post("/api/v1/users", headers=first.headers, json={
+            "user": {"email": second.email, "password": ADMIN_CHOSEN, "terms_of_service": True}}))
+        await asyncio.sleep(0.5)  # the request waits on the uncommitted row's unique key
+        await transaction.commit()
+        response = await request
+    finally:
+        await other.close()
+    assert response.status == 409, await response.json()
+    assert (await response.json())["error"]["code"] == "conflict"
