@@ -270,6 +270,10 @@ async def create_user(conn: asyncpg.Connection, config: Config, account_id: str,
         user = await conn.fetchrow(db.query("user_by_email"), data.email)
         if user is None:
             user_id = await conn.fetchval(db.query("insert_unconfirmed_user"), data.email, first, last)
+        else:
+            user_id = user["id"]
+        if user is None or not user["password_chosen_by_user"]:
+            # Without a password of their own they need the link that lets them choose one.
             token = new_link_token()
             ttl_hours = config.members.confirmation_ttl_hours
             await conn.execute(
@@ -277,7 +281,6 @@ async def create_user(conn: asyncpg.Connection, config: Config, account_id: str,
             )
             subject, body = confirmation_mail(_base_url(config), account_name, token, ttl_hours)
         else:
-            user_id = user["id"]
             subject, body = added_mail(_base_url(config), account_name)
         member_id = await conn.fetchval(
             db.query("insert_membership"), new_id("mbr"), account_id, user_id, role

@@ -467,3 +467,19 @@ async def test_create_user__a_member_added_meanwhile_elsewhere_is_409_not_500(
         await other.close()
     assert response.status == 409, await response.json()
     assert (await response.json())["error"]["code"] == "conflict"
+
+
+async def test_create_user__an_existing_user_without_own_password_gets_a_link_to_choose_one(
+    mail_client, make_account, smtp
+):
+    first, second = await make_account(name="A"), await make_account(name="B")
+    for account in (first, second):
+        response = await mail_client.post("/api/v1/users", headers=account.headers, json={"user": {
+            "email": "u3@example.test", "password": ADMIN_CHOSEN, "terms_of_service": True}})
+        assert response.status == 201
+    messages = await smtp.wait_for(2)
+    token = confirmation_token(messages[1])  # B's mail lets u3 choose a password too
+    confirmed = await mail_client.post("/api/v1/users/confirmation", json={"token": token, "password": OWN})
+    assert confirmed.status == 200
+    signed_in = await sign_in(mail_client, "u3@example.test", OWN, account_id=second.account_id)
+    assert signed_in.status == 201
