@@ -16,7 +16,8 @@ Decisions where the specification is silent (also in README "Members"):
   whose link, e-mailed to the address, proves it is theirs; their old tokens are revoked.
 - POST /users answers alike whether or not the address is registered in another account: an
   existing user becomes a member at once and is told so by e-mail (their own password signs
-  in); the response shows the names the administrator gave, as for a new user.
+  in; without one, the e-mail is a confirmation link to choose it); the response shows the
+  names the administrator gave, as for a new user.
 
 Each state-changing action is one function here (`create_user`, `confirm_email`, `sign_in`,
 `invite`, `accept_invitation`, `change_role`, `remove_member`, `change_password`,
