@@ -27,6 +27,9 @@ class ServiceProcess:
         self.config_path = tmp / f"config-{self.port}.toml"
         self.config_path.write_text(config_toml)
         self.env = {**os.environ, "DATABASE_URL": database_url, "RFP_CONFIG": str(self.config_path)}
+        bouncer = os.environ.get("PGBOUNCER_URL", "").rsplit("/", 1)[0]
+        if bouncer and database_url.startswith(bouncer + "/"):  # the PgBouncer pass
+            self.env["RFP_DATABASE_POOLER"] = "pgbouncer-transaction"
         self.log = tmp / f"service-{self.port}.log"
         self.process: subprocess.Popen | None = None
 
