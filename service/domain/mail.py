@@ -120,7 +120,7 @@ class MailSender:
                 async with self._pool.acquire() as conn:
                     await conn.execute(db.query("mark_mail_sent"), row["id"], row["attempts"])
                 return
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except Exception as exc:  # asyncpg fails in several ways (InternalClientError too)
                 if time.monotonic() + delay > lease_ends:
                     raise
                 log.warning("mail %s sent, but recording it failed (%s); retrying", row["id"], exc)
