@@ -117,6 +117,9 @@ def config(database_url: str, direct_database_url: str) -> Config:
         {
             "database": {"url": database_url, "pool_min_size": 1, "pool_max_size": 5, **pooler},
             "server": {"web_base_url": "https://app.example.test"},
+            # Lexical only, for speed: the onnx default has tests of its own
+            # (tests/answering/test_embeddings_onnx.py).
+            "embeddings": {"backend": "none"},
         }
     )
 

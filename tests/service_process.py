@@ -22,7 +22,10 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    def __init__(self, database_url: str, config_toml: str, tmp: Path, port: int | None = None):
+    def __init__(self, database_url: str, config_toml: str, tmp: Path, port: int | None = None,
+                 embeddings: str | None = "none"):
+        """`embeddings`: the backend when `config_toml` has no [embeddings] of its own (lexical
+        only by default, for speed; None: the service's default, dense)."""
         self.port = port or free_port()
         self.config_path = tmp / f"config-{self.port}.toml"
         self.config_path.write_text(config_toml)
@@ -30,6 +33,8 @@ class ServiceProcess:
         bouncer = os.environ.get("PGBOUNCER_URL", "").rsplit("/", 1)[0]
         if bouncer and database_url.startswith(bouncer + "/"):  # the PgBouncer pass
             self.env["RFP_DATABASE_POOLER"] = "pgbouncer-transaction"
+        if embeddings is not None and "[embeddings]" not in config_toml:
+            self.env["RFP_EMBEDDINGS"] = embeddings
         self.log = tmp / f"service-{self.port}.log"
         self.process: subprocess.Popen | None = None
 

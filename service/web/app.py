@@ -72,6 +72,23 @@ def routes() -> list[web.RouteDef]:
             name="accept_invitation",
         ),
         web.get("/api/v1/members", members.list_members, name="list_members", allow_head=False),
+        # -- accounts hardening (issue 17): members, tokens, passwords --
+        web.patch("/api/v1/members/{id}", members.patch_member, name="change_member_role"),
+        web.delete("/api/v1/members/{id}", members.delete_member, name="remove_member"),
+        web.get(
+            "/api/v1/members/{id}/tokens", members.list_member_tokens, name="list_member_tokens",
+            allow_head=False,
+        ),
+        web.delete("/api/v1/tokens/{id}", members.delete_token, name="revoke_token"),
+        web.post("/api/v1/users/password", members.post_password, name="change_password"),
+        web.post(
+            "/api/v1/users/password/reset", members.post_password_reset,
+            name="request_password_reset",
+        ),
+        web.post(
+            "/api/v1/users/password/reset/complete", members.post_password_reset_complete,
+            name="reset_password",
+        ),
         web.post("/api/v1/questions", questions.post_question, name="ask_question"),
         web.get(
             "/api/v1/questions/{id}", questions.get_question, name="get_question", allow_head=False
@@ -91,6 +108,27 @@ def routes() -> list[web.RouteDef]:
         web.post(
             "/api/v1/knowledge_base_items/import", knowledge.import_items,
             name="import_knowledge_base_items",
+        ),
+        # Library care (issue 20); before /{id}, which would match "duplicates".
+        web.get(
+            "/api/v1/knowledge_base_items/duplicates", knowledge.get_duplicates,
+            name="knowledge_base_duplicates", allow_head=False,
+        ),
+        web.patch(
+            "/api/v1/knowledge_base_items/{id}", knowledge.patch_item,
+            name="update_knowledge_base_item",
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/{id}/reviewed", knowledge.post_reviewed,
+            name="review_knowledge_base_item",
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items/{id}/versions", knowledge.get_versions,
+            name="knowledge_base_item_versions", allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/{id}/merge", knowledge.post_merge,
+            name="merge_knowledge_base_items",
         ),
         web.get(
             "/api/v1/knowledge_base_items/{id}", knowledge.get_item, name="get_knowledge_base_item",
@@ -120,8 +158,10 @@ def create_app(config: Config) -> web.Application:
     app[METRICS] = Metrics()
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
+    app.cleanup_ctx.append(rfp_items.parsers_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
+    app.cleanup_ctx.append(knowledge.library_context)  # after _pool: it uses the pool
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
     app.add_routes(guarded_routes(routes() + (extra if config.metrics.enabled else []), config))
     app.on_startup.append(refuse_unguarded)

@@ -57,6 +57,14 @@ def test_load__rfp_config_names_the_file(tmp_path):
     assert load(env={"RFP_CONFIG": str(path)}).server.workers == 3
 
 
+def test_load__rfp_embeddings_sets_the_backend_and_is_checked(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[embeddings]\nbackend = "onnx"\n')
+    assert load(path, env={"RFP_EMBEDDINGS": "none"}).embeddings.backend == "none"
+    with pytest.raises(ConfigError, match=r"embeddings\.backend"):
+        load(path, env={"RFP_EMBEDDINGS": "torch"})
+
+
 def test_load__missing_rfp_config_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load(env={"RFP_CONFIG": str(tmp_path / "nope.toml")})
