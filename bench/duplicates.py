@@ -19,7 +19,7 @@ import random
 import secrets
 import time
 
-import _setup  # noqa: F401  (puts the checkout on sys.path)
+import _setup  # puts the checkout on sys.path
 import asyncpg
 from retrieval import sampler, words
 

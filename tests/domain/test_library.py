@@ -289,3 +289,12 @@ async def test_cli__kb_stale_and_kb_duplicates(database_url, conn, admin):
                                                               "duplicate"]
     missing = await asyncio.to_thread(cli, database_url, "kb", "stale", "--account", "acct_nope")
     assert missing.returncode == 1
+
+
+async def test_find_duplicates__a_second_run_replaces_the_first(conn, admin):
+    await _library(conn, admin.account_id)
+    for _ in range(2):
+        run = await find_duplicates(conn, admin.account_id, duplicate_similarity=0.8,
+                                    conflict_similarity=0.5)
+        assert run is not None and run.findings == 4
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_duplicates") == 4
