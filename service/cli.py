@@ -403,6 +403,18 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                     review=args.review)
         return results
 
+    if args.ablate:
+        table = asyncio.run(evaluation.ablate(database.url, sets, config.questions))
+        if args.json:
+            print(json.dumps({"ablation": table}))
+            return 0
+        print("questions right without each knob (as shipped first): hit@1 / hit@5 / decisions "
+              "(cross-validated), per set")
+        for row in table:
+            print(f"  {row['variant']:56} " + "   ".join(
+                f"{name} {row[name]['hit1']}/{row[name]['hit5']}/{row[name]['decisions']}"
+                for name in sets))
+        return 0
     results = asyncio.run(run())
     labelled = {name: (results[name], evaluation.read_labels(paths[2]))
                 for name, paths in sets.items()}
@@ -583,6 +595,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", metavar="L.csv")
     p.add_argument("--json", action="store_true")
     p.add_argument("--verbose", action="store_true", help="each question's outcome, for every set")
+    p.add_argument("--ablate", action="store_true",
+                   help="instead: the questions right without each vocabulary concept and "
+                        "retrieval knob, per set")
     p.add_argument("--review", action="store_true",
                    help="then accept the labelled entry for half of the answerable questions "
                         "through the review path, ask every question again, report the change")
