@@ -62,6 +62,18 @@ async def test_onnx__order_kept_whatever_the_lengths(embedder):
         assert cosine(a, b) > 0.999
 
 
+def test_onnx__calls_stay_within_the_token_budget():
+    # Big calls made onnxruntime's peak memory jump by ~200 MB: long texts go a few at a time.
+    from service.answering.minilm_onnx import CHUNK_TOKENS
+
+    ids = [[1] * n for n in (256, 12, 256, 40, 256, 256, 9, 300, 255)]
+    calls = OnnxEmbedder.chunks(ids)
+    assert sorted(i for call in calls for i in call) == list(range(len(ids)))
+    for call in calls:
+        assert len(call) == 1 or len(call) * max(len(ids[i]) for i in call) <= CHUNK_TOKENS
+    assert [6, 1, 3] in calls  # the short ones together
+
+
 async def test_onnx__meaning(embedder):
     question, paraphrase, unrelated = await embedder.embed([
         "How do you protect company laptops from malware?",
