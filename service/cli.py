@@ -524,8 +524,12 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                 mark = "ok " if q.get("correct") else ("BAD" if "correct" in q else "   ")
                 print(f"{mark} {name}:{q['id']:12} sufficient={q['sufficient_context']!s:5} "
                       f"confidence={q['confidence']:.2f} references={', '.join(q['references'][:3])}")
-    print(f"\ndecision model: {coverage.MODEL_PATH.name} features "
-          f"{', '.join(coverage.MODEL.coefficients)}; cap {coverage.MODEL.cap}")
+    dense = any(r.dense is not None for result in results.values()
+                for q in result["questions"] for r in q["reference_objects"][:1])
+    model, path = ((coverage.DENSE_MODEL, coverage.DENSE_MODEL_PATH)
+                   if dense and coverage.DENSE_MODEL is not None else (coverage.MODEL, coverage.MODEL_PATH))
+    print(f"\nretrieval: {'dense fusion (' + embeddings_config.backend + ')' if dense else 'lexical'}; "
+          f"decision model: {path.name} features {', '.join(model.coefficients)}; cap {model.cap}")
     for name, result in results.items():
         print(f"\n{name}: {len(result['questions'])} questions, knowledge base "
               f"{result['knowledge_base']['imported']} entries")

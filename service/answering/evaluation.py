@@ -510,6 +510,13 @@ def by_set(items: list[Sample], decided: list[coverage.Decision]) -> dict[str, d
     return figures
 
 
+def shipped_features(items: list[Sample]) -> tuple[str, ...]:
+    """The features of the model the service uses for these retrievals (the dense model's when
+    they carry dense similarities and one is shipped)."""
+    first = [s.references[0] for s in items if s.references]
+    return tuple(coverage.model_for(first[:1]).coefficients) or feature_names(items)
+
+
 def feature_names(items: list[Sample]) -> tuple[str, ...]:
     dense = any(r.dense is not None for s in items for r in s.references[:1])
     return coverage.DENSE_FEATURES if dense else coverage.FEATURES
@@ -599,7 +606,7 @@ def cross_validate(sets: dict[str, tuple[dict[str, Any], dict[str, Label]]]) -> 
     items = [s for name, (result, labels) in sets.items() for s in samples(name, result, labels)]
     if not enough(items):
         return {}
-    names = tuple(coverage.MODEL.coefficients) or feature_names(items)
+    names = shipped_features(items)
     return by_set(items, cross_validated(items, names))
 
 
@@ -698,7 +705,7 @@ async def ablate(
                     await run(name)
                 finally:
                     undo()
-    names = tuple(coverage.MODEL.coefficients)
+    names = shipped_features([s for by in variants.values() for s in by.get(next(iter(sets)), [])])
     table = []
     for variant, by in variants.items():
         items = [s for set_name in sets for s in by.get(set_name, [])]
