@@ -17,7 +17,7 @@ import math
 import secrets
 import statistics
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,8 +191,13 @@ async def evaluate(
                 outcomes.append({"id": question_id, "question": text, "references": references,
                                  **outcome})
             if review:
+                index = None
+                if embedder is not None:
+                    # The service's background indexer embeds the entries reviews save.
+                    async def index() -> None:
+                        await Indexer(pool, embedder, EmbeddingsConfig()).catch_up()
                 reviewed = await learn_from_review(pool, pipeline, account_id, user_id, outcomes,
-                                                   labels)
+                                                   labels, index)
         finally:
             await scheduler.close()
     result = score(outcomes, labels, latencies)
@@ -219,6 +224,7 @@ def review_half(outcomes: list[dict[str, Any]], labels: dict[str, Label]) -> lis
 async def learn_from_review(
     pool: asyncpg.Pool, pipeline: Any, account_id: str, user_id: int,
     outcomes: list[dict[str, Any]], labels: dict[str, Label],
+    index: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Accept the labelled right entry's answer for half of the answerable questions through
     the domain function behind the review API (`save_review`), ask every question again and
@@ -241,6 +247,8 @@ async def learn_from_review(
             async with pool.acquire() as conn, conn.transaction():
                 entry, _ = await save_review(conn, account_id, question_id, answers[kb_id])
             saved[entry.id] = kb_id
+        if index is not None:
+            await index()
 
     async def ask_all() -> list[dict[str, Any]]:
         again = []
