@@ -113,7 +113,10 @@ async def test_vocabulary_migration__keeps_an_operator_phrase_it_also_seeds(
         operators = await conn.fetchval(
             "INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ($1, $2) RETURNING id",
             concept, phrase)
-        await db.migrate(conn)  # would fail on the unique phrase without ON CONFLICT
+        # Would fail on the unique phrase without ON CONFLICT. Up to 0019 only: the vocabulary
+        # sync after the migrations makes the seeded rows sql/vocabulary.toml's, which no
+        # longer lists these two migrations' phrases.
+        await db.migrate(conn, before="0019")
         rows = await conn.fetch(
             "SELECT id, phrase, numnode(phrase_query) AS nodes FROM knowledge_vocabulary"
             " WHERE concept = $1 AND account_id IS NULL", concept)
