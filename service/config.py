@@ -205,6 +205,9 @@ class QuestionsConfig:
     lease_seconds: float = attrs.field(default=30.0, validator=_positive)
     # How often each process looks for unfinished questions with an expired lease.
     poll_seconds: float = attrs.field(default=2.0, validator=_positive)
+    # A question whose step fails unexpectedly this many times (a model reply nothing can use, a
+    # bug) completes needing attention, with confidence 0 and its credit refunded.
+    max_failed_attempts: int = attrs.field(default=3, validator=_positive)
     # Tests and benches only: a pause before each pipeline step, to kill a process mid-pipeline.
     step_delay_seconds: float = attrs.field(default=0.0, validator=_not_negative)
     engine: Literal["local", "openai"] = "local"

@@ -312,3 +312,35 @@ async def test_handoff__a_stopping_pipeline_takes_no_new_questions(aiohttp_clien
     row = await conn.fetchrow("SELECT lease_owner, state::text FROM questions WHERE id = $1", question_id)
     assert tuple(row) == (None, "new")
     assert question_id not in pipeline.active
+
+
+class _PoisonEngine:
+    """An engine whose every answer raises something the pipeline does not expect."""
+
+    name = "poison"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def answer(self, request):
+        self.calls += 1
+        raise TypeError("'int' object is not iterable")
+
+
+async def test_runner__a_question_failing_every_time_completes_refunded_after_max_attempts(
+    conn, pool, admin
+):
+    """Issue 17, finding 4: an unexpected error was retried without limit (never completed,
+    never refunded, resumed after restarts). After max_failed_attempts it completes unanswered."""
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    engine = _PoisonEngine()
+    config = QuestionsConfig(poll_seconds=0.05, max_failed_attempts=2)
+    pipeline = Pipeline(pool, engine, config, aiojobs.Scheduler())
+    await _run_until_complete(conn, pipeline, question_id)
+    row = await conn.fetchrow("SELECT * FROM questions WHERE id = $1", question_id)
+    assert engine.calls == 2
+    assert row["failed_attempts"] == 2
+    assert row["requires_attention"] is True and row["confidence"] == 0
+    assert any("failed 2 times (TypeError)" in p and "refunded" in p for p in row["attention_points"])
+    assert "not iterable" not in " ".join(row["attention_points"])  # the details stay in the log
+    assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
