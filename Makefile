@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-EVAL   ?= ../shared/eval
+# The development sets (../shared/eval from the main checkout, ../../shared/eval from a worktree).
+EVAL   ?= $(firstword $(wildcard ../shared/eval ../../shared/eval) ../shared/eval)
 
 .PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz soak clean
 
@@ -58,10 +59,9 @@ bench-pgbouncer: $(STAMP)  ## bench-questions and bench-http on the system's Pos
 bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
 	$(PY) bench/search_1m.py
 
-eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
+eval: $(STAMP)  ## answer quality on both development sets ($(EVAL) and $(EVAL)/dev2), in-sample and cross-validated
 	@if [ -d "$(EVAL)" ]; then \
-		$(PY) -m service eval --kb $(EVAL)/kb.csv --questions $(EVAL)/dev_questions.csv \
-			--labels $(EVAL)/dev_labels.csv; \
+		$(PY) -m service eval --set $(EVAL) --set $(EVAL)/dev2 $(EVAL_ARGS); \
 	else echo "skipped: no evaluation set at $(EVAL) (set EVAL=path)"; fi
 
 fuzz: $(STAMP)  ## schemathesis against the OpenAPI description, a real server, ~3 minutes

@@ -86,9 +86,6 @@ class DatabaseConfig:
     data_dir: str = "./var"
     pool_min_size: int = attrs.field(default=2, validator=_positive)
     pool_max_size: int = attrs.field(default=10, validator=_positive)
-    # A request waits at most this long for a free pooled connection, then gets 503
-    # service_unavailable with Retry-After (SECURITY.md, "Connections and streams").
-    acquire_timeout_seconds: float = attrs.field(default=5.0, validator=_positive)
     # What `url` reaches (DEPLOYMENT.md): "none", PostgreSQL itself; "pgbouncer-transaction",
     # PgBouncer in transaction mode: no server-side prepared statements (asyncpg's statement cache
     # off), and what needs a session of its own (LISTEN for question events, the migrations'
@@ -97,6 +94,9 @@ class DatabaseConfig:
     pooler: Literal["none", "pgbouncer-transaction"] = "none"
     # PostgreSQL itself, bypassing the pooler (env DATABASE_DIRECT_URL). Used only with a pooler.
     direct_url: str = ""
+    # A request waits at most this long for a free pooled connection, then gets 503
+    # service_unavailable with Retry-After (SECURITY.md, "Connections and streams").
+    acquire_timeout_seconds: float = attrs.field(default=5.0, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -262,6 +262,19 @@ class EmbeddingsConfig:
     poll_seconds: float = attrs.field(default=10.0, validator=_positive)
 
 
+@attrs.frozen(kw_only=True)
+class LibraryConfig:
+    # Library care and write-back (issue 20). A new entry's review date is this many days after it
+    # is created or marked reviewed; past it the entry is stale and never auto-answers.
+    review_period_days: int = attrs.field(default=365, validator=_positive)
+    # Trigram similarity (0-1) at or above which two entries' questions (or answers) are reported as
+    # near-duplicates; conflicts (Yes vs No, different numbers) are looked for from conflict_similarity.
+    duplicate_similarity: float = attrs.field(default=0.8, validator=_probability)
+    conflict_similarity: float = attrs.field(default=0.6, validator=_probability)
+    # Imported questionnaires kept for `export?format=original`; a larger file is imported but not kept.
+    max_kept_file_bytes: int = attrs.field(default=20_971_520, validator=_positive)
+
+
 def _default_rate_limits() -> dict[str, RateLimit]:
     return {"ask_question": RateLimit(limit=10, period_seconds=60)}
 
@@ -281,6 +294,7 @@ class Config:
     questions: QuestionsConfig = QuestionsConfig()
     openai: OpenAIConfig = OpenAIConfig()
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    library: LibraryConfig = LibraryConfig()
 
     @property
     def data_dir(self) -> Path:

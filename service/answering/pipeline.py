@@ -29,9 +29,11 @@ import attrs
 
 from .. import db
 from ..config import QuestionsConfig
+from ..domain import bands
 from ..domain.accounts import change_credits
 from ..metrics import Metrics
 from . import decision as coverage
+from . import staleness
 from .engines import AnswerEngine, AnswerRequest, EngineFailure
 from .retrieval import Reference, find_references
 
@@ -141,6 +143,7 @@ async def fetch_references(ctx: StepContext, work: Work) -> Work:
         found = await find_references(
             conn, work.account_id, work.question, ctx.config.references_limit, ctx.embedder
         )
+        found = await staleness.mark_references(conn, found)  # versions; stale entries (issue 20)
     return attrs.evolve(work, references=tuple(found))
 
 
@@ -183,13 +186,16 @@ async def calculate_confidence(ctx: StepContext, work: Work) -> Work:
         used=work.used,
         engine_points=work.engine_points,
         failure=work.engine_failure,
+        attention_below=ctx.config.auto_answer_confidence,
     )
+    # An answer drawn from a stale entry asks for attention: never auto-answered (issue 20).
+    stale = staleness.stale_points(work.references, work.used) if work.draft_answer else ()
     return attrs.evolve(
         work,
         confidence=assessment.confidence,
         confidence_rationale=assessment.rationale,
-        requires_attention=assessment.requires_attention,
-        attention_points=assessment.attention_points,
+        requires_attention=assessment.requires_attention or bool(stale),
+        attention_points=(*assessment.attention_points, *stale),
     )
 
 
@@ -239,9 +245,20 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
     )
 
 
+def rfp_item_state(work: Work, config: QuestionsConfig) -> str:
+    """The state an RFP item takes from its question's answer: needs_input when nothing answers
+    it or its confidence is below the review band (a person must write it), else auto_answered
+    (the band, auto-answer or review, is shown beside it)."""
+    if not work.sufficient_context or work.engine_failure is not None:
+        return "needs_input"
+    if bands.band(work.confidence, work.requires_attention, config) == "needs_input":
+        return "needs_input"
+    return "auto_answered"
+
+
 async def persist(
     conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float,
-    metrics: Metrics | None = None,
+    metrics: Metrics | None = None, config: QuestionsConfig | None = None,
 ) -> asyncpg.Record | None:
     """Store `after` if `before` is still what the database holds and we hold the lease.
 
@@ -250,6 +267,7 @@ async def persist(
     Returns the question as stored (as `get_question` reads it), or None when another worker
     moved it: drop it then.
     """
+    config = config or QuestionsConfig()
     answers_item = after.state == "complete" and after.rfp_item_id is not None
     if after.engine_failure is None and not answers_item:
         # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
@@ -268,7 +286,7 @@ async def persist(
             if refund:
                 await change_credits(conn, after.account_id, refund, "refund", after.id)
         if answers_item:
-            item_state = "needs_input" if after.requires_attention else "auto_answered"
+            item_state = rfp_item_state(after, config)
             rfp_id = await conn.fetchval(
                 db.query("answer_rfp_item"), after.rfp_item_id, after.answer, after.confidence,
                 item_state, after.id,
@@ -420,7 +438,8 @@ class Pipeline:
                             break  # store what is done; the next turn hands the question back
                 async with self.pool.acquire() as conn:
                     stored = await persist(
-                        conn, self.owner, work, after, self.config.lease_seconds, self.metrics
+                        conn, self.owner, work, after, self.config.lease_seconds, self.metrics,
+                        self.config,
                     )
                 if stored is None:
                     log.info("question %s was moved by another worker; leaving it", work.id)

@@ -7,7 +7,7 @@ import io
 import json
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
@@ -79,9 +79,16 @@ class KnowledgeItem:
     yes_no: bool | None
     created_at: datetime
     updated_at: datetime
+    # Library care (service/domain/library.py): who keeps the entry right, and until when.
+    owner_id: str | None = None
+    review_by: date | None = None
+    reviewed_at: datetime | None = None
+    stale: bool = False
+    version: int = 1
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> KnowledgeItem:
+        review_by = row.get("review_by")
         return cls(
             id=row["id"],
             question=row["question"],
@@ -93,6 +100,11 @@ class KnowledgeItem:
             yes_no=row["yes_no"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            owner_id=row.get("owner_member_id"),
+            review_by=review_by,
+            reviewed_at=row.get("reviewed_at"),
+            stale=review_by is not None and review_by < datetime.now(UTC).date(),
+            version=row.get("version", 1),
         )
 
 

@@ -57,6 +57,16 @@ _SECTION_HEADERS = [
     re.compile(p)
     for p in (r"^(section|category|domain|area|topic|group|function|chapter)( name| title)?$",)
 ]
+# Answer-like headers (write-back, issue 20): where an export writes each item's answer.
+_ANSWER_HEADERS = [
+    re.compile(p)
+    for p in (
+        r"^(answers?|responses?|replies|reply)$",
+        r"^((vendor|supplier|bidder|provider|your|institution) )?(answer|response|reply)s?\b",
+        r"^(yes ?/ ?no|y ?/ ?n|compliant|compliance)\b",
+        r"\b(answer|response)s?$",
+    )
+]
 # "AC-2", "GNRL-01", "1.2.3", "ID.AM-01": a row's identifier, not a section heading.
 _IDENTIFIER_VALUE = re.compile(r"^(?=\S*\d)[\w.\-/#]+$")
 _COLUMN_LETTERS = re.compile(r"^[A-Za-z]{1,3}$")
@@ -92,6 +102,7 @@ class ImportOptions:
     question_column: str | None = None
     section_column: str | None = None
     header_row: int | None = None  # 1-based; 0 = the file has no header row
+    answer_column: str | None = None  # write-back: header name or letter; default: detected
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +129,10 @@ class Questionnaire:
     rows: list[ImportedRow]
     skipped: list[SkippedRow]
     skipped_count: int
+    # Write-back (issue 20): the answer column's name and 0-based index, when one was found.
+    answer_column: str | None = None
+    answer_index: int | None = None
+    header_width: int = 0  # columns in the header row (a CSV export appends an answer column there)
 
 
 @attrs.frozen
@@ -126,6 +141,7 @@ class _Layout:
     header: list[str]
     question: int  # 0-based column index
     section: int | None
+    answer: int | None = None
 
     def column_name(self, index: int) -> str:
         name = self.header[index] if index < len(self.header) else ""
@@ -269,7 +285,24 @@ def _layout(head: list[tuple[int, list[str]]], options: ImportOptions, where: st
         section = next(
             (i for i, cell in enumerate(header) if i != question and _is_section_header(cell)), None
         )
-    return _Layout(header_row=header_row, header=header, question=question, section=section)
+    if options.answer_column:
+        answer = _resolve(header, options.answer_column, "answer_column")
+    else:
+        answer = _answer_column(header, {question, section})
+    return _Layout(header_row=header_row, header=header, question=question, section=section,
+                   answer=answer)
+
+
+def _answer_column(header: list[str], taken: set[int | None]) -> int | None:
+    """The best answer-like header's column, if any (never the question or section column)."""
+    ranked = [
+        (rank, index)
+        for index, cell in enumerate(header)
+        if index not in taken and cell and len(cell) <= MAX_HEADER_CELL
+        for rank, pattern in enumerate(_ANSWER_HEADERS)
+        if pattern.search(_normal(cell))
+    ]
+    return min(ranked)[1] if ranked else None
 
 
 # -- rows → items ---------------------------------------------------------------------------
@@ -353,6 +386,9 @@ def _questionnaire(
         rows=imported,
         skipped=skipped,
         skipped_count=skipped_count,
+        answer_column=None if layout.answer is None else layout.column_name(layout.answer),
+        answer_index=layout.answer,
+        header_width=len(layout.header),
     )
 
 

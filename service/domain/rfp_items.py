@@ -17,7 +17,7 @@ import asyncpg
 import attrs
 
 from .. import db
-from . import questionnaires
+from . import questionnaires, writeback
 from .convert import NonBlank, ReviewState, at_most, structure, unstructure
 from .errors import (
     NotFound,
@@ -43,9 +43,11 @@ class ItemReview:
 
 
 async def import_questionnaire(
-    conn: asyncpg.Connection, account_id: str, rfp_id: str, found: questionnaires.Questionnaire
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, found: questionnaires.Questionnaire,
+    kept: writeback.KeptFile | None = None,
 ) -> dict[str, Any]:
-    """Store a parsed questionnaire's rows as items; returns the import report."""
+    """Store a parsed questionnaire's rows as items (and, for write-back, the file they came
+    from with each item's cell); returns the import report."""
     if not found.rows:
         reasons = [f"row {s.row}: {s.reason}" for s in found.skipped[:20]]
         raise ValidationFailed(
@@ -53,9 +55,12 @@ async def import_questionnaire(
              + (f" (sheet {found.sheet!r})" if found.sheet else ""), *reasons],
             message="the file holds no questions",
         )
-    start, _ = await append_items(
-        conn, account_id, rfp_id, [r.question for r in found.rows], [r.section for r in found.rows]
-    )
+    async with conn.transaction():
+        start, _ = await append_items(
+            conn, account_id, rfp_id, [r.question for r in found.rows], [r.section for r in found.rows]
+        )
+        if kept is not None:
+            await writeback.keep(conn, account_id, rfp_id, start, found, kept)
     return {
         "rfp_id": rfp_id,
         "sheet": found.sheet,
@@ -66,6 +71,8 @@ async def import_questionnaire(
         "first_position": start,
         "skipped_count": found.skipped_count,
         "skipped": [unstructure(s) for s in found.skipped],
+        "answer_column": found.answer_column,
+        "kept_for_export": kept is not None,
     }
 
 
@@ -82,6 +89,7 @@ def import_options(query: Any) -> questionnaires.ImportOptions:
         question_column=query.get("question_column") or None,
         section_column=query.get("section_column") or None,
         header_row=header_row,
+        answer_column=query.get("answer_column") or None,
     )
 
 
@@ -122,8 +130,10 @@ EXPORT_FORMATS = {"csv": "text/csv", "xlsx": questionnaires.XLSX_MEDIA_TYPE}
 
 def export_format(query: Any) -> str:
     wanted = query.get("format") or "csv"
+    if wanted == "original":  # write-back into the imported file (service/domain/writeback.py)
+        return wanted
     if wanted not in EXPORT_FORMATS:
-        raise ParameterInvalid(f"format must be csv or xlsx; got {wanted!r}")
+        raise ParameterInvalid(f"format must be csv, xlsx or original; got {wanted!r}")
     return wanted
 
 

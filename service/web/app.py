@@ -110,6 +110,27 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/knowledge_base_items/import", knowledge.import_items,
             name="import_knowledge_base_items",
         ),
+        # Library care (issue 20); before /{id}, which would match "duplicates".
+        web.get(
+            "/api/v1/knowledge_base_items/duplicates", knowledge.get_duplicates,
+            name="knowledge_base_duplicates", allow_head=False,
+        ),
+        web.patch(
+            "/api/v1/knowledge_base_items/{id}", knowledge.patch_item,
+            name="update_knowledge_base_item",
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/{id}/reviewed", knowledge.post_reviewed,
+            name="review_knowledge_base_item",
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items/{id}/versions", knowledge.get_versions,
+            name="knowledge_base_item_versions", allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/{id}/merge", knowledge.post_merge,
+            name="merge_knowledge_base_items",
+        ),
         web.get(
             "/api/v1/knowledge_base_items/{id}", knowledge.get_item, name="get_knowledge_base_item",
             allow_head=False,
@@ -142,6 +163,7 @@ def create_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(rfp_items.parsers_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
+    app.cleanup_ctx.append(knowledge.library_context)  # after _pool: it uses the pool
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
     app.add_routes(guarded_routes(routes() + (extra if config.metrics.enabled else []), config))
     app.on_startup.append(refuse_unguarded)

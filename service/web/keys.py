@@ -38,3 +38,5 @@ EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
 OPEN_STREAMS: web.AppKey[Counter[str]] = web.AppKey("open_streams")
 # The embeddings indexer when a backend is configured (absent otherwise).
 INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")
+# Library care (issue 20): the background duplicate runs in progress, by account id.
+LIBRARY_JOBS: web.AppKey[dict] = web.AppKey("library_jobs", dict)

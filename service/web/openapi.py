@@ -102,6 +102,59 @@ def _page_of(key: str, item: str) -> dict:
                    [key, "pagination"])
 
 
+# -- library care (issue 20) --
+_DATE = {"type": "string", "format": "date"}
+_LIBRARY_ITEM_FIELDS = {
+    "owner_id": _nullable({"type": "string", "description": "the member (mbr_…) who keeps it right"}),
+    "review_by": _DATE,
+    "reviewed_at": _nullable(_DATE_TIME),
+    "stale": {"type": "boolean", "description": "past its review date: answers drawn from it "
+              "ask for attention and are never auto-answered"},
+    "version": {"type": "integer", "minimum": 1},
+}
+_KB_ENTRY = _object({"id": STRING, "question": _nullable(STRING), "answer": STRING},
+                    ["id", "question", "answer"])
+LIBRARY_SCHEMAS: dict[str, Any] = {
+    "KnowledgeBaseItemChange": _object({
+        "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
+        "question": _nullable({"type": "string", "maxLength": 10_000}),
+        "title": _nullable({"type": "string", "maxLength": 500}),
+        "tags": {"type": "array", "maxItems": 50,
+                 "items": {"type": "string", "minLength": 1, "maxLength": 500}},
+        "source": _nullable({"type": "string", "maxLength": 500}),
+        "yes_no": _nullable({"type": "boolean"}),
+        "owner_id": _nullable({"type": "string"}),
+        "review_by": _DATE,
+    }, closed=True, description="absent fields keep their values"),
+    "KnowledgeBaseItemVersion": _object({
+        "version": {"type": "integer", "minimum": 1},
+        "current": {"type": "boolean"},
+        "question": _nullable(STRING), "answer": STRING, "title": _nullable(STRING),
+        "tags": {"type": "array", "items": STRING}, "source": _nullable(STRING),
+        "yes_no": _nullable({"type": "boolean"}), "owner_id": _nullable(STRING),
+        "review_by": _nullable(_DATE),
+        "written_by": _nullable({"type": "string", "description": "member id; null: an import "
+                                 "or the system"}),
+        "written_at": _DATE_TIME,
+        "replaced_by": _nullable(STRING), "replaced_at": _nullable(_DATE_TIME),
+        "change": _nullable({"enum": ["updated", "deleted", "merged"]}),
+    }, ["version", "current", "question", "answer", "written_by", "written_at", "change"]),
+    "KnowledgeBaseDuplicates": _object({
+        "state": {"enum": ["fresh", "outdated", "computing"]},
+        "running": {"type": "boolean", "description": "a background run is under way"},
+        "computed_at": _nullable(_DATE_TIME),
+        "entries": _nullable({"type": "integer", "minimum": 0}),
+        "seconds": _nullable({"type": "number"}),
+        "pairs": {"type": "array", "items": _object({
+            "kind": {"enum": ["duplicate", "conflict"]},
+            "reason": STRING,
+            "similarity": {"type": "number", "minimum": 0, "maximum": 1},
+            "items": {"type": "array", "items": _KB_ENTRY, "minItems": 2, "maxItems": 2},
+        }, ["kind", "reason", "similarity", "items"])},
+    }, ["state", "running", "computed_at", "pairs"]),
+}
+
+
 SCHEMAS: dict[str, Any] = {
     "Error": _object({"error": _object({
         "code": STRING, "message": STRING, "details": {"type": "array", "items": STRING},
@@ -189,6 +242,10 @@ SCHEMAS: dict[str, Any] = {
                 "imported": {"type": "integer", "minimum": 1},
                 "first_position": {"type": "integer", "minimum": 1},
                 "skipped_count": {"type": "integer", "minimum": 0},
+                "answer_column": _nullable({"type": "string", "description": "where an export "
+                                            "with format=original writes answers"}),
+                "kept_for_export": {"type": "boolean", "description": "the file was kept for "
+                                    "format=original (not past library.max_kept_file_bytes)"},
                 "skipped": {"type": "array", "description": "at most 1,000 listed", "items": {
                     "type": "object", "required": ["row", "reason"],
                     "properties": {"row": {"type": "integer"}, "reason": {"type": "string"}}}},
@@ -222,6 +279,7 @@ SCHEMAS: dict[str, Any] = {
     "QuestionReference": _object({
         "id": STRING, "external_id": _nullable(STRING), "title": _nullable(STRING),
         "score": {"type": "number"},
+        "version": _nullable({"type": "integer", "description": "the entry's version it used"}),
     }, ["id", "external_id", "title", "score"],
         description="a knowledge-base entry the answer drew on"),
     "Question": _object({
@@ -272,8 +330,9 @@ SCHEMAS: dict[str, Any] = {
         "external_id": _nullable(STRING),
         "yes_no": _nullable({"type": "boolean", "description": "the entry's own Yes (true) or No"}),
         "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
+        **_LIBRARY_ITEM_FIELDS,
     }, ["id", "question", "answer", "title", "tags", "source", "external_id", "yes_no",
-        "created_at", "updated_at"]),
+        "created_at", "updated_at", *_LIBRARY_ITEM_FIELDS]),
     "KnowledgeBaseItemInput": _object({
         "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
         "question": _nullable({"type": "string", "maxLength": 10_000}),
@@ -418,6 +477,16 @@ def _query(name: str, description: str, schema: dict | None = None) -> dict:
             "schema": schema or {"type": "string"}}
 
 
+_WRITEBACK_PARAMS = [  # export?format=original (issue 20)
+    _query("answers", "approved (default): only approved answers are written; drafted: every "
+           "drafted answer too", {"enum": ["approved", "drafted"]}),
+    _query("unanswered", "text written into the answer cells left without an answer "
+           "(default: left as they are)", {"type": "string", "maxLength": 200}),
+    _query("answer_column", "the column letter answers go into, instead of the one detected at "
+           "import"),
+]
+
+
 def _workflow_paths() -> dict[str, Any]:
     """Items, import, answering, review and export (service/workflow.py)."""
     item = _ref("RfpItem")
@@ -443,7 +512,9 @@ def _workflow_paths() -> dict[str, Any]:
                 _query("question_column", "header name or column letter"),
                 _query("section_column", "header name or column letter"),
                 _query("header_row", "1-based header row; 0 = none; default: detected",
-                       {"type": "integer", "minimum": 0})])
+                       {"type": "integer", "minimum": 0}),
+                _query("answer_column", "header name or column letter answers are written back "
+                       "into (export?format=original); default: detected")])
     upload["requestBody"] = {"required": True, "content": {
         "text/csv": {"schema": {"type": "string"}},
         _XLSX: {"schema": {"type": "string", "format": "binary"}},
@@ -479,8 +550,56 @@ def _workflow_paths() -> dict[str, Any]:
             "200": {"description": "attachment: question, answer, state, confidence, section",
                     "content": {"text/csv": {"schema": {"type": "string"}},
                                 _XLSX: {"schema": {"type": "string", "format": "binary"}}}},
-            "400": _error("format is not csv or xlsx (parameter_invalid)"), "404": no_rfp},
-            params=[_ID, _query("format", "csv (default) or xlsx", {"enum": ["csv", "xlsx"]})])},
+            "400": _error("format is not csv, xlsx or original, or a write-back option is "
+                          "invalid (parameter_invalid)"), "404": no_rfp,
+            "422": _error("format=original without a kept questionnaire, or without an answer "
+                          "column")},
+            params=[_ID, _query("format", "csv (default), xlsx, or original: the imported "
+                                "questionnaire with the answers written into their cells",
+                                {"enum": ["csv", "xlsx", "original"]}),
+                    *_WRITEBACK_PARAMS])},
+    }
+
+
+def _library_paths() -> dict[str, Any]:
+    """Library care (issue 20): review, versions, duplicates, merges."""
+    kb = _error("no such knowledge base item in this account (not_found)")
+    item = _ref("KnowledgeBaseItem")
+    return {
+        "/api/v1/knowledge_base_items/{id}": {
+            "patch": _op("update_knowledge_base_item", "change an item (its previous version is "
+                         "kept)", {"200": _json(item, "the changed item"), "404": kb,
+                                   "422": _error("an invalid field, or an owner who is not a "
+                                                 "member of the account")},
+                         params=[_ID], body=_wrapped("knowledge_base_item",
+                                                     _ref("KnowledgeBaseItemChange")))},
+        "/api/v1/knowledge_base_items/{id}/reviewed": {"post": _op(
+            "review_knowledge_base_item", "mark an item reviewed: next review one review period "
+            "away (or review_by)", {"200": _json(item, "the reviewed item"), "404": kb},
+            params=[_ID], body=_object({"review_by": _DATE}, closed=True))},
+        "/api/v1/knowledge_base_items/{id}/versions": {"get": _op(
+            "knowledge_base_item_versions", "every version of an item, newest first (also of an "
+            "item since deleted or merged)", {
+                "200": _json(_object({"versions": {"type": "array", "items": _ref(
+                    "KnowledgeBaseItemVersion")}}, ["versions"]), "the versions"),
+                "404": kb}, params=[_ID])},
+        "/api/v1/knowledge_base_items/{id}/merge": {"post": _op(
+            "merge_knowledge_base_items", "merge a duplicate into this item: questions and RFP "
+            "items that cited either cite this one", {
+                "200": _json(_object({"knowledge_base_item": item, "merged_id": STRING,
+                                      "questions_repointed": {"type": "integer", "minimum": 0}},
+                                     ["knowledge_base_item", "merged_id", "questions_repointed"]),
+                             "merged"),
+                "404": kb, "422": _error("duplicate_id missing, the same item, or not in this "
+                                         "account")},
+            params=[_ID], body=_object({"duplicate_id": STRING}, ["duplicate_id"], closed=True))},
+        "/api/v1/knowledge_base_items/duplicates": {"get": _op(
+            "knowledge_base_duplicates", "near-duplicate entries and conflicts (Yes vs No, "
+            "different numbers), from the last background run; a run starts when there is none "
+            "or entries changed since", {
+                "200": _json(_ref("KnowledgeBaseDuplicates"), "the findings"),
+                "400": _error("refresh is not true or false (parameter_invalid)")},
+            params=[_query("refresh", "true: start a new run now", {"enum": ["true", "false"]})])},
     }
 
 
@@ -599,7 +718,10 @@ def document() -> dict[str, Any]:
                 body=_wrapped("knowledge_base_item", _ref("KnowledgeBaseItemInput"))),
             "get": _op("list_knowledge_base_items", "the account's knowledge base, newest first", {
                 "200": _json(_page_of("knowledge_base_items", "KnowledgeBaseItem"), "one page"),
-                "400": page_invalid}, params=[_PAGE]),
+                "400": _error("page, or stale, invalid (parameter_invalid)")},
+                params=[_PAGE, _query("stale", "true: only the items past their review date, "
+                                      "most overdue first", {"enum": ["true", "false"]}),
+                        _query("owner", "only this member's items (a member id, or me)")]),
         },
         "/api/v1/knowledge_base_items/import": {"post": _op(
             "import_knowledge_base_items", "import a CSV (question, answer, title, tags, source, id, "
@@ -679,6 +801,8 @@ def document() -> dict[str, Any]:
         paths[path] = {**paths.get(path, {}), **operations}
     for path, operations in _account_paths().items():
         paths[path] = {**paths.get(path, {}), **operations}
+    for path, operations in _library_paths().items():
+        paths[path] = {**paths.get(path, {}), **operations}
     return {
         "openapi": "3.1.0",
         "info": {"title": "RFP response service", "version": "1",
@@ -686,7 +810,7 @@ def document() -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **LIBRARY_SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                            "description": "rfpk_… API token"}},
         },

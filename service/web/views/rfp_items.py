@@ -17,7 +17,7 @@ import attrs
 from aiohttp import hdrs, web
 
 from ... import db
-from ...domain import questionnaires
+from ...domain import questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
     NotFound,
@@ -109,8 +109,9 @@ async def import_rfp_items(request: web.Request) -> web.Response:
         questionnaires.parse_upload, data, options, upload.media_type, upload.filename,
         questionnaires.Limits.of(config.uploads),
     )
+    kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
     async with connection(request) as conn:
-        report = await import_questionnaire(conn, who.account_id, rfp_id, found)
+        report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
     return json_response({"import": report}, status=201)
 
 
@@ -150,6 +151,8 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
     never, must not keep a connection from other requests."""
     fmt = export_format(request.query)
     rfp_id = request.match_info["id"]
+    if fmt == "original":
+        return await _export_original(request, rfp_id)
     with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
         async with connection(request) as conn:
             rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
@@ -173,6 +176,20 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
             await response.write(chunk)
         await response.write_eof()
         return response
+
+
+async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
+    """The imported questionnaire with the answers written into their cells (write-back)."""
+    options = writeback.write_options(request.query)
+    account_id = principal(request).account_id
+    async with connection(request) as conn:
+        rfp = await fetch_rfp(conn, rfp_id, account_id)
+        file, cells = await writeback.load(conn, account_id, rfp_id, options)
+    body = await asyncio.to_thread(writeback.write, file, cells)
+    name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
+    safe = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in name)[:150]
+    headers = {hdrs.CONTENT_DISPOSITION: f'attachment; filename="{safe}"'}
+    return web.Response(body=body, content_type=writeback.media_type(file), headers=headers)
 
 
 @requires("write", roles=("admin", "member"))
