@@ -184,3 +184,14 @@ async def test_event_streams__end_after_their_lifetime(config, admin, aiohttp_cl
         body = await stream.text()
     assert body.startswith("event: new\n")
     assert body.endswith(": this stream's lifetime is over; reconnect\n\n")
+
+
+async def test_pool__acquire_timeout_on_a_public_route_is_503(config, admin, aiohttp_client):
+    app = create_app(with_config(
+        config, database={"pool_min_size": 1, "pool_max_size": 1, "acquire_timeout_seconds": 0.3},
+    ))
+    client = await aiohttp_client(app)
+    async with app[POOL].acquire():
+        response = await client.post("/api/v1/tokens", json={"email": admin.email, "password": "x" * 12})
+    assert response.status == 503
+    assert response.headers["Retry-After"] == "1"
