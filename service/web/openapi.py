@@ -457,6 +457,8 @@ def _op(op_id: str, summary: str, responses: dict, *, security: list | None = No
         op["responses"] = {**_BODY_ERRORS, **responses}
     if op["security"]:
         op["responses"] = {**_AUTH_ERRORS, **op["responses"]}
+    elif body or body_content:  # a public route that writes: the database may be unavailable too
+        op["responses"] = {"503": _AUTH_ERRORS["503"], **op["responses"]}
     return op
 
 
