@@ -188,11 +188,16 @@ async def calculate_confidence(ctx: StepContext, work: Work) -> Work:
         failure=work.engine_failure,
         attention_below=ctx.config.auto_answer_confidence,
     )
-    # An answer drawn from a stale entry asks for attention: never auto-answered (issue 20).
+    # An answer drawn from a stale entry asks for attention and its confidence stays under the
+    # auto-answer band, so neither the question nor its RFP item (which keeps only the confidence)
+    # is ever auto-answered (issue 20).
     stale = staleness.stale_points(work.references, work.used) if work.draft_answer else ()
+    confidence = assessment.confidence
+    if stale and confidence is not None:
+        confidence = staleness.below_auto_answer(confidence, ctx.config)
     return attrs.evolve(
         work,
-        confidence=assessment.confidence,
+        confidence=confidence,
         confidence_rationale=assessment.rationale,
         requires_attention=assessment.requires_attention or bool(stale),
         attention_points=(*assessment.attention_points, *stale),
@@ -247,9 +252,10 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
 
 def rfp_item_state(work: Work, config: QuestionsConfig) -> str:
     """The state an RFP item takes from its question's answer: needs_input when nothing answers
-    it or its confidence is below the review band (a person must write it), else auto_answered
-    (the band, auto-answer or review, is shown beside it)."""
-    if not work.sufficient_context or work.engine_failure is not None:
+    it, it asks for attention (a stale entry, a partial answer), or its confidence is below the
+    review band (a person must write it), else auto_answered (the band, auto-answer or review, is
+    shown beside it)."""
+    if not work.sufficient_context or work.engine_failure is not None or work.requires_attention:
         return "needs_input"
     if bands.band(work.confidence, work.requires_attention, config) == "needs_input":
         return "needs_input"

@@ -221,7 +221,7 @@ async def test_openai__client_error_body_goes_to_the_log_not_to_attention_points
     openai_client, conn, admin, fake_model, caplog
 ):
     fake_model.script = [400]  # its body: {"error": {"message": "down"}}
-    with caplog.at_level(logging.WARNING, logger="service.answering.engines.openai"):
+    with caplog.at_level(logging.WARNING, logger="service.answering"):
         body = await (await ask(openai_client, admin.headers, "Is customer data encrypted?")).json()
         done = await wait_complete(openai_client, body["id"], admin.headers)
     assert done["requires_attention"] is True

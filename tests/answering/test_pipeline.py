@@ -314,6 +314,27 @@ async def test_handoff__a_stopping_pipeline_takes_no_new_questions(aiohttp_clien
     assert question_id not in pipeline.active
 
 
+def test_rfp_item_state__needs_input_exactly_below_the_review_band():
+    from service.answering.pipeline import rfp_item_state
+
+    settings = QuestionsConfig()  # auto-answer 0.8, review 0.5
+    base = Work(id="q", account_id="a", rfp_id="r", rfp_item_id="i", question="?", custom_prompt=None,
+                detail_level=1, state="complete", charged_credits=1, refunded=False,
+                sufficient_context=True, answer="An answer.")
+
+    def state(**changes) -> str:
+        return rfp_item_state(attrs.evolve(base, **changes), settings)
+
+    # The review band is still an answer (auto_answered, the band shown beside it); below it, or
+    # when the answer asks for attention (a stale entry, a partial answer), a person must act.
+    assert state(confidence=0.6, requires_attention=False) == "auto_answered"
+    assert state(confidence=settings.review_confidence, requires_attention=False) == "auto_answered"
+    assert state(confidence=0.49, requires_attention=False) == "needs_input"
+    assert state(confidence=0.9, requires_attention=True) == "needs_input"
+    assert state(confidence=0.9, requires_attention=False) == "auto_answered"
+    # Nothing answers it, or the engine failed: needs input whatever the confidence.
+    assert state(confidence=0.6, sufficient_context=False) == "needs_input"
+    assert state(confidence=0.0, engine_failure="timeout", sufficient_context=None) == "needs_input"
 class _PoisonEngine:
     """An engine whose every answer raises something the pipeline does not expect."""
 

@@ -226,6 +226,26 @@ async def test_lost_database_connection__503_with_retry_after_then_recovered(
     assert again.status == 200 and (await again.json())["title"] == "Renamed"
 
 
+def test_database_unavailable__a_connection_closed_under_asyncpg_counts():
+    # What a PgBouncer restart looked like in make soak-restart: a 500 before this.
+    import asyncpg
+
+    from service.web.errors import database_unavailable
+
+    closed = asyncpg.InterfaceError(
+        "cannot call Transaction.__aexit__(): the underlying connection is closed")
+    try:
+        try:
+            raise asyncpg.InternalClientError(
+                "cannot switch to state 11; another operation (2) is in progress")
+        except asyncpg.InternalClientError:
+            raise closed from None
+    except asyncpg.InterfaceError as exc:
+        assert database_unavailable(exc)
+    assert not database_unavailable(
+        asyncpg.InterfaceError("cannot perform operation: another operation is in progress"))
+
+
 @pytest.mark.parametrize("depth", [65, 900])
 async def test_json_nested_deeper_than_64__400_not_recursion_error(client, admin, depth):
     """Issue 17, finding 10: 900 levels parsed, then walking the value raised RecursionError (500)."""

@@ -55,7 +55,7 @@ async def post_confirmation(request: web.Request) -> web.Response:
     row = await domain.confirm_email(
         request.app[POOL], request.app[PASSWORDS], data.token, data.password
     )
-    return json_response(domain._confirmed(row))
+    return json_response(domain.confirmed_body(row))
 
 
 @public
