@@ -298,7 +298,8 @@ class Review:
 
 
 async def save_review(
-    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None
+    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None,
+    member_id: str | None = None,
 ) -> tuple[KnowledgeItem, bool]:
     """Store question `question_id` with `answer` (or its own answer) as a knowledge-base entry:
     (the entry, whether it is new). The entry an earlier review of this question (or of the same
@@ -316,9 +317,29 @@ async def save_review(
         details.append(f"question: longer than {MAX_QUESTION} characters; add the entry by hand")
     if details:
         raise ValidationFailed(details)
-    saved = await conn.fetchrow(
-        db.query("save_review_item"),
-        new_id("kb"), account_id, row["question"], text, f"review of question {question_id}",
-        question_id,
+    return await save_reviewed_answer(
+        conn, account_id, question=row["question"], answer=text,
+        source=f"review of question {question_id}", reviewed_question=question_id, owner=member_id,
     )
-    return KnowledgeItem.from_row(saved), saved["created"]
+
+
+async def save_reviewed_answer(
+    conn: asyncpg.Connection, account_id: str, *, question: str, answer: str, source: str,
+    title: str | None = None, external_id: str | None = None, reviewed_question: str | None = None,
+    owner: str | None = None,
+) -> tuple[KnowledgeItem, bool]:
+    """Save an answer a person approved as a knowledge-base entry: (the entry, whether it is new).
+
+    The one way both reviews save: an RFP item's (keyed by `external_id` "rfp_item:<id>") and a
+    question's (keyed by `reviewed_question`, or the same question text). Saving the same item or
+    question again updates its entry rather than adding another; a new entry is owned by `owner`
+    (the reviewing member), an existing one keeps its owner and review date.
+    """
+    for _ in range(2):  # a second pass updates the entry a concurrent first save just inserted
+        saved = await conn.fetchrow(
+            db.query("save_reviewed_answer"), new_id("kb"), account_id, question, answer, title,
+            source, external_id, reviewed_question, owner,
+        )
+        if saved is not None:
+            return KnowledgeItem.from_row(saved), saved["created"]
+    raise RuntimeError("save_reviewed_answer: the entry neither existed nor could be inserted")
