@@ -396,12 +396,13 @@ def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
-    from .domain.knowledge import decode_csv, import_csv
+    from .domain.knowledge import import_csv
+    from .domain.uploads import decode
 
     try:
         with open(args.file, "rb") as handle:
             raw = handle.read()
-        text = decode_csv(raw)
+        text = decode(raw)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
 

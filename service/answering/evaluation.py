@@ -29,7 +29,8 @@ from .. import db
 from ..answering import embeddings
 from ..config import QuestionsConfig
 from ..domain import accounts
-from ..domain.knowledge import decode_csv, import_csv
+from ..domain.knowledge import import_csv
+from ..domain.uploads import decode
 from . import decision as coverage
 from .retrieval import Reference
 
@@ -160,7 +161,7 @@ async def evaluate(
     # Small local files, read once before anything runs: blocking reads are fine here.
     questions = read_questions(questions_csv)
     labels = read_labels(labels_csv)
-    kb_text = decode_csv(kb_csv.read_bytes())  # noqa: ASYNC240 (see above)
+    kb_text = decode(kb_csv.read_bytes())  # noqa: ASYNC240 (see above)
     async with scratch_database(server_url) as pool:
         scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
         try:
@@ -678,7 +679,7 @@ async def ablate(
         async with scratch_database(server_url) as pool, pool.acquire() as conn:
             made = await accounts.create_account(conn, "Ablation", "eval@example.invalid", 0)
             account_id = made["account"]["id"]
-            await import_csv(conn, account_id, decode_csv(kb_csv.read_bytes()))
+            await import_csv(conn, account_id, decode(kb_csv.read_bytes()))
 
             async def run(variant: str, set_name: str = set_name, account_id: str = account_id,
                           labels: dict[str, Label] = labels, conn: Any = conn,

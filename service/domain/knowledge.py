@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -14,10 +14,12 @@ import asyncpg
 import attrs
 
 from .. import db
+from . import uploads
 from .convert import NonBlank, TagList, at_most, structure
 from .errors import ValidationFailed
 from .ids import new_id
 from .questions import fetch_question
+from .uploads import Limits
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ MAX_TAGS = 50
 
 
 MAX_IMPORT_ROWS = 10_000
+DEFAULT_LIMITS = Limits()
 CSV_COLUMNS = ("question", "answer", "title", "tags", "source", "id", "yes_no")
 
 
@@ -152,17 +155,23 @@ class ParsedCsv:
     ignored_columns: list[str]
 
 
-def parse_csv(text: str) -> ParsedCsv:
+def parse_knowledge_csv(text: str, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
     """The valid rows of a knowledge-base CSV (with their row numbers) and the rejected ones.
 
-    A header without `answer` or too many rows rejects the whole file (422); a bad row only
-    itself. Columns other than CSV_COLUMNS (spreadsheet exports carry many) are ignored and named.
+    A header without `answer` or too many rows rejects the whole file (422), as does a file past
+    an upload limit (413) or holding a NUL character (422); a bad row only itself. Columns other
+    than CSV_COLUMNS (spreadsheet exports carry many) are ignored and named. The format is fixed:
+    comma-separated, so no delimiter is guessed.
     """
-    reader = csv.reader(io.StringIO(text, newline=""))
+    return _knowledge_rows(uploads.csv_records(io.StringIO(text, newline=""), limits, csv.excel))
+
+
+def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
     try:
-        header = next(reader, None)
-    except csv.Error as exc:
-        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc}"]) from None
+        first = next(records, None)
+    except uploads.NotCsv as exc:
+        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc.error}"]) from None
+    header = None if first is None else first[1]
     if header is None:
         raise ValidationFailed(["csv: the file is empty; expected a header row question,answer,…"])
     names = [name.strip().lower() for name in header]
@@ -178,16 +187,15 @@ def parse_csv(text: str) -> ParsedCsv:
     valid: list[tuple[int, ImportRow]] = []
     rejected: list[Rejection] = []
     seen_ids: dict[str, int] = {}
-    row_number = 1
     while True:
         try:
-            values = next(reader, None)
-        except csv.Error as exc:
-            rejected.append(Rejection(row=row_number + 1, reason=f"not valid CSV: {exc}"))
+            record = next(records, None)
+        except uploads.NotCsv as exc:
+            rejected.append(Rejection(row=exc.row, reason=f"not valid CSV: {exc.error}"))
             break  # the reader cannot resynchronise after a broken quote
-        if values is None:
+        if record is None:
             break
-        row_number += 1
+        row_number, values = record
         if not any(value.strip() for value in values):
             continue  # blank lines are not entries
         if row_number - 1 > MAX_IMPORT_ROWS:
@@ -232,15 +240,15 @@ def parse_csv(text: str) -> ParsedCsv:
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 
-def parse_upload(raw: bytes) -> ParsedCsv:
-    """An uploaded CSV's bytes, decoded and parsed: what a parse worker process runs
+def parse_upload(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
+    """An uploaded knowledge-base CSV's bytes (UTF-8), parsed: what a parse worker process runs
     (service/domain/isolation.py), so a large or hostile file never blocks the service."""
-    return parse_csv(decode_csv(raw))
+    return uploads.read_csv(io.BytesIO(raw), limits, _knowledge_rows, dialect=csv.excel)
 
 
 async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv) -> ImportReport:
     """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
-    parsed = parse_csv(text) if isinstance(text, str) else text
+    parsed = parse_knowledge_csv(text) if isinstance(text, str) else text
     valid = parsed.valid
     created = updated = 0
     if valid:
@@ -282,13 +290,6 @@ async def merge_pending_index(conn: asyncpg.Connection) -> None:
         await conn.execute(db.query("merge_knowledge_index_pending"))
     except asyncpg.InsufficientPrivilegeError:
         log.info("not the knowledge index's owner: its pending list is left to autovacuum")
-
-
-def decode_csv(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ValidationFailed(["csv: the file must be UTF-8 encoded"]) from None
 
 
 @attrs.frozen(kw_only=True)

@@ -175,3 +175,33 @@ async def test_cli_kb_import__json_prints_one_object(tmp_path, config, conn, adm
     assert report["rejected"] == [{"row": 3, "reason": "answer: must not be blank"}]
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items WHERE account_id = $1",
                                admin.account_id) == 1
+
+
+async def test_import_csv__nul_character_is_422_naming_the_cell_and_nothing_stored(client, admin, conn):
+    # The knowledge-base import reads through the questionnaires' CSV layer (domain/uploads.py):
+    # a NUL (PostgreSQL text cannot hold one) is refused whole, naming the cell.
+    body = "\ufeffquestion,answer\nQ1?,Fine.\nQ2?,Bro\x00ken\n".encode()
+    response = await client.post(
+        f"{ITEMS}/import", data=body, headers={**admin.headers, "Content-Type": "text/csv"}
+    )
+    assert response.status == 422, await response.text()
+    assert "cell B3 holds a NUL character" in (await response.json())["error"]["details"][0]
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
+
+
+async def test_import_csv__cell_past_the_upload_limit_is_413_naming_the_setting(
+    config, aiohttp_client, admin, conn
+):
+    from conftest import with_config
+
+    from service.web.app import create_app
+
+    client = await aiohttp_client(create_app(with_config(config, uploads={"max_cell_chars": 50})))
+    body = "question,answer\nQ?," + "x" * 51 + "\n"
+    response = await client.post(
+        f"{ITEMS}/import", data=body, headers={**admin.headers, "Content-Type": "text/csv"}
+    )
+    assert response.status == 413, await response.text()
+    assert "uploads.max_cell_chars = 50" in (await response.json())["error"]["message"]
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
+

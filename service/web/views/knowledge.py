@@ -21,6 +21,7 @@ from ...domain.knowledge import (
     parse_upload,
 )
 from ...domain.models import Page
+from ...domain.uploads import Limits
 from ..auth import acquire, connection, principal, requires
 from ..body import read_json, read_object, receive_upload
 from ..keys import CONFIG, INDEXER, LIBRARY_JOBS, PARSERS
@@ -49,7 +50,7 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     with upload.file:
         raw = upload.file.read()
-    return await request.app[PARSERS].run(parse_upload, raw)
+    return await request.app[PARSERS].run(parse_upload, raw, Limits.of(request.app[CONFIG].uploads))
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
