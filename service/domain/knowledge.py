@@ -16,7 +16,7 @@ import attrs
 from .. import db
 from . import uploads
 from .convert import NonBlank, TagList, at_most, structure
-from .errors import ValidationFailed
+from .errors import NotFound, ValidationFailed
 from .ids import new_id
 from .questions import fetch_question
 from .uploads import Limits
@@ -131,6 +131,18 @@ async def create_item(
         data.yes_no,
     )
     return KnowledgeItem.from_row(row)
+
+
+async def fetch_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
+    row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+    if row is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return KnowledgeItem.from_row(row)
+
+
+async def delete_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> None:
+    if await conn.fetchval(db.query("delete_knowledge_item"), item_id, account_id) is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
 
 
 @attrs.frozen(kw_only=True)

@@ -93,6 +93,28 @@ def import_options(query: Any) -> questionnaires.ImportOptions:
     )
 
 
+async def fetch_item(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, *, lock: bool = False
+) -> asyncpg.Record:
+    """One item of an account's RFP (locked for the caller's transaction with `lock`)."""
+    query = db.query("lock_rfp_item" if lock else "get_rfp_item")
+    row = await conn.fetchrow(query, item_id, rfp_id, account_id)
+    if row is None:
+        raise NotFound(f"no item {item_id} in RFP {rfp_id}")
+    return row
+
+
+async def review(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, fields: dict[str, Any],
+    member_id: str | None = None,
+) -> asyncpg.Record:
+    """Review one item (PATCH): locked, merged, checked, stored and, when asked, saved to the
+    knowledge base, all in one transaction; returns the stored row."""
+    async with conn.transaction():
+        current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
+        return await review_item(conn, account_id, current, fields, member_id)
+
+
 async def review_item(
     conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any],
     member_id: str | None = None,
