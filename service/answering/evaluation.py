@@ -3,8 +3,9 @@ through the real question pipeline (retrieval, the configured engine, confidence
 and score the outcome against labels (hit@1, hit@5, decision accuracy, calibration, latency).
 `fit_decision` refits the coverage model (service/answering/decision_model.json) and reports leave-one-out.
 
-Files: KB CSV (id, question, answer, …), questions CSV (id, question), labels CSV
-(question_id, kb_id, alt_kb_ids `;`-separated, coverage). See /work/shared/eval/README.md.
+Input: a labelled set folder (kb.csv, dev_questions.csv, dev_labels.csv): the knowledge base
+(id, question, answer, …), the questions (id, question) and their labels (question_id, kb_id,
+alt_kb_ids `;`-separated, coverage). `make eval` runs it (EVAL=path of the folder).
 """
 
 from __future__ import annotations
