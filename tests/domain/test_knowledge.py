@@ -205,3 +205,35 @@ async def test_import_csv__cell_past_the_upload_limit_is_413_naming_the_setting(
     assert "uploads.max_cell_chars = 50" in (await response.json())["error"]["message"]
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
 
+
+
+async def test_save_reviewed_answer__two_first_saves_at_once_make_one_entry(database_url, conn, admin):
+    # The second save waits on the first's uncommitted insert, then updates that entry.
+    import asyncio
+
+    import asyncpg
+    from conftest import CONNECT
+
+    from service.domain.knowledge import save_reviewed_answer
+
+    other = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        first = conn.transaction()
+        await first.start()
+        saved, created = await save_reviewed_answer(
+            conn, admin.account_id, question="Q?", answer="First.", source="rfp:r1",
+            external_id="rfp_item:i1",
+        )
+        assert created
+        second = asyncio.create_task(save_reviewed_answer(
+            other, admin.account_id, question="Q?", answer="Second.", source="rfp:r1",
+            external_id="rfp_item:i1",
+        ))
+        await asyncio.sleep(0.3)
+        assert not second.done()  # waiting on the first's row
+        await first.commit()
+        again, created_again = await asyncio.wait_for(second, 10)
+    finally:
+        await other.close()
+    assert (again.id, created_again, again.answer) == (saved.id, False, "Second.")
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 1
