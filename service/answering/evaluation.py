@@ -1,7 +1,9 @@
 """Answer-quality evaluation: load a knowledge base into a scratch database, ask every question
 through the real question pipeline (retrieval, the configured engine, confidence), one at a time,
 and score the outcome against labels (hit@1, hit@5, decision accuracy, calibration, latency).
-`fit_decision` refits the coverage model (service/answering/decision_model.json) and reports leave-one-out.
+`fit_decision` refits the coverage model by k-fold cross-validation over one or more sets and
+reports the cross-validated figures; `learn_from_review` measures learning from review; `ablate`
+what each vocabulary concept and retrieval knob buys.
 
 Files: KB CSV (id, question, answer, …), questions CSV (id, question), labels CSV
 (question_id, kb_id, alt_kb_ids `;`-separated, coverage). See /work/shared/eval/README.md.
@@ -460,7 +462,12 @@ def choose_penalty(items: list[Sample], names: tuple[str, ...]) -> float:
 def fit_procedure(items: list[Sample], names: tuple[str, ...], l2: float | None = None) -> coverage.Model:
     """The whole fitting procedure on `items`: the penalty by inner cross-validation (unless
     given), then the model on all of them."""
-    return fit_logistic(_rows(items), names, l2 if l2 is not None else choose_penalty(items, names))
+    model = fit_logistic(_rows(items), names, l2 if l2 is not None else choose_penalty(items, names))
+    return attrs.evolve(model, dense=carries_dense(items))
+
+
+def carries_dense(items: list[Sample]) -> bool:
+    return any(r.dense is not None for s in items for r in s.references[:1])
 
 
 def cross_validated(items: list[Sample], names: tuple[str, ...], l2: float | None = None,
@@ -526,8 +533,7 @@ def shipped_features(items: list[Sample]) -> tuple[str, ...]:
 
 
 def feature_names(items: list[Sample]) -> tuple[str, ...]:
-    dense = any(r.dense is not None for s in items for r in s.references[:1])
-    return coverage.DENSE_FEATURES if dense else coverage.FEATURES
+    return coverage.DENSE_FEATURES if carries_dense(items) else coverage.FEATURES
 
 
 def prune(items: list[Sample], names: tuple[str, ...], l2: float) -> tuple[tuple[str, ...], list[dict]]:
@@ -573,7 +579,7 @@ def fit_decision(sets: dict[str, tuple[dict[str, Any], dict[str, Label]]], *,
     # The cap goes only when cross-validation earned it: ≥ 90 % of confident answers right.
     earned = pooled["confident_answers"] >= 10 and (
         pooled["confident_right"] >= 0.9 * pooled["confident_answers"])
-    model = attrs.evolve(fit_logistic(_rows(items), names, l2),
+    model = attrs.evolve(fit_logistic(_rows(items), names, l2), dense=carries_dense(items),
                          cap=None if earned else round(coverage.CONFIDENT - 0.01, 2))
     across = {}
     set_names = list(sets)
@@ -585,7 +591,7 @@ def fit_decision(sets: dict[str, tuple[dict[str, Any], dict[str, Label]]], *,
                 held, [coverage.decide(s.question, list(s.references), fitted) for s in held])
     return {
         "model": {"intercept": model.intercept, "coefficients": model.coefficients,
-                  "threshold": model.threshold, "cap": model.cap,
+                  "threshold": model.threshold, "cap": model.cap, "dense": model.dense,
                   "fitted": {"sets": {n: len([s for s in items if s.set == n]) for n in sets},
                              "l2": l2, "folds": FOLDS}},
         "l2": l2,
