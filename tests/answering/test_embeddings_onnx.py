@@ -74,6 +74,26 @@ def test_onnx__calls_stay_within_the_token_budget():
     assert [6, 1, 3] in calls  # the short ones together
 
 
+async def test_onnx__questions_asked_together_share_calls(embedder):
+    texts = [case["text"] for case in REFERENCE["texts"]]
+    alone = [(await embedder.embed([text]))[0] for text in texts]
+    before = embedder.calls
+    together = await asyncio.gather(*(embedder.embed([text]) for text in texts * 2))
+    assert embedder.calls - before < len(texts) * 2  # batched while the model was busy
+    for a, [b] in zip(alone * 2, together, strict=True):
+        assert cosine(a, b) > 0.999  # padding changes nothing
+
+
+async def test_onnx__a_question_whose_asker_left_does_not_stop_the_others(embedder):
+    first = asyncio.ensure_future(embedder.embed(["How often are backups taken?"]))
+    gone = asyncio.ensure_future(embedder.embed(["Who can read the audit logs?"]))
+    last = asyncio.ensure_future(embedder.embed(["Is data encrypted at rest?"]))
+    await asyncio.sleep(0)
+    gone.cancel()
+    [a], [b] = await asyncio.gather(first, last)
+    assert len(a) == len(b) == 384 and gone.cancelled()
+
+
 async def test_onnx__meaning(embedder):
     question, paraphrase, unrelated = await embedder.embed([
         "How do you protect company laptops from malware?",
