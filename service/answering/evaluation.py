@@ -174,12 +174,13 @@ async def evaluate(
                 user_id = made["member"]["user_id"]
                 report = await import_csv(conn, account_id, kb_text)
             embedded = 0
+            if embedder is not None:  # without pgvector: one warning, a lexical evaluation
+                async with pool.acquire() as conn:
+                    embedder = await embeddings.usable_embedder(conn, embedder)
             if embedder is not None:
                 from ..config import EmbeddingsConfig
                 from .embeddings import Indexer
 
-                async with pool.acquire() as conn:
-                    await embeddings.check_available(conn)
                 started = time.perf_counter()
                 embedded = await Indexer(pool, embedder, EmbeddingsConfig()).catch_up()
                 embedding_seconds = time.perf_counter() - started
