@@ -232,14 +232,18 @@ def parse_csv(text: str) -> ParsedCsv:
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 
-async def import_csv(conn: asyncpg.Connection, account_id: str, text: str) -> ImportReport:
-    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
+async def import_csv(
+    conn: asyncpg.Connection, account_id: str, text: str, actor: str | None = None
+) -> ImportReport:
+    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
+    `actor` (a member id) is recorded as who wrote the entries' new versions."""
     parsed = parse_csv(text)
     valid = parsed.valid
     created = updated = 0
     if valid:
         items = [item for _, item in valid]
         async with conn.transaction():
+            await conn.execute(db.query("set_actor"), actor)  # versions say who (library.py)
             rows = await conn.fetch(
                 db.query("upsert_knowledge_items"),
                 account_id,
@@ -292,7 +296,8 @@ class Review:
 
 
 async def save_review(
-    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None
+    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None,
+    actor: str | None = None,
 ) -> tuple[KnowledgeItem, bool]:
     """Store question `question_id` with `answer` (or its own answer) as a knowledge-base entry:
     (the entry, whether it is new). The entry an earlier review of this question (or of the same
@@ -310,9 +315,11 @@ async def save_review(
         details.append(f"question: longer than {MAX_QUESTION} characters; add the entry by hand")
     if details:
         raise ValidationFailed(details)
-    saved = await conn.fetchrow(
-        db.query("save_review_item"),
-        new_id("kb"), account_id, row["question"], text, f"review of question {question_id}",
-        question_id,
-    )
+    async with conn.transaction():
+        await conn.execute(db.query("set_actor"), actor)  # versions say who (library.py)
+        saved = await conn.fetchrow(
+            db.query("save_review_item"),
+            new_id("kb"), account_id, row["question"], text, f"review of question {question_id}",
+            question_id,
+        )
     return KnowledgeItem.from_row(saved), saved["created"]

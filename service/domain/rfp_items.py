@@ -94,7 +94,8 @@ def import_options(query: Any) -> questionnaires.ImportOptions:
 
 
 async def review_item(
-    conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any]
+    conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any],
+    actor: str | None = None,
 ) -> asyncpg.Record:
     """Apply a review to a locked item (in the caller's transaction) and return the stored row."""
     stored = {"question": current["question"], "section": current["section"], "answer": current["answer"]}
@@ -115,6 +116,7 @@ async def review_item(
         answer, state,
     )
     if review.save_to_knowledge_base:
+        await conn.execute(db.query("set_actor"), actor)  # the entry's version says who (library.py)
         kb_id = await conn.fetchval(
             db.query("save_answer_to_knowledge_base"), new_id("kb"), account_id, row["question"],
             answer, row["section"], f"rfp:{row['rfp_id']}", f"rfp_item:{row['id']}",

@@ -31,7 +31,8 @@ async def post_review(request: web.Request) -> web.Response:
         raise ValidationFailed(["approved: must be true, or give the corrected answer"])
     async with connection(request) as conn:
         item, created = await save_review(
-            conn, principal(request).account_id, request.match_info["id"], review.answer
+            conn, principal(request).account_id, request.match_info["id"], review.answer,
+            principal(request).member_id,
         )
     entries_written(request.app)
     response = json_response(unstructure(item), status=201 if created else 200)

@@ -140,7 +140,9 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
         raise ValidationFailed(["rfp_item: is required and must be an object"])
     async with connection(request) as conn, conn.transaction():
         current = await _item(conn, request, lock=True)
-        row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
+        row = await review_item(
+            conn, principal(request).account_id, current, body["rfp_item"], principal(request).member_id
+        )
     return json_response(unstructure(RfpItem.from_row(row)))
 
 
