@@ -142,7 +142,7 @@ async def load(
 # -- CSV -----------------------------------------------------------------------------------------
 
 
-def write_csv(original: bytes, cells: Sequence[Cell], header_row: int | None = 1) -> bytes:
+def write_csv(original: bytes, cells: Sequence[Cell]) -> bytes:
     """The CSV with the answer cells filled; every other field, column and row as it was."""
     for encoding in ("utf-8-sig", "cp1252"):
         try:
@@ -400,6 +400,14 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
             if path is None or path not in archive.namelist():
                 raise ValidationFailed([f"file: the kept workbook has no sheet {sheet!r}"])
             xml = archive.read(path).decode("utf-8")
+            if re.search(r"<\w+:sheetData\b", xml):
+                # Cells are matched as unprefixed <row>/<c> elements (what Excel, LibreOffice and
+                # openpyxl write); a prefixed sheet is refused rather than written wrongly.
+                raise ValidationFailed(
+                    [f"file: sheet {sheet!r} writes its XML with a namespace prefix; save the workbook "
+                     "again in Excel or LibreOffice, import it, and export again"],
+                    message="the workbook cannot be written back",
+                )
             validations = _list_validations(xml)
             resolved: dict[str, list[str]] = {}
 

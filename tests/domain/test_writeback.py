@@ -279,3 +279,38 @@ async def test_csv_writeback__without_an_answer_column_one_is_appended(client, c
     response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
     rows = list(csv.reader(io.StringIO((await response.read()).decode())))
     assert rows == [["Question", "Category", "Answer"], ["Do you encrypt?", "Data", "Yes."]]
+
+
+def test_write_xlsx__a_prefixed_sheet_is_refused_not_written_wrongly():
+    import pytest
+
+    from service.domain.errors import ValidationFailed
+    from service.domain.writeback import Cell, write_xlsx
+
+    original = questionnaire()
+    parts = _zip_parts(original)
+    sheet = parts["xl/worksheets/sheet3.xml"].decode()
+    parts["xl/worksheets/sheet3.xml"] = sheet.replace("<sheetData>", "<x:sheetData>").replace(
+        "</sheetData>", "</x:sheetData>").encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    with pytest.raises(ValidationFailed, match="cannot be written back"):
+        write_xlsx(out.getvalue(), [Cell(sheet="Access Control", row=3, column=2, text="Yes")])
+
+
+def test_write_xlsx__a_formula_answer_cell_keeps_its_formula_and_new_cells_keep_row_order():
+    from service.domain.writeback import Cell, write_xlsx
+
+    original = questionnaire()
+    result = write_xlsx(original, [
+        Cell(sheet="Access Control", row=3, column=3, text="over the formula"),  # D3 holds =IF(…)
+        Cell(sheet="Access Control", row=4, column=6, text="past the last column"),  # G4: new cell
+        Cell(sheet="Access Control", row=9, column=2, text="a new row"),
+    ])
+    sheet = load_workbook(io.BytesIO(result))["Access Control"]
+    assert sheet["D3"].value == '=IF(C3="","missing","ok")'
+    assert sheet["G4"].value == "past the last column"
+    assert sheet["C9"].value == "a new row"
+    assert sheet["E4"].value == "reviewed by legal"
