@@ -358,6 +358,8 @@ LANDED = {
     "0017_vocabulary_annual": "02f90266b5c92524fb053f87fd60c81445c87fc39fa5fbe0e81ecf98b68e938b",
     "0018_vocabulary_geographic": "17a879586039700e1994cbd9dff7c9142e19000251290d9d343f7ee652af81c5",
     "0019_vocabulary_seeded": "f4420db34dc1a0101d877caf094b8ab04411e9ab5e09e1c1fbcd2e2ef116ef96",
+    "0022_library": "7e724ad7ffff19958ab9edad5fc79c53a1818988b29d0f06879e2e408c64c497",
+    "0022_library_drop_trigram": "68303d1101bcad6017aa18bfa4d151a1b67b1208b78ef9ccc01214390ee49366",
 }
 
 
