@@ -40,10 +40,10 @@ lint: $(STAMP)
 
 bench: bench-questions bench-retrieval bench-http bench-search  ## every benchmark; results go into BENCHMARKS.md
 
-bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP (bench/questions.py)
-	$(PY) bench/questions.py --seconds 20 --mode both --processes 2
+bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP, dense (default) and lexical floor (bench/questions.py)
+	$(PY) bench/questions.py --seconds 20 --mode both --processes 2 --floor
 
-bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic entries
+bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic entries, lexical and fused with dense
 	$(PY) bench/retrieval.py 10000 100000 --naive
 
 bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} and search

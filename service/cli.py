@@ -477,6 +477,18 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                     review=args.review)
         return results
 
+    if args.ablate:
+        table = asyncio.run(evaluation.ablate(database.url, sets, config.questions))
+        if args.json:
+            print(json.dumps({"ablation": table}))
+            return 0
+        print("questions right without each knob (as shipped first): hit@1 / hit@5 / decisions "
+              "(cross-validated), per set")
+        for row in table:
+            print(f"  {row['variant']:56} " + "   ".join(
+                f"{name} {row[name]['hit1']}/{row[name]['hit5']}/{row[name]['decisions']}"
+                for name in sets))
+        return 0
     results = asyncio.run(run())
     labelled = {name: (results[name], evaluation.read_labels(paths[2]))
                 for name, paths in sets.items()}
@@ -512,8 +524,12 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                 mark = "ok " if q.get("correct") else ("BAD" if "correct" in q else "   ")
                 print(f"{mark} {name}:{q['id']:12} sufficient={q['sufficient_context']!s:5} "
                       f"confidence={q['confidence']:.2f} references={', '.join(q['references'][:3])}")
-    print(f"\ndecision model: {coverage.MODEL_PATH.name} features "
-          f"{', '.join(coverage.MODEL.coefficients)}; cap {coverage.MODEL.cap}")
+    dense = any(r.dense is not None for result in results.values()
+                for q in result["questions"] for r in q["reference_objects"][:1])
+    model, path = ((coverage.DENSE_MODEL, coverage.DENSE_MODEL_PATH)
+                   if dense and coverage.DENSE_MODEL is not None else (coverage.MODEL, coverage.MODEL_PATH))
+    print(f"\nretrieval: {'dense fusion (' + embeddings_config.backend + ')' if dense else 'lexical'}; "
+          f"decision model: {path.name} features {', '.join(model.coefficients)}; cap {model.cap}")
     for name, result in results.items():
         print(f"\n{name}: {len(result['questions'])} questions, knowledge base "
               f"{result['knowledge_base']['imported']} entries")
@@ -734,6 +750,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", metavar="L.csv")
     p.add_argument("--json", action="store_true")
     p.add_argument("--verbose", action="store_true", help="each question's outcome, for every set")
+    p.add_argument("--ablate", action="store_true",
+                   help="instead: the questions right without each vocabulary concept and "
+                        "retrieval knob, per set")
     p.add_argument("--review", action="store_true",
                    help="then accept the labelled entry for half of the answerable questions "
                         "through the review path, ask every question again, report the change")

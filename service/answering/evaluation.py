@@ -9,6 +9,7 @@ Files: KB CSV (id, question, answer, …), questions CSV (id, question), labels 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import json
@@ -16,6 +17,7 @@ import math
 import secrets
 import statistics
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,18 +161,10 @@ async def evaluate(
     questions = read_questions(questions_csv)
     labels = read_labels(labels_csv)
     kb_text = decode_csv(kb_csv.read_bytes())  # noqa: ASYNC240 (see above)
-    name = f"rfp_eval_{secrets.token_hex(6)}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')  # name is ours: hex only
-    finally:
-        await admin.close()
-    try:
-        pool = await asyncpg.create_pool(db.with_database(server_url, name), min_size=1, max_size=4)
+    async with scratch_database(server_url) as pool:
         scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
         try:
             async with pool.acquire() as conn:
-                await db.migrate(conn)
                 made = await accounts.create_account(conn, "Evaluation", "eval@example.invalid", 0)
                 account_id = made["account"]["id"]
                 user_id = made["member"]["user_id"]
@@ -197,17 +191,15 @@ async def evaluate(
                 outcomes.append({"id": question_id, "question": text, "references": references,
                                  **outcome})
             if review:
+                index = None
+                if embedder is not None:
+                    # The service's background indexer embeds the entries reviews save.
+                    async def index() -> None:
+                        await Indexer(pool, embedder, EmbeddingsConfig()).catch_up()
                 reviewed = await learn_from_review(pool, pipeline, account_id, user_id, outcomes,
-                                                   labels)
+                                                   labels, index)
         finally:
             await scheduler.close()
-            await pool.close()
-    finally:
-        admin = await asyncpg.connect(server_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
     result = score(outcomes, labels, latencies)
     if review:
         result["review"] = reviewed
@@ -232,6 +224,7 @@ def review_half(outcomes: list[dict[str, Any]], labels: dict[str, Label]) -> lis
 async def learn_from_review(
     pool: asyncpg.Pool, pipeline: Any, account_id: str, user_id: int,
     outcomes: list[dict[str, Any]], labels: dict[str, Label],
+    index: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Accept the labelled right entry's answer for half of the answerable questions through
     the domain function behind the review API (`save_review`), ask every question again and
@@ -254,6 +247,8 @@ async def learn_from_review(
             async with pool.acquire() as conn, conn.transaction():
                 entry, _ = await save_review(conn, account_id, question_id, answers[kb_id])
             saved[entry.id] = kb_id
+        if index is not None:
+            await index()
 
     async def ask_all() -> list[dict[str, Any]]:
         again = []
@@ -523,6 +518,13 @@ def by_set(items: list[Sample], decided: list[coverage.Decision]) -> dict[str, d
     return figures
 
 
+def shipped_features(items: list[Sample]) -> tuple[str, ...]:
+    """The features of the model the service uses for these retrievals (the dense model's when
+    they carry dense similarities and one is shipped)."""
+    first = [s.references[0] for s in items if s.references]
+    return tuple(coverage.model_for(first[:1]).coefficients) or feature_names(items)
+
+
 def feature_names(items: list[Sample]) -> tuple[str, ...]:
     dense = any(r.dense is not None for s in items for r in s.references[:1])
     return coverage.DENSE_FEATURES if dense else coverage.FEATURES
@@ -612,5 +614,124 @@ def cross_validate(sets: dict[str, tuple[dict[str, Any], dict[str, Label]]]) -> 
     items = [s for name, (result, labels) in sets.items() for s in samples(name, result, labels)]
     if not enough(items):
         return {}
-    names = tuple(coverage.MODEL.coefficients) or feature_names(items)
+    names = shipped_features(items)
     return by_set(items, cross_validated(items, names))
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(server_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A new migrated database on the server of `server_url` (a pool on it), dropped after."""
+    name = f"rfp_eval_{secrets.token_hex(6)}"
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')  # name is ours: hex only
+    finally:
+        await admin.close()
+    try:
+        pool = await asyncpg.create_pool(db.with_database(server_url, name), min_size=1, max_size=4)
+        try:
+            async with pool.acquire() as conn:
+                await db.migrate(conn)
+            yield pool
+        finally:
+            await pool.close()
+    finally:
+        admin = await asyncpg.connect(server_url)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+# -- ablation: what each retrieval knob and vocabulary concept buys -------------------------------
+
+
+async def ablate(
+    server_url: str, sets: dict[str, tuple[Path, Path, Path]], config: QuestionsConfig,
+) -> list[dict[str, Any]]:
+    """For every seeded vocabulary concept and a few retrieval knobs, the questions right
+    without it against with it, per set: hit@1 and hit@5 (counts of answerable questions) and
+    the decision's right answers under cross-validation (the shipped model's features refitted
+    fold by fold). Retrieval only, no engine: one scratch database per set, each concept
+    removed inside a transaction that is rolled back."""
+    from . import retrieval
+    from . import words as english
+
+    knobs: dict[str, Callable[[], Callable[[], None]]] = {}
+
+    def constant(module: Any, name: str, value: Any) -> Callable[[], Callable[[], None]]:
+        def apply() -> Callable[[], None]:
+            before = getattr(module, name)
+            setattr(module, name, value)
+            return lambda: setattr(module, name, before)
+        return apply
+
+    knobs["knob: proximity (PROXIMITY_WEIGHT 0.25 -> 0)"] = constant(retrieval, "PROXIMITY_WEIGHT", 0.0)
+    knobs["knob: concept weight (CONCEPT_WEIGHT 1.5 -> 1.0)"] = constant(retrieval, "CONCEPT_WEIGHT", 1.0)
+    knobs["knob: English word frequency (words.factor -> 1)"] = constant(
+        english, "FLOOR", 1.0)
+    concepts = list(dict.fromkeys(concept for concept, _ in db.vocabulary()))
+    variants: dict[str, dict[str, list[Sample]]] = {}
+    for set_name, (kb_csv, questions_csv, labels_csv) in sets.items():
+        questions = read_questions(questions_csv)
+        labels = read_labels(labels_csv)
+        async with scratch_database(server_url) as pool, pool.acquire() as conn:
+            made = await accounts.create_account(conn, "Ablation", "eval@example.invalid", 0)
+            account_id = made["account"]["id"]
+            await import_csv(conn, account_id, decode_csv(kb_csv.read_bytes()))
+
+            async def run(variant: str, set_name: str = set_name, account_id: str = account_id,
+                          labels: dict[str, Label] = labels, conn: Any = conn,
+                          questions: list = questions) -> None:
+                found = []
+                for question_id, text in questions:
+                    label = labels.get(question_id)
+                    if label is None:
+                        continue
+                    refs = tuple(await retrieval.find_references(
+                        conn, account_id, text, config.references_limit))
+                    found.append(Sample(
+                        set=set_name, id=question_id, question=text, references=refs,
+                        answerable=label.answerable,
+                        y=int(label.answerable and bool(refs) and label.accepts(refs[0].external_id)),
+                        hit5=any(label.accepts(r.external_id) for r in refs[:5])))
+                variants.setdefault(variant, {})[set_name] = found
+
+            await run("as shipped")
+            for concept in concepts:
+                try:
+                    async with conn.transaction():
+                        await conn.execute(
+                            "DELETE FROM knowledge_vocabulary WHERE seeded AND concept = $1", concept)
+                        await run(f"concept: {concept}")
+                        raise _Rollback  # the concept comes back
+                except _Rollback:
+                    pass
+            for name, apply in knobs.items():
+                undo = apply()
+                try:
+                    await run(name)
+                finally:
+                    undo()
+    names = shipped_features([s for by in variants.values() for s in by.get(next(iter(sets)), [])])
+    table = []
+    for variant, by in variants.items():
+        items = [s for set_name in sets for s in by.get(set_name, [])]
+        decided = cross_validated(items, names) if enough(items) else None
+        row: dict[str, Any] = {"variant": variant}
+        for set_name in sets:
+            inside = [i for i, s in enumerate(items) if s.set == set_name]
+            row[set_name] = {
+                "hit1": sum(items[i].y for i in inside),
+                "hit5": sum(items[i].hit5 for i in inside if items[i].answerable),
+                "decisions": sum(
+                    (decided[i].sufficient and items[i].y == 1)
+                    or (not decided[i].sufficient and not items[i].answerable) for i in inside
+                ) if decided else None,
+            }
+        table.append(row)
+    return table
+
+
+class _Rollback(Exception):
+    pass

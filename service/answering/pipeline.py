@@ -213,6 +213,20 @@ async def publish(ctx: StepContext, work: Work) -> Work:
     return attrs.evolve(work, answer=answer)
 
 
+def given_up(work: Work, attempts: int, exc: Exception) -> Work:
+    """The question completed unanswered after failing `attempts` times: confidence 0, needing
+    attention, and (persist refunds an engine failure) its credit back. Only the exception's
+    type is shown; the rest is in the log."""
+    why = (f"No answer could be drafted: answering failed {attempts} times ({type(exc).__name__}). "
+           "The credit for this question was refunded; answer it by hand.")
+    return attrs.evolve(
+        work, state="complete", draft_answer=None, verbatim_answer=False, sufficient_context=None,
+        used=(), engine_points=(), engine_failure=f"failed {attempts} times: {type(exc).__name__}",
+        confidence=0.0, confidence_rationale=why, requires_attention=True, attention_points=(why,),
+        answer=why,
+    )
+
+
 TRANSITIONS: tuple[tuple[str, str, Step], ...] = (
     ("new", "ready_to_answer", prepare),
     ("ready_to_answer", "references_fetched", fetch_references),
@@ -238,9 +252,10 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
 
 def rfp_item_state(work: Work, config: QuestionsConfig) -> str:
     """The state an RFP item takes from its question's answer: needs_input when nothing answers
-    it or its confidence is below the review band (a person must write it), else auto_answered
-    (the band, auto-answer or review, is shown beside it)."""
-    if not work.sufficient_context or work.engine_failure is not None:
+    it, it asks for attention (a stale entry, a partial answer), or its confidence is below the
+    review band (a person must write it), else auto_answered (the band, auto-answer or review, is
+    shown beside it)."""
+    if not work.sufficient_context or work.engine_failure is not None or work.requires_attention:
         return "needs_input"
     if bands.band(work.confidence, work.requires_attention, config) == "needs_input":
         return "needs_input"
@@ -441,13 +456,9 @@ class Pipeline:
                 work = after
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("question %s failed in state %s; it will be retried", work.id, work.state)
+        except Exception as exc:
             with contextlib.suppress(Exception):
-                async with self.pool.acquire() as conn:
-                    await conn.execute(
-                        db.query("release_lease"), work.id, self.owner, self.config.poll_seconds
-                    )
+                await self._failed(work, exc)
         finally:
             self.active.discard(work.id)
             row = self.committed.pop(work.id, None)
@@ -460,6 +471,27 @@ class Pipeline:
             self.metrics.pipeline_queue_depth.set(len(self.active))
             if self._more:
                 self._wake.set()  # a place is free and questions may be waiting for it
+
+    async def _failed(self, work: Work, exc: Exception) -> None:
+        """A step raised: the question is retried later, unless that was its
+        max_failed_attempts-th failure; then it completes needing attention, refunded."""
+        async with self.pool.acquire() as conn:
+            attempts = await conn.fetchval(db.query("count_failed_attempt"), work.id, self.owner)
+            if attempts is None or attempts < self.config.max_failed_attempts:
+                log.error("question %s failed in state %s (attempt %s); it will be retried",
+                          work.id, work.state, attempts, exc_info=exc)
+                await conn.execute(
+                    db.query("release_lease"), work.id, self.owner, self.config.poll_seconds
+                )
+                return
+            log.error("question %s failed in state %s %s times; completing it unanswered",
+                      work.id, work.state, attempts, exc_info=exc)
+            stored = await persist(conn, self.owner, work, given_up(work, attempts, exc),
+                                   self.config.lease_seconds, self.metrics)
+        if stored is not None:
+            self.committed[work.id] = stored
+            if self.on_commit is not None:
+                self.on_commit(work.id, stored)
 
     async def _timed(self, step: Step, work: Work) -> Work:
         """Run one step, timing it by step name and outcome (ok, failed)."""
