@@ -232,24 +232,18 @@ def parse_csv(text: str) -> ParsedCsv:
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 
-<<<<<<< HEAD
-async def import_csv(
-    conn: asyncpg.Connection, account_id: str, text: str, actor: str | None = None
-) -> ImportReport:
-    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
-    `actor` (a member id) is recorded as who wrote the entries' new versions."""
-    parsed = parse_csv(text)
-=======
 def parse_upload(raw: bytes) -> ParsedCsv:
     """An uploaded CSV's bytes, decoded and parsed: what a parse worker process runs
     (service/domain/isolation.py), so a large or hostile file never blocks the service."""
     return parse_csv(decode_csv(raw))
 
 
-async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv) -> ImportReport:
-    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
+async def import_csv(
+    conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv, actor: str | None = None
+) -> ImportReport:
+    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
+    `actor` (a member id) is recorded as who wrote the entries' new versions."""
     parsed = parse_csv(text) if isinstance(text, str) else text
->>>>>>> main
     valid = parsed.valid
     created = updated = 0
     if valid:
