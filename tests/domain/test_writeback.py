@@ -314,3 +314,28 @@ def test_write_xlsx__a_formula_answer_cell_keeps_its_formula_and_new_cells_keep_
     assert sheet["G4"].value == "past the last column"
     assert sheet["C9"].value == "a new row"
     assert sheet["E4"].value == "reviewed by legal"
+
+
+async def test_cli__rfp_import_keeps_the_file_and_export_original_writes_it_back(
+    client, conn, admin, database_url, tmp_path
+):
+    import asyncio
+
+    from cli_runner import cli_json
+
+    rfp_id = await _rfp(client, admin)
+    source = tmp_path / "acme.xlsx"
+    source.write_bytes(questionnaire())
+    imported = await asyncio.to_thread(
+        cli_json, database_url, "rfp", "import", "--account", admin.account_id, "--rfp", rfp_id,
+        str(source), "--sheet", "Access Control")
+    assert imported["import"]["kept_for_export"] is True
+    mfa, *_ = await _items(conn, rfp_id)
+    await _review(client, admin, rfp_id, mfa["id"], answer="Yes, always.", state="approved")
+    output = tmp_path / "answered.xlsx"
+    exported = await asyncio.to_thread(
+        cli_json, database_url, "rfp", "export", "--account", admin.account_id, "--rfp", rfp_id,
+        "--format", "original", "--output", str(output))
+    assert exported["written"] == 1
+    _compare(source.read_bytes(), output.read_bytes(), {
+        ("Access Control", "C3"): "Yes", ("Access Control", "C4"): None, ("Access Control", "C5"): None})
