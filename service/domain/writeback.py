@@ -11,7 +11,9 @@ every drafted one) into those cells and changes nothing else:
   An answer cell with a Yes/No (list) data validation gets the option matching the answer's Yes/No
   lead, or stays empty when the answer has none. A cell holding a formula is left alone.
 - CSV: the original columns and order, the answer column filled (appended when the file had
-  none), in the file's own encoding and delimiter.
+  none), in the file's own encoding and delimiter; an answer starting like a formula (`=`, `+`,
+  `-`, `@`) gets a leading `'`, as in every CSV export (SECURITY.md). XLSX answers are inline
+  strings, never formulas.
 """
 
 from __future__ import annotations
@@ -163,11 +165,13 @@ def write_csv(original: bytes, cells: Sequence[Cell]) -> bytes:
     widest = max((c.column for c in to_write), default=-1)
     if rows and widest >= len(rows[0]):
         rows[0] = rows[0] + [""] * (widest - len(rows[0])) + ["Answer"]  # the appended column
+    from .rfp_items import csv_cell  # here: rfp_items imports this module
+
     for cell in to_write:
         values = rows[cell.row - 1]
         if cell.column >= len(values):
             values.extend([""] * (cell.column + 1 - len(values)))
-        values[cell.column] = cell.text
+        values[cell.column] = csv_cell(cell.text)  # an answer never becomes a formula
     out = io.StringIO(newline="")
     writer = csv.writer(out, delimiter=dialect.delimiter, quotechar=dialect.quotechar or '"',
                         lineterminator=newline, quoting=csv.QUOTE_MINIMAL)

@@ -270,6 +270,16 @@ async def test_csv_writeback__original_columns_order_and_dialect_answer_filled(c
     )
 
 
+async def test_csv_writeback__a_formula_like_answer_stays_text(client, conn, admin):
+    rfp_id = await _rfp(client, admin)
+    await _import(client, admin, rfp_id, b"Question,Answer\nLink?,\n", "text/csv")
+    (item,) = await _items(conn, rfp_id)
+    await _review(client, admin, rfp_id, item["id"], answer='=HYPERLINK("http://x")', state="approved")
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    rows = list(csv.reader(io.StringIO((await response.read()).decode())))
+    assert rows[1] == ["Link?", '\'=HYPERLINK("http://x")']
+
+
 async def test_csv_writeback__without_an_answer_column_one_is_appended(client, conn, admin):
     rfp_id = await _rfp(client, admin)
     report = await _import(client, admin, rfp_id, b"Question,Category\nDo you encrypt?,Data\n", "text/csv")
