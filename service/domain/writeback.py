@@ -315,9 +315,10 @@ def _dropdown_value(answer: str, options: Sequence[str]) -> str | None:
     lead = yes_no_lead(answer)
     if lead is None:
         return None
-    wanted = "yes" if lead else "no"
+    wanted = ("yes", "y", "true") if lead else ("no", "n", "false")
     for option in options:
-        if option.lower() == wanted or option.lower().startswith(wanted + " "):
+        words = option.lower().replace(",", " ").replace("-", " ").split()
+        if words and words[0] in wanted:  # "Yes", "Y", "Yes - fully", "No, not yet"
             return option
     return None
 

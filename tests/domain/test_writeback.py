@@ -349,3 +349,13 @@ async def test_cli__rfp_import_keeps_the_file_and_export_original_writes_it_back
     assert exported["written"] == 1
     _compare(source.read_bytes(), output.read_bytes(), {
         ("Access Control", "C3"): "Yes", ("Access Control", "C4"): None, ("Access Control", "C5"): None})
+
+
+def test_dropdown_value__the_option_of_the_answers_yes_no_lead():
+    from service.domain.writeback import _dropdown_value
+
+    assert _dropdown_value("Yes, with AES-256.", ["Yes", "No", "N/A"]) == "Yes"
+    assert _dropdown_value("No. Not yet.", ["Y", "N"]) == "N"
+    assert _dropdown_value("Yes.", ["No, not yet", "Yes - fully"]) == "Yes - fully"
+    assert _dropdown_value("N/A", ["Yes", "No", "N/A"]) == "N/A"  # the whole answer is an option
+    assert _dropdown_value("We use AES-256.", ["Yes", "No"]) is None  # no lead: left empty
