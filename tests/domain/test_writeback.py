@@ -291,23 +291,32 @@ async def test_csv_writeback__without_an_answer_column_one_is_appended(client, c
     assert rows == [["Question", "Category", "Answer"], ["Do you encrypt?", "Data", "Yes."]]
 
 
-def test_write_xlsx__a_prefixed_sheet_is_refused_not_written_wrongly():
-    import pytest
+def test_write_xlsx__a_sheet_written_with_a_namespace_prefix_is_written_alike():
+    import re
 
-    from service.domain.errors import ValidationFailed
     from service.domain.writeback import Cell, write_xlsx
 
-    original = questionnaire()
-    parts = _zip_parts(original)
+    parts = _zip_parts(questionnaire())
+    main = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
     sheet = parts["xl/worksheets/sheet3.xml"].decode()
-    parts["xl/worksheets/sheet3.xml"] = sheet.replace("<sheetData>", "<x:sheetData>").replace(
-        "</sheetData>", "</x:sheetData>").encode()
+    # As the OpenXML SDK writes it: <x:worksheet xmlns:x="…main"><x:sheetData><x:row> …
+    sheet = re.sub(r"<(/?)([A-Za-z]\w*)(?=[\s>/])", r"<\1x:\2", sheet)
+    sheet = sheet.replace(f'xmlns="{main}"', f'xmlns:x="{main}"')
+    assert "<x:row" in sheet and "<row" not in sheet
+    parts["xl/worksheets/sheet3.xml"] = sheet.encode()
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as archive:
         for name, data in parts.items():
             archive.writestr(name, data)
-    with pytest.raises(ValidationFailed, match="cannot be written back"):
-        write_xlsx(out.getvalue(), [Cell(sheet="Access Control", row=3, column=2, text="Yes")])
+    original = out.getvalue()
+    result = write_xlsx(original, [
+        Cell(sheet="Access Control", row=3, column=2, text="No, not yet."),
+        Cell(sheet="Access Control", row=4, column=2, text="Passphrases"),
+        Cell(sheet="Access Control", row=12, column=1, text="a new row"),
+    ])
+    assert "<c r=" not in _zip_parts(result)["xl/worksheets/sheet3.xml"].decode()
+    _compare(original, result, {("Access Control", "C3"): "No", ("Access Control", "C4"): "Passphrases",
+                                ("Access Control", "B12"): "a new row"})
 
 
 def test_write_xlsx__a_formula_answer_cell_keeps_its_formula_and_new_cells_keep_row_order():
