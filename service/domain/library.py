@@ -34,7 +34,6 @@ from .knowledge import (
     KnowledgeItem,
     _blank_to_none,
     _tags,
-    merge_pending_index,
 )
 
 
@@ -124,7 +123,6 @@ async def update_item(
             [tag.strip() for tag in change.tags], _blank_to_none(change.source), change.yes_no,
             change.owner_id, change.review_by,
         )
-    await merge_pending_index(conn)
     return KnowledgeItem.from_row(row)
 
 
