@@ -368,3 +368,30 @@ def test_dropdown_value__the_option_of_the_answers_yes_no_lead():
     assert _dropdown_value("Yes.", ["No, not yet", "Yes - fully"]) == "Yes - fully"
     assert _dropdown_value("N/A", ["Yes", "No", "N/A"]) == "N/A"  # the whole answer is an option
     assert _dropdown_value("We use AES-256.", ["Yes", "No"]) is None  # no lead: left empty
+
+
+async def test_xlsx_writeback__import_answer_approve_export_through_the_pipeline(client, conn, admin):
+    from helpers_questions import add_entry, wait_all_complete
+
+    await add_entry(conn, admin.account_id, "Do you enforce multi-factor authentication for all users?",
+                    "Yes. MFA is enforced for every user, with TOTP or WebAuthn.")
+    await add_entry(conn, admin.account_id, "Describe your password policy.",
+                    "Passwords have at least 12 characters and are checked against breach lists.")
+    original = questionnaire()
+    rfp_id = await _rfp(client, admin)
+    await _import(client, admin, rfp_id, original, XLSX, sheet="Access Control")
+    response = await client.post(f"/api/v1/rfps/{rfp_id}/answer", headers=admin.headers)
+    assert response.status == 202
+    await wait_all_complete(conn, 30)
+    items = await _items(conn, rfp_id)
+    for item in items[:2]:  # the two the knowledge base answers; AC-3 is left for a person
+        assert item["answer"], item["question"]
+        await _review(client, admin, rfp_id, item["id"], state="approved")
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    assert response.status == 200
+    approved = await _items(conn, rfp_id)
+    _compare(original, await response.read(), {
+        ("Access Control", "C3"): "Yes",  # the dropdown cell: the answer's Yes/No lead
+        ("Access Control", "C4"): approved[1]["answer"],
+        ("Access Control", "C5"): None,  # not approved
+    })
