@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -36,9 +37,15 @@ from .knowledge import (
     _tags,
 )
 
+log = logging.getLogger(__name__)
+
 
 async def set_review_period(conn: asyncpg.Connection, days: int) -> None:
-    await conn.execute(db.query("set_review_period"), days)
+    """Make `days` the review period new entries get (every write path reads it in SQL)."""
+    try:
+        await conn.execute(db.query("set_review_period"), days)
+    except asyncpg.InsufficientPrivilegeError:
+        log.warning("cannot write library_settings: new entries keep the review period stored there")
 
 
 async def set_actor(conn: asyncpg.Connection, member_id: str | None) -> None:

@@ -312,3 +312,16 @@ async def test_versions__a_reimport_keeps_the_imported_version_and_who_imported_
                                         headers=admin.headers)).json())["versions"]
     assert [(v["version"], v["answer"], v["written_by"]) for v in versions] == [
         (2, "Kept 90 days.", colleague.member_id), (1, "Kept 30 days.", admin.member_id)]
+
+
+async def test_review_period__from_config_for_every_write_path(aiohttp_client, config, conn, admin):
+    from conftest import with_config
+
+    from service.web.app import create_app
+
+    client = await aiohttp_client(create_app(with_config(config, library={"review_period_days": 30})))
+    item = await _create(client, admin, answer="API")
+    assert item["review_by"] == (today() + timedelta(days=30)).isoformat()
+    imported = await add_entry(conn, admin.account_id, "Q?", "written without the API")
+    review_by = await conn.fetchval("SELECT review_by FROM knowledge_items WHERE id = $1", imported)
+    assert review_by == today() + timedelta(days=30)
