@@ -14,7 +14,8 @@ import asyncpg
 import attrs
 
 from .. import db
-from .convert import NonBlank, TagList, at_most, structure
+from . import audit, webhooks
+from .convert import NonBlank, TagList, at_most, structure, unstructure
 from .errors import ValidationFailed
 from .ids import new_id
 from .questions import fetch_question
@@ -220,8 +221,11 @@ def parse_csv(text: str) -> ParsedCsv:
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 
-async def import_csv(conn: asyncpg.Connection, account_id: str, text: str) -> ImportReport:
-    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
+async def import_csv(
+    conn: asyncpg.Connection, account_id: str, text: str, actor: audit.Actor | None = None
+) -> ImportReport:
+    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
+    With `actor`, the audit event and the entries' webhooks are written in that transaction."""
     parsed = parse_csv(text)
     valid = parsed.valid
     created = updated = 0
@@ -240,8 +244,13 @@ async def import_csv(conn: asyncpg.Connection, account_id: str, text: str) -> Im
                 [i.external_id for i in items],
                 [i.yes_no for i in items],
             )
-        created = sum(1 for row in rows if row["created"])
-        updated = len(rows) - created
+            created = sum(1 for row in rows if row["created"])
+            updated = len(rows) - created
+            if actor is not None:
+                await audit.record(conn, actor, "knowledge_base_items.imported", after={
+                    "created": created, "updated": updated, "rejected": len(parsed.rejected),
+                }, account_id=account_id)
+                await emit_items(conn, account_id, rows)
         await merge_pending_index(conn)
     return ImportReport(
         imported=created + updated,
@@ -250,6 +259,18 @@ async def import_csv(conn: asyncpg.Connection, account_id: str, text: str) -> Im
         rejected=parsed.rejected,
         ignored_columns=parsed.ignored_columns,
     )
+
+
+async def emit_items(conn: asyncpg.Connection, account_id: str, rows: list[asyncpg.Record]) -> None:
+    """knowledge_base_item.created/updated for the rows of an import, when an endpoint wants them."""
+    for event_type, wanted_rows in (
+        ("knowledge_base_item.created", [r["id"] for r in rows if r["created"]]),
+        ("knowledge_base_item.updated", [r["id"] for r in rows if not r["created"]]),
+    ):
+        if wanted_rows and await webhooks.wanted(conn, account_id, event_type):
+            for row in await conn.fetch(db.query("knowledge_items_by_ids"), account_id, wanted_rows):
+                item = KnowledgeItem.from_row(row)
+                await webhooks.emit(conn, account_id, event_type, item.id, unstructure(item))
 
 
 async def merge_pending_index(conn: asyncpg.Connection) -> None:

@@ -22,6 +22,7 @@ import asyncpg
 import attrs
 
 from .. import db
+from . import audit
 from .convert import (
     Email,
     Password,
@@ -216,12 +217,19 @@ async def _validate_new_user(conn: asyncpg.Connection, fields: dict[str, Any]) -
     return data
 
 
-async def confirm_email(pool: asyncpg.Pool, token: str) -> asyncpg.Record:
+async def confirm_email(
+    pool: asyncpg.Pool, token: str, actor: audit.Actor | None = None
+) -> asyncpg.Record:
     async with pool.acquire() as conn, conn.transaction():
         user_id = await conn.fetchval(db.query("use_email_confirmation"), hash_token(token))
         if user_id is None:
             raise NotFound("this confirmation link is unknown, already used or expired")
-        return await conn.fetchrow(db.query("confirm_user"), user_id)
+        row = await conn.fetchrow(db.query("confirm_user"), user_id)
+        if actor is not None:
+            account_id = await conn.fetchval(db.query("first_account_of_user"), user_id)
+            await audit.record(conn, attrs.evolve(actor, label=row["email"]), "user.email_confirmed",
+                               record_id=str(user_id), account_id=account_id)
+        return row
 
 
 def _confirmed(row: asyncpg.Record) -> dict[str, Any]:

@@ -145,8 +145,9 @@ async def search_rfps(conn: asyncpg.Connection, account_id: str, term: str, page
 
 async def update_rfp(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, fields: dict[str, Any]
-) -> None:
-    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values)."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values);
+    returns the editable fields (before, after), for the audit log."""
     async with conn.transaction():
         current = await conn.fetchrow(db.query("lock_rfp"), rfp_id, account_id)
         if current is None:
@@ -166,6 +167,10 @@ async def update_rfp(
             data.portal_url,
             data.context,
         )
+    before = {name: _json_value(current[name]) for name in editable}
+    after = {name: _json_value(getattr(data, name)) for name in editable}
+    after["title"] = data.title.strip()
+    return before, after
 
 
 async def list_items(

@@ -21,7 +21,9 @@ from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
 from .keys import CONFIG, EVENTS, INDEXER, METRICS, PIPELINE, POOL
 from .telemetry import metrics_middleware
+from .views import audit as audit_views
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
+from .views import webhooks as webhook_views
 from .views.health import get_metrics
 
 
@@ -98,6 +100,38 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/knowledge_base_items/{id}", knowledge.delete_item,
             name="delete_knowledge_base_item",
         ),
+        # -- webhooks and the audit log (issue 21) --
+        web.post(
+            "/api/v1/webhook_endpoints", webhook_views.post_endpoint, name="create_webhook_endpoint"
+        ),
+        web.get(
+            "/api/v1/webhook_endpoints", webhook_views.list_endpoints,
+            name="list_webhook_endpoints", allow_head=False,
+        ),
+        web.get(
+            "/api/v1/webhook_endpoints/{id}", webhook_views.get_endpoint,
+            name="get_webhook_endpoint", allow_head=False,
+        ),
+        web.patch(
+            "/api/v1/webhook_endpoints/{id}", webhook_views.patch_endpoint,
+            name="update_webhook_endpoint",
+        ),
+        web.delete(
+            "/api/v1/webhook_endpoints/{id}", webhook_views.delete_endpoint,
+            name="delete_webhook_endpoint",
+        ),
+        web.get(
+            "/api/v1/webhook_endpoints/{id}/deliveries", webhook_views.list_deliveries,
+            name="list_webhook_deliveries", allow_head=False,
+        ),
+        web.post(
+            "/api/v1/webhook_endpoints/{id}/deliveries/{delivery_id}/retry",
+            webhook_views.retry_delivery, name="retry_webhook_delivery",
+        ),
+        web.get(
+            "/api/v1/audit_events", audit_views.list_audit_events, name="list_audit_events",
+            allow_head=False,
+        ),
         web.get("/api/v1/openapi.json", openapi.get_openapi, name="openapi", allow_head=False),
         web.get("/docs", openapi.get_docs, name="docs", allow_head=False),
         web.get("/docs/init.js", openapi.get_docs_init, name="docs_init", allow_head=False),
@@ -119,6 +153,7 @@ def create_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
+    app.cleanup_ctx.append(webhook_views.deliverer_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
     app.add_routes(guarded_routes(routes() + (extra if config.metrics.enabled else []), config))
@@ -168,6 +203,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     pipeline = Pipeline(
         pool, make_engine(app, session), config.questions, scheduler, embedder, app[METRICS]
     )
+    pipeline.web_base_url = config.server.web_base_url
     events = QuestionEvents(config.database.url, pipeline.wake)
     pipeline.on_commit = events.deliver  # this process's streams get its commits without a read
     await events.connect()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..domain.mail import MailSender
     from ..domain.passwords import Passwords
+    from ..domain.webhooks import Deliverer
     from ..metrics import Metrics
 
 CONFIG: web.AppKey[Config] = web.AppKey("config")
@@ -31,3 +32,5 @@ PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
 # The embeddings indexer when a backend is configured (absent otherwise).
 INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")
+# This process's webhook deliverer (service/domain/webhooks.py).
+DELIVERER: web.AppKey[Deliverer] = web.AppKey("webhook_deliverer")

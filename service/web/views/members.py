@@ -18,10 +18,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
+import attrs
 from aiohttp import web
 
 from ... import db
-from ...domain import mail
+from ...domain import audit, mail, webhooks
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
     Conflict,
@@ -56,9 +57,10 @@ from ...domain.members import (
 from ...domain.models import Page
 from ...domain.passwords import Passwords
 from ...domain.tokens import hash_token, issue_token
+from ..actors import actor
 from ..auth import connection, principal, public, requires
 from ..body import read_json, read_object
-from ..keys import CONFIG, MAIL_SENDER, PASSWORDS, POOL
+from ..keys import CONFIG, DELIVERER, MAIL_SENDER, PASSWORDS, POOL
 from ..ratelimit import take
 from ..responses import json_response
 
@@ -100,15 +102,30 @@ async def post_user(request: web.Request) -> web.Response:
         )
         await mail.enqueue(conn, config.mail, data.email, subject, body)
         member = await fetch_member(conn, member_id, who.account_id)
+        queued = await _member_created(request, conn, who.account_id, member)
     request.app[MAIL_SENDER].wake()
+    if queued:
+        request.app[DELIVERER].wake()
     return _created(member)
+
+
+async def _member_created(
+    request: web.Request, conn: asyncpg.Connection, account_id: str, member: Member
+) -> int:
+    """The audit event and webhook of a new membership, in the caller's transaction; returns
+    the deliveries queued (wake the deliverer once committed)."""
+    data = unstructure(member)
+    await audit.record(conn, actor(request, member.email), "member.created", record_id=member.id,
+                       account_id=account_id,
+                       after={k: data[k] for k in ("email", "first_name", "last_name", "role")})
+    return await webhooks.emit(conn, account_id, "member.created", member.id, data)
 
 
 @public
 async def post_confirmation(request: web.Request) -> web.Response:
     body = await read_json(request)
     data = structure(body, ConfirmationInput)
-    return json_response(_confirmed(await confirm_email(request.app[POOL], data.token)))
+    return json_response(_confirmed(await confirm_email(request.app[POOL], data.token, actor(request))))
 
 
 @public
@@ -117,7 +134,7 @@ async def get_confirmation(request: web.Request) -> web.Response:
     token = request.query.get("token")
     if not token:
         raise ParameterMissing("token is required: open the link from the e-mail as it is")
-    row = await confirm_email(request.app[POOL], token)
+    row = await confirm_email(request.app[POOL], token, actor(request))
     return web.Response(
         text=f"Thank you: {row['email']} is confirmed. You can sign in now.\n",
         content_type="text/plain",
@@ -153,6 +170,16 @@ async def post_token(request: web.Request) -> web.Response:
         user = await conn.fetchrow(db.query("user_by_email"), data.email.strip())
     stored_hash = user["password_hash"] if user is not None else None
     if not await passwords.verify(stored_hash, data.password):
+        async with connection(request) as conn:  # committed on its own: the refusal follows
+            account_id = None
+            if user is not None:
+                membership = await conn.fetchrow(
+                    db.query("membership_for_sign_in"), user["id"], data.account_id
+                )
+                account_id = membership["account_id"] if membership is not None else None
+            await audit.record(conn, actor(request, data.email.strip()), "auth.sign_in_failed",
+                               record_id=str(user["id"]) if user is not None else None,
+                               account_id=account_id)
         raise Unauthorized("wrong e-mail address or password")
     async with connection(request) as conn:
         for key, limit in buckets:
@@ -175,7 +202,13 @@ async def post_token(request: web.Request) -> web.Response:
             )
         scopes = sorted(set(data.scopes))
         expires_at = _expires_at(config.auth.token_ttl_days)
-        token = await issue_token(conn, membership["id"], scopes, expires_at)
+        async with conn.transaction():
+            token = await issue_token(conn, membership["id"], scopes, expires_at)
+            signed_in = attrs.evolve(actor(request, user["email"]), type="member",
+                                     id=membership["id"], account_id=membership["account_id"])
+            await audit.record(conn, signed_in, "auth.signed_in", record_id=membership["id"])
+            await audit.record(conn, signed_in, "token.created", record_id=membership["id"],
+                               after={"scopes": scopes, "expires_at": expires_at})
     return _created(
         {
             "token": token,
@@ -210,6 +243,8 @@ async def post_invitation(request: web.Request) -> web.Response:
                 _base_url(request), account_name, token, row["expires_at"]
             )
             await mail.enqueue(conn, config.mail, data.email, subject, body)
+            await audit.record(conn, actor(request), "invitation.created", record_id=row["id"],
+                               after={"email": data.email, "role": row["role"]})
     request.app[MAIL_SENDER].wake()
     return _created(Invitation.from_row(row))
 
@@ -269,6 +304,11 @@ async def accept_invitation(request: web.Request) -> web.Response:
         if await conn.fetchval(db.query("mark_invitation_accepted"), invitation["id"], member_id) is None:
             raise NotFound("this invitation has already been accepted")
         member = await fetch_member(conn, member_id, invitation["account_id"])
+        await audit.record(conn, actor(request, invitation["email"]), "invitation.accepted",
+                           record_id=invitation["id"], account_id=invitation["account_id"])
+        queued = await _member_created(request, conn, invitation["account_id"], member)
+    if queued:
+        request.app[DELIVERER].wake()
     return _created(member)
 
 

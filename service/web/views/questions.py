@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncpg
 from aiohttp import web
 
+from ...domain import audit
 from ...domain.convert import unstructure
 from ...domain.errors import ValidationFailed
 from ...domain.ids import new_id
@@ -19,6 +20,7 @@ from ...domain.questions import (
     fetch_question,
     parse_ask,
 )
+from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_object
 from ..keys import CONFIG, METRICS, PIPELINE
@@ -57,15 +59,18 @@ async def post_question(request: web.Request) -> web.Response:
             new_question = new_id("q")
             owner = pipeline.reserve(new_question)
             try:
-                # One statement: atomic without BEGIN/COMMIT round trips.
-                row = await ask_question(
-                    conn, account_id=who.account_id, user_id=who.user_id, text=ask.question,
-                    detail_level=ask.detail_level, custom_prompt=ask.custom_prompt,
-                    rfp_id=None, rfp_item_id=None, member_id=who.member_id,
-                    cost=settings.credits_per_question, idempotency_key=key,
-                    request_hash=ask.fingerprint() if key else None, question_id=new_question,
-                    lease_owner=owner, lease_seconds=settings.lease_seconds,
-                )
+                # The ask is one statement; its audit event commits with it.
+                async with conn.transaction():
+                    row = await ask_question(
+                        conn, account_id=who.account_id, user_id=who.user_id, text=ask.question,
+                        detail_level=ask.detail_level, custom_prompt=ask.custom_prompt,
+                        rfp_id=None, rfp_item_id=None, member_id=who.member_id,
+                        cost=settings.credits_per_question, idempotency_key=key,
+                        request_hash=ask.fingerprint() if key else None, question_id=new_question,
+                        lease_owner=owner, lease_seconds=settings.lease_seconds,
+                    )
+                    await audit.record(conn, actor(request), "question.asked", record_id=new_question,
+                                       after={"credits": settings.credits_per_question})
             except asyncpg.UniqueViolationError:
                 pipeline.unreserve(new_question)
                 # The same key raced in from a concurrent retry: answer like a replay.
