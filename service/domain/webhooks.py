@@ -97,12 +97,17 @@ def url_problems(url: str, allow_private: bool) -> list[str]:
         return ["webhook_endpoint.url: must not carry a user name or password"]
     if allow_private:
         return []
-    literal = _ip_literal(host)
-    if (literal is not None and not address_is_public(literal)) or host == "localhost" or \
-            host.endswith(".localhost"):
+    name = host.rstrip(".").lower()  # `localhost.` is localhost
+    literal = _ip_literal(name)
+    if (literal is not None and not address_is_public(literal)) or name == "localhost" or \
+            name.endswith(".localhost"):
         return [f"webhook_endpoint.url: {host} is a loopback, link-local or private address; "
                 "webhooks go to public addresses only"]
     return []
+
+
+class AddressRefused(OSError):
+    """A host resolves to no address a webhook may reach."""
 
 
 class PublicAddressResolver(AbstractResolver):
@@ -122,7 +127,7 @@ class PublicAddressResolver(AbstractResolver):
         public = [r for r in found if address_is_public(r["host"])]
         if not public:
             refused = ", ".join(sorted({r["host"] for r in found}))
-            raise OSError(f"refused: {host} resolves to {refused}, not a public address")
+            raise AddressRefused(f"refused: {host} resolves to {refused}, not a public address")
         return public
 
     async def close(self) -> None:
@@ -393,6 +398,11 @@ class Deliverer:
                 return Outcome(False, response.status, text, error)
         except TimeoutError:
             return Outcome(False, None, None, f"timed out after {config.timeout_seconds:g} s")
+        except aiohttp.ClientConnectorError as exc:
+            cause = exc.os_error if isinstance(exc.os_error, AddressRefused) else exc.__cause__
+            if isinstance(cause, AddressRefused):  # aiohttp's own message drops the reason
+                return Outcome(False, None, None, str(cause))
+            return Outcome(False, None, None, f"{type(exc).__name__}: {exc}"[:1000])
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             return Outcome(False, None, None, f"{type(exc).__name__}: {exc}"[:1000])
 

@@ -85,7 +85,7 @@ async def test_create__unknown_event_type_and_bad_url_are_422(hook_client, admin
 @pytest.mark.parametrize("url", [
     "http://127.0.0.1:9/x", "http://[::1]/x", "http://169.254.169.254/latest/meta-data",
     "http://10.0.0.5/x", "http://192.168.1.1/x", "http://localhost:8080/x",
-    "http://[::ffff:127.0.0.1]/x", "http://100.64.0.1/x",
+    "http://[::ffff:127.0.0.1]/x", "http://100.64.0.1/x", "http://LOCALHOST./x",
 ])
 async def test_create__private_addresses_refused_by_default(client, admin, url):
     response, body = await register(client, admin, url)
@@ -215,3 +215,41 @@ async def test_delivery__redirect_not_followed_and_body_read_up_to_limit(
     latest = log["deliveries"][0]
     assert latest["state"] == "pending" and latest["last_status"] == 302
     assert "not followed" in latest["last_error"]
+
+
+@pytest.mark.parametrize(("address", "public"), [
+    ("8.8.8.8", True), ("2606:4700:4700::1111", True), ("127.0.0.1", False), ("::1", False),
+    ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.0.1", False), ("169.254.169.254", False),
+    ("fe80::1", False), ("fc00::1", False), ("100.64.0.1", False), ("0.0.0.0", False),
+    ("::ffff:10.0.0.1", False), ("224.0.0.1", False),
+])
+def test_address_is_public(address, public):
+    from service.domain.webhooks import address_is_public
+
+    assert address_is_public(address) is public
+
+
+async def test_delivery__host_resolving_to_loopback_refused_at_connect(client, admin, conn, receiver):
+    """DNS rebinding: a name that passed registration but now resolves to loopback (here
+    `localhost`, stored directly) is refused by the resolver the deliverer connects through, and
+    an IP literal is refused before any connection; the receiver on loopback gets nothing."""
+    # (0x7f000001 is 127.0.0.1 to the system resolver, though not an IP literal to a URL parser.)
+    urls = [f"http://localhost:{receiver.port}/hooks", receiver.url,
+            f"http://0x7f000001:{receiver.port}/hooks"]
+    for n, url in enumerate(urls):
+        await conn.execute(
+            "INSERT INTO webhook_endpoints (id, account_id, url, event_types, secret)"
+            " VALUES ($1, $2, $3, '{knowledge_base_item.created}', 'whsec_AAAA')",
+            f"whep_rebind{n}", admin.account_id, url)
+    await add_entry(client, admin)
+
+    async def errors():
+        return await conn.fetch("SELECT last_error FROM webhook_deliveries WHERE last_error IS NOT"
+                                " NULL ORDER BY endpoint_id")
+
+    rows = await poll(errors, lambda rows: len(rows) == 3)
+    assert "refused: localhost resolves to" in rows[0]["last_error"]
+    assert "not a public address" in rows[0]["last_error"]
+    assert rows[1]["last_error"] == "refused: 127.0.0.1 is not a public address"
+    assert rows[2]["last_error"] == "refused: 0x7f000001 resolves to 127.0.0.1, not a public address"
+    assert receiver.received == []
