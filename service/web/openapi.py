@@ -333,11 +333,35 @@ SCHEMAS: dict[str, Any] = {
         "scopes": {"type": "array", "items": {"enum": ["read", "write"]}},
         "expires_at": _nullable(_DATE_TIME), "account_id": STRING, "member_id": STRING,
     }, ["token", "scopes", "expires_at", "account_id", "member_id"]),
-    "ConfirmationInput": _object({"token": STRING}, ["token"], closed=True),
+    "ConfirmationInput": _object({
+        "token": STRING,
+        "password": {"type": "string", "format": "password", "minLength": 12, "maxLength": 128,
+                     "description": "the password the user chooses; required unless they have "
+                                    "one of their own"},
+    }, ["token"], closed=True),
     "Confirmation": _object({
         "confirmed": {"const": True}, "email": {"type": "string", "format": "email"},
         "confirmed_at": _DATE_TIME,
     }, ["confirmed", "email", "confirmed_at"]),
+    # -- accounts hardening (issue 17): member roles, token management, passwords --
+    "RoleChange": _object({"member": _object({"role": _ROLE}, ["role"], closed=True)}, ["member"]),
+    "TokenInfo": _object({
+        "id": {"type": "integer"}, "member_id": STRING,
+        "scopes": {"type": "array", "items": {"enum": ["read", "write"]}},
+        "source": {"enum": ["sign_in", "cli", "demo"]},
+        "state": {"enum": ["live", "expired", "revoked"]},
+        "created_at": _DATE_TIME, "expires_at": _nullable(_DATE_TIME),
+        "revoked_at": _nullable(_DATE_TIME),
+    }, ["id", "member_id", "scopes", "source", "state", "created_at", "expires_at", "revoked_at"]),
+    "PasswordChange": _object({
+        "current_password": {"type": "string", "format": "password"},
+        "new_password": {"type": "string", "format": "password", "minLength": 12, "maxLength": 128},
+    }, ["current_password", "new_password"], closed=True),
+    "PasswordResetRequest": _object({"email": STRING}, ["email"], closed=True),
+    "PasswordReset": _object({
+        "token": STRING,
+        "password": {"type": "string", "format": "password", "minLength": 12, "maxLength": 128},
+    }, ["token", "password"], closed=True),
     "Health": _object({"status": {"const": "ok"}}, ["status"]),
     "Ready": _object({"status": {"const": "ready"}, "database": {"const": "ok"}},
                      ["status", "database"]),
@@ -545,6 +569,49 @@ def _webhook_audit_paths() -> dict[str, Any]:
     }
 
 
+def _account_paths() -> dict[str, Any]:
+    """Member roles and removal, token lists and revocation, password change and reset."""
+    no_member = _error("no such member in this account")
+    admin_guard = _error("the owner, or the account's last admin, cannot be changed or removed "
+                         "(forbidden, conflict)")
+    return {
+        "/api/v1/members/{id}": {
+            "patch": _op("change_member_role", "change a member's role (admin); lowered to "
+                         "viewer, their tokens lose write", {
+                "200": _json(_ref("Member"), "the member"), "404": no_member,
+                "409": admin_guard}, params=[_ID], body=_ref("RoleChange")),
+            "delete": _op("remove_member", "remove a member (admin); their tokens stop working", {
+                "204": {"description": "removed"}, "404": no_member, "409": admin_guard},
+                params=[_ID]),
+        },
+        "/api/v1/members/{id}/tokens": {"get": _op(
+            "list_member_tokens", "a member's tokens (one's own, or any for an admin)", {
+                "200": _json(_object({"tokens": {"type": "array", "items": _ref("TokenInfo")}},
+                                     ["tokens"]), "newest first; never the token itself"),
+                "404": no_member}, params=[_ID])},
+        "/api/v1/tokens/{id}": {"delete": _op(
+            "revoke_token", "revoke a token (one's own, or any for an admin with write)", {
+                "200": _json(_ref("TokenInfo"), "the revoked token"),
+                "404": _error("no such token in this account")}, params=[_ID])},
+        "/api/v1/users/password": {"post": _op(
+            "change_password", "change one's password; the user's other tokens are revoked", {
+                "200": _json(_object({"changed": {"const": True}}, ["changed"]), "changed"),
+                "422": _error("current_password wrong, or new_password invalid"),
+                "429": _RATE_LIMITED}, body=_ref("PasswordChange"))},
+        "/api/v1/users/password/reset": {"post": _op(
+            "request_password_reset", "e-mail a one-time reset link (same answer for any address)", {
+                "202": _json(_object({"requested": {"const": True}, "message": STRING},
+                                     ["requested"]), "accepted")},
+            security=[], body=_ref("PasswordResetRequest"))},
+        "/api/v1/users/password/reset/complete": {"post": _op(
+            "reset_password", "set a new password with the e-mailed link; every token of the "
+            "user is revoked", {
+                "200": _json(_object({"reset": {"const": True}}, ["reset"]), "reset"),
+                "404": _error("unknown, used or expired link")},
+            security=[], body=_ref("PasswordReset"))},
+    }
+
+
 def document() -> dict[str, Any]:
     not_found = {
         "rfp": _error("no such RFP in this account (not_found)"),
@@ -641,12 +708,14 @@ def document() -> dict[str, Any]:
             "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked")},
             body=_ref("UserInput"))},
         "/api/v1/users/confirmation": {
-            "post": _op("confirm_email", "confirm an e-mail address", {
+            "post": _op("confirm_email", "confirm an e-mail address and choose the password", {
                 "200": _json(_ref("Confirmation"), "confirmed"),
+                "422": _error("password missing or invalid; the link stays usable"),
                 "404": _error("unknown, used or expired link")},
                 security=[], body=_ref("ConfirmationInput")),
             "get": _op("confirm_email_link", "the link from the confirmation mail", {
-                "200": _text("text/plain", "confirmed (a sentence for the browser)"),
+                "200": _text("text/plain", "confirmed, or how to choose the password (a text "
+                                           "for the browser)"),
                 "400": _error("token missing (parameter_missing)"),
                 "404": _error("unknown, used or expired link")}, security=[],
                 params=[{"name": "token", "in": "query", "required": True, "schema": STRING}]),
@@ -654,7 +723,8 @@ def document() -> dict[str, Any]:
         "/api/v1/tokens": {"post": _op("create_token", "sign in: e-mail and password to a token", {
             "201": _json(_ref("Token"), "the token, shown once"),
             "401": _error("wrong e-mail or password (unauthorized)"),
-            "403": _error("e-mail not confirmed (email_unconfirmed), or not a member (forbidden)"),
+            "403": _error("e-mail not confirmed (email_unconfirmed), not a member, or a password "
+                          "an administrator chose (forbidden: reset it)"),
             "429": _RATE_LIMITED}, security=[], body=_ref("SignIn"))},
         "/api/v1/invitations": {"post": _op("create_invitation", "invite someone (admin)", {
             "201": _json(_ref("Invitation"), "the invitation; the link goes out by e-mail"),
@@ -667,7 +737,8 @@ def document() -> dict[str, Any]:
             "accept_invitation", "accept an invitation: a confirmed user and membership", {
                 "201": _json(_ref("Member"), "the new member"),
                 "404": _error("unknown, accepted, replaced or expired invitation"),
-                "409": _error("already a member of this account (conflict)")},
+                "409": _error("already a member of this account (conflict)"),
+                "429": _RATE_LIMITED},
             security=[], params=[_TOKEN], body=_ref("InvitationAcceptance"))},
         "/api/v1/members": {"get": _op("list_members", "the account's members", {
             "200": _json(_page_of("members", "Member"), "one page of members"),
@@ -690,6 +761,8 @@ def document() -> dict[str, Any]:
             "404": _error("metrics are not enabled (not_found)")}, security=[])},
     }
     for path, operations in {**_workflow_paths(), **_webhook_audit_paths()}.items():
+        paths[path] = {**paths.get(path, {}), **operations}
+    for path, operations in _account_paths().items():
         paths[path] = {**paths.get(path, {}), **operations}
     return {
         "openapi": "3.1.0",

@@ -9,12 +9,15 @@ RETURNING *;
 SELECT * FROM webhook_endpoints WHERE account_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3;
 
 -- count_webhook_endpoints --
+-- How many endpoints an account has.
 SELECT count(*) FROM webhook_endpoints WHERE account_id = $1;
 
 -- get_webhook_endpoint --
+-- One endpoint of an account.
 SELECT * FROM webhook_endpoints WHERE id = $1 AND account_id = $2;
 
 -- lock_webhook_endpoint --
+-- One endpoint of an account, locked for a change.
 SELECT * FROM webhook_endpoints WHERE id = $1 AND account_id = $2 FOR UPDATE;
 
 -- update_webhook_endpoint --
@@ -27,6 +30,7 @@ UPDATE webhook_endpoints
 RETURNING *;
 
 -- delete_webhook_endpoint --
+-- Remove an endpoint (its deliveries go with it); returns its id when it existed.
 DELETE FROM webhook_endpoints WHERE id = $1 AND account_id = $2 RETURNING id;
 
 -- enqueue_webhook_event --
@@ -117,6 +121,7 @@ SELECT d.id, d.event_id, e.type AS event_type, d.record_id, d.state::text AS sta
  LIMIT $2 OFFSET $3;
 
 -- count_webhook_deliveries --
+-- How many deliveries an endpoint has.
 SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1;
 
 -- retry_webhook_delivery --
@@ -128,6 +133,7 @@ UPDATE webhook_deliveries
 RETURNING id;
 
 -- get_webhook_delivery --
+-- One delivery of an endpoint.
 SELECT d.id, d.event_id, e.type AS event_type, d.record_id, d.state::text AS state, d.attempts,
        d.next_attempt_at, d.retry_until, d.last_attempt_at, d.last_status, d.last_error,
        d.last_response, d.delivered_at, d.created_at

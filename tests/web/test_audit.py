@@ -38,7 +38,7 @@ async def receiver():
 
 
 async def test_workflow__audit_trail_complete_and_webhooks_received(
-    aiohttp_client, config, conn, make_account, receiver
+    aiohttp_client, config, conn, make_account, make_member, receiver
 ):
     client = await aiohttp_client(create_app(with_config(config, webhooks=fast_webhooks())))
     admin = await make_account(credits=10)
@@ -74,7 +74,15 @@ async def test_workflow__audit_trail_complete_and_webhooks_received(
     response = await client.get(f"/api/v1/rfps/{rfp_id}/export", headers=admin.headers)
     assert response.status == 200
     await response.read()
-    # (Token revocation arrives with branch hardening-a; its audit call is added there.)
+    colleague = await make_member(admin.account_id, "member")
+    tokens = await (await client.get(f"/api/v1/members/{colleague.member_id}/tokens",
+                                     headers=admin.headers)).json()
+    token_id = tokens["tokens"][0]["id"]
+    response = await client.delete(f"/api/v1/tokens/{token_id}", headers=admin.headers)
+    assert response.status == 200
+    revoked = await audit_events(client, admin, action="token.revoked")
+    [event] = revoked["audit_events"]
+    assert event["record_id"] == str(token_id) and event["actor"]["id"] == admin.member_id
 
     trail = await audit_events(client, admin, record_id=rfp_id)
     actions = [e["action"] for e in reversed(trail["audit_events"])]
@@ -112,7 +120,8 @@ async def test_sign_in__success_and_failure_are_audited(client, admin, conn):
     from service.domain.passwords import Passwords
 
     password = "correct horse battery staple"
-    await conn.execute("UPDATE users SET password_hash = $1, confirmed_at = now() WHERE id = $2",
+    await conn.execute("UPDATE users SET password_hash = $1, confirmed_at = now(),"
+                       " password_chosen_by_user = true WHERE id = $2",
                        await (await Passwords.create()).hash(password), admin.user_id)
     bad = await client.post("/api/v1/tokens", json={"email": admin.email, "password": "wrong" * 3})
     assert bad.status == 401
@@ -134,6 +143,20 @@ async def test_sign_in__success_and_failure_are_audited(client, admin, conn):
     assert await conn.fetchval(
         "SELECT count(*) FROM audit_events WHERE account_id IS NULL AND action = 'auth.sign_in_failed'"
         " AND actor_label = 'nobody@example.test'") == 1
+
+
+async def test_members__role_change_and_removal_audited(client, admin, make_member):
+    member = await make_member(admin.account_id, "member")
+    response = await client.patch(f"/api/v1/members/{member.member_id}", headers=admin.headers,
+                                  json={"member": {"role": "viewer"}})
+    assert response.status == 200
+    response = await client.delete(f"/api/v1/members/{member.member_id}", headers=admin.headers)
+    assert response.status == 204
+    body = await audit_events(client, admin, record_id=member.member_id)
+    changed, removed = reversed(body["audit_events"])
+    assert (changed["action"], changed["before"], changed["after"]) == (
+        "member.role_changed", {"role": "member"}, {"role": "viewer"})
+    assert (removed["action"], removed["before"]) == ("member.removed", {"role": "viewer"})
 
 
 async def test_audit_events__admin_only_filters_and_pages(client, admin, make_member, make_account):
