@@ -110,10 +110,16 @@ async def bootstrap_demo(url: str, config: Config) -> dict | None:
             await conn.execute("SELECT pg_advisory_xact_lock($1)", db.MIGRATION_LOCK_ID)
             if await conn.fetchval(db.query("any_account")):
                 return None
-            return await accounts.create_account(
+            demo = await accounts.create_account(
                 conn, "Demo", "admin@example.com", credits=100,
                 token_ttl_days=config.auth.cli_token_ttl_days, token_source="demo",
             )
+            await audit.record(
+                conn, audit.Actor.operator("first-start"), "account.created",
+                account_id=demo["account"]["id"], record_id=demo["account"]["id"],
+                after={"name": "Demo", "credits": 100, "admin": demo["member"]["email"]},
+            )
+            return demo
     finally:
         await conn.close()
 

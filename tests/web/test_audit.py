@@ -197,3 +197,43 @@ async def test_cli__operator_actions_audited_and_exported_as_json_lines(database
     assert later.returncode == 0 and later.stdout == ""
     wrong = cli(database_url, "audit", "export", "--account", "acct_nope", "--since", "2000-01-01")
     assert wrong.returncode == 1 and "no account" in wrong.stderr
+
+
+async def test_refused_change__no_audit_event_and_no_webhook(aiohttp_client, config, admin, conn,
+                                                             receiver):
+    """A change that does not happen is neither logged nor reported: the audit event and the
+    outbox row are in its transaction."""
+    client = await aiohttp_client(create_app(with_config(config, webhooks=fast_webhooks())))
+    await client.post("/api/v1/webhook_endpoints", headers=admin.headers, json={
+        "webhook_endpoint": {"url": receiver.url, "event_types": ["rfp_item.approved"]}})
+    response = await client.post("/api/v1/rfps", headers=admin.headers, json={
+        "rfp": {"title": "T", "items": [{"question": "MFA?"}]}})
+    rfp_id = (await response.json())["id"]
+    items = await (await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=admin.headers)).json()
+    item_id = items["rfp_items"][0]["id"]
+    response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{item_id}", headers=admin.headers,
+                                  json={"rfp_item": {"state": "approved"}})  # no answer: refused
+    assert response.status == 422
+    assert (await audit_events(client, admin, record_id=item_id))["audit_events"] == []
+    assert await conn.fetchval("SELECT count(*) FROM webhook_events") == 0
+    response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{item_id}", headers=admin.headers,
+                                  json={"rfp_item": {"state": "approved", "answer": "Yes."}})
+    assert response.status == 200
+    [got] = await receiver.wait_for(1)
+    assert got.event["data"]["state"] == "approved"
+
+
+async def test_password_change__audited_without_the_password(client, admin, conn):
+    from service.domain.passwords import Passwords
+
+    old, new = "correct horse battery staple", "another long passphrase 42"
+    await conn.execute("UPDATE users SET password_hash = $1, confirmed_at = now(),"
+                       " password_chosen_by_user = true WHERE id = $2",
+                       await (await Passwords.create()).hash(old), admin.user_id)
+    response = await client.post("/api/v1/users/password", headers=admin.headers,
+                                 json={"current_password": old, "new_password": new})
+    assert response.status == 200, await response.text()
+    body = await audit_events(client, admin, action="password.changed")
+    [event] = body["audit_events"]
+    assert event["record_id"] == str(admin.user_id) and event["actor"]["id"] == admin.member_id
+    assert new not in json.dumps(body) and old not in json.dumps(body)

@@ -253,3 +253,18 @@ async def test_delivery__host_resolving_to_loopback_refused_at_connect(client, a
     assert rows[1]["last_error"] == "refused: 127.0.0.1 is not a public address"
     assert rows[2]["last_error"] == "refused: 0x7f000001 resolves to 127.0.0.1, not a public address"
     assert receiver.received == []
+
+
+async def test_delivery__knowledge_import_sends_created_then_updated(hook_client, admin, receiver):
+    await register(hook_client, admin, receiver.url,
+                   ["knowledge_base_item.created", "knowledge_base_item.updated"])
+    for answer in ("Yes MFA.", "Yes MFA everywhere."):
+        response = await hook_client.post(
+            "/api/v1/knowledge_base_items/import", data=f"id,answer\nmfa-1,{answer}\n".encode(),
+            headers={**admin.headers, "Content-Type": "text/csv"})
+        assert response.status == 200
+    got = await receiver.wait_for(2)
+    assert [r.event["type"] for r in got] == ["knowledge_base_item.created",
+                                             "knowledge_base_item.updated"]
+    assert got[1].event["data"]["answer"] == "Yes MFA everywhere."
+    assert got[0].event["data"]["id"] == got[1].event["data"]["id"]
