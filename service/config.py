@@ -62,6 +62,15 @@ class ServerConfig:
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
+    # A JSON body must arrive whole within body_timeout_seconds, an upload within
+    # upload_timeout_seconds; else 408 request_timeout and the connection is closed.
+    body_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    upload_timeout_seconds: float = attrs.field(default=300.0, validator=_positive)
+    # Question event streams (GET /questions/{id}/events) one member may hold open at once in
+    # one service process (more: 429), and how long one stays open before the service ends it
+    # (an EventSource reconnects with Last-Event-ID and misses nothing).
+    max_streams_per_member: int = attrs.field(default=20, validator=_positive)
+    stream_lifetime_seconds: float = attrs.field(default=3600.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
 
@@ -85,6 +94,9 @@ class DatabaseConfig:
     pooler: Literal["none", "pgbouncer-transaction"] = "none"
     # PostgreSQL itself, bypassing the pooler (env DATABASE_DIRECT_URL). Used only with a pooler.
     direct_url: str = ""
+    # A request waits at most this long for a free pooled connection, then gets 503
+    # service_unavailable with Retry-After (SECURITY.md, "Connections and streams").
+    acquire_timeout_seconds: float = attrs.field(default=5.0, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -106,6 +118,29 @@ class AuthConfig:
     # Lifetime of tokens made by the operator CLI (`token create`, `account create`) and of the
     # first-start demo token; 0 = never expire. `token create --ttl-days` overrides it.
     cli_token_ttl_days: int = attrs.field(default=365, validator=_not_negative)
+    # Threads hashing and verifying passwords (argon2), a pool of their own: sign-ins never
+    # wait behind other work in the default executor.
+    password_hash_workers: int = attrs.field(default=2, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class UploadsConfig:
+    """Limits on uploaded questionnaires (SECURITY.md "Uploads"); past one: 413 naming it."""
+
+    # Uncompressed size of each part (zip member) of an XLSX: a zip bomb stops here.
+    max_zip_member_bytes: int = attrs.field(default=26_214_400, validator=_positive)
+    max_rows: int = attrs.field(default=50_000, validator=_positive)
+    max_columns: int = attrs.field(default=256, validator=_positive)
+    # The highest row number an XLSX sheet may name (<row r="20000000"> cost seconds to hours).
+    max_row_index: int = attrs.field(default=100_000, validator=_positive)
+    max_cell_chars: int = attrs.field(default=100_000, validator=_positive)
+    max_items: int = attrs.field(default=10_000, validator=_positive)
+    # Files are parsed in child processes: this many at once per service process, each killed
+    # after parse_timeout_seconds (an upload waiting that long for a free one gets 503), each
+    # limited to parse_memory_bytes of address space.
+    parse_workers: int = attrs.field(default=2, validator=_positive)
+    parse_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    parse_memory_bytes: int = attrs.field(default=1_073_741_824, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -175,6 +210,9 @@ class QuestionsConfig:
     lease_seconds: float = attrs.field(default=30.0, validator=_positive)
     # How often each process looks for unfinished questions with an expired lease.
     poll_seconds: float = attrs.field(default=2.0, validator=_positive)
+    # A question whose step fails unexpectedly this many times (a model reply nothing can use, a
+    # bug) completes needing attention, with confidence 0 and its credit refunded.
+    max_failed_attempts: int = attrs.field(default=3, validator=_positive)
     # Tests and benches only: a pause before each pipeline step, to kill a process mid-pipeline.
     step_delay_seconds: float = attrs.field(default=0.0, validator=_not_negative)
     engine: Literal["local", "openai"] = "local"
@@ -225,6 +263,19 @@ class EmbeddingsConfig:
 
 
 @attrs.frozen(kw_only=True)
+class LibraryConfig:
+    # Library care and write-back (issue 20). A new entry's review date is this many days after it
+    # is created or marked reviewed; past it the entry is stale and never auto-answers.
+    review_period_days: int = attrs.field(default=365, validator=_positive)
+    # Trigram similarity (0-1) at or above which two entries' questions (or answers) are reported as
+    # near-duplicates; conflicts (Yes vs No, different numbers) are looked for from conflict_similarity.
+    duplicate_similarity: float = attrs.field(default=0.8, validator=_probability)
+    conflict_similarity: float = attrs.field(default=0.6, validator=_probability)
+    # Imported questionnaires kept for `export?format=original`; a larger file is imported but not kept.
+    max_kept_file_bytes: int = attrs.field(default=20_971_520, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
 class WebhooksConfig:
     # Deliveries of an event are retried, with exponential backoff, for this long after the first
     # attempt; then the delivery fails and its endpoint is disabled (reason shown on it).
@@ -255,11 +306,13 @@ class Config:
     auth: AuthConfig = AuthConfig()
     mail: MailConfig = MailConfig()
     members: MembersConfig = MembersConfig()
+    uploads: UploadsConfig = UploadsConfig()
     # Keyed by route name (see service/app.py); routes without an entry are not limited.
     rate_limits: dict[str, RateLimit] = attrs.field(factory=_default_rate_limits)
     questions: QuestionsConfig = QuestionsConfig()
     openai: OpenAIConfig = OpenAIConfig()
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    library: LibraryConfig = LibraryConfig()
     webhooks: WebhooksConfig = WebhooksConfig()
 
     @property

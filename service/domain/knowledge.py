@@ -7,7 +7,7 @@ import io
 import json
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
@@ -80,9 +80,16 @@ class KnowledgeItem:
     yes_no: bool | None
     created_at: datetime
     updated_at: datetime
+    # Library care (service/domain/library.py): who keeps the entry right, and until when.
+    owner_id: str | None = None
+    review_by: date | None = None
+    reviewed_at: datetime | None = None
+    stale: bool = False
+    version: int = 1
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> KnowledgeItem:
+        review_by = row.get("review_by")
         return cls(
             id=row["id"],
             question=row["question"],
@@ -94,6 +101,11 @@ class KnowledgeItem:
             yes_no=row["yes_no"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            owner_id=row.get("owner_member_id"),
+            review_by=review_by,
+            reviewed_at=row.get("reviewed_at"),
+            stale=review_by is not None and review_by < datetime.now(UTC).date(),
+            version=row.get("version", 1),
         )
 
 
@@ -221,12 +233,19 @@ def parse_csv(text: str) -> ParsedCsv:
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 
+def parse_upload(raw: bytes) -> ParsedCsv:
+    """An uploaded CSV's bytes, decoded and parsed: what a parse worker process runs
+    (service/domain/isolation.py), so a large or hostile file never blocks the service."""
+    return parse_csv(decode_csv(raw))
+
+
 async def import_csv(
-    conn: asyncpg.Connection, account_id: str, text: str, actor: audit.Actor | None = None
+    conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv,
+    actor: audit.Actor | None = None,
 ) -> ImportReport:
     """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
     With `actor`, the audit event and the entries' webhooks are written in that transaction."""
-    parsed = parse_csv(text)
+    parsed = parse_csv(text) if isinstance(text, str) else text
     valid = parsed.valid
     created = updated = 0
     if valid:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -19,7 +20,7 @@ from ..config import Config
 from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
-from .keys import CONFIG, EVENTS, INDEXER, METRICS, PIPELINE, POOL
+from .keys import CONFIG, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
 from .telemetry import metrics_middleware
 from .views import audit as audit_views
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
@@ -111,6 +112,27 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/knowledge_base_items/import", knowledge.import_items,
             name="import_knowledge_base_items",
         ),
+        # Library care (issue 20); before /{id}, which would match "duplicates".
+        web.get(
+            "/api/v1/knowledge_base_items/duplicates", knowledge.get_duplicates,
+            name="knowledge_base_duplicates", allow_head=False,
+        ),
+        web.patch(
+            "/api/v1/knowledge_base_items/{id}", knowledge.patch_item,
+            name="update_knowledge_base_item",
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/{id}/reviewed", knowledge.post_reviewed,
+            name="review_knowledge_base_item",
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items/{id}/versions", knowledge.get_versions,
+            name="knowledge_base_item_versions", allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/{id}/merge", knowledge.post_merge,
+            name="merge_knowledge_base_items",
+        ),
         web.get(
             "/api/v1/knowledge_base_items/{id}", knowledge.get_item, name="get_knowledge_base_item",
             allow_head=False,
@@ -169,11 +191,14 @@ def create_app(config: Config) -> web.Application:
     app[CONFIG] = config
     # Always present, so code may count unconditionally; exposed only when enabled.
     app[METRICS] = Metrics()
+    app[OPEN_STREAMS] = collections.Counter()
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
+    app.cleanup_ctx.append(rfp_items.parsers_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(webhook_views.deliverer_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
+    app.cleanup_ctx.append(knowledge.library_context)  # after _pool: it uses the pool
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
     app.add_routes(guarded_routes(routes() + (extra if config.metrics.enabled else []), config))
     app.on_startup.append(refuse_unguarded)

@@ -38,6 +38,7 @@ STATUS = {
     "email_unconfirmed": 403,
     "not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
     "conflict": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
@@ -71,12 +72,19 @@ def database_unavailable(exc: BaseException) -> bool:
     while current is not None and seen < 10:
         if isinstance(current, DATABASE_UNAVAILABLE):
             return True
+        # asyncpg's own word for a connection lost under it mid-call (the server or PgBouncer
+        # went away): "cannot call …: the underlying connection is closed".
+        if isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str(current):
+            return True
         current, seen = current.__cause__ or current.__context__, seen + 1
     return False
 
 
 def render(error: ServiceError) -> web.Response:
-    return json_response(error.body(), status=status_of(error), headers=error.headers)
+    response = json_response(error.body(), status=status_of(error), headers=error.headers)
+    if error.headers.get("Connection") == "close":
+        response.force_close()
+    return response
 
 
 def _from_http_exception(exc: web.HTTPException) -> ServiceError:

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     import asyncpg
 
     from ..answering.embeddings import Indexer
     from ..answering.events import QuestionEvents
     from ..answering.pipeline import Pipeline
     from ..config import Config
+    from ..domain.isolation import IsolatedWorkers
     from ..domain.mail import MailSender
     from ..domain.passwords import Passwords
     from ..domain.webhooks import Deliverer
@@ -28,9 +31,15 @@ POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
 PASSWORDS: web.AppKey[Passwords] = web.AppKey("passwords")
 MAIL_SENDER: web.AppKey[MailSender] = web.AppKey("mail_sender")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+# Child processes that parse uploaded questionnaires (config [uploads]).
+PARSERS: web.AppKey[IsolatedWorkers] = web.AppKey("parsers")
 PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
+# Open question event streams per member id, in this process (server.max_streams_per_member).
+OPEN_STREAMS: web.AppKey[Counter[str]] = web.AppKey("open_streams")
 # The embeddings indexer when a backend is configured (absent otherwise).
 INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")
+# Library care (issue 20): the background duplicate runs in progress, by account id.
+LIBRARY_JOBS: web.AppKey[dict] = web.AppKey("library_jobs", dict)
 # This process's webhook deliverer (service/domain/webhooks.py).
 DELIVERER: web.AppKey[Deliverer] = web.AppKey("webhook_deliverer")

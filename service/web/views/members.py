@@ -57,7 +57,7 @@ async def post_confirmation(request: web.Request) -> web.Response:
     row = await domain.confirm_email(
         request.app[POOL], request.app[PASSWORDS], data.token, data.password, actor(request)
     )
-    return json_response(domain._confirmed(row))
+    return json_response(domain.confirmed_body(row))
 
 
 @public
@@ -67,7 +67,7 @@ async def get_confirmation(request: web.Request) -> web.Response:
     token = request.query.get("token")
     if not token:
         raise ParameterMissing("token is required: open the link from the e-mail as it is")
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         needs_password = await domain.confirmation_needs_password(conn, token)
     if needs_password:
         base = request.app[CONFIG].server.web_base_url.rstrip("/")
@@ -192,7 +192,7 @@ async def post_password(request: web.Request) -> web.Response:
 async def post_password_reset(request: web.Request) -> web.Response:
     """Ask for a reset link; 202 whether or not the address is known."""
     body = await read_json(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         await domain.request_password_reset(conn, request.app[CONFIG], body, actor(request))
     _mail_sent(request)
     return json_response(
@@ -210,8 +210,9 @@ async def post_password_reset_complete(request: web.Request) -> web.Response:
 
 
 async def passwords_context(app: web.Application) -> AsyncIterator[None]:
-    app[PASSWORDS] = await Passwords.create()
+    app[PASSWORDS] = await Passwords.create(app[CONFIG].auth.password_hash_workers)
     yield
+    app[PASSWORDS].close()
 
 
 async def mail_sender_context(app: web.Application) -> AsyncIterator[None]:
