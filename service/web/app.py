@@ -7,7 +7,8 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import aiohttp
 import aiojobs
@@ -20,7 +21,7 @@ from ..config import Config
 from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
-from .keys import CONFIG, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
+from .keys import CONFIG, DELIVERER, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
 from .telemetry import metrics_middleware
 from .views import audit as audit_views
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
@@ -259,6 +260,16 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         )
     events = QuestionEvents(listen_url, pipeline.wake)
     pipeline.on_commit = events.deliver  # this process's streams get its commits without a read
+    deliverer = app.get(DELIVERER)
+    if deliverer is not None:
+        # A completion committed its webhooks (question.completed, rfp.answered): send them now
+        # rather than at the deliverer's next poll.
+        def on_commit(question_id: str, row: Mapping[str, Any] | None) -> None:
+            events.deliver(question_id, row)
+            if row is not None and row["state"] == "complete":
+                deliverer.wake()
+
+        pipeline.on_commit = on_commit
     await events.connect()
     app[PIPELINE] = pipeline
     app[EVENTS] = events

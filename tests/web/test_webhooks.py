@@ -268,3 +268,20 @@ async def test_delivery__knowledge_import_sends_created_then_updated(hook_client
                                              "knowledge_base_item.updated"]
     assert got[1].event["data"]["answer"] == "Yes MFA everywhere."
     assert got[0].event["data"]["id"] == got[1].event["data"]["id"]
+
+
+async def test_delivery__question_completed_sent_at_once_not_at_the_next_poll(
+    aiohttp_client, config, admin, receiver
+):
+    # A poll interval far longer than the wait below: only the completion's wake-up sends it.
+    app = create_app(with_config(config, webhooks=fast_webhooks(poll_interval_seconds=60)))
+    client = await aiohttp_client(app)
+    await register(client, admin, receiver.url, ["question.completed"])
+    await asyncio.sleep(0.2)  # the deliverer's first (empty) round is over; it sleeps now
+    response = await client.post("/api/v1/questions", headers=admin.headers,
+                                 json={"question": {"question": "Do you enforce MFA?"}})
+    assert response.status == 202
+    question = await response.json()
+    [got] = await receiver.wait_for(1, within_seconds=20)
+    assert got.event["type"] == "question.completed"
+    assert got.event["data"]["id"] == question["id"] and got.event["data"]["state"] == "complete"
