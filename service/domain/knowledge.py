@@ -15,9 +15,11 @@ import attrs
 
 from .. import db
 from .convert import NonBlank, TagList, at_most, structure
-from .errors import ValidationFailed
+from .errors import NotFound, ValidationFailed
 from .ids import new_id
+from .models import Page
 from .questions import fetch_question
+from .rfps import like_pattern
 
 log = logging.getLogger(__name__)
 
@@ -304,3 +306,41 @@ async def save_review(
         question_id,
     )
     return KnowledgeItem.from_row(saved), saved["created"]
+
+
+async def search_items(
+    conn: asyncpg.Connection, account_id: str, term: str | None, page: Page
+) -> tuple[list[KnowledgeItem], int]:
+    """One page of the account's entries whose question, answer or title holds `term` (the same
+    substring rule as the RFP search; None or blank: every entry), newest first, and the count."""
+    pattern = like_pattern(term) if term and term.strip() else None
+    rows = await conn.fetch(
+        db.query("search_knowledge_items"), account_id, pattern, page.size, page.offset
+    )
+    return [KnowledgeItem.from_row(row) for row in rows], (rows[0]["total"] if rows else 0)
+
+
+async def get_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
+    row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+    if row is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return KnowledgeItem.from_row(row)
+
+
+async def update_item(
+    conn: asyncpg.Connection, account_id: str, item_id: str, data: KnowledgeItemInput
+) -> KnowledgeItem:
+    """Replace an entry's fields with `data` (validated as a new entry's are)."""
+    row = await conn.fetchrow(
+        db.query("update_knowledge_item"), item_id, account_id, _blank_to_none(data.question),
+        data.answer, _blank_to_none(data.title), [tag.strip() for tag in data.tags],
+        _blank_to_none(data.source), data.yes_no,
+    )
+    if row is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return KnowledgeItem.from_row(row)
+
+
+async def delete_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> None:
+    if await conn.fetchval(db.query("delete_knowledge_item"), item_id, account_id) is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")

@@ -22,6 +22,8 @@ import asyncpg
 import attrs
 
 from .. import db
+from ..config import Config, MembersConfig
+from . import mail
 from .convert import (
     Email,
     Password,
@@ -34,10 +36,18 @@ from .convert import (
     unstructure,
 )
 from .errors import (
+    EmailUnconfirmed,
+    Forbidden,
     NotFound,
+    RateLimited,
+    Unauthorized,
     UsageBlocked,
     ValidationFailed,
 )
+from .ids import new_id
+from .models import Page
+from .passwords import Passwords
+from .throttle import take
 from .tokens import SCOPES, hash_token
 
 
@@ -242,3 +252,93 @@ def _usable(row: Mapping[str, Any] | None) -> Mapping[str, Any]:
     if row["expired"]:
         raise NotFound("this invitation has expired; ask an administrator for a new one")
     return row
+
+
+async def sign_in(
+    pool: asyncpg.Pool,
+    passwords: Passwords,
+    settings: MembersConfig,
+    *,
+    email: str,
+    password: str,
+    client_address: str | None,
+    account_id: str | None = None,
+) -> asyncpg.Record:
+    """The membership (`id`, `account_id`) an e-mail address and password sign in to: the one rule
+    behind POST /api/v1/tokens and the web app's sign-in page.
+
+    Every attempt takes one token from two buckets (per e-mail address and per client address);
+    a successful one gives them back, so only failures count. A wrong password and an unknown
+    address fail alike after the same work; an unconfirmed address is told so only once its
+    password is right. The pool's connection is not held while the password hash is checked.
+    """
+    buckets = [
+        (f"sign_in:address:{client_address or 'unknown'}", settings.sign_in_per_address),
+        (f"sign_in:email:{email.strip().lower()}", settings.sign_in_per_email),
+    ]
+    async with pool.acquire() as conn:
+        for key, limit in buckets:
+            decision = await take(conn, key, limit)
+            if not decision.allowed:
+                raise RateLimited(
+                    f"too many failed sign-ins; retry in {decision.headers()['Retry-After']} s",
+                    headers=decision.headers(),
+                )
+        user = await conn.fetchrow(db.query("user_by_email"), email.strip())
+    stored_hash = user["password_hash"] if user is not None else None
+    if not await passwords.verify(stored_hash, password):
+        raise Unauthorized("wrong e-mail address or password")
+    async with pool.acquire() as conn:
+        for key, limit in buckets:
+            await conn.execute(db.query("refund_rate_limit_token"), key, float(limit.limit))
+        if user["confirmed_at"] is None:
+            raise EmailUnconfirmed(
+                "confirm your e-mail address first: open the link in the confirmation e-mail"
+            )
+        membership = await conn.fetchrow(db.query("membership_for_sign_in"), user["id"], account_id)
+        if membership is None:
+            raise Forbidden(
+                "you are not a member of that account" if account_id
+                else "you are not a member of any account"
+            )
+        if passwords.needs_rehash(stored_hash):
+            await conn.execute(
+                db.query("update_password_hash"), user["id"], await passwords.hash(password)
+            )
+    return membership
+
+
+async def invite(
+    conn: asyncpg.Connection,
+    settings: Config,
+    *,
+    account_id: str,
+    invited_by: str,
+    data: NewInvitation,
+) -> Invitation:
+    """Invite `data.email` to the account and queue the e-mail with its link, in one transaction;
+    re-inviting replaces the pending invitation (its link stops working). Wake the mail sender
+    after it returns. The rule behind POST /api/v1/invitations and the web app's Members page."""
+    account_name = await require_active_account(conn, account_id)
+    if await conn.fetchval(db.query("is_member"), account_id, data.email):
+        raise ValidationFailed(["invitation.email: is already a member of this account"])
+    token = new_link_token()
+    async with conn.transaction():
+        await conn.execute(db.query("revoke_pending_invitations"), account_id, data.email)
+        row = await conn.fetchrow(
+            db.query("insert_invitation"), new_id("inv"), account_id, data.email,
+            data.role or "member", hash_token(token), invited_by,
+            settings.members.invitation_ttl_days * 86400,
+        )
+        subject, body = invitation_mail(
+            settings.server.web_base_url.rstrip("/"), account_name, token, row["expires_at"]
+        )
+        await mail.enqueue(conn, settings.mail, data.email, subject, body)
+    return Invitation.from_row(row)
+
+
+async def list_members(conn: asyncpg.Connection, account_id: str, page: Page) -> tuple[list[Member], int]:
+    """One page of the account's members, oldest first, and how many it has."""
+    total = await conn.fetchval(db.query("count_members"), account_id)
+    rows = await conn.fetch(db.query("list_members"), account_id, page.size, page.offset)
+    return [Member.from_row(row) for row in rows], total

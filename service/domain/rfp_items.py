@@ -218,3 +218,30 @@ async def answer_pending_items(
             await conn.execute(db.query("touch_rfp"), rfp_id)
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
     return {"started": len(items), "in_flight": in_flight, "credits_charged": cost * len(items)}
+
+
+async def lock_item(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str
+) -> asyncpg.Record:
+    """One item of an account's RFP, locked for a review (in the caller's transaction)."""
+    row = await conn.fetchrow(db.query("lock_rfp_item"), item_id, rfp_id, account_id)
+    if row is None:
+        raise NotFound(f"no item {item_id} in RFP {rfp_id}")
+    return row
+
+
+async def answering_progress(conn: asyncpg.Connection, account_id: str, rfp_id: str) -> dict[str, Any]:
+    """Where "answer all" has got to: the RFP's state and stats, and how many items are in flight."""
+    from .rfps import fetch_rfp
+
+    rfp = await fetch_rfp(conn, rfp_id, account_id)
+    in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
+    return {
+        "state": rfp["state"],
+        "in_flight": in_flight,
+        "total_items": rfp["total_items"],
+        "needs_input_items": rfp["needs_input_items"],
+        "auto_answered_items": rfp["auto_answered_items"],
+        "approved_items": rfp["approved_items"],
+        "overall_completion_percentage": rfp["overall_completion_percentage"],
+    }

@@ -25,12 +25,8 @@ from ...domain import mail
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
     Conflict,
-    EmailUnconfirmed,
-    Forbidden,
     NotFound,
     ParameterMissing,
-    RateLimited,
-    Unauthorized,
     ValidationFailed,
 )
 from ...domain.ids import new_id
@@ -39,7 +35,6 @@ from ...domain.members import (
     ConfirmationInput,
     Invitation,
     InvitationAcceptance,
-    Member,
     NewInvitation,
     SignIn,
     _confirmed,
@@ -49,9 +44,13 @@ from ...domain.members import (
     confirm_email,
     confirmation_mail,
     fetch_member,
-    invitation_mail,
+    invite,
     new_link_token,
     require_active_account,
+    sign_in,
+)
+from ...domain.members import (
+    list_members as domain_list_members,
 )
 from ...domain.models import Page
 from ...domain.passwords import Passwords
@@ -59,7 +58,6 @@ from ...domain.tokens import hash_token, issue_token
 from ..auth import connection, principal, public, requires
 from ..body import read_json, read_object
 from ..keys import CONFIG, MAIL_SENDER, PASSWORDS, POOL
-from ..ratelimit import take
 from ..responses import json_response
 
 
@@ -126,53 +124,17 @@ async def get_confirmation(request: web.Request) -> web.Response:
 
 @public
 async def post_token(request: web.Request) -> web.Response:
-    """Sign in with e-mail and password for an API token.
-
-    Every attempt takes one token from two buckets (per e-mail address and per client address);
-    a successful one gives them back, so only failures count.
-    """
+    """Sign in with e-mail and password for an API token (the rule: domain/members.py `sign_in`)."""
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ValidationFailed(["the body must be a JSON object with email and password"])
     data = structure(body, SignIn)
     config = request.app[CONFIG]
-    passwords: Passwords = request.app[PASSWORDS]
-    buckets = [
-        (f"sign_in:address:{request.remote or 'unknown'}", config.members.sign_in_per_address),
-        (f"sign_in:email:{data.email.strip().lower()}", config.members.sign_in_per_email),
-    ]
+    membership = await sign_in(
+        request.app[POOL], request.app[PASSWORDS], config.members, email=data.email,
+        password=data.password, client_address=request.remote, account_id=data.account_id,
+    )
     async with connection(request) as conn:
-        for key, limit in buckets:
-            decision = await take(conn, key, limit)
-            if not decision.allowed:
-                raise RateLimited(
-                    "too many failed sign-ins; retry in "
-                    f"{decision.headers()['Retry-After']} s",
-                    headers=decision.headers(),
-                )
-        user = await conn.fetchrow(db.query("user_by_email"), data.email.strip())
-    stored_hash = user["password_hash"] if user is not None else None
-    if not await passwords.verify(stored_hash, data.password):
-        raise Unauthorized("wrong e-mail address or password")
-    async with connection(request) as conn:
-        for key, limit in buckets:
-            await conn.execute(db.query("refund_rate_limit_token"), key, float(limit.limit))
-        if user["confirmed_at"] is None:
-            raise EmailUnconfirmed(
-                "confirm your e-mail address first: open the link in the confirmation e-mail"
-            )
-        membership = await conn.fetchrow(
-            db.query("membership_for_sign_in"), user["id"], data.account_id
-        )
-        if membership is None:
-            raise Forbidden(
-                "you are not a member of that account" if data.account_id
-                else "you are not a member of any account"
-            )
-        if passwords.needs_rehash(stored_hash):
-            await conn.execute(
-                db.query("update_password_hash"), user["id"], await passwords.hash(data.password)
-            )
         scopes = sorted(set(data.scopes))
         expires_at = _expires_at(config.auth.token_ttl_days)
         token = await issue_token(conn, membership["id"], scopes, expires_at)
@@ -192,26 +154,13 @@ async def post_invitation(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "invitation")
     who = principal(request)
     config = request.app[CONFIG]
+    data = structure(fields, NewInvitation, root="invitation")
     async with connection(request) as conn:
-        account_name = await require_active_account(conn, who.account_id)
-        data = structure(fields, NewInvitation, root="invitation")
-        if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
-            raise ValidationFailed(["invitation.email: is already a member of this account"])
-        token = new_link_token()
-        async with conn.transaction():
-            # Re-inviting replaces the pending invitation: its link stops working.
-            await conn.execute(db.query("revoke_pending_invitations"), who.account_id, data.email)
-            row = await conn.fetchrow(
-                db.query("insert_invitation"), new_id("inv"), who.account_id, data.email,
-                data.role or "member", hash_token(token), who.member_id,
-                config.members.invitation_ttl_days * 86400,
-            )
-            subject, body = invitation_mail(
-                _base_url(request), account_name, token, row["expires_at"]
-            )
-            await mail.enqueue(conn, config.mail, data.email, subject, body)
+        invitation = await invite(
+            conn, config, account_id=who.account_id, invited_by=who.member_id, data=data
+        )
     request.app[MAIL_SENDER].wake()
-    return _created(Invitation.from_row(row))
+    return _created(invitation)
 
 
 @public
@@ -277,12 +226,11 @@ async def list_members(request: web.Request) -> web.Response:
     page = Page.from_query(request.query)
     account_id = principal(request).account_id
     async with connection(request) as conn:
-        total = await conn.fetchval(db.query("count_members"), account_id)
-        rows = await conn.fetch(db.query("list_members"), account_id, page.size, page.offset)
+        members, total = await domain_list_members(conn, account_id, page)
     return json_response(
         {
-            "members": [unstructure(Member.from_row(row)) for row in rows],
-            "pagination": page.pagination(total, len(rows)),
+            "members": [unstructure(member) for member in members],
+            "pagination": page.pagination(total, len(members)),
         }
     )
 

@@ -1,0 +1,211 @@
+"""The web app's pages (service/web/pages) over real HTTP against a real PostgreSQL: sessions,
+CSRF, roles, the RFP list and page, review actions, import, export, the knowledge base, asking
+and members. The browser tests (tests/web/test_browser.py) drive the same pages in Chromium."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from conftest import with_config
+
+from service.domain.passwords import hasher
+from service.web.app import create_app
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def aiohttp_client_cls() -> type[TestClient]:
+    """Pages are HTML for browsers, not API: no OpenAPI check on these clients' responses (the
+    API's own tests keep theirs)."""
+    return TestClient
+
+
+@pytest.fixture
+async def app_client(aiohttp_client: Any, config: Any) -> TestClient:
+    """Served over plain http (as the test client speaks it), so the cookie is not Secure."""
+    plain = with_config(config, server={"web_base_url": "http://localhost"})
+    return await aiohttp_client(create_app(plain))
+
+
+async def set_password(conn: Any, email: str, password: str = PASSWORD) -> None:
+    await conn.execute(
+        "UPDATE users SET password_hash = $2 WHERE lower(email) = lower($1)",
+        email, hasher().hash(password),
+    )
+
+
+def field(html: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert found, f"no {name} field in the page"
+    return found.group(1)
+
+
+def post_actions(html: str) -> list[str]:
+    return re.findall(r'<form[^>]*\bmethod="post"[^>]*\baction="([^"]+)"', html)
+
+
+async def sign_in(client: TestClient, email: str, password: str = PASSWORD) -> str:
+    """Sign in through the form; returns the session's CSRF token (from the next page)."""
+    form = await client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    response = await client.post(
+        "/signin", data={"email": email, "password": password, "sign_in_token": token, "next": "/rfps"},
+        allow_redirects=False,
+    )
+    assert response.status == 303, await response.text()
+    assert response.headers["Location"] == "/rfps"
+    page = await client.get("/rfps")
+    assert page.status == 200
+    return field(await page.text(), "csrf_token")
+
+
+async def test_sign_in__session_cookie_flags_and_sign_out_ends_it_on_the_server(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    form = await app_client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    response = await app_client.post(
+        "/signin", data={"email": admin.email, "password": PASSWORD, "sign_in_token": token},
+        allow_redirects=False,
+    )
+    assert response.status == 303
+    cookie = response.headers.getall("Set-Cookie")
+    session_cookie = next(c for c in cookie if c.startswith("rfp_session="))
+    assert "HttpOnly" in session_cookie and "SameSite=Lax" in session_cookie
+    assert "Secure" not in session_cookie  # served over http
+    value = session_cookie.split(";")[0].split("=", 1)[1]
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 1
+    page = await app_client.get("/rfps")
+    csrf = field(await page.text(), "csrf_token")
+    out = await app_client.post("/signout", data={"csrf_token": csrf}, allow_redirects=False)
+    assert out.status == 303 and out.headers["Location"] == "/signin"
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 0
+    # The old cookie, replayed, no longer works: the server ended the session.
+    app_client.session.cookie_jar.clear()
+    replay = await app_client.get("/rfps", cookies={"rfp_session": value}, allow_redirects=False)
+    assert replay.status == 303 and replay.headers["Location"].startswith("/signin")
+
+
+async def test_sign_in__wrong_password_unconfirmed_and_throttled_as_the_api(
+    app_client, admin, conn, config
+):
+    await set_password(conn, admin.email)
+    form = await app_client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    wrong = await app_client.post(
+        "/signin", data={"email": admin.email, "password": "not the password", "sign_in_token": token}
+    )
+    assert wrong.status == 401
+    assert "wrong e-mail address or password" in await wrong.text()
+    await conn.execute("UPDATE users SET confirmed_at = NULL WHERE lower(email) = lower($1)", admin.email)
+    token = field(await wrong.text(), "sign_in_token")
+    unconfirmed = await app_client.post(
+        "/signin", data={"email": admin.email, "password": PASSWORD, "sign_in_token": token}
+    )
+    assert unconfirmed.status == 403 and "confirm your e-mail address" in await unconfirmed.text()
+    # The API's per-address bucket (members.sign_in_per_email): the page's failures count in it.
+    limit = config.members.sign_in_per_email.limit
+    for _ in range(limit):
+        token = field(await (await app_client.get("/signin")).text(), "sign_in_token")
+        await app_client.post(
+            "/signin", data={"email": admin.email, "password": "nope", "sign_in_token": token}
+        )
+    api = await app_client.post("/api/v1/tokens", json={"email": admin.email, "password": "nope"})
+    assert api.status == 429
+
+
+async def test_sign_in__without_the_form_token_is_refused(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    response = await app_client.post("/signin", data={"email": admin.email, "password": PASSWORD})
+    assert response.status == 403
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions") == 0
+
+
+async def test_pages__need_a_session(app_client, admin, make_rfp):
+    rfp_id = await make_rfp(admin)
+    for path in ("/rfps", f"/rfps/{rfp_id}", "/kb", "/ask", "/members"):
+        response = await app_client.get(path, allow_redirects=False)
+        assert response.status == 303, path
+        assert response.headers["Location"].startswith("/signin?next=")
+    refused = await app_client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False)
+    assert refused.status == 401 and "text/html" in refused.headers["Content-Type"]
+
+
+async def test_csrf__a_post_without_the_token_or_from_another_site_is_refused(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    missing = await app_client.post("/rfps", data={"title": "Forged"})
+    assert missing.status == 403
+    stale = await app_client.post("/rfps", data={"title": "Forged", "csrf_token": "x" * 43})
+    assert stale.status == 403
+    cross = await app_client.post(
+        "/rfps", data={"title": "Forged", "csrf_token": csrf}, headers={"Origin": "https://evil.example"}
+    )
+    assert cross.status == 403
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
+    made = await app_client.post("/rfps", data={"title": "Real", "csrf_token": csrf}, allow_redirects=False)
+    assert made.status == 303 and made.headers["Location"].startswith("/rfps/rfp_")
+
+
+async def test_viewer__sees_no_write_control_and_a_forged_post_is_refused(
+    app_client, admin, make_member, make_rfp, conn
+):
+    viewer = await make_member(admin.account_id, role="viewer")
+    await set_password(conn, viewer.email)
+    rfp_id = await make_rfp(admin, "Acme review")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) "
+        "VALUES ('item_v1', $1, 'Do you encrypt?', 1, 'auto_answered', 'Yes.')", rfp_id,
+    )
+    csrf = await sign_in(app_client, viewer.email)
+    listing = await (await app_client.get("/rfps")).text()
+    assert "Create RFP" not in listing
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert "Do you encrypt?" in page
+    # No form posts anywhere but sign-out; no answer box, no item buttons.
+    assert post_actions(page) == ["/signout"]
+    assert "<textarea" not in page and 'name="action"' not in page
+    forged = await app_client.post(
+        f"/rfps/{rfp_id}/items/item_v1", data={"csrf_token": csrf, "action": "approve", "answer": "Yes."}
+    )
+    assert forged.status == 403
+    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = 'item_v1'") == "auto_answered"
+    for path in ("/rfps", "/kb", "/members"):
+        assert post_actions(await (await app_client.get(path)).text()) == ["/signout"], path
+
+
+async def test_rfp_page__another_accounts_rfp_is_the_404_page(
+    app_client, admin, make_account, make_rfp, conn
+):
+    other = await make_account("Other")
+    theirs = await make_rfp(other, "Their secret RFP")
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    response = await app_client.get(f"/rfps/{theirs}")
+    assert response.status == 404
+    text = await response.text()
+    assert "Page not found" in text and "Their secret RFP" not in text
+    assert (await app_client.get("/rfps/rfp_nope")).status == 404
+
+
+async def test_sign_in__the_cookie_is_secure_when_served_over_https(aiohttp_client, config, admin, conn):
+    client = await aiohttp_client(create_app(config))  # web_base_url https://app.example.test
+    await set_password(conn, admin.email)
+    form = await client.get("/signin")
+    response = await client.post(
+        "/signin", allow_redirects=False,
+        data={
+            "email": admin.email, "password": PASSWORD,
+            "sign_in_token": field(await form.text(), "sign_in_token"),
+        },
+        # the test client speaks http and would not send the form's Secure cookie back: send it
+        cookies={"rfp_sign_in": field(await form.text(), "sign_in_token")},
+    )
+    assert response.status == 303
+    cookies = response.headers.getall("Set-Cookie")
+    session_cookie = next(c for c in cookies if c.startswith("rfp_session="))
+    assert "Secure" in session_cookie and "HttpOnly" in session_cookie
+    assert "SameSite=Lax" in session_cookie
