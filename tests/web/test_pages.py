@@ -4,6 +4,8 @@ and members. The browser tests (tests/web/test_browser.py) drive the same pages 
 
 from __future__ import annotations
 
+import asyncio
+import io
 import re
 from typing import Any
 
@@ -209,3 +211,177 @@ async def test_sign_in__the_cookie_is_secure_when_served_over_https(aiohttp_clie
     session_cookie = next(c for c in cookies if c.startswith("rfp_session="))
     assert "Secure" in session_cookie and "HttpOnly" in session_cookie
     assert "SameSite=Lax" in session_cookie
+
+
+def questionnaire_xlsx() -> bytes:
+    """A realistic questionnaire: an instructions sheet first, then the questions with sections."""
+    from openpyxl import Workbook
+
+    book = Workbook()
+    notes = book.active
+    notes.title = "Instructions"
+    notes.append(["Please answer every question in the Questions sheet."])
+    sheet = book.create_sheet("Questions")
+    sheet.append(["ID", "Category", "Question", "Vendor response"])
+    sheet.append(["AC-1", "Access control", "Do you enforce multi-factor authentication?", ""])
+    sheet.append(["AC-2", "", "Are access reviews performed quarterly?", ""])
+    sheet.append(["", "", "", ""])
+    sheet.append(["DP-1", "Data protection", "Is customer data encrypted at rest?", ""])
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+async def upload(client: TestClient, rfp_id: str, csrf: str, body: bytes, name: str) -> Any:
+    from aiohttp import FormData
+
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    form.add_field("file", body, filename=name)
+    return await client.post(f"/rfps/{rfp_id}/import", data=form)
+
+
+async def test_rfp_page__import_answer_review_export(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer, title) VALUES "
+        "('kb_mfa', $1, 'Do you enforce multi-factor authentication?', "
+        "'Yes, MFA is enforced for every account.', 'MFA policy')", admin.account_id,
+    )
+    csrf = await sign_in(app_client, admin.email)
+    made = await app_client.post(
+        "/rfps", data={"title": "Acme security review", "deadline": "2030-06-30", "csrf_token": csrf},
+        allow_redirects=False,
+    )
+    rfp_id = made.headers["Location"].rsplit("/", 1)[1]
+    forged = await upload(app_client, rfp_id, "not-the-token", questionnaire_xlsx(), "acme.xlsx")
+    assert forged.status == 403
+    report = await upload(app_client, rfp_id, csrf, questionnaire_xlsx(), "acme.xlsx")
+    text = await report.text()
+    assert report.status == 201, text
+    assert "3 items added" in text and "Questions" in text
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert page.index("Access control") < page.index("Data protection")
+    answered = await app_client.post(
+        f"/rfps/{rfp_id}/answer", data={"csrf_token": csrf}, allow_redirects=False
+    )
+    assert answered.status == 303
+    for _ in range(100):
+        progress = await (await app_client.get(f"/rfps/{rfp_id}/progress")).json()
+        if progress["in_flight"] == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert progress["in_flight"] == 0 and progress["total_items"] == 3
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert 'href="/kb/kb_mfa"' in page  # the reference links to its entry
+    # The band in words as well as colour.
+    assert re.search(r'class="band band-(auto_answer|review|needs_input)">(Auto-answer|Review|Needs input)',
+                     page)
+    item_id = await conn.fetchval("SELECT id FROM rfp_items WHERE rfp_id = $1 AND position = 1", rfp_id)
+    approved = await app_client.post(
+        f"/rfps/{rfp_id}/items/{item_id}", allow_redirects=False,
+        data={"csrf_token": csrf, "action": "save_to_kb", "answer": "Yes: MFA everywhere."},
+    )
+    assert approved.status == 303 and approved.headers["Location"].endswith(f"#item-{item_id}")
+    row = await conn.fetchrow(
+        "SELECT state::text, answer, knowledge_item_id FROM rfp_items WHERE id = $1", item_id
+    )
+    assert row["state"] == "approved" and row["answer"] == "Yes: MFA everywhere."
+    assert row["knowledge_item_id"] is not None
+    approved_only = await (await app_client.get(f"/rfps/{rfp_id}?state=approved")).text()
+    assert "Yes: MFA everywhere." in approved_only and "encrypted at rest" not in approved_only
+    api = await app_client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)
+    assert (await api.json())["stats"]["approved_items"] == 1
+    empty = await app_client.post(
+        f"/rfps/{rfp_id}/items/{item_id}", data={"csrf_token": csrf, "action": "approve", "answer": " "}
+    )
+    assert empty.status == 422 and "needs an answer" in await empty.text()
+    csv_export = await app_client.get(f"/rfps/{rfp_id}/export?format=csv")
+    assert csv_export.status == 200 and "Yes: MFA everywhere." in await csv_export.text()
+    xlsx = await app_client.get(f"/rfps/{rfp_id}/export?format=xlsx")
+    assert xlsx.status == 200 and (await xlsx.read())[:2] == b"PK"
+    assert (await app_client.get(f"/rfps/{rfp_id}/export?format=pdf")).status == 400
+
+
+async def test_knowledge_pages__add_search_edit_import_delete(app_client, admin, conn):
+    from aiohttp import FormData
+
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    added = await app_client.post("/kb", allow_redirects=False, data={
+        "csrf_token": csrf, "answer": "Backups run nightly.", "title": "Backups", "tags": "ops; dr",
+    })
+    assert added.status == 303
+    kb_id = added.headers["Location"].rsplit("/", 1)[1]
+    found = await (await app_client.get("/kb?q=nightly")).text()
+    assert "Backups" in found
+    assert "Backups" not in await (await app_client.get("/kb?q=zzz")).text()
+    invalid = await app_client.post(f"/kb/{kb_id}", data={"csrf_token": csrf, "answer": " "})
+    assert invalid.status == 422 and "answer" in await invalid.text()
+    edited = await app_client.post(f"/kb/{kb_id}", allow_redirects=False, data={
+        "csrf_token": csrf, "answer": "Backups run hourly.", "title": "Backups", "yes_no": "yes",
+    })
+    assert edited.status == 303
+    row = await conn.fetchrow("SELECT answer, yes_no, tags FROM knowledge_items WHERE id = $1", kb_id)
+    assert row["answer"] == "Backups run hourly." and row["yes_no"] is True and row["tags"] == []
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    form.add_field("file", b"question,answer\nIs there a DPO?,Yes.\nNo answer here,\n", filename="kb.csv")
+    report = await app_client.post("/kb/import", data=form)
+    text = await report.text()
+    assert report.status == 200 and "1 row imported" in text and "1 rejected" in text
+    deleted = await app_client.post(
+        f"/kb/{kb_id}/delete", data={"csrf_token": csrf}, allow_redirects=False
+    )
+    assert deleted.status == 303
+    assert (await app_client.get(f"/kb/{kb_id}")).status == 404
+
+
+async def test_ask_page__the_question_reaches_complete(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    asked = await app_client.post(
+        "/ask", data={"csrf_token": csrf, "question": "Do you have a DPO?"}, allow_redirects=False
+    )
+    assert asked.status == 303
+    path = asked.headers["Location"]
+    for _ in range(100):
+        state = (await (await app_client.get(path + "/state")).json())["state"]
+        if state == "complete":
+            break
+        await asyncio.sleep(0.1)
+    assert state == "complete"
+    page = await (await app_client.get(path)).text()
+    assert 'aria-current="step" class="current">complete' in page
+    assert re.search(r'class="band band-[a-z_]+">', page)
+
+
+async def test_members_page__admin_invites_a_member_sees_no_invite_form(
+    app_client, admin, make_member, conn
+):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    invited = await app_client.post(
+        "/members/invite", data={"csrf_token": csrf, "email": "grace@example.test", "role": "viewer"}
+    )
+    assert invited.status == 201 and "Invitation sent to grace@example.test" in await invited.text()
+    role = await conn.fetchval("SELECT role::text FROM invitations WHERE email = 'grace@example.test'")
+    assert role == "viewer"
+    assert await conn.fetchval("SELECT count(*) FROM mail_outbox") == 1
+    member = await make_member(admin.account_id, role="member")
+    await set_password(conn, member.email)
+    await app_client.post("/signout", data={"csrf_token": csrf})
+    member_csrf = await sign_in(app_client, member.email)
+    page = await (await app_client.get("/members")).text()
+    assert member.email in page and "/members/invite" not in page
+    refused = await app_client.post(
+        "/members/invite", data={"csrf_token": member_csrf, "email": "x@example.test"}
+    )
+    assert refused.status == 403
+
+
+async def test_unknown_page__is_the_404_page_for_a_browser_and_json_for_the_api(app_client):
+    page = await app_client.get("/no/such/page", headers={"Accept": "text/html"})
+    assert page.status == 404 and "Page not found" in await page.text()
+    api = await app_client.get("/api/v1/nothing", headers={"Accept": "text/html"})
+    assert api.status == 404 and (await api.json())["error"]["code"] == "not_found"

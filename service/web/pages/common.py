@@ -202,6 +202,18 @@ def not_found(request: web.Request) -> web.Response:
     return render(request, "not_found.html", {"request_id": request.get(REQUEST_ID, "")}, status=404)
 
 
+async def not_found_page(request: web.Request) -> web.Response:
+    """The 404 page for a path no route has (service/web/frontdoor.py no_route), with the
+    navigation when a session is signed in."""
+    async with request.app[POOL].acquire() as conn:
+        session = await find_session(conn, request.cookies.get(COOKIE))
+    if session is not None:
+        request[SESSION] = session
+    response = not_found(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
 def failure_page(request: web.Request, exc: BaseException) -> web.Response:
     if database_unavailable(exc):
         status, message = 503, "The database is unavailable for a moment. Please try again shortly."
