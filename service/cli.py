@@ -94,7 +94,7 @@ async def bootstrap_demo(url: str, config: Config) -> dict | None:
 
 
 def print_demo(demo: dict, config: Config) -> None:
-    base = f"http://localhost:{config.server.port}"
+    base = config_module.served_base_url(config.server)
     token = demo["token"]
     print(
         f"""

@@ -56,13 +56,27 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = attrs.field(default=8080, validator=_port)
     workers: int = attrs.field(default=1, validator=_positive)
-    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}
-    web_base_url: str = attrs.field(default="http://localhost:8080", validator=_http_url)
+    # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}. Empty: the
+    # address the service serves on (`served_base_url`), e.g. http://localhost:8080.
+    web_base_url: str = attrs.field(default="", validator=_http_url)
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
+
+
+def served_base_url(server: ServerConfig) -> str:
+    """`web_base_url` when set; else the address the service serves on: its host (localhost for
+    a wildcard or loopback address, which a browser on this machine reaches that way) and port."""
+    if server.web_base_url:
+        return server.web_base_url.rstrip("/")
+    host = server.host
+    if host in ("", "0.0.0.0", "::", "127.0.0.1", "::1"):
+        host = "localhost"
+    elif ":" in host:
+        host = f"[{host}]"  # an IPv6 address in a URL
+    return f"http://{host}:{server.port}"
 
 
 @attrs.frozen(kw_only=True)

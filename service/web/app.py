@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator
 import aiohttp
 import aiojobs
 import asyncpg
+import attrs
 from aiohttp import web
 
 from .. import db
 from ..answering import embeddings
 from ..answering.engines import AnswerEngine
-from ..config import Config
+from ..config import Config, served_base_url
 from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
@@ -116,6 +117,11 @@ def create_app(config: Config) -> web.Application:
     # The request id, errors, auth and rate limits wrap each handler (service/middleware.py); an
     # aiohttp middleware only when metrics are on: it sees the rendered status.
     middlewares = [metrics_middleware] if config.metrics.enabled else []
+    # Every link the service makes (web_link, e-mails) starts here: the configured base, or the
+    # address this app serves on (`served_base_url`), fixed once for every reader of the config.
+    config = attrs.evolve(
+        config, server=attrs.evolve(config.server, web_base_url=served_base_url(config.server))
+    )
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
     # Always present, so code may count unconditionally; exposed only when enabled.

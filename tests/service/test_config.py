@@ -135,3 +135,23 @@ def test_serve__bad_setting_stops_start_up_naming_it(tmp_path, env, message):
     assert message in result.stderr
     assert result.stdout == ""
     assert not (tmp_path / "var").exists()
+
+
+def test_web_base_url__defaults_to_the_address_served_on():
+    from service.config import ServerConfig, served_base_url
+
+    assert served_base_url(ServerConfig()) == "http://localhost:8080"
+    assert served_base_url(ServerConfig(host="0.0.0.0", port=9000)) == "http://localhost:9000"
+    assert served_base_url(ServerConfig(host="10.1.2.3", port=80)) == "http://10.1.2.3:80"
+    assert served_base_url(ServerConfig(host="fd00::5", port=81)) == "http://[fd00::5]:81"
+    configured = ServerConfig(web_base_url="https://rfp.example.org/")
+    assert served_base_url(configured) == "https://rfp.example.org"
+
+
+def test_web_base_url__the_app_links_to_where_it_serves_without_one(database_url):
+    from service.web.app import create_app
+    from service.web.keys import CONFIG
+
+    unset = config_module.structure({"database": {"url": database_url}, "server": {"port": 8123}})
+    assert unset.server.web_base_url == ""
+    assert create_app(unset)[CONFIG].server.web_base_url == "http://localhost:8123"
