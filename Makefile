@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 EVAL   ?= ../shared/eval
 
-.PHONY: run test test-fast wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz soak clean
+.PHONY: run test test-fast wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-web eval fuzz soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ migrate: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service tests bench
 
-bench: bench-questions bench-retrieval bench-http bench-search  ## every benchmark; results go into BENCHMARKS.md
+bench: bench-questions bench-retrieval bench-http bench-search bench-web  ## every benchmark; results go into BENCHMARKS.md
 
 bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP (bench/questions.py)
 	$(PY) bench/questions.py --seconds 20 --mode both --processes 2
@@ -47,6 +47,9 @@ bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} a
 
 bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
 	$(PY) bench/search_1m.py
+
+bench-web: $(STAMP)  ## the web app's RFP page of an RFP with 1,000 items, server-side render p50/p95
+	$(PY) bench/web_bench.py
 
 eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
 	@if [ -d "$(EVAL)" ]; then \

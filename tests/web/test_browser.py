@@ -244,6 +244,7 @@ def _attached(element: Any) -> bool:
 
 async def test_browser__the_whole_flow(site, profile, admin, conn, tmp_path):
     await set_password(conn, admin.email)
+    await conn.execute("UPDATE users SET first_name = 'Ada', last_name = 'Lovelace'")
     await conn.execute(
         "INSERT INTO knowledge_items (id, account_id, question, answer, title) VALUES "
         "('kb_mfa', $1, 'Do you enforce multi-factor authentication?', "
