@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import logging
+import secrets
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import date
@@ -88,7 +89,11 @@ async def bootstrap_demo(url: str, config: Config) -> dict | None:
             await conn.execute("SELECT pg_advisory_xact_lock($1)", db.MIGRATION_LOCK_ID)
             if await conn.fetchval(db.query("any_account")):
                 return None
-            return await accounts.create_account(conn, "Demo", "admin@example.com", credits=100)
+            demo = await accounts.create_account(conn, "Demo", "admin@example.com", credits=100)
+            # The web app signs in with a password: the demo admin gets one, shown once.
+            demo["password"] = secrets.token_urlsafe(12)
+            await accounts.set_password(conn, demo["member"]["user_id"], demo["password"])
+            return demo
     finally:
         await conn.close()
 
@@ -102,6 +107,8 @@ First start: created the demo account {demo['account']['id']} with admin {demo['
 Its API token (shown once; keep it):
 
     {token}
+
+The web app: {base}/signin as {demo['member']['email']} with the password {demo['password']}
 
 Try:
     curl -s -X POST {base}/api/v1/rfps -H 'Authorization: Bearer {token}' \\

@@ -93,3 +93,11 @@ async def set_subscription(conn: asyncpg.Connection, account_id: str, status: st
         raise OperatorError(f"status must be active or inactive; got {status!r}")
     if await conn.fetchval(db.query("set_subscription"), account_id, status) is None:
         raise OperatorError(f"no account {account_id}")
+
+
+async def set_password(conn: asyncpg.Connection, user_id: int, password: str) -> None:
+    """Give a user a password (argon2id, as sign-up stores it): the operator's way in for the
+    demo admin, whom no invitation or confirmation e-mail reaches."""
+    from .passwords import hasher
+
+    await conn.execute(db.query("update_password_hash"), user_id, hasher().hash(password))
