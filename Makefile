@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 EVAL   ?= ../shared/eval
 
-.PHONY: run test test-fast wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-web eval fuzz soak clean
+.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-web eval fuzz soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ test: $(STAMP)  ## the whole test suite, on a real PostgreSQL (3 workers: tests 
 
 test-fast: $(STAMP)  ## everything but the `slow` tests (service processes, fuzzing): under a minute
 	$(PY) -m pytest -q -n 3 -m "not slow"
+
+test-pgbouncer: $(STAMP)  ## the not-slow tests again: the system's PostgreSQL (Debian's) through PgBouncer in transaction mode
+	$(PY) tests/pgservers.py -- $(PY) -m pytest -q -n 3 -m "not slow"
 
 wheel-check:  ## build the wheel, install it into a fresh venv outside the checkout, migrate, serve, read
 	$(PYTHON) tests/wheel_check.py
@@ -45,6 +48,13 @@ bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic 
 bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} and search
 	$(PY) bench/http_bench.py
 
+bench-pgbouncer: $(STAMP)  ## bench-questions and bench-http on the system's PostgreSQL, direct then through PgBouncer, one run
+	$(PY) tests/pgservers.py -- sh -c '\
+		set -e; q="$(PY) bench/questions.py --seconds $${BENCH_SECONDS:-10} --mode closed --processes 2"; \
+		echo "== questions, direct"; $$q; echo "== questions, PgBouncer"; BENCH_POOLER_URL=$$PGBOUNCER_URL $$q; \
+		echo "== http, direct"; $(PY) bench/http_bench.py; \
+		echo "== http, PgBouncer"; BENCH_POOLER_URL=$$PGBOUNCER_URL $(PY) bench/http_bench.py'
+
 bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
 	$(PY) bench/search_1m.py
 
@@ -60,8 +70,12 @@ eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
 fuzz: $(STAMP)  ## schemathesis against the OpenAPI description, a real server, ~3 minutes
 	$(PY) tests/fuzz.py --max-time $${FUZZ_SECONDS:-180}
 
-soak: $(STAMP)  ## two processes, mixed traffic, then consistency and memory checks (~3 minutes)
+soak: $(STAMP)  ## two processes, mixed traffic, then consistency and memory checks (~3 minutes), then soak-restart
 	$(PY) bench/soak.py --seconds $${SOAK_SECONDS:-150}
+	$(MAKE) soak-restart
+
+soak-restart: $(STAMP)  ## PostgreSQL, then PgBouncer, restarted under traffic on two processes (~2 minutes)
+	$(PY) bench/soak_restart.py --seconds $${SOAK_RESTART_SECONDS:-60}
 
 clean:
 	rm -rf $(VENV) var/test

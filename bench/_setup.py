@@ -32,6 +32,18 @@ def server_url() -> tuple[str, object | None]:
     return server.url(), server
 
 
+def through_pooler(url: str) -> tuple[str, dict[str, str]]:
+    """With $BENCH_POOLER_URL (PgBouncer in transaction mode in front of $DATABASE_URL's server;
+    `make bench-pgbouncer` sets it): the service's URL for the database `url` through it, and the
+    environment configuring the service for it. Otherwise `url` itself and nothing."""
+    pooler = os.environ.get("BENCH_POOLER_URL")
+    if not pooler:
+        return url, {}
+    name = url.rsplit("/", 1)[1].split("?")[0]
+    return db.with_database(pooler, name), {"RFP_DATABASE_POOLER": "pgbouncer-transaction",
+                                           "DATABASE_DIRECT_URL": url}
+
+
 async def fresh_database(admin_url: str, name: str, migrate: bool = True) -> str:
     conn = await asyncpg.connect(admin_url)
     try:

@@ -40,6 +40,7 @@ from _setup import (
     start_bare,
     start_service,
     stop,
+    through_pooler,
 )
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
@@ -109,7 +110,8 @@ def main() -> None:
         made, target = run(seed(url))
         token, account = made["token"], made["account"]["id"]
         service_port, bare_port = free_port(), free_port()
-        service = start_service(url, service_port, RFP_LOG_JSON="1")
+        service_url, pooler_env = through_pooler(url)  # the floor stays on the server itself
+        service = start_service(service_url, service_port, RFP_LOG_JSON="1", **pooler_env)
         bare = start_bare(url, bare_port, account)
         targets = {"service": (service, service_port, [f"Authorization: Bearer {token}"], "/api/v1")}
         targets["floor"] = (bare, bare_port, [], "")

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from _setup import through_pooler  # noqa: E402 (bench/ is on the path: run as a script)
 from service_process import ServiceProcess  # noqa: E402
 
 from service import db  # noqa: E402 (after the path set-up above)
@@ -273,7 +274,10 @@ async def main() -> int:
               "[questions]\n" + "".join(f"{setting}\n" for setting in args.questions))
     tmp = ROOT / "var" / "bench-run"
     tmp.mkdir(parents=True, exist_ok=True)
-    services = [ServiceProcess(url, config, tmp) for _ in range(args.processes)]
+    service_url, pooler_env = through_pooler(url)
+    services = [ServiceProcess(service_url, config, tmp) for _ in range(args.processes)]
+    for service in services:
+        service.env.update(pooler_env)
     await asyncio.gather(*(service.start() for service in services))
     urls = [service.url for service in services]
     postmaster = None

@@ -67,7 +67,8 @@ async def seed(url: str) -> tuple[str, str, str]:
         made = await accounts.create_account(conn, "Bench", "bench@example.test", credits=0)
         account_id, user_id = made["account"]["id"], made["member"]["user_id"]
         await conn.execute(
-            "UPDATE users SET password_hash = $1, first_name = 'Ada', last_name = 'Lovelace'",
+            "UPDATE users SET password_hash = $1, password_chosen_by_user = true,"
+            " first_name = 'Ada', last_name = 'Lovelace'",
             hasher().hash(PASSWORD),
         )
         rfp_id = "rfp_webbench"

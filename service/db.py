@@ -97,12 +97,35 @@ def database_url(config: Config) -> tuple[str, EmbeddedPostgres | None]:
     return server.url(), server
 
 
-async def create_pool(dsn: str, config: Config) -> asyncpg.Pool:
+TRANSACTION_POOLER = "pgbouncer-transaction"
+
+
+def connect_options(config: Config) -> dict:
+    """asyncpg options for connections to `database.url`. Behind a transaction pooler each
+    statement may reach another server connection, so a statement prepared on one is missing on
+    the next: no statement cache (asyncpg then re-parses an unnamed statement with every call)."""
+    return {"statement_cache_size": 0} if config.database.pooler == TRANSACTION_POOLER else {}
+
+
+def session_url(config: Config) -> str | None:
+    """A URL whose connections keep their session (LISTEN, session advisory locks): the database
+    itself, or `direct_url` past a transaction pooler; None when there is no such way."""
+    if config.database.pooler == TRANSACTION_POOLER:
+        return config.database.direct_url or None
+    return config.database.url
+
+
+async def create_pool(
+    dsn: str, config: Config, *, min_size: int | None = None, max_size: int | None = None
+) -> asyncpg.Pool:
+    """A pool on `dsn` (the configured `database.url`); sizes default to database.pool_*."""
+    max_size = max_size or config.database.pool_max_size
     return await asyncpg.create_pool(
         dsn,
-        min_size=min(config.database.pool_min_size, config.database.pool_max_size),
-        max_size=config.database.pool_max_size,
+        min_size=min(min_size or config.database.pool_min_size, max_size),
+        max_size=max_size,
         reset=keep_session,
+        **connect_options(config),
     )
 
 
@@ -111,6 +134,13 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     trip on every release. Pooled connections carry no session state: settings are `SET LOCAL`,
     advisory locks transaction-scoped, LISTEN on a connection of its own. asyncpg still rolls
     back a transaction left open before calling this."""
+
+
+async def pgvector_available(conn: asyncpg.Connection) -> bool:
+    """Whether dense retrieval can run on this database: migration 0011 found pgvector and made
+    the knowledge_embeddings table. The one place that decides it (start-up, the embeddings
+    backend, the tests' skip)."""
+    return bool(await conn.fetchval(query("embeddings_available")))
 
 
 # -- migrations ------------------------------------------------------------------------
@@ -162,7 +192,8 @@ def vocabulary(sql: Traversable = SQL) -> list[tuple[str, str]]:
 
 
 async def migrate(
-    conn: asyncpg.Connection, sql: Traversable = SQL, *, before: str | None = None
+    conn: asyncpg.Connection, sql: Traversable = SQL, *, before: str | None = None,
+    session: bool = True,
 ) -> list[str]:
     """Bring the database to the schema in `sql`: pending migrations, each in its own transaction,
     then, in one transaction, every function of sql/functions/ (re-created: the file is its
@@ -173,31 +204,43 @@ async def migrate(
     changed or is missing. `before` applies only the migrations older than that version and
     nothing else (the functions and vocabulary are the latest schema's): a migration's tests start
     from there. The advisory lock makes concurrent start-ups wait for each other instead of racing.
+
+    `session=False` (a transaction pooler in front, no direct URL): a session lock could be taken
+    on one server connection and never released (the unlock reaching another), so everything runs
+    in one transaction under a transaction-scoped lock; each migration is then a savepoint.
     """
+    if not session:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_ID)
+            return await _migrate_locked(conn, sql, before)
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
     try:
-        await conn.execute(query("create_schema_migrations"))
-        files = migration_files(sql)
-        done = await check_applied(conn, files)
-        applied = []
-        for version, file in files:
-            if before is not None and version >= before:
-                break
-            if version in done:
-                continue
-            async with conn.transaction():
-                await conn.execute(file.read_text())
-                await conn.execute(query("record_migration"), version, checksum(file))
-            log.info("applied migration %s", version)
-            applied.append(version)
-        if before is None:
-            async with conn.transaction():
-                for _name, file in function_files(sql):
-                    await conn.execute(file.read_text())
-                await sync_vocabulary(conn, vocabulary(sql))
-        return applied
+        return await _migrate_locked(conn, sql, before)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)
+
+
+async def _migrate_locked(conn: asyncpg.Connection, sql: Traversable, before: str | None) -> list[str]:
+    await conn.execute(query("create_schema_migrations"))
+    files = migration_files(sql)
+    done = await check_applied(conn, files)
+    applied = []
+    for version, file in files:
+        if before is not None and version >= before:
+            break
+        if version in done:
+            continue
+        async with conn.transaction():
+            await conn.execute(file.read_text())
+            await conn.execute(query("record_migration"), version, checksum(file))
+        log.info("applied migration %s", version)
+        applied.append(version)
+    if before is None:
+        async with conn.transaction():
+            for _name, file in function_files(sql):
+                await conn.execute(file.read_text())
+            await sync_vocabulary(conn, vocabulary(sql))
+    return applied
 
 
 async def check_applied(conn: asyncpg.Connection, files: list[tuple[str, Traversable]]) -> set[str]:
@@ -246,6 +289,18 @@ async def migrate_url(dsn: str) -> list[str]:
         return await migrate(conn)
     finally:
         await conn.close()
+
+
+async def connect_for_admin(config: Config, url: str) -> tuple[asyncpg.Connection, bool]:
+    """One connection for commands and start-up work (migrations, the demo account) on `url` (the
+    configured or embedded server's): past a transaction pooler to `direct_url` when set, else
+    through the pooler without a statement cache. Returns it and whether it keeps its session
+    (`migrate(session=…)`)."""
+    if config.database.pooler != TRANSACTION_POOLER:
+        return await asyncpg.connect(url, timeout=10), True
+    if config.database.direct_url:
+        return await asyncpg.connect(config.database.direct_url, timeout=10), True
+    return await asyncpg.connect(url, timeout=10, **connect_options(config)), False
 
 
 def with_database(url: str, name: str) -> str:

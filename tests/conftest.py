@@ -61,8 +61,39 @@ def template_db(server_url: str) -> Iterator[str]:
     asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture(scope="session")
+def pgvector_on_server(server_url: str, template_db: str) -> bool:
+    """Whether the test server has pgvector (the migrated template has the embeddings table)."""
+
+    async def check() -> bool:
+        conn = await asyncpg.connect(db.with_database(server_url, template_db))
+        try:
+            return await db.pgvector_available(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(check())
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_pgvector(request: pytest.FixtureRequest) -> None:
+    """Tests marked `pgvector` skip, saying why, on a server without the extension (Debian's
+    PostgreSQL packages do not ship it); the service itself runs lexical-only there."""
+    if request.node.get_closest_marker("pgvector") and not request.getfixturevalue("pgvector_on_server"):
+        pytest.skip("pgvector is not installed on this PostgreSQL server: dense retrieval is off")
+
+
+# Set by `make test-pgbouncer` (tests/pgservers.py): PgBouncer in transaction mode in front of
+# the $DATABASE_URL server. The tests' databases are then reached through it, the app configured
+# as in production (database.pooler, direct_url for LISTEN), `conn` without a statement cache.
+PGBOUNCER_URL = os.environ.get("PGBOUNCER_URL", "")
+# asyncpg.connect options for `database_url` (statement cache off behind a transaction pooler).
+CONNECT = {"statement_cache_size": 0} if PGBOUNCER_URL else {}
+
+
 @pytest.fixture
-async def database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
+async def direct_database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh migrated database on the server itself (never through a pooler)."""
     name = f"rfp_test_{secrets.token_hex(6)}"
     await _admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     yield db.with_database(server_url, name)
@@ -70,18 +101,30 @@ async def database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def config(database_url: str) -> Config:
+def database_url(direct_database_url: str) -> str:
+    """The test's database as the service reaches it: through PgBouncer in the PgBouncer pass."""
+    if PGBOUNCER_URL:
+        return db.with_database(PGBOUNCER_URL, direct_database_url.rsplit("/", 1)[1])
+    return direct_database_url
+
+
+@pytest.fixture
+def config(database_url: str, direct_database_url: str) -> Config:
+    pooler = {"pooler": "pgbouncer-transaction", "direct_url": direct_database_url} if PGBOUNCER_URL else {}
     return config_module.structure(
         {
-            "database": {"url": database_url, "pool_min_size": 1, "pool_max_size": 5},
+            "database": {"url": database_url, "pool_min_size": 1, "pool_max_size": 5, **pooler},
             "server": {"web_base_url": "https://app.example.test"},
+            # Lexical only, for speed: the onnx default has tests of its own
+            # (tests/answering/test_embeddings_onnx.py).
+            "embeddings": {"backend": "none"},
         }
     )
 
 
 @pytest.fixture
 async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(database_url)
+    connection = await asyncpg.connect(database_url, **CONNECT)
     yield connection
     await connection.close()
 

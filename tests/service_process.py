@@ -22,11 +22,16 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    def __init__(self, database_url: str, config_toml: str, tmp: Path, port: int | None = None):
+    def __init__(self, database_url: str, config_toml: str, tmp: Path, port: int | None = None,
+                 embeddings: str | None = "none"):
+        """`embeddings`: the backend when `config_toml` has no [embeddings] of its own (lexical
+        only by default, for speed; None: the service's default, dense)."""
         self.port = port or free_port()
         self.config_path = tmp / f"config-{self.port}.toml"
         self.config_path.write_text(config_toml)
         self.env = {**os.environ, "DATABASE_URL": database_url, "RFP_CONFIG": str(self.config_path)}
+        if embeddings is not None and "[embeddings]" not in config_toml:
+            self.env["RFP_EMBEDDINGS"] = embeddings
         self.log = tmp / f"service-{self.port}.log"
         self.process: subprocess.Popen | None = None
 

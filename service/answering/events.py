@@ -29,7 +29,9 @@ Change = str | Mapping[str, Any] | None
 
 
 class QuestionEvents:
-    def __init__(self, dsn: str, on_new: Callable[[], None]) -> None:
+    def __init__(self, dsn: str | None, on_new: Callable[[], None]) -> None:
+        """`dsn` None: no way to LISTEN (a transaction pooler without a direct URL); streams and
+        the pipeline then rely on their polling."""
         self.dsn = dsn
         self.on_new = on_new
         self.conn: asyncpg.Connection | None = None
@@ -38,7 +40,7 @@ class QuestionEvents:
 
     async def connect(self) -> None:
         """(Re)connect the listening connection; failures are logged, streams keep polling."""
-        if self.conn is not None and not self.conn.is_closed():
+        if self.dsn is None or (self.conn is not None and not self.conn.is_closed()):
             return
         try:
             conn = await asyncpg.connect(self.dsn)

@@ -32,6 +32,7 @@ from ..config import QuestionsConfig
 from ..domain.accounts import change_credits
 from ..metrics import Metrics
 from . import decision as coverage
+from . import staleness
 from .engines import AnswerEngine, AnswerRequest, EngineFailure
 from .retrieval import Reference, find_references
 
@@ -141,6 +142,7 @@ async def fetch_references(ctx: StepContext, work: Work) -> Work:
         found = await find_references(
             conn, work.account_id, work.question, ctx.config.references_limit, ctx.embedder
         )
+        found = await staleness.mark_references(conn, found)  # versions; stale entries (issue 20)
     return attrs.evolve(work, references=tuple(found))
 
 
@@ -184,12 +186,14 @@ async def calculate_confidence(ctx: StepContext, work: Work) -> Work:
         engine_points=work.engine_points,
         failure=work.engine_failure,
     )
+    # An answer drawn from a stale entry asks for attention: never auto-answered (issue 20).
+    stale = staleness.stale_points(work.references, work.used) if work.draft_answer else ()
     return attrs.evolve(
         work,
         confidence=assessment.confidence,
         confidence_rationale=assessment.rationale,
-        requires_attention=assessment.requires_attention,
-        attention_points=assessment.attention_points,
+        requires_attention=assessment.requires_attention or bool(stale),
+        attention_points=(*assessment.attention_points, *stale),
     )
 
 

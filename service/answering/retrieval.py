@@ -89,6 +89,10 @@ class Reference:
     # specific word of the question ("CMMC", "FERPA") is one the knowledge base never uses, however
     # long the question around it (the share above dilutes it). Also a property of the question.
     unknown_peak: float = 0.0
+    # Library care (service/answering/staleness.py): the entry's version when it was retrieved
+    # (a question keeps pointing at what it used), and its review date when that had passed.
+    kb_version: int | None = None
+    stale_since: str | None = None
 
 
 # -- tsvector text as PostgreSQL prints it: 'lexeme':1A,4 'other':2C -------------------------

@@ -10,8 +10,18 @@ from collections.abc import Iterable
 import asyncpg
 
 from .. import db
+from . import members
 from .ids import new_id
-from .tokens import ROLES, SCOPES, issue_token
+from .tokens import (
+    ROLES,
+    SCOPES,
+    Principal,
+    TokenInfo,
+    expiry,
+    issue_token,
+    list_tokens,
+    revoke_token,
+)
 
 
 class OperatorError(Exception):
@@ -54,8 +64,15 @@ async def add_member(
 
 
 async def create_token(
-    conn: asyncpg.Connection, account_id: str, email: str, scopes: Iterable[str]
+    conn: asyncpg.Connection,
+    account_id: str,
+    email: str,
+    scopes: Iterable[str],
+    ttl_days: int = 0,
+    source: str = "cli",
 ) -> str:
+    """A token for a member, expiring after `ttl_days` (0: never; config auth.cli_token_ttl_days
+    is the CLI's default)."""
     scopes = list(scopes)
     unknown = set(scopes) - set(SCOPES)
     if unknown or not scopes:
@@ -64,11 +81,50 @@ async def create_token(
     member = await conn.fetchrow(db.query("member_by_email"), account_id, email)
     if member is None:
         raise OperatorError(f"{email} is not a member of {account_id}")
-    return await issue_token(conn, member["id"], scopes)
+    if ttl_days < 0:
+        raise OperatorError("ttl-days must not be negative")
+    return await issue_token(conn, member["id"], scopes, expiry(ttl_days), source)
+
+
+async def _member_id(conn: asyncpg.Connection, account_id: str, email: str) -> str:
+    await require_account(conn, account_id)
+    member = await conn.fetchrow(db.query("member_by_email"), account_id, email)
+    if member is None:
+        raise OperatorError(f"{email} is not a member of {account_id}")
+    return member["id"]
+
+
+async def list_member_tokens(conn: asyncpg.Connection, account_id: str, email: str) -> list[TokenInfo]:
+    member_id = await _member_id(conn, account_id, email)
+    return await list_tokens(conn, _operator(account_id), member_id)
+
+
+async def revoke_member_token(conn: asyncpg.Connection, account_id: str, token_id: int) -> TokenInfo:
+    await require_account(conn, account_id)
+    return await revoke_token(conn, _operator(account_id), token_id)
+
+
+async def remove_member_by_email(conn: asyncpg.Connection, account_id: str, email: str) -> None:
+    await members.remove_member(conn, account_id, await _member_id(conn, account_id, email))
+
+
+async def change_role_by_email(
+    conn: asyncpg.Connection, account_id: str, email: str, role: str
+) -> members.Member:
+    return await members.change_role(conn, account_id, await _member_id(conn, account_id, email), role)
+
+
+def _operator(account_id: str) -> Principal:
+    # The operator acts as an admin of the account, with no membership of their own.
+    return Principal(
+        member_id="", user_id=0, account_id=account_id, role="admin", scopes=frozenset(SCOPES),
+        name="operator", email="",
+    )
 
 
 async def create_account(
-    conn: asyncpg.Connection, name: str, admin_email: str, credits: int = 0
+    conn: asyncpg.Connection, name: str, admin_email: str, credits: int = 0, token_ttl_days: int = 0,
+    token_source: str = "cli",
 ) -> dict:
     """An account with an active subscription, its admin (owner, confirmed) and a read+write token."""
     if not name.strip():
@@ -80,7 +136,9 @@ async def create_account(
         if credits:
             await change_credits(conn, account["id"], credits, "grant")
         member = await add_member(conn, account["id"], admin_email, "admin", owner=True)
-        token = await issue_token(conn, member["id"], SCOPES)
+        token = await issue_token(
+            conn, member["id"], SCOPES, expiry(token_ttl_days), token_source
+        )
     return {
         "account": {"id": account["id"], "name": account["name"], "credits": credits},
         "member": member,
@@ -96,8 +154,9 @@ async def set_subscription(conn: asyncpg.Connection, account_id: str, status: st
 
 
 async def set_password(conn: asyncpg.Connection, user_id: int, password: str) -> None:
-    """Give a user a password (argon2id, as sign-up stores it): the operator's way in for the
-    demo admin, whom no invitation or confirmation e-mail reaches."""
+    """Give a user a password (argon2id, as sign-up stores it) shown only to them: the first
+    start prints the demo admin's, whom no invitation or reset e-mail reaches. Counted as the
+    user's own (sign-in refuses passwords an administrator chose for someone else)."""
     from .passwords import hasher
 
-    await conn.execute(db.query("update_password_hash"), user_id, hasher().hash(password))
+    await conn.execute(db.query("set_own_password"), user_id, hasher().hash(password), False)

@@ -7,7 +7,7 @@ import io
 import json
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
@@ -81,9 +81,16 @@ class KnowledgeItem:
     yes_no: bool | None
     created_at: datetime
     updated_at: datetime
+    # Library care (service/domain/library.py): who keeps the entry right, and until when.
+    owner_id: str | None = None
+    review_by: date | None = None
+    reviewed_at: datetime | None = None
+    stale: bool = False
+    version: int = 1
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> KnowledgeItem:
+        review_by = row.get("review_by")
         return cls(
             id=row["id"],
             question=row["question"],
@@ -95,6 +102,11 @@ class KnowledgeItem:
             yes_no=row["yes_no"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            owner_id=row.get("owner_member_id"),
+            review_by=review_by,
+            reviewed_at=row.get("reviewed_at"),
+            stale=review_by is not None and review_by < datetime.now(UTC).date(),
+            version=row.get("version", 1),
         )
 
 
@@ -322,20 +334,6 @@ async def search_items(
 
 async def get_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
     row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
-    if row is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
-    return KnowledgeItem.from_row(row)
-
-
-async def update_item(
-    conn: asyncpg.Connection, account_id: str, item_id: str, data: KnowledgeItemInput
-) -> KnowledgeItem:
-    """Replace an entry's fields with `data` (validated as a new entry's are)."""
-    row = await conn.fetchrow(
-        db.query("update_knowledge_item"), item_id, account_id, _blank_to_none(data.question),
-        data.answer, _blank_to_none(data.title), [tag.strip() for tag in data.tags],
-        _blank_to_none(data.source), data.yes_no,
-    )
     if row is None:
         raise NotFound(f"no knowledge base item {item_id} in this account")
     return KnowledgeItem.from_row(row)

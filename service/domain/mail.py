@@ -5,7 +5,8 @@ The sender claims one due message at a time with `FOR UPDATE SKIP LOCKED` and a 
 at once; a message whose sender died is picked up again when the lease runs out. Delivery is
 at-least-once: a crash between the SMTP server's acceptance and the `sent` update sends it again,
 with the same Message-ID. Failures are retried with exponential backoff up to `max_attempts`.
-With no SMTP host configured, delivering a message means writing it, link included, to the log.
+With no SMTP host configured, a message is held (state `held`, body kept) for the operator to read
+with `python -m service mail show ID`; the log says only that it is undelivered, never its link.
 """
 
 from __future__ import annotations
@@ -82,6 +83,14 @@ class MailSender:
             return await conn.fetchrow(db.query("claim_mail"), 1, self.lease_seconds)
 
     async def _attempt(self, row: asyncpg.Record) -> None:
+        if not self._config.smtp_host:
+            async with self._pool.acquire() as conn:
+                await conn.execute(db.query("mark_mail_held"), row["id"], row["attempts"])
+            log.info(
+                "mail %s to %s undelivered: no SMTP host is configured; the operator can read it "
+                "with `python -m service mail show %s`", row["id"], row["recipient"], row["id"],
+            )
+            return
         try:
             await self._send(row)
         except Exception as exc:  # any failure of one message is recorded on it, never fatal
@@ -115,12 +124,6 @@ class MailSender:
 
     async def _send(self, row: asyncpg.Record) -> None:
         config = self._config
-        if not config.smtp_host:
-            log.info(
-                "mail (no SMTP configured, so it is logged instead of sent)\nTo: %s\nSubject: %s\n\n%s",
-                row["recipient"], row["subject"], row["body"],
-            )
-            return
         await aiosmtplib.send(
             self.message(row),
             hostname=config.smtp_host,

@@ -7,8 +7,20 @@ Decisions where the specification is silent (also in README "Members"):
   without it the token belongs to the user's oldest membership.
 - Confirmation and invitation links carry a random token that is stored only as its SHA-256.
   The outbox keeps the message body (and so the link) until it is sent, then erases it.
-- Accepting an invitation as someone who already has a password (a member of another account)
-  requires that password; the invitation does not replace it.
+- A user created by an administrator (POST /users) has no password until they confirm their
+  address: the confirmation sets the password they choose. The password the administrator sent
+  is validated (SPEC 4.4 requires it) and discarded; it never signs anyone in.
+- Accepting an invitation as someone who already has a password they chose requires that
+  password; the invitation does not replace it. Someone without one (never confirmed, or only
+  an administrator-chosen password from before migration 0020) sets theirs with the invitation,
+  whose link, e-mailed to the address, proves it is theirs; their old tokens are revoked.
+- POST /users answers alike whether or not the address is registered in another account: an
+  existing user becomes a member at once and is told so by e-mail (their own password signs
+  in); the response shows the names the administrator gave, as for a new user.
+
+Each state-changing action is one function here (`create_user`, `confirm_email`, `sign_in`,
+`invite`, `accept_invitation`, `change_role`, `remove_member`, `change_password`,
+`request_password_reset`, `reset_password`), the single place to record it.
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ import asyncpg
 import attrs
 
 from .. import db
-from ..config import Config, MembersConfig
+from ..config import Config
 from . import mail
 from .convert import (
     Email,
@@ -31,24 +43,22 @@ from .convert import (
     Role,
     Scope,
     TermsAcceptance,
-    converter,
     structure,
     unstructure,
 )
 from .errors import (
+    Conflict,
     EmailUnconfirmed,
     Forbidden,
     NotFound,
-    RateLimited,
     Unauthorized,
     UsageBlocked,
     ValidationFailed,
 )
 from .ids import new_id
 from .models import Page
-from .passwords import Passwords
-from .throttle import take
-from .tokens import SCOPES, hash_token
+from .passwords import Passwords, address_key, guard_password_attempt, remember_client, take_bucket
+from .tokens import ROLES, SCOPES, Principal, hash_token, issue_token
 
 
 def _non_empty(instance: object, attribute: attrs.Attribute, value: list) -> None:
@@ -82,7 +92,7 @@ class InvitationAcceptance:
 
 @attrs.frozen(kw_only=True)
 class SignIn:
-    email: str
+    email: Email  # validated (at most 254 characters) before it keys a rate-limit bucket
     password: str
     scopes: list[Scope] = attrs.field(factory=lambda: list(SCOPES), validator=_non_empty)
     account_id: str | None = None
@@ -91,6 +101,13 @@ class SignIn:
 @attrs.frozen(kw_only=True)
 class ConfirmationInput:
     token: str
+    # Required unless the user already has a password they chose.
+    password: Password | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RoleChange:
+    role: Role
 
 
 @attrs.frozen(kw_only=True)
@@ -171,14 +188,13 @@ def confirmation_mail(base_url: str, account_name: str, token: str, ttl_hours: f
     body = f"""Hello,
 
 an administrator of {account_name} created a sign-in for you on the RFP response service.
-Confirm your e-mail address by opening this link within {ttl_hours:g} hours:
-
-{link}
-
-Or confirm through the API:
+Confirm your e-mail address and choose your password (12 to 128 characters) within
+{ttl_hours:g} hours:
 
 curl -X POST {base_url}/api/v1/users/confirmation -H 'Content-Type: application/json' \\
-     -d '{{"token": "{token}"}}'
+     -d '{{"token": "{token}", "password": "…"}}'
+
+(The link {link} shows this again.)
 
 The link works once. If you did not expect this message, ignore it.
 """
@@ -207,31 +223,88 @@ If you did not expect this message, ignore it.
     return f"You are invited to {account_name}", body
 
 
-async def _validate_new_user(conn: asyncpg.Connection, fields: dict[str, Any]) -> NewUser:
-    """The new user, or a 422 listing every failure (the e-mail being taken among them)."""
-    details: list[str] = []
-    data: NewUser | None = None
-    try:
-        data = structure(fields, NewUser, root="user")
-    except ValidationFailed as exc:
-        details = list(exc.details or [])
-    try:
-        email = converter.structure(fields.get("email"), Email)
-    except ValueError:
-        email = None
-    if email and await conn.fetchval(db.query("user_email_taken"), email):
-        details.append("user.email: has already been taken")
-    if details or data is None:
-        raise ValidationFailed(details)
-    return data
+def added_mail(base_url: str, account_name: str) -> tuple[str, str]:
+    body = f"""Hello,
+
+an administrator of {account_name} added you as a member on the RFP response service.
+Sign in with your existing password (choose the account with its account_id):
+
+curl -X POST {base_url}/api/v1/tokens -H 'Content-Type: application/json' \\
+     -d '{{"email": "…", "password": "…"}}'
+
+If you did not expect this, tell the account's administrator; your password is unchanged.
+"""
+    return f"You were added to {account_name}", body
 
 
-async def confirm_email(pool: asyncpg.Pool, token: str) -> asyncpg.Record:
+def _base_url(config: Config) -> str:
+    return config.server.web_base_url.rstrip("/")
+
+
+async def create_user(conn: asyncpg.Connection, config: Config, account_id: str, fields: Any) -> Member:
+    """POST /users: make the address a member of the account and e-mail it.
+
+    The answer is the same whether or not the address belongs to a user of another account
+    (module docstring); only an address that is already a member here is refused, which the
+    administrator can see in the member list anyway.
+    """
+    account_name = await require_active_account(conn, account_id)
+    data = structure(fields, NewUser, root="user")
+    first, last = data.first_name or "", data.last_name or ""
+    role = data.role or "member"
+    async with conn.transaction():
+        await conn.execute(db.query("lock_address"), data.email)
+        if await conn.fetchval(db.query("is_member"), account_id, data.email):
+            raise ValidationFailed(["user.email: is already a member of this account"])
+        user = await conn.fetchrow(db.query("user_by_email"), data.email)
+        if user is None:
+            user_id = await conn.fetchval(db.query("insert_unconfirmed_user"), data.email, first, last)
+            token = new_link_token()
+            ttl_hours = config.members.confirmation_ttl_hours
+            await conn.execute(
+                db.query("insert_email_confirmation"), user_id, hash_token(token), ttl_hours * 3600
+            )
+            subject, body = confirmation_mail(_base_url(config), account_name, token, ttl_hours)
+        else:
+            user_id = user["id"]
+            subject, body = added_mail(_base_url(config), account_name)
+        member_id = await conn.fetchval(
+            db.query("insert_membership"), new_id("mbr"), account_id, user_id, role
+        )
+        await mail.enqueue(conn, config.mail, data.email, subject, body)
+        member = await fetch_member(conn, member_id, account_id)
+        if user is not None:  # show what a new user would show: the names given, not theirs
+            name = await conn.fetchval(db.query("display_name_of"), first, last, member.email)
+            member = attrs.evolve(member, first_name=first, last_name=last, name=name)
+    return member
+
+
+async def confirm_email(
+    pool: asyncpg.Pool, passwords: Passwords, token: str, password: str | None
+) -> asyncpg.Record:
+    """Spend a confirmation link; it also sets the password the user chose, which is required
+    unless they already have one of their own (412-free: a 422 leaves the link unspent)."""
+    digest = hash_token(token)
+    async with pool.acquire() as conn:
+        user = await conn.fetchrow(db.query("user_for_confirmation"), digest)
+    if user is None:
+        raise NotFound("this confirmation link is unknown, already used or expired")
+    if password is None and not user["password_chosen_by_user"]:
+        raise ValidationFailed(["password: choose your password (12 to 128 characters)"])
+    new_hash = await passwords.hash(password) if password is not None else None
     async with pool.acquire() as conn, conn.transaction():
-        user_id = await conn.fetchval(db.query("use_email_confirmation"), hash_token(token))
+        user_id = await conn.fetchval(db.query("use_email_confirmation"), digest)
         if user_id is None:
             raise NotFound("this confirmation link is unknown, already used or expired")
-        return await conn.fetchrow(db.query("confirm_user"), user_id)
+        return await conn.fetchrow(db.query("confirm_user"), user_id, new_hash)
+
+
+async def confirmation_needs_password(conn: asyncpg.Connection, token: str) -> bool:
+    """Whether a live confirmation link still needs the user to choose a password."""
+    user = await conn.fetchrow(db.query("user_for_confirmation"), hash_token(token))
+    if user is None:
+        raise NotFound("this confirmation link is unknown, already used or expired")
+    return not user["password_chosen_by_user"]
 
 
 def _confirmed(row: asyncpg.Record) -> dict[str, Any]:
@@ -254,47 +327,72 @@ def _usable(row: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return row
 
 
+# -- signing in -------------------------------------------------------------------------------
+
+
 async def sign_in(
+    pool: asyncpg.Pool, passwords: Passwords, config: Config, fields: Any, client: str
+) -> dict[str, Any]:
+    """POST /tokens: e-mail and password for an API token of one membership (`authenticate`)."""
+    if not isinstance(fields, dict):
+        raise ValidationFailed(["the body must be a JSON object with email and password"])
+    data = structure(fields, SignIn)
+    membership = await authenticate(
+        pool, passwords, config, email=data.email, password=data.password,
+        account_id=data.account_id, client=client,
+    )
+    scopes = sorted(set(data.scopes))
+    expires_at = _expires_at(config.auth.token_ttl_days)
+    async with pool.acquire() as conn:
+        token = await issue_token(conn, membership["id"], scopes, expires_at)
+    return {
+        "token": token,
+        "scopes": scopes,
+        "expires_at": expires_at,
+        "account_id": membership["account_id"],
+        "member_id": membership["id"],
+    }
+
+
+async def authenticate(
     pool: asyncpg.Pool,
     passwords: Passwords,
-    settings: MembersConfig,
+    config: Config,
     *,
     email: str,
     password: str,
-    client_address: str | None,
-    account_id: str | None = None,
+    account_id: str | None,
+    client: str,
 ) -> asyncpg.Record:
-    """The membership (`id`, `account_id`) an e-mail address and password sign in to: the one rule
-    behind POST /api/v1/tokens and the web app's sign-in page.
+    """The membership (`id`, `account_id`) an e-mail address and password sign in to: the one
+    rule behind POST /api/v1/tokens (`sign_in`) and the web app's sign-in page.
 
-    Every attempt takes one token from two buckets (per e-mail address and per client address);
-    a successful one gives them back, so only failures count. A wrong password and an unknown
-    address fail alike after the same work; an unconfirmed address is told so only once its
-    password is right. The pool's connection is not held while the password hash is checked.
+    Throttled by `guard_password_attempt` (every attempt counts). A password an administrator
+    chose (from before migration 0020) is refused after it is checked: it is not the user's
+    own, so it must be replaced by a reset first.
     """
-    buckets = [
-        (f"sign_in:address:{client_address or 'unknown'}", settings.sign_in_per_address),
-        (f"sign_in:email:{email.strip().lower()}", settings.sign_in_per_email),
-    ]
+    email = email.strip()
+    if len(email) > 254:
+        raise ValidationFailed(["email: is not a valid e-mail address"])
     async with pool.acquire() as conn:
-        for key, limit in buckets:
-            decision = await take(conn, key, limit)
-            if not decision.allowed:
-                raise RateLimited(
-                    f"too many failed sign-ins; retry in {decision.headers()['Retry-After']} s",
-                    headers=decision.headers(),
-                )
-        user = await conn.fetchrow(db.query("user_by_email"), email.strip())
+        user = await conn.fetchrow(db.query("user_by_email"), email)
+        await guard_password_attempt(
+            conn, config.members, client, email, user["id"] if user is not None else None
+        )
     stored_hash = user["password_hash"] if user is not None else None
     if not await passwords.verify(stored_hash, password):
         raise Unauthorized("wrong e-mail address or password")
     async with pool.acquire() as conn:
-        for key, limit in buckets:
-            await conn.execute(db.query("refund_rate_limit_token"), key, float(limit.limit))
         if user["confirmed_at"] is None:
             raise EmailUnconfirmed(
                 "confirm your e-mail address first: open the link in the confirmation e-mail"
             )
+        if not user["password_chosen_by_user"]:
+            raise Forbidden(
+                "this password was chosen by an administrator; choose your own first: "
+                "POST /api/v1/users/password/reset with your e-mail address"
+            )
+        await remember_client(conn, user["id"], client)
         membership = await conn.fetchrow(db.query("membership_for_sign_in"), user["id"], account_id)
         if membership is None:
             raise Forbidden(
@@ -308,37 +406,246 @@ async def sign_in(
     return membership
 
 
+# -- invitations ------------------------------------------------------------------------------
+
+
 async def invite(
-    conn: asyncpg.Connection,
-    settings: Config,
-    *,
-    account_id: str,
-    invited_by: str,
-    data: NewInvitation,
+    conn: asyncpg.Connection, config: Config, who: Principal, fields: Any
 ) -> Invitation:
-    """Invite `data.email` to the account and queue the e-mail with its link, in one transaction;
-    re-inviting replaces the pending invitation (its link stops working). Wake the mail sender
-    after it returns. The rule behind POST /api/v1/invitations and the web app's Members page."""
-    account_name = await require_active_account(conn, account_id)
-    if await conn.fetchval(db.query("is_member"), account_id, data.email):
-        raise ValidationFailed(["invitation.email: is already a member of this account"])
+    """POST /invitations: (re-)invite an address; a newer invitation replaces the pending one."""
+    account_name = await require_active_account(conn, who.account_id)
+    data = structure(fields, NewInvitation, root="invitation")
     token = new_link_token()
     async with conn.transaction():
-        await conn.execute(db.query("revoke_pending_invitations"), account_id, data.email)
+        # Concurrent invitations to one address wait here instead of failing on
+        # invitations_one_pending: each replaces the one before.
+        await conn.execute(db.query("lock_address"), data.email)
+        if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
+            raise ValidationFailed(["invitation.email: is already a member of this account"])
+        await conn.execute(db.query("revoke_pending_invitations"), who.account_id, data.email)
         row = await conn.fetchrow(
-            db.query("insert_invitation"), new_id("inv"), account_id, data.email,
-            data.role or "member", hash_token(token), invited_by,
-            settings.members.invitation_ttl_days * 86400,
+            db.query("insert_invitation"), new_id("inv"), who.account_id, data.email,
+            data.role or "member", hash_token(token), who.member_id,
+            config.members.invitation_ttl_days * 86400,
         )
-        subject, body = invitation_mail(
-            settings.server.web_base_url.rstrip("/"), account_name, token, row["expires_at"]
-        )
-        await mail.enqueue(conn, settings.mail, data.email, subject, body)
+        subject, body = invitation_mail(_base_url(config), account_name, token, row["expires_at"])
+        await mail.enqueue(conn, config.mail, data.email, subject, body)
     return Invitation.from_row(row)
 
 
-async def list_members(conn: asyncpg.Connection, account_id: str, page: Page) -> tuple[list[Member], int]:
-    """One page of the account's members, oldest first, and how many it has."""
+async def read_invitation(conn: asyncpg.Connection, token: str) -> dict[str, Any]:
+    row = await conn.fetchrow(db.query("invitation_by_token_hash"), hash_token(token))
+    if row is None:
+        raise NotFound("this invitation link is unknown")
+    data = unstructure(Invitation.from_row(row))
+    data["account_name"] = row["account_name"]
+    return data
+
+
+async def accept_invitation(
+    pool: asyncpg.Pool, passwords: Passwords, config: Config, token: str, fields: Any, client: str
+) -> Member:
+    """Accept an invitation link. A user with a password they chose must give it (throttled
+    like sign-in); anyone else sets their password here (module docstring)."""
+    digest = hash_token(token)
+    if not isinstance(fields, dict):
+        raise ValidationFailed(["the body must be a JSON object with password and terms_of_service"])
+    async with pool.acquire() as conn:
+        invitation = _usable(await conn.fetchrow(db.query("invitation_by_token_hash"), digest))
+        data = structure(fields, InvitationAcceptance)
+        user = await conn.fetchrow(db.query("user_by_email"), invitation["email"])
+        await guard_password_attempt(
+            conn, config.members, client, invitation["email"],
+            user["id"] if user is not None else None,
+        )
+    new_hash: str | None = None
+    if user is not None and user["password_chosen_by_user"]:
+        if not await passwords.verify(user["password_hash"], data.password):
+            raise ValidationFailed(
+                ["password: you already have a sign-in with this address; give its password"]
+            )
+    else:
+        new_hash = await passwords.hash(data.password)
+    first, last = data.first_name or "", data.last_name or ""
+    async with pool.acquire() as conn, conn.transaction():
+        # Two acceptances for one new address (invitations from two accounts) wait here; the
+        # second then finds the user the first created, instead of failing on users_email_key.
+        await conn.execute(db.query("lock_address"), invitation["email"])
+        invitation = _usable(await conn.fetchrow(db.query("lock_invitation_by_token_hash"), digest))
+        user = await conn.fetchrow(db.query("lock_user_by_email"), invitation["email"])
+        if user is None:
+            user_id = await conn.fetchval(
+                db.query("insert_confirmed_user"), invitation["email"], first, last, new_hash
+            )
+        else:
+            if new_hash is None and not user["password_chosen_by_user"]:
+                raise Conflict("the sign-in of this address changed meanwhile; try again")
+            if new_hash is not None and user["password_chosen_by_user"]:
+                # Someone chose a password for this address since we looked: it must be given.
+                raise ValidationFailed(
+                    ["password: you already have a sign-in with this address; give its password"]
+                )
+            user_id = user["id"]
+            await conn.execute(
+                db.query("accept_terms_for_invited_user"), user_id, new_hash, first, last
+            )
+            if new_hash is not None:  # tokens signed in with a password that was not theirs
+                await conn.execute(db.query("revoke_user_tokens"), user_id, None)
+        if await conn.fetchval(db.query("is_member"), invitation["account_id"], invitation["email"]):
+            raise Conflict(f"{invitation['email']} is already a member of this account")
+        member_id = await conn.fetchval(
+            db.query("insert_membership"), new_id("mbr"), invitation["account_id"], user_id,
+            invitation["role"],
+        )
+        if await conn.fetchval(db.query("mark_invitation_accepted"), invitation["id"], member_id) is None:
+            raise NotFound("this invitation has already been accepted")
+        await remember_client(conn, user_id, client)
+        return await fetch_member(conn, member_id, invitation["account_id"])
+
+
+# -- managing members -------------------------------------------------------------------------
+
+
+async def list_members(
+    conn: asyncpg.Connection, account_id: str, page: Page
+) -> tuple[list[Member], int]:
     total = await conn.fetchval(db.query("count_members"), account_id)
     rows = await conn.fetch(db.query("list_members"), account_id, page.size, page.offset)
     return [Member.from_row(row) for row in rows], total
+
+
+async def _lock_member(conn: asyncpg.Connection, account_id: str, member_id: str) -> asyncpg.Record:
+    row = await conn.fetchrow(db.query("lock_member"), member_id, account_id)
+    if row is None:
+        raise NotFound(f"no member {member_id} in this account")
+    return row
+
+
+async def _keep_an_admin(conn: asyncpg.Connection, account_id: str, member: asyncpg.Record) -> None:
+    if member["is_owner"]:
+        raise Forbidden("the account's owner cannot be removed or given another role")
+    if member["role"] == "admin" and await conn.fetchval(db.query("count_admins"), account_id) <= 1:
+        raise Conflict("the account's last admin cannot be removed or given another role")
+
+
+async def change_role(
+    conn: asyncpg.Connection, account_id: str, member_id: str, role: str
+) -> Member:
+    """Give a member another role. It applies to their tokens at once (every request reads the
+    role); lowered to viewer, their tokens also lose the write scope."""
+    if role not in ROLES:
+        raise ValidationFailed([f"member.role: must be one of {', '.join(ROLES)}; got {role!r}"])
+    async with conn.transaction():
+        member = await _lock_member(conn, account_id, member_id)
+        if member["role"] != role:
+            await _keep_an_admin(conn, account_id, member)
+            await conn.execute(db.query("change_member_role"), member_id, account_id, role)
+            if role == "viewer":
+                await conn.execute(db.query("narrow_tokens_to_read"), member_id)
+        return await fetch_member(conn, member_id, account_id)
+
+
+async def remove_member(conn: asyncpg.Connection, account_id: str, member_id: str) -> None:
+    """Remove a membership; its tokens are deleted with it, so they stop working at once."""
+    async with conn.transaction():
+        member = await _lock_member(conn, account_id, member_id)
+        await _keep_an_admin(conn, account_id, member)
+        await conn.execute(db.query("delete_member"), member_id, account_id)
+
+
+
+# -- passwords: change and reset ---------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class PasswordChange:
+    current_password: str
+    new_password: Password
+
+
+@attrs.frozen(kw_only=True)
+class PasswordResetRequest:
+    email: str
+
+
+@attrs.frozen(kw_only=True)
+class PasswordReset:
+    token: str
+    password: Password
+
+
+async def change_password(
+    pool: asyncpg.Pool,
+    passwords: Passwords,
+    config: Config,
+    who: Principal,
+    fields: Any,
+    client: str,
+    keep_token_hash: bytes,
+) -> None:
+    """A signed-in user replaces their password, giving the current one. Every other token of
+    the user (in every account) is revoked; the one making the request keeps working."""
+    data = structure(fields, PasswordChange)
+    async with pool.acquire() as conn:
+        await guard_password_attempt(conn, config.members, client, who.email, who.user_id)
+        user = await conn.fetchrow(db.query("password_of_user"), who.user_id)
+    if not await passwords.verify(user["password_hash"], data.current_password):
+        raise ValidationFailed(["current_password: is not your current password"])
+    new_hash = await passwords.hash(data.new_password)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(db.query("set_own_password"), who.user_id, new_hash, False)
+        await conn.execute(db.query("revoke_user_tokens"), who.user_id, keep_token_hash)
+        await remember_client(conn, who.user_id, client)
+
+
+def password_reset_mail(base_url: str, token: str, ttl_hours: float) -> tuple[str, str]:
+    body = f"""Hello,
+
+someone (hopefully you) asked to reset the password of this address on the RFP response service.
+Choose a new password within {ttl_hours:g} hours (the link works once):
+
+curl -X POST {base_url}/api/v1/users/password/reset/complete -H 'Content-Type: application/json' \\
+     -d '{{"token": "{token}", "password": "…"}}'
+
+Every token signed in with the old password stops working. If you did not ask for this, ignore
+this message: your password stays as it is.
+"""
+    return "Reset your password", body
+
+
+async def request_password_reset(conn: asyncpg.Connection, config: Config, fields: Any) -> bool:
+    """E-mail a one-time reset link to the address if it belongs to a user. The caller answers
+    the same whether or not it did (the return value, for tests and logs only)."""
+    data = structure(fields, PasswordResetRequest)
+    email = data.email.strip()
+    if not email or len(email) > 254:
+        raise ValidationFailed(["email: is not a valid e-mail address"])
+    # Counted for every address, known or not, so the answer's timing says nothing either.
+    bucket = await take_bucket(
+        conn, f"password_reset:{address_key(email)}", config.members.password_reset_per_email
+    )
+    user = await conn.fetchrow(db.query("user_by_email"), email)
+    if user is None or not bucket["allowed"]:
+        return False
+    token = secrets.token_urlsafe(32)
+    ttl_hours = config.members.password_reset_ttl_hours
+    subject, body = password_reset_mail(config.server.web_base_url.rstrip("/"), token, ttl_hours)
+    async with conn.transaction():
+        await conn.execute(
+            db.query("insert_password_reset"), user["id"], hash_token(token), ttl_hours * 3600
+        )
+        await mail.enqueue(conn, config.mail, user["email"], subject, body)
+    return True
+
+
+async def reset_password(pool: asyncpg.Pool, passwords: Passwords, fields: Any) -> None:
+    """Complete a reset: the link proves the address; the new password is the user's own, and
+    every token of the user is revoked."""
+    data = structure(fields, PasswordReset)
+    new_hash = await passwords.hash(data.password)
+    async with pool.acquire() as conn, conn.transaction():
+        user_id = await conn.fetchval(db.query("use_password_reset"), hash_token(data.token))
+        if user_id is None:
+            raise NotFound("this reset link is unknown, already used or expired")
+        await conn.execute(db.query("set_own_password"), user_id, new_hash, True)
+        await conn.execute(db.query("revoke_user_tokens"), user_id, None)

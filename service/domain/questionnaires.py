@@ -27,7 +27,8 @@ from typing import IO, Any
 
 import attrs
 
-from .errors import ValidationFailed
+from ..config import UploadsConfig
+from .errors import PayloadTooLarge, ValidationFailed
 
 HEADER_SCAN_ROWS = 50  # a header further down than this is not looked for (pass header_row)
 MAX_HEADER_CELL = 80  # longer cells are prose (instructions), not headers
@@ -56,6 +57,16 @@ _SECTION_HEADERS = [
     re.compile(p)
     for p in (r"^(section|category|domain|area|topic|group|function|chapter)( name| title)?$",)
 ]
+# Answer-like headers (write-back, issue 20): where an export writes each item's answer.
+_ANSWER_HEADERS = [
+    re.compile(p)
+    for p in (
+        r"^(answers?|responses?|replies|reply)$",
+        r"^((vendor|supplier|bidder|provider|your|institution) )?(answer|response|reply)s?\b",
+        r"^(yes ?/ ?no|y ?/ ?n|compliant|compliance)\b",
+        r"\b(answer|response)s?$",
+    )
+]
 # "AC-2", "GNRL-01", "1.2.3", "ID.AM-01": a row's identifier, not a section heading.
 _IDENTIFIER_VALUE = re.compile(r"^(?=\S*\d)[\w.\-/#]+$")
 _COLUMN_LETTERS = re.compile(r"^[A-Za-z]{1,3}$")
@@ -64,11 +75,34 @@ Progress = Callable[[int], None]
 
 
 @attrs.frozen(kw_only=True)
+class Limits:
+    """What one upload may hold (config [uploads], SECURITY.md "Uploads"). A file past any of
+    them is refused whole with 413 naming the setting, before anything is stored."""
+
+    max_zip_member_bytes: int = 26_214_400  # uncompressed size of each part of an XLSX
+    max_rows: int = 50_000  # rows (records) read, empty ones included
+    max_columns: int = 256
+    max_row_index: int = 100_000  # the highest row number an XLSX may name (<row r="…">)
+    max_cell_chars: int = 100_000
+    max_items: int = 10_000  # questions one import may add
+
+    @classmethod
+    def of(cls, uploads: UploadsConfig) -> Limits:
+        return cls(**{field.name: getattr(uploads, field.name) for field in attrs.fields(cls)})
+
+    def refuse(self, what: str, setting: str) -> PayloadTooLarge:
+        limit = f"uploads.{setting} = {getattr(self, setting)}"
+        return PayloadTooLarge(f"the file is over a limit ({limit}); nothing was imported",
+                               details=[f"file: {what}; the limit is {limit}"])
+
+
+@attrs.frozen(kw_only=True)
 class ImportOptions:
     sheet: str | None = None
     question_column: str | None = None
     section_column: str | None = None
     header_row: int | None = None  # 1-based; 0 = the file has no header row
+    answer_column: str | None = None  # write-back: header name or letter; default: detected
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +129,10 @@ class Questionnaire:
     rows: list[ImportedRow]
     skipped: list[SkippedRow]
     skipped_count: int
+    # Write-back (issue 20): the answer column's name and 0-based index, when one was found.
+    answer_column: str | None = None
+    answer_index: int | None = None
+    header_width: int = 0  # columns in the header row (a CSV export appends an answer column there)
 
 
 @attrs.frozen
@@ -103,6 +141,7 @@ class _Layout:
     header: list[str]
     question: int  # 0-based column index
     section: int | None
+    answer: int | None = None
 
     def column_name(self, index: int) -> str:
         name = self.header[index] if index < len(self.header) else ""
@@ -246,14 +285,31 @@ def _layout(head: list[tuple[int, list[str]]], options: ImportOptions, where: st
         section = next(
             (i for i, cell in enumerate(header) if i != question and _is_section_header(cell)), None
         )
-    return _Layout(header_row=header_row, header=header, question=question, section=section)
+    if options.answer_column:
+        answer = _resolve(header, options.answer_column, "answer_column")
+    else:
+        answer = _answer_column(header, {question, section})
+    return _Layout(header_row=header_row, header=header, question=question, section=section,
+                   answer=answer)
+
+
+def _answer_column(header: list[str], taken: set[int | None]) -> int | None:
+    """The best answer-like header's column, if any (never the question or section column)."""
+    ranked = [
+        (rank, index)
+        for index, cell in enumerate(header)
+        if index not in taken and cell and len(cell) <= MAX_HEADER_CELL
+        for rank, pattern in enumerate(_ANSWER_HEADERS)
+        if pattern.search(_normal(cell))
+    ]
+    return min(ranked)[1] if ranked else None
 
 
 # -- rows → items ---------------------------------------------------------------------------
 
 
 def _items(
-    rows: Iterable[tuple[int, list[str]]], layout: _Layout, progress: Progress | None
+    rows: Iterable[tuple[int, list[str]]], layout: _Layout, progress: Progress | None, limits: Limits
 ) -> tuple[list[ImportedRow], list[SkippedRow], int]:
     imported: list[ImportedRow] = []
     skipped: list[SkippedRow] = []
@@ -296,6 +352,8 @@ def _items(
         if len(question) > MAX_QUESTION:
             skip(number, f"question longer than {MAX_QUESTION} characters")
             continue
+        if len(imported) == limits.max_items:
+            raise limits.refuse(f"row {number}: more than {limits.max_items} questions", "max_items")
         imported.append(ImportedRow(question=question, section=section, row=number))
     if progress:
         progress(done % 500)
@@ -307,17 +365,19 @@ def _parse_rows(
     options: ImportOptions,
     sheet: str | None,
     progress: Progress | None,
+    limits: Limits,
     where: str = "",
 ) -> Questionnaire:
     head = list(islice(rows, HEADER_SCAN_ROWS))
     layout = _layout(head, options, where)
-    return _questionnaire(chain(head, rows), layout, sheet, progress)
+    return _questionnaire(chain(head, rows), layout, sheet, progress, limits)
 
 
 def _questionnaire(
-    rows: Iterable[tuple[int, list[str]]], layout: _Layout, sheet: str | None, progress: Progress | None
+    rows: Iterable[tuple[int, list[str]]], layout: _Layout, sheet: str | None,
+    progress: Progress | None, limits: Limits,
 ) -> Questionnaire:
-    imported, skipped, skipped_count = _items(rows, layout, progress)
+    imported, skipped, skipped_count = _items(rows, layout, progress, limits)
     return Questionnaire(
         sheet=sheet,
         header_row=layout.header_row,
@@ -326,13 +386,35 @@ def _questionnaire(
         rows=imported,
         skipped=skipped,
         skipped_count=skipped_count,
+        answer_column=None if layout.answer is None else layout.column_name(layout.answer),
+        answer_index=layout.answer,
+        header_width=len(layout.header),
     )
 
 
 # -- CSV --------------------------------------------------------------------------------------
 
 
-def _csv_rows(text: IO[str]) -> Iterator[tuple[int, list[str]]]:
+def _checked_row(number: int, cells: list[str], limits: Limits) -> list[str]:
+    """A row's cells, refused (the whole file) past a limit or with a NUL character, which
+    PostgreSQL text cannot hold."""
+    if len(cells) > limits.max_columns:
+        raise limits.refuse(f"row {number} has {len(cells)} columns", "max_columns")
+    for index, cell in enumerate(cells):
+        if len(cell) > limits.max_cell_chars:
+            raise limits.refuse(
+                f"cell {column_letter(index)}{number} holds {len(cell)} characters", "max_cell_chars"
+            )
+        if "\x00" in cell:
+            raise ValidationFailed(
+                [f"file: cell {column_letter(index)}{number} holds a NUL character; save the file "
+                 "as UTF-8 text (a UTF-16 file reads this way)"],
+                message="the file holds characters that cannot be stored",
+            )
+    return cells
+
+
+def _csv_rows(text: IO[str], limits: Limits) -> Iterator[tuple[int, list[str]]]:
     sample = text.read(64 * 1024)
     text.seek(0)
     try:
@@ -343,21 +425,32 @@ def _csv_rows(text: IO[str]) -> Iterator[tuple[int, list[str]]]:
     number = 0
     try:
         for number, record in enumerate(reader, start=1):
-            yield number, [cell_text(cell) for cell in record]
+            if number > limits.max_rows:
+                raise limits.refuse(f"more than {limits.max_rows} rows", "max_rows")
+            if len(record) > limits.max_columns:  # before converting each of them
+                raise limits.refuse(f"row {number} has {len(record)} columns", "max_columns")
+            yield number, _checked_row(number, [cell_text(cell) for cell in record], limits)
     except csv.Error as exc:
+        if "field larger than field limit" in str(exc):
+            raise limits.refuse(f"row {number + 1} holds a cell longer than {limits.max_cell_chars} "
+                                "characters", "max_cell_chars") from None
         raise ValidationFailed([f"file: row {number + 1} is not valid CSV: {exc}"],
                                message="the file is not valid CSV") from None
 
 
-def parse_csv(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None) -> Questionnaire:
+def parse_csv(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None,
+              limits: Limits = Limits()) -> Questionnaire:
     """A CSV questionnaire: UTF-8 (a BOM is dropped), else Windows-1252; `,` `;` tab or `|`."""
     if options.sheet:
         raise ValidationFailed(["sheet: a CSV file has no sheets"], message="the sheet was not found")
+    # The csv module's own bound (131,072 by default), set to ours: a longer cell stops the
+    # reader instead of being read whole first. (Process-wide; uploads parse in a worker.)
+    csv.field_size_limit(max(limits.max_cell_chars, 1))
     for encoding in ("utf-8-sig", "cp1252"):
         binary.seek(0)
         text = io.TextIOWrapper(binary, encoding=encoding, errors="strict", newline="")
         try:
-            return _parse_rows(_csv_rows(text), options, None, progress)
+            return _parse_rows(_csv_rows(text, limits), options, None, progress, limits)
         except UnicodeDecodeError:
             continue
         finally:
@@ -369,21 +462,76 @@ def parse_csv(binary: IO[bytes], options: ImportOptions, progress: Progress | No
 # -- XLSX -------------------------------------------------------------------------------------
 
 
-def _sheet_rows(worksheet: Any) -> Iterator[tuple[int, list[str]]]:
-    worksheet.reset_dimensions()  # some writers store wrong dimensions; read every row there is
-    for number, values in enumerate(worksheet.iter_rows(values_only=True), start=1):
-        yield number, [cell_text(value) for value in values]
+def _sheet_rows(worksheet: Any, limits: Limits) -> Iterator[tuple[int, list[str]]]:
+    """A read-only worksheet's rows as (row number, cells), rows that are not in the file left
+    out. openpyxl's own iter_rows() makes up every missing row before a `<row r="20000000">`,
+    which took seconds to hours; its parser gives each row's number, checked here first."""
+    from openpyxl.worksheet._reader import WorkSheetParser
+
+    workbook = worksheet.parent
+    with worksheet._get_source() as source:
+        parser = WorkSheetParser(
+            source, worksheet._shared_strings, data_only=workbook.data_only, epoch=workbook.epoch,
+            date_formats=workbook._date_formats, timedelta_formats=workbook._timedelta_formats,
+        )
+        count = 0
+        for number, cells in parser.parse():
+            count += 1
+            if number > limits.max_row_index:
+                raise limits.refuse(f"the sheet names row {number}", "max_row_index")
+            if count > limits.max_rows:
+                raise limits.refuse(f"more than {limits.max_rows} rows", "max_rows")
+            width = max((cell["column"] for cell in cells), default=0)
+            if width > limits.max_columns:
+                raise limits.refuse(f"row {number} reaches column {width}", "max_columns")
+            values = [""] * width
+            for cell in cells:
+                values[cell["column"] - 1] = cell_text(cell["value"])
+            yield number, _checked_row(number, values, limits)
 
 
-def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None) -> Questionnaire:
+def _check_zip(binary: IO[bytes], limits: Limits) -> None:
+    """Refuse an XLSX whose parts would unpack past max_zip_member_bytes (a zip bomb), or whose
+    XML declares a DTD (entities: an XLSX never has one), before openpyxl reads any of it.
+    zipfile stops at the declared size, so checking the declared sizes is enough."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(binary) as archive:
+            for member in archive.infolist():
+                if member.file_size > limits.max_zip_member_bytes:
+                    raise limits.refuse(
+                        f"the part {member.filename!r} unpacks to {member.file_size} bytes",
+                        "max_zip_member_bytes",
+                    )
+                if member.filename.endswith((".xml", ".rels")):
+                    with archive.open(member) as part:
+                        if b"<!DOCTYPE" in part.read(64 * 1024):
+                            raise ValidationFailed(
+                                [f"file: the part {member.filename!r} declares a DTD; XLSX files "
+                                 "never do (an entity expansion bomb does)"],
+                                message="the file could not be read",
+                            )
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError,
+            ValueError, OSError) as exc:
+        raise ValidationFailed([f"file: not a readable XLSX workbook ({exc})"],
+                               message="the file could not be read") from None
+    finally:
+        binary.seek(0)
+
+
+def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None,
+               limits: Limits = Limits()) -> Questionnaire:
     """An XLSX questionnaire: the named sheet, else the first with a question-like header."""
     import zipfile
+    from xml.etree.ElementTree import ParseError
 
     from openpyxl import load_workbook
 
+    _check_zip(binary, limits)
     try:
         workbook = load_workbook(binary, read_only=True, data_only=True)
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError, ParseError, TypeError) as exc:
         raise ValidationFailed([f"file: not a readable XLSX workbook ({exc})"],
                                message="the file could not be read") from None
     try:
@@ -394,20 +542,23 @@ def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | N
                     [f"sheet: no sheet {options.sheet!r}; sheets: {', '.join(map(repr, names))}"],
                     message="the sheet was not found",
                 )
-            return _parse_rows(_sheet_rows(workbook[options.sheet]), options, options.sheet, progress,
-                               where=f" in sheet {options.sheet!r}")
+            return _parse_rows(_sheet_rows(workbook[options.sheet], limits), options, options.sheet,
+                               progress, limits, where=f" in sheet {options.sheet!r}")
         problems: list[str] = []
         for name in names:
-            rows = _sheet_rows(workbook[name])
+            rows = _sheet_rows(workbook[name], limits)
             head = list(islice(rows, HEADER_SCAN_ROWS))
             try:
                 layout = _layout(head, options, f" in sheet {name!r}")
             except ValidationFailed as exc:
                 problems.extend(exc.details or [])
                 continue
-            return _questionnaire(chain(head, rows), layout, name, progress)
+            return _questionnaire(chain(head, rows), layout, name, progress, limits)
         raise ValidationFailed(problems or ["file: the workbook has no sheets"],
                                message="the file has no question column")
+    except ParseError as exc:  # malformed XML inside the workbook (or an expat limit reached)
+        raise ValidationFailed([f"file: the workbook's XML is not readable ({exc})"],
+                               message="the file could not be read") from None
     finally:
         workbook.close()
 
@@ -430,14 +581,22 @@ def detect_format(head: bytes, media_type: str | None, filename: str | None) -> 
 
 
 def parse(binary: IO[bytes], options: ImportOptions, media_type: str | None = None,
-          filename: str | None = None, progress: Progress | None = None) -> Questionnaire:
-    """A questionnaire from a seekable binary file of either format."""
+          filename: str | None = None, progress: Progress | None = None,
+          limits: Limits = Limits()) -> Questionnaire:
+    """A questionnaire from a seekable binary file of either format, within `limits`."""
     binary.seek(0)
     head = binary.read(8)
     binary.seek(0)
     if not head:
         raise ValidationFailed(["file: the file is empty"], message="the file is empty")
     if detect_format(head, media_type, filename) == "xlsx":
-        return parse_xlsx(binary, options, progress)
-    return parse_csv(binary, options, progress)
+        return parse_xlsx(binary, options, progress, limits)
+    return parse_csv(binary, options, progress, limits)
+
+
+def parse_upload(data: bytes, options: ImportOptions, media_type: str | None, filename: str | None,
+                 limits: Limits) -> Questionnaire:
+    """`parse` of an uploaded file's bytes: what a parse worker process runs (service/domain/
+    isolation.py), so its arguments and result cross a pipe."""
+    return parse(io.BytesIO(data), options, media_type, filename, limits=limits)
 

@@ -95,6 +95,8 @@ class QuestionReference:
     external_id: str | None
     title: str | None
     score: float
+    # The entry's version the answer used (issue 20); null for questions answered before versions.
+    version: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -141,7 +143,7 @@ class Question:
             references=[
                 QuestionReference(
                     id=ref["kb_item_id"], external_id=ref["external_id"], title=ref["title"],
-                    score=ref["score"],
+                    score=ref["score"], version=ref.get("kb_version"),
                 )
                 for ref in stored
                 if ref.get("used")

@@ -17,7 +17,7 @@ import asyncpg
 import attrs
 
 from .. import db
-from . import questionnaires
+from . import questionnaires, writeback
 from .convert import NonBlank, ReviewState, at_most, structure, unstructure
 from .errors import (
     NotFound,
@@ -43,9 +43,11 @@ class ItemReview:
 
 
 async def import_questionnaire(
-    conn: asyncpg.Connection, account_id: str, rfp_id: str, found: questionnaires.Questionnaire
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, found: questionnaires.Questionnaire,
+    kept: writeback.KeptFile | None = None,
 ) -> dict[str, Any]:
-    """Store a parsed questionnaire's rows as items; returns the import report."""
+    """Store a parsed questionnaire's rows as items (and, for write-back, the file they came
+    from with each item's cell); returns the import report."""
     if not found.rows:
         reasons = [f"row {s.row}: {s.reason}" for s in found.skipped[:20]]
         raise ValidationFailed(
@@ -53,9 +55,12 @@ async def import_questionnaire(
              + (f" (sheet {found.sheet!r})" if found.sheet else ""), *reasons],
             message="the file holds no questions",
         )
-    start, _ = await append_items(
-        conn, account_id, rfp_id, [r.question for r in found.rows], [r.section for r in found.rows]
-    )
+    async with conn.transaction():
+        start, _ = await append_items(
+            conn, account_id, rfp_id, [r.question for r in found.rows], [r.section for r in found.rows]
+        )
+        if kept is not None:
+            await writeback.keep(conn, account_id, rfp_id, start, found, kept)
     return {
         "rfp_id": rfp_id,
         "sheet": found.sheet,
@@ -66,6 +71,8 @@ async def import_questionnaire(
         "first_position": start,
         "skipped_count": found.skipped_count,
         "skipped": [unstructure(s) for s in found.skipped],
+        "answer_column": found.answer_column,
+        "kept_for_export": kept is not None,
     }
 
 
@@ -82,6 +89,7 @@ def import_options(query: Any) -> questionnaires.ImportOptions:
         question_column=query.get("question_column") or None,
         section_column=query.get("section_column") or None,
         header_row=header_row,
+        answer_column=query.get("answer_column") or None,
     )
 
 
@@ -122,8 +130,10 @@ EXPORT_FORMATS = {"csv": "text/csv", "xlsx": questionnaires.XLSX_MEDIA_TYPE}
 
 def export_format(query: Any) -> str:
     wanted = query.get("format") or "csv"
+    if wanted == "original":  # write-back into the imported file (service/domain/writeback.py)
+        return wanted
     if wanted not in EXPORT_FORMATS:
-        raise ParameterInvalid(f"format must be csv or xlsx; got {wanted!r}")
+        raise ParameterInvalid(f"format must be csv, xlsx or original; got {wanted!r}")
     return wanted
 
 
@@ -137,11 +147,30 @@ def export_cells(row: asyncpg.Record) -> list[Any]:
     return [row["question"], row["answer"], row["state"], confidence, row["section"]]
 
 
+# A spreadsheet opening the CSV runs a cell starting with one of these as a formula
+# (=HYPERLINK(…) sends neighbouring cells to another site): OWASP's CSV injection advice is to
+# make such a cell text by putting a single quote in front of it.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """An export cell as written to CSV: None as empty, formula-like text neutralised."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_row(cells: Sequence[Any]) -> list[Any]:
+    return [csv_cell(cell) for cell in cells]
+
+
 def write_csv(rows: Sequence[Sequence[Any]], out: IO[str]) -> None:
     writer = csv.writer(out)
     writer.writerow(EXPORT_COLUMNS)
     for cells in rows:
-        writer.writerow(["" if cell is None else cell for cell in cells])
+        writer.writerow(csv_row(cells))
 
 
 def build_xlsx(rows: Sequence[Sequence[Any]], title: str) -> bytes:
@@ -167,6 +196,26 @@ def build_xlsx(rows: Sequence[Sequence[Any]], title: str) -> bytes:
     buffer = io.BytesIO()
     workbook.save(buffer)
     return buffer.getvalue()
+
+
+async def spool_csv(conn: asyncpg.Connection, rfp_id: str, out: IO[bytes]) -> int:
+    """Write an RFP's items as UTF-8 CSV into `out`, read from a cursor in batches; returns the
+    number of items. The caller sends `out` once the connection is back in the pool, so a client
+    that reads slowly (or never) holds a file, not a database connection."""
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(EXPORT_COLUMNS)
+    count = 0
+    async with conn.transaction():
+        async for row in conn.cursor(db.query("export_rfp_items"), rfp_id, prefetch=500):
+            writer.writerow(csv_row(export_cells(row)))
+            count += 1
+            if text.tell() > 64 * 1024:
+                out.write(text.getvalue().encode())
+                text.seek(0)
+                text.truncate()
+    out.write(text.getvalue().encode())
+    return count
 
 
 async def export_rows(conn: asyncpg.Connection, rfp_id: str) -> list[list[Any]]:

@@ -11,14 +11,15 @@ import hashlib
 import hmac
 import secrets
 import zlib
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import attrs
 
 from .. import db
+from .errors import Forbidden, NotFound
 from .ids import BASE62, base62
 
 TOKEN_PREFIX = "rfpk_"
@@ -68,13 +69,69 @@ async def issue_token(
     member_id: str,
     scopes: Iterable[str],
     expires_at: datetime | None = None,
+    source: str = "sign_in",
 ) -> str:
-    """Store a new token for a member and return it; this is the only time it is visible."""
+    """Store a new token for a member and return it; this is the only time it is visible.
+    `source`: sign_in, cli or demo (shown in the member's token list)."""
     token = new_token()
     await conn.execute(
-        db.query("insert_api_token"), member_id, hash_token(token), sorted(set(scopes)), expires_at
+        db.query("insert_api_token_from"), member_id, hash_token(token), sorted(set(scopes)),
+        expires_at, source,
     )
     return token
+
+
+def expiry(ttl_days: int) -> datetime | None:
+    """When a token made now with a lifetime of `ttl_days` expires; None for 0 (never)."""
+    return datetime.now(UTC) + timedelta(days=ttl_days) if ttl_days else None
+
+
+@attrs.frozen(kw_only=True)
+class TokenInfo:
+    """A token as its member and admins see it: never the token or its hash."""
+
+    id: int
+    member_id: str
+    scopes: list[str]
+    source: str
+    state: str  # live, expired or revoked
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], member_id: str | None = None) -> TokenInfo:
+        state = "live" if row["live"] else "revoked" if row["revoked_at"] else "expired"
+        return cls(
+            id=row["id"], member_id=member_id or row["member_id"], scopes=list(row["scopes"]),
+            source=row["source"], state=state, created_at=row["created_at"],
+            expires_at=row["expires_at"], revoked_at=row["revoked_at"],
+        )
+
+
+def _may_manage(who: Principal, member_id: str) -> None:
+    # A member manages their own tokens; an admin with the write scope anyone's in the account.
+    if who.member_id != member_id and not (who.role == "admin" and "write" in who.scopes):
+        raise Forbidden("only an admin (with a write token) manages other members' tokens")
+
+
+async def list_tokens(conn: asyncpg.Connection, who: Principal, member_id: str) -> list[TokenInfo]:
+    """A member's tokens, newest first: theirs, or any member's for an admin."""
+    if who.member_id != member_id and who.role != "admin":
+        raise Forbidden("only an admin lists other members' tokens")
+    if not await conn.fetchval(db.query("get_member"), member_id, who.account_id):
+        raise NotFound(f"no member {member_id} in this account")
+    rows = await conn.fetch(db.query("list_member_tokens"), member_id, who.account_id)
+    return [TokenInfo.from_row(row, member_id) for row in rows]
+
+
+async def revoke_token(conn: asyncpg.Connection, who: Principal, token_id: int) -> TokenInfo:
+    """Revoke a token of the caller's account at once (the next request with it gets 401)."""
+    row = await conn.fetchrow(db.query("token_in_account"), token_id, who.account_id)
+    if row is None:
+        raise NotFound(f"no token {token_id} in this account")
+    _may_manage(who, row["member_id"])
+    return TokenInfo.from_row(await conn.fetchrow(db.query("revoke_token"), token_id))
 
 
 async def authenticate_with(

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 
 import aiohttp
 import aiojobs
-import asyncpg
-import attrs
 from aiohttp import web
 
 from .. import db
 from ..answering import embeddings
 from ..answering.engines import AnswerEngine
-from ..config import Config, served_base_url
+from ..config import Config
 from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
@@ -26,6 +25,8 @@ from .pages.routes import routes as page_routes
 from .telemetry import metrics_middleware
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
 from .views.health import get_metrics
+
+log = logging.getLogger(__name__)
 
 
 def routes() -> list[web.RouteDef]:
@@ -73,6 +74,23 @@ def routes() -> list[web.RouteDef]:
             name="accept_invitation",
         ),
         web.get("/api/v1/members", members.list_members, name="list_members", allow_head=False),
+        # -- accounts hardening (issue 17): members, tokens, passwords --
+        web.patch("/api/v1/members/{id}", members.patch_member, name="change_member_role"),
+        web.delete("/api/v1/members/{id}", members.delete_member, name="remove_member"),
+        web.get(
+            "/api/v1/members/{id}/tokens", members.list_member_tokens, name="list_member_tokens",
+            allow_head=False,
+        ),
+        web.delete("/api/v1/tokens/{id}", members.delete_token, name="revoke_token"),
+        web.post("/api/v1/users/password", members.post_password, name="change_password"),
+        web.post(
+            "/api/v1/users/password/reset", members.post_password_reset,
+            name="request_password_reset",
+        ),
+        web.post(
+            "/api/v1/users/password/reset/complete", members.post_password_reset_complete,
+            name="reset_password",
+        ),
         web.post("/api/v1/questions", questions.post_question, name="ask_question"),
         web.get(
             "/api/v1/questions/{id}", questions.get_question, name="get_question", allow_head=False
@@ -92,6 +110,27 @@ def routes() -> list[web.RouteDef]:
         web.post(
             "/api/v1/knowledge_base_items/import", knowledge.import_items,
             name="import_knowledge_base_items",
+        ),
+        # Library care (issue 20); before /{id}, which would match "duplicates".
+        web.get(
+            "/api/v1/knowledge_base_items/duplicates", knowledge.get_duplicates,
+            name="knowledge_base_duplicates", allow_head=False,
+        ),
+        web.patch(
+            "/api/v1/knowledge_base_items/{id}", knowledge.patch_item,
+            name="update_knowledge_base_item",
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/{id}/reviewed", knowledge.post_reviewed,
+            name="review_knowledge_base_item",
+        ),
+        web.get(
+            "/api/v1/knowledge_base_items/{id}/versions", knowledge.get_versions,
+            name="knowledge_base_item_versions", allow_head=False,
+        ),
+        web.post(
+            "/api/v1/knowledge_base_items/{id}/merge", knowledge.post_merge,
+            name="merge_knowledge_base_items",
         ),
         web.get(
             "/api/v1/knowledge_base_items/{id}", knowledge.get_item, name="get_knowledge_base_item",
@@ -117,11 +156,6 @@ def create_app(config: Config) -> web.Application:
     # The request id, errors, auth and rate limits wrap each handler (service/middleware.py); an
     # aiohttp middleware only when metrics are on: it sees the rendered status.
     middlewares = [metrics_middleware] if config.metrics.enabled else []
-    # Every link the service makes (web_link, e-mails) starts here: the configured base, or the
-    # address this app serves on (`served_base_url`), fixed once for every reader of the config.
-    config = attrs.evolve(
-        config, server=attrs.evolve(config.server, web_base_url=served_base_url(config.server))
-    )
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
     # Always present, so code may count unconditionally; exposed only when enabled.
@@ -129,8 +163,10 @@ def create_app(config: Config) -> web.Application:
     pages_common.setup(app)  # the web app's templates
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
+    app.cleanup_ctx.append(rfp_items.parsers_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
+    app.cleanup_ctx.append(knowledge.library_context)  # after _pool: it uses the pool
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
     app.add_routes(guarded_routes(routes() + (extra if config.metrics.enabled else []), config))
     app.on_startup.append(refuse_unguarded)
@@ -162,8 +198,8 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     from ..answering.pipeline import Pipeline
 
     # The pipeline's own pool: under a flood of requests, answering must not queue behind asking.
-    pool = await asyncpg.create_pool(
-        config.database.url, min_size=1, max_size=config.questions.pool_size, reset=db.keep_session
+    pool = await db.create_pool(
+        config.database.url, config, min_size=1, max_size=config.questions.pool_size
     )
     session = aiohttp.ClientSession()
     scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
@@ -171,7 +207,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         embedder = embeddings.make_embedder(config.embeddings, session)
         if embedder is not None:
             async with pool.acquire() as conn:
-                await embeddings.check_available(conn)
+                embedder = await embeddings.usable_embedder(conn, embedder)
     except BaseException:
         await session.close()
         await pool.close()
@@ -179,7 +215,14 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     pipeline = Pipeline(
         pool, make_engine(app, session), config.questions, scheduler, embedder, app[METRICS]
     )
-    events = QuestionEvents(config.database.url, pipeline.wake)
+    listen_url = db.session_url(config)
+    if listen_url is None:
+        log.warning(
+            "database.pooler is %s and database.direct_url is empty: question events are polled "
+            "every %g s instead of listened for (set direct_url to PostgreSQL itself for LISTEN)",
+            config.database.pooler, config.questions.poll_seconds,
+        )
+    events = QuestionEvents(listen_url, pipeline.wake)
     pipeline.on_commit = events.deliver  # this process's streams get its commits without a read
     await events.connect()
     app[PIPELINE] = pipeline

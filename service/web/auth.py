@@ -3,6 +3,7 @@ connection a body-less request keeps from authentication for its handler (`conne
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
@@ -11,9 +12,9 @@ import attrs
 from aiohttp import web
 
 from ..config import RateLimit
-from ..domain.errors import Forbidden, InsufficientScope, Unauthorized
+from ..domain.errors import Forbidden, InsufficientScope, ServiceUnavailable, Unauthorized
 from ..domain.tokens import ROLES, SCOPES, Principal, authenticate_with
-from .keys import POOL
+from .keys import CONFIG, POOL
 
 # -- access policies -------------------------------------------------------------------
 
@@ -138,7 +139,7 @@ async def authorized(
     if body or not policy.hold_connection:
         # Not held while a (possibly slow) client uploads a body, nor for a stream: release now,
         # and the handler acquires anew.
-        async with request.app[POOL].acquire() as conn:
+        async with acquire(request.app) as conn:
             who, row = await authenticate_with(conn, token, query, args)
         check(policy, who)
         request[PRINCIPAL] = who
@@ -146,7 +147,7 @@ async def authorized(
             request[keep] = row
         return await handler(request)
     # No body: keep the connection for the handler (db.connection), one acquire per request.
-    async with request.app[POOL].acquire() as conn:
+    async with acquire(request.app) as conn:
         who, row = await authenticate_with(conn, token, query, args)
         check(policy, who)
         request[PRINCIPAL] = who
@@ -193,5 +194,30 @@ async def connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
     if held is not None:
         yield held
         return
-    async with request.app[POOL].acquire() as conn:
+    async with acquire(request.app) as conn:
         yield conn
+
+
+@asynccontextmanager
+async def acquire(app: web.Application) -> AsyncIterator[asyncpg.Connection]:
+    """A pooled connection, waited for at most `database.acquire_timeout_seconds`: past that,
+    or when the database cannot be reached at all (its Unix socket gone, refused), 503 with
+    Retry-After instead of a request that hangs or a 500."""
+    pool = app[POOL]
+    timeout = app[CONFIG].database.acquire_timeout_seconds
+    try:
+        conn = await pool.acquire(timeout=timeout)
+    except TimeoutError:
+        raise ServiceUnavailable(
+            f"no database connection became free within {timeout:g} s; retry shortly",
+            headers={"Retry-After": str(max(1, math.ceil(timeout)))},
+        ) from None
+    except OSError as exc:  # FileNotFoundError (socket), ConnectionRefusedError and the like
+        raise ServiceUnavailable(
+            f"the database is unreachable ({type(exc).__name__}); retry shortly",
+            headers={"Retry-After": "1"},
+        ) from None
+    try:
+        yield conn
+    finally:
+        await pool.release(conn)

@@ -3,6 +3,7 @@ uploaded files (a raw body or a multipart field `file`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import tempfile
@@ -16,9 +17,29 @@ from ..domain.errors import (
     InvalidJson,
     InvalidMultipart,
     PayloadTooLarge,
+    RequestTimeout,
     UnsupportedMediaType,
     ValidationFailed,
 )
+from .keys import CONFIG
+
+
+def _timed_out(request: web.Request, what: str, seconds: float) -> RequestTimeout:
+    # The rest of the body is not waited for: the response closes the connection (after
+    # aiohttp's lingering read of at most 10 s).
+    return RequestTimeout(f"{what} did not arrive within {seconds:g} s",
+                          headers={"Connection": "close"})
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body (at most client_max_size), within server.body_timeout_seconds: a client
+    sending a byte at a time must not keep a connection and a handler for minutes."""
+    seconds = request.app[CONFIG].server.body_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.read()
+    except TimeoutError:
+        raise _timed_out(request, "the request body", seconds) from None
 
 
 async def read_json(request: web.Request) -> Any:
@@ -29,7 +50,7 @@ async def read_json(request: web.Request) -> Any:
         raise UnsupportedMediaType(
             f"send the body as application/json, not {request.content_type}"
         )
-    raw = await request.read()
+    raw = await read_body(request)
     if not raw.strip():
         raise InvalidJson("the request body is empty; a JSON object is expected")
     try:
@@ -38,24 +59,37 @@ async def read_json(request: web.Request) -> Any:
         raise InvalidJson(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidJson("the request body is nested too deeply") from None
-    if not _storable(body):
-        # PostgreSQL text cannot hold NUL, and UTF-8 cannot encode a lone surrogate (\ud800).
-        raise InvalidJson(
-            "the request body holds a string with a NUL character (\\u0000) or an unpaired "
-            "surrogate (\\ud800-\\udfff); neither can be stored"
-        )
+    problem = _unstorable(body)
+    if problem:
+        raise InvalidJson(problem)
     return body
 
 
-def _storable(value: Any) -> bool:
-    """Whether every string in a JSON value (keys included) is storable as PostgreSQL text."""
-    if isinstance(value, str):
-        return _UNSTORABLE.search(value) is None
-    if isinstance(value, list):
-        return all(_storable(item) for item in value)
-    if isinstance(value, dict):
-        return all(_storable(key) and _storable(item) for key, item in value.items())
-    return True
+# Deeper JSON is refused: no request of this API nests more than a few levels, and walking
+# (and later structuring) a value 900 levels deep ran out of Python's recursion limit.
+MAX_JSON_DEPTH = 64
+
+
+def _unstorable(body: Any) -> str | None:
+    """Why a JSON value cannot be taken, or None: nested deeper than MAX_JSON_DEPTH, or a string
+    (keys included) PostgreSQL text cannot hold. Walked without recursion."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _UNSTORABLE.search(value) is not None:
+                # PostgreSQL text cannot hold NUL, and UTF-8 cannot encode a lone surrogate (\ud800).
+                return ("the request body holds a string with a NUL character (\\u0000) or an "
+                        "unpaired surrogate (\\ud800-\\udfff); neither can be stored")
+        elif isinstance(value, list | dict):
+            if depth > MAX_JSON_DEPTH:
+                return f"the request body is nested more than {MAX_JSON_DEPTH} levels deep"
+            if isinstance(value, dict):
+                stack.extend((key, depth) for key in value)
+                stack.extend((item, depth + 1) for item in value.values())
+            else:
+                stack.extend((item, depth + 1) for item in value)
+    return None
 
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -86,7 +120,17 @@ class Upload:
 
 
 async def receive_upload(request: web.Request, limit: int) -> Upload:
-    """The uploaded file, raw body or multipart field `file`, spooled; 413 past `limit` bytes."""
+    """The uploaded file, raw body or multipart field `file`, spooled; 413 past `limit` bytes,
+    408 when it has not arrived whole within server.upload_timeout_seconds."""
+    seconds = request.app[CONFIG].server.upload_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            return await _receive_upload(request, limit)
+    except TimeoutError:
+        raise _timed_out(request, "the upload", seconds) from None
+
+
+async def _receive_upload(request: web.Request, limit: int) -> Upload:
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"the file is larger than the {limit} bytes an import accepts")
     spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)

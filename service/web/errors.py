@@ -18,6 +18,7 @@ from ..domain.errors import (
     ServiceError,
     ServiceUnavailable,
 )
+from ..logs import redact_url
 from .responses import json_response
 from .telemetry import REQUEST_ID
 
@@ -37,6 +38,7 @@ STATUS = {
     "email_unconfirmed": 403,
     "not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
     "conflict": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
@@ -75,7 +77,10 @@ def database_unavailable(exc: BaseException) -> bool:
 
 
 def render(error: ServiceError) -> web.Response:
-    return json_response(error.body(), status=status_of(error), headers=error.headers)
+    response = json_response(error.body(), status=status_of(error), headers=error.headers)
+    if error.headers.get("Connection") == "close":
+        response.force_close()
+    return response
 
 
 def _from_http_exception(exc: web.HTTPException) -> ServiceError:
@@ -114,7 +119,7 @@ def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
         # not the request's fault and may pass on retry: 503 with Retry-After, not 500.
         log.warning(
             "database unavailable in %s %s (request id %s): %r",
-            request.method, request.path, request.get(REQUEST_ID), exc,
+            request.method, redact_url(request.path), request.get(REQUEST_ID), exc,
         )
         return render(ServiceUnavailable(
             "the database is unavailable; retry shortly", headers={"Retry-After": "1"}
@@ -122,7 +127,7 @@ def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
     log.exception(
         "unhandled error in %s %s (request id %s)",
         request.method,
-        request.path,
+        redact_url(request.path),  # link secrets (invitation tokens) stay out, as in the access log
         request.get(REQUEST_ID),
         exc_info=exc,
     )

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..answering.events import QuestionEvents
     from ..answering.pipeline import Pipeline
     from ..config import Config
+    from ..domain.isolation import IsolatedWorkers
     from ..domain.mail import MailSender
     from ..domain.passwords import Passwords
     from ..metrics import Metrics
@@ -27,7 +28,11 @@ POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
 PASSWORDS: web.AppKey[Passwords] = web.AppKey("passwords")
 MAIL_SENDER: web.AppKey[MailSender] = web.AppKey("mail_sender")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+# Child processes that parse uploaded questionnaires (config [uploads]).
+PARSERS: web.AppKey[IsolatedWorkers] = web.AppKey("parsers")
 PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
 # The embeddings indexer when a backend is configured (absent otherwise).
 INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")
+# Library care (issue 20): the background duplicate runs in progress, by account id.
+LIBRARY_JOBS: web.AppKey[dict] = web.AppKey("library_jobs", dict)

@@ -74,6 +74,7 @@ _AUTH_ERRORS = {
 }
 _BODY_ERRORS = {
     "400": _error("malformed JSON or a missing/invalid parameter (invalid_json, parameter_*)"),
+    "408": _error("the body did not arrive within server.body_timeout_seconds (request_timeout)"),
     "413": _error("the body is larger than the service accepts (payload_too_large)"),
     "415": _error("the body is not JSON (unsupported_media_type)"),
     "422": _error("the record could not be saved (validation_failed, with details)"),
@@ -99,6 +100,59 @@ def _object(properties: dict, required: list[str] | None = None, *, closed: bool
 def _page_of(key: str, item: str) -> dict:
     return _object({key: {"type": "array", "items": _ref(item)}, "pagination": _ref("Pagination")},
                    [key, "pagination"])
+
+
+# -- library care (issue 20) --
+_DATE = {"type": "string", "format": "date"}
+_LIBRARY_ITEM_FIELDS = {
+    "owner_id": _nullable({"type": "string", "description": "the member (mbr_…) who keeps it right"}),
+    "review_by": _DATE,
+    "reviewed_at": _nullable(_DATE_TIME),
+    "stale": {"type": "boolean", "description": "past its review date: answers drawn from it "
+              "ask for attention and are never auto-answered"},
+    "version": {"type": "integer", "minimum": 1},
+}
+_KB_ENTRY = _object({"id": STRING, "question": _nullable(STRING), "answer": STRING},
+                    ["id", "question", "answer"])
+LIBRARY_SCHEMAS: dict[str, Any] = {
+    "KnowledgeBaseItemChange": _object({
+        "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
+        "question": _nullable({"type": "string", "maxLength": 10_000}),
+        "title": _nullable({"type": "string", "maxLength": 500}),
+        "tags": {"type": "array", "maxItems": 50,
+                 "items": {"type": "string", "minLength": 1, "maxLength": 500}},
+        "source": _nullable({"type": "string", "maxLength": 500}),
+        "yes_no": _nullable({"type": "boolean"}),
+        "owner_id": _nullable({"type": "string"}),
+        "review_by": _DATE,
+    }, closed=True, description="absent fields keep their values"),
+    "KnowledgeBaseItemVersion": _object({
+        "version": {"type": "integer", "minimum": 1},
+        "current": {"type": "boolean"},
+        "question": _nullable(STRING), "answer": STRING, "title": _nullable(STRING),
+        "tags": {"type": "array", "items": STRING}, "source": _nullable(STRING),
+        "yes_no": _nullable({"type": "boolean"}), "owner_id": _nullable(STRING),
+        "review_by": _nullable(_DATE),
+        "written_by": _nullable({"type": "string", "description": "member id; null: an import "
+                                 "or the system"}),
+        "written_at": _DATE_TIME,
+        "replaced_by": _nullable(STRING), "replaced_at": _nullable(_DATE_TIME),
+        "change": _nullable({"enum": ["updated", "deleted", "merged"]}),
+    }, ["version", "current", "question", "answer", "written_by", "written_at", "change"]),
+    "KnowledgeBaseDuplicates": _object({
+        "state": {"enum": ["fresh", "outdated", "computing"]},
+        "running": {"type": "boolean", "description": "a background run is under way"},
+        "computed_at": _nullable(_DATE_TIME),
+        "entries": _nullable({"type": "integer", "minimum": 0}),
+        "seconds": _nullable({"type": "number"}),
+        "pairs": {"type": "array", "items": _object({
+            "kind": {"enum": ["duplicate", "conflict"]},
+            "reason": STRING,
+            "similarity": {"type": "number", "minimum": 0, "maximum": 1},
+            "items": {"type": "array", "items": _KB_ENTRY, "minItems": 2, "maxItems": 2},
+        }, ["kind", "reason", "similarity", "items"])},
+    }, ["state", "running", "computed_at", "pairs"]),
+}
 
 
 SCHEMAS: dict[str, Any] = {
@@ -188,6 +242,10 @@ SCHEMAS: dict[str, Any] = {
                 "imported": {"type": "integer", "minimum": 1},
                 "first_position": {"type": "integer", "minimum": 1},
                 "skipped_count": {"type": "integer", "minimum": 0},
+                "answer_column": _nullable({"type": "string", "description": "where an export "
+                                            "with format=original writes answers"}),
+                "kept_for_export": {"type": "boolean", "description": "the file was kept for "
+                                    "format=original (not past library.max_kept_file_bytes)"},
                 "skipped": {"type": "array", "description": "at most 1,000 listed", "items": {
                     "type": "object", "required": ["row", "reason"],
                     "properties": {"row": {"type": "integer"}, "reason": {"type": "string"}}}},
@@ -221,6 +279,7 @@ SCHEMAS: dict[str, Any] = {
     "QuestionReference": _object({
         "id": STRING, "external_id": _nullable(STRING), "title": _nullable(STRING),
         "score": {"type": "number"},
+        "version": _nullable({"type": "integer", "description": "the entry's version it used"}),
     }, ["id", "external_id", "title", "score"],
         description="a knowledge-base entry the answer drew on"),
     "Question": _object({
@@ -271,8 +330,9 @@ SCHEMAS: dict[str, Any] = {
         "external_id": _nullable(STRING),
         "yes_no": _nullable({"type": "boolean", "description": "the entry's own Yes (true) or No"}),
         "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
+        **_LIBRARY_ITEM_FIELDS,
     }, ["id", "question", "answer", "title", "tags", "source", "external_id", "yes_no",
-        "created_at", "updated_at"]),
+        "created_at", "updated_at", *_LIBRARY_ITEM_FIELDS]),
     "KnowledgeBaseItemInput": _object({
         "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
         "question": _nullable({"type": "string", "maxLength": 10_000}),
@@ -333,11 +393,35 @@ SCHEMAS: dict[str, Any] = {
         "scopes": {"type": "array", "items": {"enum": ["read", "write"]}},
         "expires_at": _nullable(_DATE_TIME), "account_id": STRING, "member_id": STRING,
     }, ["token", "scopes", "expires_at", "account_id", "member_id"]),
-    "ConfirmationInput": _object({"token": STRING}, ["token"], closed=True),
+    "ConfirmationInput": _object({
+        "token": STRING,
+        "password": {"type": "string", "format": "password", "minLength": 12, "maxLength": 128,
+                     "description": "the password the user chooses; required unless they have "
+                                    "one of their own"},
+    }, ["token"], closed=True),
     "Confirmation": _object({
         "confirmed": {"const": True}, "email": {"type": "string", "format": "email"},
         "confirmed_at": _DATE_TIME,
     }, ["confirmed", "email", "confirmed_at"]),
+    # -- accounts hardening (issue 17): member roles, token management, passwords --
+    "RoleChange": _object({"member": _object({"role": _ROLE}, ["role"], closed=True)}, ["member"]),
+    "TokenInfo": _object({
+        "id": {"type": "integer"}, "member_id": STRING,
+        "scopes": {"type": "array", "items": {"enum": ["read", "write"]}},
+        "source": {"enum": ["sign_in", "cli", "demo"]},
+        "state": {"enum": ["live", "expired", "revoked"]},
+        "created_at": _DATE_TIME, "expires_at": _nullable(_DATE_TIME),
+        "revoked_at": _nullable(_DATE_TIME),
+    }, ["id", "member_id", "scopes", "source", "state", "created_at", "expires_at", "revoked_at"]),
+    "PasswordChange": _object({
+        "current_password": {"type": "string", "format": "password"},
+        "new_password": {"type": "string", "format": "password", "minLength": 12, "maxLength": 128},
+    }, ["current_password", "new_password"], closed=True),
+    "PasswordResetRequest": _object({"email": STRING}, ["email"], closed=True),
+    "PasswordReset": _object({
+        "token": STRING,
+        "password": {"type": "string", "format": "password", "minLength": 12, "maxLength": 128},
+    }, ["token", "password"], closed=True),
     "Health": _object({"status": {"const": "ok"}}, ["status"]),
     "Ready": _object({"status": {"const": "ready"}, "database": {"const": "ok"}},
                      ["status", "database"]),
@@ -393,6 +477,16 @@ def _query(name: str, description: str, schema: dict | None = None) -> dict:
             "schema": schema or {"type": "string"}}
 
 
+_WRITEBACK_PARAMS = [  # export?format=original (issue 20)
+    _query("answers", "approved (default): only approved answers are written; drafted: every "
+           "drafted answer too", {"enum": ["approved", "drafted"]}),
+    _query("unanswered", "text written into the answer cells left without an answer "
+           "(default: left as they are)", {"type": "string", "maxLength": 200}),
+    _query("answer_column", "the column letter answers go into, instead of the one detected at "
+           "import"),
+]
+
+
 def _workflow_paths() -> dict[str, Any]:
     """Items, import, answering, review and export (service/workflow.py)."""
     item = _ref("RfpItem")
@@ -406,7 +500,11 @@ def _workflow_paths() -> dict[str, Any]:
     upload = _op("import_rfp_items", "import a CSV or XLSX questionnaire as items, in file order", {
         "201": _json(_ref("RfpItemImportReport"), "what was imported and every row skipped, with why"),
         "400": _error("a malformed option (parameter_invalid)"), "404": no_rfp,
-        "413": _error("the file is larger than server.max_upload_bytes"),
+        "408": _error("the upload did not arrive within server.upload_timeout_seconds "
+                      "(request_timeout)"),
+        "413": _error("the file is larger than server.max_upload_bytes, or over a limit of "
+                      "[uploads] (rows, columns, cells, items, zip parts, parse time or memory; "
+                      "the message names it)"),
         "422": _error("no question column (the columns found are named), no questions, "
                       "unknown sheet, or an unreadable file")},
         params=[_ID,
@@ -414,7 +512,9 @@ def _workflow_paths() -> dict[str, Any]:
                 _query("question_column", "header name or column letter"),
                 _query("section_column", "header name or column letter"),
                 _query("header_row", "1-based header row; 0 = none; default: detected",
-                       {"type": "integer", "minimum": 0})])
+                       {"type": "integer", "minimum": 0}),
+                _query("answer_column", "header name or column letter answers are written back "
+                       "into (export?format=original); default: detected")])
     upload["requestBody"] = {"required": True, "content": {
         "text/csv": {"schema": {"type": "string"}},
         _XLSX: {"schema": {"type": "string", "format": "binary"}},
@@ -450,8 +550,99 @@ def _workflow_paths() -> dict[str, Any]:
             "200": {"description": "attachment: question, answer, state, confidence, section",
                     "content": {"text/csv": {"schema": {"type": "string"}},
                                 _XLSX: {"schema": {"type": "string", "format": "binary"}}}},
-            "400": _error("format is not csv or xlsx (parameter_invalid)"), "404": no_rfp},
-            params=[_ID, _query("format", "csv (default) or xlsx", {"enum": ["csv", "xlsx"]})])},
+            "400": _error("format is not csv, xlsx or original, or a write-back option is "
+                          "invalid (parameter_invalid)"), "404": no_rfp,
+            "422": _error("format=original without a kept questionnaire, or without an answer "
+                          "column")},
+            params=[_ID, _query("format", "csv (default), xlsx, or original: the imported "
+                                "questionnaire with the answers written into their cells",
+                                {"enum": ["csv", "xlsx", "original"]}),
+                    *_WRITEBACK_PARAMS])},
+    }
+
+
+def _library_paths() -> dict[str, Any]:
+    """Library care (issue 20): review, versions, duplicates, merges."""
+    kb = _error("no such knowledge base item in this account (not_found)")
+    item = _ref("KnowledgeBaseItem")
+    return {
+        "/api/v1/knowledge_base_items/{id}": {
+            "patch": _op("update_knowledge_base_item", "change an item (its previous version is "
+                         "kept)", {"200": _json(item, "the changed item"), "404": kb,
+                                   "422": _error("an invalid field, or an owner who is not a "
+                                                 "member of the account")},
+                         params=[_ID], body=_wrapped("knowledge_base_item",
+                                                     _ref("KnowledgeBaseItemChange")))},
+        "/api/v1/knowledge_base_items/{id}/reviewed": {"post": _op(
+            "review_knowledge_base_item", "mark an item reviewed: next review one review period "
+            "away (or review_by)", {"200": _json(item, "the reviewed item"), "404": kb},
+            params=[_ID], body=_object({"review_by": _DATE}, closed=True))},
+        "/api/v1/knowledge_base_items/{id}/versions": {"get": _op(
+            "knowledge_base_item_versions", "every version of an item, newest first (also of an "
+            "item since deleted or merged)", {
+                "200": _json(_object({"versions": {"type": "array", "items": _ref(
+                    "KnowledgeBaseItemVersion")}}, ["versions"]), "the versions"),
+                "404": kb}, params=[_ID])},
+        "/api/v1/knowledge_base_items/{id}/merge": {"post": _op(
+            "merge_knowledge_base_items", "merge a duplicate into this item: questions and RFP "
+            "items that cited either cite this one", {
+                "200": _json(_object({"knowledge_base_item": item, "merged_id": STRING,
+                                      "questions_repointed": {"type": "integer", "minimum": 0}},
+                                     ["knowledge_base_item", "merged_id", "questions_repointed"]),
+                             "merged"),
+                "404": kb, "422": _error("duplicate_id missing, the same item, or not in this "
+                                         "account")},
+            params=[_ID], body=_object({"duplicate_id": STRING}, ["duplicate_id"], closed=True))},
+        "/api/v1/knowledge_base_items/duplicates": {"get": _op(
+            "knowledge_base_duplicates", "near-duplicate entries and conflicts (Yes vs No, "
+            "different numbers), from the last background run; a run starts when there is none "
+            "or entries changed since", {
+                "200": _json(_ref("KnowledgeBaseDuplicates"), "the findings"),
+                "400": _error("refresh is not true or false (parameter_invalid)")},
+            params=[_query("refresh", "true: start a new run now", {"enum": ["true", "false"]})])},
+    }
+
+
+def _account_paths() -> dict[str, Any]:
+    """Member roles and removal, token lists and revocation, password change and reset."""
+    no_member = _error("no such member in this account")
+    admin_guard = _error("the owner, or the account's last admin, cannot be changed or removed "
+                         "(forbidden, conflict)")
+    return {
+        "/api/v1/members/{id}": {
+            "patch": _op("change_member_role", "change a member's role (admin); lowered to "
+                         "viewer, their tokens lose write", {
+                "200": _json(_ref("Member"), "the member"), "404": no_member,
+                "409": admin_guard}, params=[_ID], body=_ref("RoleChange")),
+            "delete": _op("remove_member", "remove a member (admin); their tokens stop working", {
+                "204": {"description": "removed"}, "404": no_member, "409": admin_guard},
+                params=[_ID]),
+        },
+        "/api/v1/members/{id}/tokens": {"get": _op(
+            "list_member_tokens", "a member's tokens (one's own, or any for an admin)", {
+                "200": _json(_object({"tokens": {"type": "array", "items": _ref("TokenInfo")}},
+                                     ["tokens"]), "newest first; never the token itself"),
+                "404": no_member}, params=[_ID])},
+        "/api/v1/tokens/{id}": {"delete": _op(
+            "revoke_token", "revoke a token (one's own, or any for an admin with write)", {
+                "200": _json(_ref("TokenInfo"), "the revoked token"),
+                "404": _error("no such token in this account")}, params=[_ID])},
+        "/api/v1/users/password": {"post": _op(
+            "change_password", "change one's password; the user's other tokens are revoked", {
+                "200": _json(_object({"changed": {"const": True}}, ["changed"]), "changed"),
+                "422": _error("current_password wrong, or new_password invalid"),
+                "429": _RATE_LIMITED}, body=_ref("PasswordChange"))},
+        "/api/v1/users/password/reset": {"post": _op(
+            "request_password_reset", "e-mail a one-time reset link (same answer for any address)", {
+                "202": _json(_object({"requested": {"const": True}, "message": STRING},
+                                     ["requested"]), "accepted")},
+            security=[], body=_ref("PasswordResetRequest"))},
+        "/api/v1/users/password/reset/complete": {"post": _op(
+            "reset_password", "set a new password with the e-mailed link; every token of the "
+            "user is revoked", {
+                "200": _json(_object({"reset": {"const": True}}, ["reset"]), "reset"),
+                "404": _error("unknown, used or expired link")},
+            security=[], body=_ref("PasswordReset"))},
     }
 
 
@@ -527,7 +718,10 @@ def document() -> dict[str, Any]:
                 body=_wrapped("knowledge_base_item", _ref("KnowledgeBaseItemInput"))),
             "get": _op("list_knowledge_base_items", "the account's knowledge base, newest first", {
                 "200": _json(_page_of("knowledge_base_items", "KnowledgeBaseItem"), "one page"),
-                "400": page_invalid}, params=[_PAGE]),
+                "400": _error("page, or stale, invalid (parameter_invalid)")},
+                params=[_PAGE, _query("stale", "true: only the items past their review date, "
+                                      "most overdue first", {"enum": ["true", "false"]}),
+                        _query("owner", "only this member's items (a member id, or me)")]),
         },
         "/api/v1/knowledge_base_items/import": {"post": _op(
             "import_knowledge_base_items", "import a CSV (question, answer, title, tags, source, id, "
@@ -551,12 +745,14 @@ def document() -> dict[str, Any]:
             "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked")},
             body=_ref("UserInput"))},
         "/api/v1/users/confirmation": {
-            "post": _op("confirm_email", "confirm an e-mail address", {
+            "post": _op("confirm_email", "confirm an e-mail address and choose the password", {
                 "200": _json(_ref("Confirmation"), "confirmed"),
+                "422": _error("password missing or invalid; the link stays usable"),
                 "404": _error("unknown, used or expired link")},
                 security=[], body=_ref("ConfirmationInput")),
             "get": _op("confirm_email_link", "the link from the confirmation mail", {
-                "200": _text("text/plain", "confirmed (a sentence for the browser)"),
+                "200": _text("text/plain", "confirmed, or how to choose the password (a text "
+                                           "for the browser)"),
                 "400": _error("token missing (parameter_missing)"),
                 "404": _error("unknown, used or expired link")}, security=[],
                 params=[{"name": "token", "in": "query", "required": True, "schema": STRING}]),
@@ -564,7 +760,8 @@ def document() -> dict[str, Any]:
         "/api/v1/tokens": {"post": _op("create_token", "sign in: e-mail and password to a token", {
             "201": _json(_ref("Token"), "the token, shown once"),
             "401": _error("wrong e-mail or password (unauthorized)"),
-            "403": _error("e-mail not confirmed (email_unconfirmed), or not a member (forbidden)"),
+            "403": _error("e-mail not confirmed (email_unconfirmed), not a member, or a password "
+                          "an administrator chose (forbidden: reset it)"),
             "429": _RATE_LIMITED}, security=[], body=_ref("SignIn"))},
         "/api/v1/invitations": {"post": _op("create_invitation", "invite someone (admin)", {
             "201": _json(_ref("Invitation"), "the invitation; the link goes out by e-mail"),
@@ -577,7 +774,8 @@ def document() -> dict[str, Any]:
             "accept_invitation", "accept an invitation: a confirmed user and membership", {
                 "201": _json(_ref("Member"), "the new member"),
                 "404": _error("unknown, accepted, replaced or expired invitation"),
-                "409": _error("already a member of this account (conflict)")},
+                "409": _error("already a member of this account (conflict)"),
+                "429": _RATE_LIMITED},
             security=[], params=[_TOKEN], body=_ref("InvitationAcceptance"))},
         "/api/v1/members": {"get": _op("list_members", "the account's members", {
             "200": _json(_page_of("members", "Member"), "one page of members"),
@@ -601,6 +799,10 @@ def document() -> dict[str, Any]:
     }
     for path, operations in _workflow_paths().items():
         paths[path] = {**paths.get(path, {}), **operations}
+    for path, operations in _account_paths().items():
+        paths[path] = {**paths.get(path, {}), **operations}
+    for path, operations in _library_paths().items():
+        paths[path] = {**paths.get(path, {}), **operations}
     return {
         "openapi": "3.1.0",
         "info": {"title": "RFP response service", "version": "1",
@@ -608,7 +810,7 @@ def document() -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **LIBRARY_SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                            "description": "rfpk_… API token"}},
         },

@@ -82,3 +82,31 @@ SELECT t.token_hash, t.scopes,
   ) g ON true
  WHERE t.token_hash = $1
    AND api_token_is_live(t.revoked_at, t.expires_at);
+
+-- insert_api_token_from --
+-- Store a token's hash for a member, saying where it came from (sign_in, cli, demo).
+INSERT INTO api_tokens (member_id, token_hash, scopes, expires_at, source)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING id;
+
+-- list_member_tokens --
+-- A member's tokens (of account $2), newest first; never the token or its hash.
+SELECT t.id, t.scopes, t.source, t.created_at, t.expires_at, t.revoked_at,
+       api_token_is_live(t.revoked_at, t.expires_at) AS live
+  FROM api_tokens t JOIN members m ON m.id = t.member_id
+ WHERE t.member_id = $1 AND m.account_id = $2
+ ORDER BY t.created_at DESC, t.id DESC;
+
+-- token_in_account --
+-- A token of a member of account $2, with its member.
+SELECT t.id, t.member_id, t.scopes, t.source, t.created_at, t.expires_at, t.revoked_at,
+       api_token_is_live(t.revoked_at, t.expires_at) AS live
+  FROM api_tokens t JOIN members m ON m.id = t.member_id
+ WHERE t.id = $1 AND m.account_id = $2;
+
+-- revoke_token --
+-- Revoke a token (the first revocation counts); returns it as token_in_account does.
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
+ WHERE id = $1
+RETURNING id, member_id, scopes, source, created_at, expires_at, revoked_at,
+          api_token_is_live(revoked_at, expires_at) AS live;

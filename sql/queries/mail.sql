@@ -34,3 +34,22 @@ UPDATE mail_outbox
        next_attempt_at = now() + make_interval(secs => $3)
  WHERE id = $1 AND attempts = $2 AND state = 'pending'
 RETURNING state::text AS state;
+
+-- mark_mail_held --
+-- No SMTP host is configured: keep the claimed message, body included, for the operator
+-- (`python -m service mail show ID`) instead of sending or logging it.
+UPDATE mail_outbox
+   SET state = 'held', last_error = NULL
+ WHERE id = $1 AND attempts = $2 AND state = 'pending'
+RETURNING id;
+
+-- held_mail --
+-- Messages kept for the operator because no SMTP host is configured, newest first.
+SELECT id, recipient, subject, created_at FROM mail_outbox
+ WHERE state = 'held' ORDER BY id DESC LIMIT $1;
+
+-- mail_by_id --
+-- One outbox message with its body (empty once sent or given up).
+SELECT id, message_id, recipient, subject, body, state::text AS state, attempts, last_error,
+       created_at, sent_at
+  FROM mail_outbox WHERE id = $1;

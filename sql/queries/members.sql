@@ -6,30 +6,36 @@ SELECT EXISTS (SELECT 1 FROM users WHERE lower(email) = lower($1));
 -- An account's name and subscription status ('active' or 'inactive').
 SELECT name, subscription_status::text AS subscription_status FROM accounts WHERE id = $1;
 
--- insert_user_with_password --
--- A new, unconfirmed user who accepted the terms now.
-INSERT INTO users (email, first_name, last_name, password_hash, terms_accepted_at)
-VALUES ($1, $2, $3, $4, now())
+-- insert_unconfirmed_user --
+-- A new user created by an administrator: unconfirmed and without a password until they
+-- confirm their address and choose one.
+INSERT INTO users (email, first_name, last_name, terms_accepted_at)
+VALUES ($1, $2, $3, now())
 RETURNING id;
 
 -- insert_confirmed_user --
 -- A new user whose address is confirmed (an accepted invitation proves it).
-INSERT INTO users (email, first_name, last_name, password_hash, confirmed_at, terms_accepted_at)
-VALUES ($1, $2, $3, $4, now(), now())
+INSERT INTO users (email, first_name, last_name, password_hash, password_chosen_by_user,
+                   confirmed_at, terms_accepted_at)
+VALUES ($1, $2, $3, $4, true, now(), now())
 RETURNING id;
 
 -- user_by_email --
 -- The user with this e-mail (any case), for sign-in and invitations.
-SELECT id, email, password_hash, confirmed_at FROM users WHERE lower(email) = lower($1);
+SELECT id, email, password_hash, password_chosen_by_user, confirmed_at
+  FROM users WHERE lower(email) = lower($1);
 
 -- lock_user_by_email --
 -- The user with this e-mail, locked for the rest of the transaction.
-SELECT id, email, password_hash, confirmed_at FROM users WHERE lower(email) = lower($1) FOR UPDATE;
+SELECT id, email, password_hash, password_chosen_by_user, confirmed_at
+  FROM users WHERE lower(email) = lower($1) FOR UPDATE;
 
 -- accept_terms_for_invited_user --
--- An existing user accepting an invitation: set the password if none, confirm, record the terms.
+-- An existing user accepting an invitation: set the password when $2 is given (they had none
+-- of their own), confirm, record the terms.
 UPDATE users
-   SET password_hash = coalesce(password_hash, $2),
+   SET password_hash = coalesce($2, password_hash),
+       password_chosen_by_user = password_chosen_by_user OR $2 IS NOT NULL,
        first_name = CASE WHEN first_name = '' AND last_name = '' THEN $3 ELSE first_name END,
        last_name = CASE WHEN first_name = '' AND last_name = '' THEN $4 ELSE last_name END,
        confirmed_at = coalesce(confirmed_at, now()),
@@ -54,10 +60,20 @@ UPDATE email_confirmations
 RETURNING user_id;
 
 -- confirm_user --
--- Mark a user's address as confirmed (the first confirmation counts).
-UPDATE users SET confirmed_at = coalesce(confirmed_at, now()), updated_at = now()
+-- Mark a user's address as confirmed (the first confirmation counts) and, when $2 is given,
+-- store the password the user chose.
+UPDATE users SET confirmed_at = coalesce(confirmed_at, now()),
+                 password_hash = coalesce($2, password_hash),
+                 password_chosen_by_user = password_chosen_by_user OR $2 IS NOT NULL,
+                 updated_at = now()
  WHERE id = $1
 RETURNING id, email, confirmed_at;
+
+-- user_for_confirmation --
+-- The user behind a live confirmation token, without spending it.
+SELECT u.id, u.email, u.password_chosen_by_user
+  FROM email_confirmations c JOIN users u ON u.id = c.user_id
+ WHERE c.token_hash = $1 AND c.used_at IS NULL AND c.expires_at > now();
 
 -- insert_membership --
 -- A membership of a user in an account (never the owner: the operator CLI creates owners).
@@ -135,6 +151,40 @@ UPDATE invitations
  WHERE id = $1 AND state = 'pending'
 RETURNING id;
 
--- refund_rate_limit_token --
--- Give back the token a successful sign-in took, so only failures count against the bucket.
-UPDATE rate_limit_buckets SET tokens = least($2, tokens + 1) WHERE bucket_key = $1;
+-- lock_address --
+-- Serialize, until the transaction ends, every change concerning one e-mail address (accepting
+-- invitations to it, inviting it): concurrent requests then see each other's rows instead of
+-- failing on a unique index.
+SELECT pg_advisory_xact_lock(hashtextextended(lower($1), 17));
+
+-- display_name_of --
+-- How a member with these names and e-mail is shown.
+SELECT display_name($1, $2, $3);
+
+-- change_member_role --
+-- Set a member's role; the owner's role never changes. Returns nothing when no such member.
+UPDATE members SET role = $3::member_role, updated_at = now()
+ WHERE id = $1 AND account_id = $2
+RETURNING id, role::text AS role, is_owner;
+
+-- lock_member --
+-- A member of the account, locked while its role or membership changes.
+SELECT id, user_id, role::text AS role, is_owner FROM members
+ WHERE id = $1 AND account_id = $2
+   FOR UPDATE;
+
+-- count_admins --
+-- How many admins an account has.
+SELECT count(*) FROM members WHERE account_id = $1 AND role = 'admin';
+
+-- delete_member --
+-- Remove a membership; its tokens go with it (api_tokens cascade).
+DELETE FROM members WHERE id = $1 AND account_id = $2 RETURNING id;
+
+-- narrow_tokens_to_read --
+-- A member lowered to viewer keeps only the read scope on its tokens; tokens that had only
+-- write are revoked.
+UPDATE api_tokens
+   SET scopes = array_remove(scopes, 'write'),
+       revoked_at = CASE WHEN scopes = ARRAY['write'] THEN coalesce(revoked_at, now()) ELSE revoked_at END
+ WHERE member_id = $1 AND 'write' = ANY (scopes);

@@ -72,11 +72,3 @@ SELECT k.*, count(*) OVER () AS total
    AND ($2::text IS NULL OR k.question ILIKE $2 OR k.answer ILIKE $2 OR k.title ILIKE $2)
  ORDER BY k.created_at DESC, k.id DESC
  LIMIT $3 OFFSET $4;
-
--- update_knowledge_item --
--- Replace an entry's fields (the web app's edit); returns it, or nothing outside the account.
-UPDATE knowledge_items
-   SET question = $3, answer = $4, title = $5, tags = $6, source = $7, yes_no = $8,
-       updated_at = now()
- WHERE id = $1 AND account_id = $2
-RETURNING *;

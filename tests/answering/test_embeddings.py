@@ -22,6 +22,7 @@ from service.answering.embeddings import EmbeddingFailure, Indexer, OpenAIEmbedd
 from service.answering.retrieval import find_references
 from service.config import EmbeddingsConfig
 from service.domain.knowledge import import_csv
+from tests.conftest import CONNECT
 
 GROUPS = [
     {"laptop", "laptops", "workstation", "workstations", "endpoint", "endpoints", "device", "devices"},
@@ -117,10 +118,11 @@ async def test_openai_embedder__retries_server_errors_then_gives_up(fake, sessio
         await embedder.embed(["laptop"])
 
 
+@pytest.mark.pgvector
 async def test_indexer__embeds_new_and_changed_entries_only(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
     try:
         indexer = Indexer(pool, OpenAIEmbedder(settings(url), session), settings(url))
         assert await indexer.catch_up() == 4
@@ -143,10 +145,11 @@ async def test_indexer__embeds_new_and_changed_entries_only(fake, session, conn,
         "SELECT count(*) FROM pg_indexes WHERE indexname = 'knowledge_embeddings_hnsw_5'") == 1
 
 
+@pytest.mark.pgvector
 async def test_indexer__two_processes_never_embed_the_same_entry(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
-    pools = [await asyncpg.create_pool(database_url, min_size=1, max_size=2) for _ in range(2)]
+    pools = [await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2) for _ in range(2)]
     try:
         # Another process holds a live claim on BAK-1; one that died left a lapsed claim on HR-1.
         await conn.execute(
@@ -168,10 +171,11 @@ async def test_indexer__two_processes_never_embed_the_same_entry(fake, session, 
             await pool.close()
 
 
+@pytest.mark.pgvector
 async def test_hnsw_index__processes_meeting_a_new_dimension_at_once_both_succeed(conn, database_url):
     # CREATE INDEX IF NOT EXISTS is not safe against itself: two at once can end in a unique
     # violation in pg_class. Indexers in two processes meet a new model's dimension together.
-    conns = [await asyncpg.connect(database_url) for _ in range(2)]
+    conns = [await asyncpg.connect(database_url, **CONNECT) for _ in range(2)]
     try:
         for dimensions in range(3, 23):
             await asyncio.gather(*(c.execute(embeddings.query_sql("embeddings_hnsw_index", dimensions))
@@ -184,10 +188,11 @@ async def test_hnsw_index__processes_meeting_a_new_dimension_at_once_both_succee
             await c.close()
 
 
+@pytest.mark.pgvector
 async def test_indexer__a_failed_batch_is_released_at_once(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
     try:
         indexer = Indexer(pool, OpenAIEmbedder(settings(url, max_attempts=1), session), settings(url))
         server.failures = [503]
@@ -199,6 +204,7 @@ async def test_indexer__a_failed_batch_is_released_at_once(fake, session, conn, 
         await pool.close()
 
 
+@pytest.mark.pgvector
 async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     fake, session, conn, database_url, admin, make_account
 ):
@@ -207,7 +213,7 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     await import_csv(conn, admin.account_id, KB)
     await import_csv(conn, other.account_id, KB.replace("END-1", "OTHER-END"))
     embedder = OpenAIEmbedder(settings(url), session)
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
     try:
         await Indexer(pool, embedder, settings(url)).catch_up()
     finally:
@@ -227,6 +233,7 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     assert fused[0].external_id == "BAK-1" and fused[0].score > 0 and fused[0].dense is not None
 
 
+@pytest.mark.pgvector
 async def test_find_references__backend_down_means_lexical_only(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
@@ -236,6 +243,7 @@ async def test_find_references__backend_down_means_lexical_only(fake, session, c
     assert found[0].external_id == "ENC-1" and found[0].dense is None
 
 
+@pytest.mark.pgvector
 async def test_app__entries_written_through_the_api_are_embedded(fake, aiohttp_client, config, admin):
     server, url = fake
     from service.web.app import create_app
@@ -259,8 +267,31 @@ async def test_app__entries_written_through_the_api_are_embedded(fake, aiohttp_c
             await server.received.wait()
 
 
-async def test_app__embeddings_backend_without_the_table_refuses_to_start(conn):
-    await conn.execute("DROP TABLE knowledge_embeddings")
+async def test_app__without_pgvector_starts_warns_once_and_answers_lexically(
+    fake, aiohttp_client, config, conn, admin, caplog
+):
+    # As on a server without the extension: migration 0011 left no embeddings table.
+    await conn.execute("DROP TABLE IF EXISTS knowledge_embeddings")
+    from service.web.app import create_app
+    from tests.conftest import with_config
+    from tests.helpers_questions import add_entry, ask, wait_complete
+
+    await add_entry(conn, admin.account_id, "How often are backups taken?", "Nightly, kept 30 days.")
+    _server, url = fake
+    caplog.set_level("WARNING", logger="service.answering.embeddings")
+    client = await aiohttp_client(create_app(with_config(
+        config, embeddings={"backend": "openai", "base_url": url, "model": "fake-embed"})))
+    response = await ask(client, admin.headers, "How often are backups taken?")
+    assert response.status == 202, await response.text()
+    body = await wait_complete(client, (await response.json())["id"], admin.headers)
+    assert body["references"], "answered lexically from the knowledge base"
+    warnings = [r for r in caplog.records if "pgvector is not installed" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+async def test_check_available__refuses_without_the_table(conn):
+    # `eval --embeddings …` still refuses: measuring dense retrieval without it measures nothing.
+    await conn.execute("DROP TABLE IF EXISTS knowledge_embeddings")
     with pytest.raises(RuntimeError, match="pgvector"):
         await embeddings.check_available(conn)
 

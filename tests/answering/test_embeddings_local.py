@@ -14,6 +14,7 @@ from service.answering.embeddings import LOCAL_MODEL, Indexer, LocalEmbedder, ma
 from service.answering.retrieval import find_references
 from service.config import EmbeddingsConfig
 from service.domain.knowledge import import_csv
+from tests.conftest import CONNECT
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,7 @@ async def test_local__configured_by_name():
     assert make_embedder(EmbeddingsConfig(backend="local"), None).model == LOCAL_MODEL
 
 
+@pytest.mark.pgvector
 async def test_local__fused_retrieval_finds_a_paraphrase(embedder, conn, database_url, admin):
     await import_csv(conn, admin.account_id, (
         "id,question,answer\n"
@@ -46,7 +48,7 @@ async def test_local__fused_retrieval_finds_a_paraphrase(embedder, conn, databas
         "PAY-1,What are your payment terms?,Invoices are payable within thirty days.\n"
         "HR-1,Is there security awareness training?,Yearly training for all staff.\n"
     ))
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
     try:
         assert await Indexer(pool, embedder, EmbeddingsConfig()).catch_up() == 3
     finally:

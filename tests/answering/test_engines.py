@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import attrs
 import pytest
@@ -210,3 +211,16 @@ async def test_openai__retries_exhausted_complete_with_attention_and_one_refund(
     )
     assert [r["amount"] for r in refunds] == [1]
     assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
+
+
+async def test_openai__client_error_body_goes_to_the_log_not_to_attention_points(
+    openai_client, conn, admin, fake_model, caplog
+):
+    fake_model.script = [400]  # its body: {"error": {"message": "down"}}
+    with caplog.at_level(logging.WARNING, logger="service.answering.engines.openai"):
+        body = await (await ask(openai_client, admin.headers, "Is customer data encrypted?")).json()
+        done = await wait_complete(openai_client, body["id"], admin.headers)
+    assert done["requires_attention"] is True
+    assert any("HTTP 400" in p for p in done["attention_points"])
+    assert not any("down" in p for p in done["attention_points"]), done["attention_points"]
+    assert '"message": "down"' in caplog.text

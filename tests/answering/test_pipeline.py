@@ -14,6 +14,7 @@ from service.answering.engines.local import LocalEngine
 from service.answering.pipeline import TRANSITIONS, Pipeline, Work, persist
 from service.config import QuestionsConfig
 from service.domain.questions import STATES, create_question
+from tests.conftest import CONNECT
 
 
 def test_transition_table__is_one_chain_over_every_state():
@@ -68,8 +69,16 @@ async def test_persist__engine_failure_refunds_exactly_once(conn, admin):
 
 
 @pytest.fixture
+async def listener(direct_database_url):
+    """A connection for LISTEN: to the database itself (PgBouncer in transaction mode cannot)."""
+    connection = await asyncpg.connect(direct_database_url)
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture
 async def pool(database_url):
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=4)
     yield pool
     await pool.close()
 
@@ -128,10 +137,12 @@ async def _run_until_complete(conn, pipeline, question_id) -> None:
         await pipeline.scheduler.close()
 
 
-async def test_runner__quick_steps_commit_together_and_announce_the_final_state(conn, pool, admin):
+async def test_runner__quick_steps_commit_together_and_announce_the_final_state(
+    conn, pool, admin, listener
+):
     await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
     announced: list[str] = []
-    await conn.add_listener("question_events", lambda *args: announced.append(args[-1]))
+    await listener.add_listener("question_events", lambda *args: announced.append(args[-1]))
     question_id = await _question(conn, admin.account_id, admin.user_id)
     pipeline = Pipeline(pool, LocalEngine(), QuestionsConfig(poll_seconds=0.05), aiojobs.Scheduler())
     await _run_until_complete(conn, pipeline, question_id)
@@ -167,7 +178,7 @@ async def test_runner__progress_is_committed_before_a_remote_engine_answers(
     await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
     question_id = await _question(conn, admin.account_id, admin.user_id)
     seen: list[str] = []
-    probe = await asyncpg.connect(database_url)  # the engine looks from outside
+    probe = await asyncpg.connect(database_url, **CONNECT)  # the engine looks from outside
     try:
         engine = _RemoteEngine(seen, probe, question_id)
         pipeline = Pipeline(pool, engine, QuestionsConfig(poll_seconds=0.05), aiojobs.Scheduler())
@@ -258,7 +269,7 @@ async def test_credits__200_concurrent_asks_on_100_credits(
 
 
 async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounced(
-    aiohttp_client, config, conn, admin
+    aiohttp_client, config, conn, admin, listener
 ):
     from service.web.app import create_app
     from service.web.keys import PIPELINE
@@ -266,7 +277,7 @@ async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounc
     slow = with_config(config, questions={"step_delay_seconds": 0.3, "concurrency": 1})
     client = await aiohttp_client(create_app(slow))
     announced: list[str] = []
-    await conn.add_listener("question_events", lambda *args: announced.append(args[-1]))
+    await listener.add_listener("question_events", lambda *args: announced.append(args[-1]))
     first = (await (await ask(client, admin.headers, "Is data encrypted at rest?")).json())["id"]
     # The pipeline is full now (concurrency 1): the next one is stored unleased and announced,
     # so any process may claim it.

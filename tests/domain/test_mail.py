@@ -16,6 +16,7 @@ from service import db
 from service.domain import mail
 from service.domain.mail import MailSender
 from service.web.app import create_app
+from tests.conftest import CONNECT
 
 
 def mail_config(**settings: Any) -> Any:
@@ -24,7 +25,7 @@ def mail_config(**settings: Any) -> Any:
 
 @pytest.fixture
 async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=6)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=6)
     yield pool
     await pool.close()
 
@@ -101,15 +102,20 @@ async def test_claim__a_claimed_message_is_not_claimed_again_within_its_lease(co
     assert retaken["id"] == first and retaken["attempts"] == 2
 
 
-async def test_sender__without_smtp_writes_message_with_link_to_log(pool, caplog):
+async def test_sender__without_smtp_holds_message_and_logs_no_link(pool, caplog):
     config = mail_config()  # no smtp_host
     async with pool.acquire() as conn:
-        await mail.enqueue(conn, config, "ada@example.test", "Confirm", "open https://x.test/confirm?token=abc")
+        mail_id = await mail.enqueue(
+            conn, config, "ada@example.test", "Confirm", "open https://x.test/confirm?token=abc"
+        )
     with caplog.at_level(logging.INFO, logger="service.domain.mail"):
         assert await MailSender(pool, config).deliver_due()
-    assert "https://x.test/confirm?token=abc" in caplog.text
+    assert "token=abc" not in caplog.text and "https://x.test" not in caplog.text
+    assert "undelivered" in caplog.text and f"python -m service mail show {mail_id}" in caplog.text
     async with pool.acquire() as conn:
-        assert [r["state"] for r in await outbox(conn)] == ["sent"]
+        [row] = await conn.fetch("SELECT state::text AS state, body FROM mail_outbox")
+        assert (row["state"], row["body"]) == ("held", "open https://x.test/confirm?token=abc")
+        assert not await MailSender(pool, config).deliver_due()  # held: not attempted again
 
 
 async def test_sender__gives_up_after_max_attempts_and_erases_body(pool):

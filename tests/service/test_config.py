@@ -57,6 +57,14 @@ def test_load__rfp_config_names_the_file(tmp_path):
     assert load(env={"RFP_CONFIG": str(path)}).server.workers == 3
 
 
+def test_load__rfp_embeddings_sets_the_backend_and_is_checked(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[embeddings]\nbackend = "onnx"\n')
+    assert load(path, env={"RFP_EMBEDDINGS": "none"}).embeddings.backend == "none"
+    with pytest.raises(ConfigError, match=r"embeddings\.backend"):
+        load(path, env={"RFP_EMBEDDINGS": "torch"})
+
+
 def test_load__missing_rfp_config_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load(env={"RFP_CONFIG": str(tmp_path / "nope.toml")})
@@ -137,21 +145,12 @@ def test_serve__bad_setting_stops_start_up_naming_it(tmp_path, env, message):
     assert not (tmp_path / "var").exists()
 
 
-def test_web_base_url__defaults_to_the_address_served_on():
-    from service.config import ServerConfig, served_base_url
-
-    assert served_base_url(ServerConfig()) == "http://localhost:8080"
-    assert served_base_url(ServerConfig(host="0.0.0.0", port=9000)) == "http://localhost:9000"
-    assert served_base_url(ServerConfig(host="10.1.2.3", port=80)) == "http://10.1.2.3:80"
-    assert served_base_url(ServerConfig(host="fd00::5", port=81)) == "http://[fd00::5]:81"
-    configured = ServerConfig(web_base_url="https://rfp.example.org/")
-    assert served_base_url(configured) == "https://rfp.example.org"
+def test_web_base_url__follows_the_port_served_on():
+    # The default link base pointed at :8080 whatever PORT said (issue 18).
+    assert load(env={"PORT": "9123"}).server.web_base_url == "http://localhost:9123"
+    assert Config().server.web_base_url == "http://localhost:8080"
 
 
-def test_web_base_url__the_app_links_to_where_it_serves_without_one(database_url):
-    from service.web.app import create_app
-    from service.web.keys import CONFIG
-
-    unset = config_module.structure({"database": {"url": database_url}, "server": {"port": 8123}})
-    assert unset.server.web_base_url == ""
-    assert create_app(unset)[CONFIG].server.web_base_url == "http://localhost:8123"
+def test_web_base_url__set_explicitly_is_kept_whatever_the_port():
+    config = config_module.structure({"server": {"port": 9123, "web_base_url": "https://rfp.example.org"}})
+    assert config.server.web_base_url == "https://rfp.example.org"

@@ -83,7 +83,8 @@ def profile() -> Any:
 
 async def set_password(conn: Any, email: str) -> None:
     await conn.execute(
-        "UPDATE users SET password_hash = $2 WHERE lower(email) = lower($1)",
+        "UPDATE users SET password_hash = $2, password_chosen_by_user = true"
+        " WHERE lower(email) = lower($1)",
         email, hasher().hash(PASSWORD),
     )
 

@@ -8,6 +8,7 @@ from conftest import with_config
 
 from service import db
 from service.web.app import create_app
+from service.web.keys import POOL
 
 SERVICE = Path(db.__file__).resolve().parent
 # Only these may take connections from the pool directly: the auth middleware holds one per
@@ -72,3 +73,66 @@ async def test_event_streams__do_not_pin_pool_connections(config, admin, aiohttp
         for stream in streams:
             stream.close()
 
+
+
+async def _slow_reader(host: str, port: int, path: str, token: str) -> asyncio.StreamWriter:
+    """A client that asks for `path` and then never reads: the response fills the socket buffers."""
+    _reader, writer = await asyncio.open_connection(host, port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+    await writer.drain()
+    return writer
+
+
+async def test_export__slow_readers_do_not_hold_connections(config, conn, admin, make_rfp, aiohttp_client):
+    """Issue 17, finding 2: an export's reader that never reads held a pooled connection until it
+    closed; a few of them froze every other request and /readyz. Now each waits on a spooled file."""
+    client = await aiohttp_client(create_app(with_config(
+        config, database={"pool_min_size": 1, "pool_max_size": 2, "acquire_timeout_seconds": 2.0},
+    )))
+    rfp_id = await make_rfp(admin, "Large")
+    # ~12 MB of CSV: far more than loopback socket buffers take before a writer has to wait.
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position)"
+        " SELECT 'item_' || n, $1, repeat('Is data encrypted at rest? ', 40), n"
+        "   FROM generate_series(1, 12000) AS n", rfp_id,
+    )
+    host, port = client.server.host, client.server.port
+    readers = [await _slow_reader(host, port, f"/api/v1/rfps/{rfp_id}/export", admin.token)
+               for _ in range(4)]
+    try:
+        await asyncio.sleep(1.0)  # let every export fill its socket and wait on the client
+        async with asyncio.timeout(10):
+            response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)
+            assert response.status == 200
+            assert (await client.get("/readyz")).status == 200
+    finally:
+        for writer in readers:
+            writer.close()
+
+
+async def test_pool__acquire_timeout_is_503_with_retry_after(config, admin, make_rfp, aiohttp_client):
+    """With every pooled connection taken, a request waits acquire_timeout_seconds, then 503."""
+    app = create_app(with_config(
+        config, database={"pool_min_size": 1, "pool_max_size": 1, "acquire_timeout_seconds": 0.3},
+    ))
+    client = await aiohttp_client(app)
+    rfp_id = await make_rfp(admin, "Held")
+    async with app[POOL].acquire():  # the only connection, held elsewhere
+        response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)
+    assert response.status == 503
+    assert response.headers["Retry-After"] == "1"
+    assert (await response.json())["error"]["code"] == "service_unavailable"
+    assert (await client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)).status == 200
+
+
+async def test_database_socket_missing__is_503(config, admin, aiohttp_client, tmp_path):
+    """Issue 17, finding 10: a Unix socket that is not there raised FileNotFoundError, a 500."""
+    app = create_app(config)
+    client = await aiohttp_client(app)
+    pool = app[POOL]
+    await pool.expire_connections()
+    missing = f"postgresql:///rfp?host={tmp_path}/nowhere"
+    pool.set_connect_args(dsn=missing)
+    response = await client.get("/api/v1/rfps/search?query=x", headers=admin.headers)
+    assert response.status == 503, await response.text()
+    assert (await response.json())["error"]["code"] == "service_unavailable"

@@ -224,3 +224,51 @@ async def test_lost_database_connection__503_with_retry_after_then_recovered(
 
     again = await client.patch(f"/api/v1/rfps/{rfp_id}", json=patch, headers=admin.headers)
     assert again.status == 200 and (await again.json())["title"] == "Renamed"
+
+
+@pytest.mark.parametrize("depth", [65, 900])
+async def test_json_nested_deeper_than_64__400_not_recursion_error(client, admin, depth):
+    """Issue 17, finding 10: 900 levels parsed, then walking the value raised RecursionError (500)."""
+    raw = '{"rfp": {"title": "x", "context": ' + "[" * depth + "]" * depth + "}}"
+    response = await client.post(
+        "/api/v1/rfps", data=raw, headers={**admin.headers, "Content-Type": "application/json"}
+    )
+    assert response.status == 400
+    body = await response.json()
+    assert body["error"]["code"] == "invalid_json"
+    assert "nested more than 64 levels" in body["error"]["message"]
+
+
+async def test_sign_in_with_a_9_kb_email__422_not_500(client):
+    """Issue 17, finding 10: the e-mail became a rate-limit bucket key too long for its index."""
+    response = await client.post(
+        "/api/v1/tokens", json={"email": "a" * 9000 + "@example.test", "password": "x" * 12}
+    )
+    assert response.status == 422
+    assert "email" in " ".join((await response.json())["error"]["details"])
+
+
+async def test_body_sent_a_byte_at_a_time__408_within_body_timeout(config, aiohttp_client):
+    """Issue 17, finding 6: a body trickled to POST /api/v1/tokens (no token needed) kept the
+    connection and its handler for as long as the client liked."""
+    import asyncio
+    import time
+
+    from conftest import with_config
+
+    client = await aiohttp_client(create_app(with_config(config, server={"body_timeout_seconds": 0.5})))
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(b"POST /api/v1/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n{")
+    await writer.drain()
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(5):
+            status_line = await reader.readline()
+        assert b" 408 " in status_line, status_line
+        assert time.monotonic() - started < 3
+        async with asyncio.timeout(15):  # closed, after aiohttp's lingering read (10 s at most)
+            while await reader.read(65536):
+                pass
+    finally:
+        writer.close()

@@ -35,7 +35,8 @@ async def app_client(aiohttp_client: Any, config: Any) -> TestClient:
 
 async def set_password(conn: Any, email: str, password: str = PASSWORD) -> None:
     await conn.execute(
-        "UPDATE users SET password_hash = $2 WHERE lower(email) = lower($1)",
+        "UPDATE users SET password_hash = $2, password_chosen_by_user = true"
+        " WHERE lower(email) = lower($1)",
         email, hasher().hash(password),
     )
 

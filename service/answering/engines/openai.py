@@ -2,24 +2,21 @@
 
 The model is asked for a JSON object {answer, sufficient_context, attention_points}. Timeouts,
 connection errors, 429 and 5xx replies, and malformed replies are retried with exponential
-backoff; when the attempts are used up it raises EngineFailure.
+backoff (openai_http.py, shared with the embeddings backend); when the attempts are used up it
+raises EngineFailure.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import os
 from typing import Any
 
 import aiohttp
 
 from ...config import OpenAIConfig
 from ...domain.convert import DETAIL_LEVELS
+from ..openai_http import Retryable, post_with_retries
 from . import AnswerRequest, Draft, EngineFailure
-
-log = logging.getLogger(__name__)
 
 SYSTEM_PROMPT = """You answer questions from security and compliance questionnaires (RFPs) for a \
 vendor. Use ONLY the knowledge-base entries given in the user message; never invent facts. If the \
@@ -32,10 +29,6 @@ LENGTH = {
     1: "Answer in a short paragraph.",
     2: "Answer thoroughly, including supporting detail from the entries.",
 }
-
-
-class RetryableError(Exception):
-    pass
 
 
 def build_messages(request: AnswerRequest) -> list[dict[str, str]]:
@@ -58,7 +51,7 @@ def build_messages(request: AnswerRequest) -> list[dict[str, str]]:
 
 
 def parse_reply(payload: Any, request: AnswerRequest) -> Draft:
-    """The model's JSON answer as a Draft; RetryableError when the reply is not what was asked."""
+    """The model's JSON answer as a Draft; Retryable when the reply is not what was asked."""
     try:
         content = payload["choices"][0]["message"]["content"]
         if not isinstance(content, str):
@@ -72,7 +65,7 @@ def parse_reply(payload: Any, request: AnswerRequest) -> Draft:
         if not isinstance(answer, str) or not answer.strip() or not isinstance(sufficient, bool):
             raise TypeError("answer must be a non-empty string and sufficient_context a boolean")
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise RetryableError(f"malformed reply: {exc}") from None
+        raise Retryable(f"malformed reply: {exc}") from None
     known = {ref.kb_item_id for ref in request.references}
     used = tuple(i for i in data.get("used") or [] if isinstance(i, str) and i in known)
     points = tuple(str(p) for p in data.get("attention_points") or [] if isinstance(p, str | int | float))
@@ -87,31 +80,6 @@ class OpenAIEngine:
         self.session = session
         self.url = config.base_url.rstrip("/") + "/chat/completions"
 
-    def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.config.api_key_env, "")
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    async def _attempt(self, body: dict, request: AnswerRequest) -> Draft:
-        timeout = aiohttp.ClientTimeout(total=self.config.timeout_seconds)
-        try:
-            async with self.session.post(
-                self.url, json=body, headers=self._headers(), timeout=timeout
-            ) as response:
-                if response.status == 429 or response.status >= 500:
-                    raise RetryableError(f"HTTP {response.status} from the model server")
-                if response.status >= 400:
-                    text = (await response.text())[:200]
-                    raise EngineFailure(f"HTTP {response.status} from the model server: {text}")
-                try:
-                    payload = await response.json(content_type=None)
-                except ValueError:
-                    raise RetryableError("malformed reply: not JSON") from None
-        except TimeoutError:
-            raise RetryableError(f"no reply within {self.config.timeout_seconds:g} s") from None
-        except aiohttp.ClientError as exc:
-            raise RetryableError(f"connection failed: {type(exc).__name__}") from None
-        return parse_reply(payload, request)
-
     async def answer(self, request: AnswerRequest) -> Draft:
         body = {
             "model": self.config.model,
@@ -119,15 +87,7 @@ class OpenAIEngine:
             "temperature": self.config.temperature,
             "response_format": {"type": "json_object"},
         }
-        delay = self.config.backoff_seconds
-        last = "no attempt made"
-        for attempt in range(1, self.config.max_attempts + 1):
-            try:
-                return await self._attempt(body, request)
-            except RetryableError as exc:
-                last = str(exc)
-                log.warning("model attempt %d/%d failed: %s", attempt, self.config.max_attempts, last)
-            if attempt < self.config.max_attempts:
-                await asyncio.sleep(delay)
-                delay *= 2
-        raise EngineFailure(f"{self.config.max_attempts} attempts failed; last: {last}")
+        return await post_with_retries(
+            self.session, self.url, body, self.config, lambda payload: parse_reply(payload, request),
+            EngineFailure, what="model", server="model server",
+        )

@@ -6,7 +6,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...domain.errors import ServiceError
-from ...domain.members import sign_in
+from ...domain.members import authenticate
+from ...domain.passwords import client_key
 from ...domain.sessions import end_session, start_session
 from ..keys import CONFIG, PASSWORDS, POOL
 from .common import COOKIE, SIGN_IN_COOKIE, error_page, new_sign_in_token, page, render, see_other
@@ -61,9 +62,9 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
                              error="Enter your e-mail address and your password.")
     config = request.app[CONFIG]
     try:
-        membership = await sign_in(
-            request.app[POOL], request.app[PASSWORDS], config.members, email=email,
-            password=password, client_address=request.remote,
+        membership = await authenticate(
+            request.app[POOL], request.app[PASSWORDS], config, email=email, password=password,
+            account_id=None, client=client_key(request.remote),
         )
     except ServiceError as exc:
         if exc.code in ("unauthorized", "email_unconfirmed", "rate_limited", "forbidden"):

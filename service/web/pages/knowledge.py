@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ...domain import library
 from ...domain.convert import structure, unstructure
 from ...domain.knowledge import (
     KnowledgeItemInput,
@@ -16,7 +17,6 @@ from ...domain.knowledge import (
     get_item,
     import_csv,
     search_items,
-    update_item,
 )
 from ...domain.models import Page
 from ..keys import CONFIG, POOL
@@ -73,9 +73,13 @@ async def kb_entry(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=WRITERS)
 async def kb_update(request: web.Request) -> web.StreamResponse:
-    data = structure(_entry_fields(await request.post()), KnowledgeItemInput, root="knowledge_base_item")
+    """The API's PATCH of an entry (library.update_item: the previous version is kept)."""
+    fields = _entry_fields(await request.post())
+    who = principal(request)
     async with request.app[POOL].acquire() as conn:
-        item = await update_item(conn, principal(request).account_id, request.match_info["id"], data)
+        item = await library.update_item(
+            conn, who.account_id, request.match_info["id"], who.member_id, fields
+        )
     entries_written(request.app)
     raise see_other(f"/kb/{item.id}")
 

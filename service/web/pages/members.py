@@ -6,8 +6,7 @@ import math
 
 from aiohttp import web
 
-from ...domain.convert import structure
-from ...domain.members import NewInvitation, invite, list_members
+from ...domain.members import invite, list_members
 from ...domain.models import Page
 from ..keys import CONFIG, MAIL_SENDER, POOL
 from .common import page, principal, render
@@ -35,11 +34,7 @@ async def invite_member(request: web.Request) -> web.StreamResponse:
     fields = {"email": str(form.get("email") or "")}
     if form.get("role"):
         fields["role"] = str(form.get("role"))
-    data = structure(fields, NewInvitation, root="invitation")
-    who = principal(request)
     async with request.app[POOL].acquire() as conn:
-        invitation = await invite(
-            conn, request.app[CONFIG], account_id=who.account_id, invited_by=who.member_id, data=data
-        )
+        invitation = await invite(conn, request.app[CONFIG], principal(request), fields)
     request.app[MAIL_SENDER].wake()
     return await _members_page(request, invited=invitation.email, status=201)

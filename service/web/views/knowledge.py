@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+
 from aiohttp import web
 
 from ... import db
+from ...domain import library
 from ...domain.convert import structure, unstructure
-from ...domain.errors import NotFound, UnsupportedMediaType
+from ...domain.errors import NotFound, ParameterInvalid, UnsupportedMediaType, ValidationFailed
 from ...domain.knowledge import KnowledgeItem, KnowledgeItemInput, create_item, decode_csv, import_csv
 from ...domain.models import Page
 from ..auth import connection, principal, requires
-from ..body import read_object, receive_upload
-from ..keys import CONFIG, INDEXER
+from ..body import read_json, read_object, receive_upload
+from ..keys import CONFIG, INDEXER, LIBRARY_JOBS, POOL
 from ..responses import json_response
+
+log = logging.getLogger(__name__)
 
 
 def entries_written(app: web.Application) -> None:
@@ -54,17 +61,33 @@ async def post_item(request: web.Request) -> web.Response:
 
 @requires("read")
 async def list_items(request: web.Request) -> web.Response:
+    """Newest first; `?stale=true` only the entries past their review date, `?owner=` one
+    member's (a member id, or `me`)."""
     page = Page.from_query(request.query)
-    account_id = principal(request).account_id
+    who = principal(request)
+    stale = _flag(request.query, "stale")
+    owner = request.query.get("owner") or None
+    if owner == "me":
+        owner = who.member_id
     async with connection(request) as conn:
-        total = await conn.fetchval(db.query("count_knowledge_items"), account_id)
-        rows = await conn.fetch(db.query("list_knowledge_items"), account_id, page.size, page.offset)
+        total, items = await library.list_items(
+            conn, who.account_id, stale=stale, owner=owner, size=page.size, offset=page.offset
+        )
     return json_response(
         {
-            "knowledge_base_items": [unstructure(KnowledgeItem.from_row(row)) for row in rows],
-            "pagination": page.pagination(total, len(rows)),
+            "knowledge_base_items": [unstructure(item) for item in items],
+            "pagination": page.pagination(total, len(items)),
         }
     )
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    raw = query.get(name)
+    if raw in (None, "", "false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise ParameterInvalid(f"{name} must be true or false; got {raw!r}")
 
 
 @requires("read")
@@ -98,3 +121,107 @@ async def import_items(request: web.Request) -> web.Response:
         report = await import_csv(conn, principal(request).account_id, text)
     entries_written(request.app)
     return json_response(unstructure(report))
+
+
+# -- library care (issue 20) ---------------------------------------------------------------------
+
+
+@requires("write", roles=("admin", "member"))
+async def patch_item(request: web.Request) -> web.Response:
+    """Change an entry's fields (absent ones keep their values); the previous version is kept."""
+    fields, _ = await read_object(request, "knowledge_base_item")
+    who = principal(request)
+    async with connection(request) as conn:
+        item = await library.update_item(
+            conn, who.account_id, request.match_info["id"], who.member_id, fields
+        )
+    entries_written(request.app)
+    return _item_response(item)
+
+
+@requires("write", roles=("admin", "member"))
+async def post_reviewed(request: web.Request) -> web.Response:
+    """Mark an entry reviewed: its next review is one review period away (or `review_by`)."""
+    fields: dict = {}
+    if request.body_exists and (await request.read()).strip():  # the body is optional
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ValidationFailed(["the body must be a JSON object (or empty)"])
+        fields = body
+    data = structure(fields, library.ReviewedInput)
+    who = principal(request)
+    async with connection(request) as conn:
+        item = await library.mark_reviewed(
+            conn, who.account_id, request.match_info["id"], who.member_id, data.review_by
+        )
+    return _item_response(item)
+
+
+@requires("read")
+async def get_versions(request: web.Request) -> web.Response:
+    """Every version of an entry, newest first (also of an entry since deleted or merged)."""
+    async with connection(request) as conn:
+        found = await library.versions(conn, principal(request).account_id, request.match_info["id"])
+    return json_response({"versions": [unstructure(v) for v in found]})
+
+
+@requires("read")
+async def get_duplicates(request: web.Request) -> web.Response:
+    """The last duplicate/conflict findings; starts a background run when there are none yet or
+    entries changed since (the response says `computing` or `outdated` then: ask again)."""
+    account_id = principal(request).account_id
+    async with connection(request) as conn:
+        report = await library.duplicate_report(conn, account_id)
+    if report["state"] != "fresh" or _flag(request.query, "refresh"):
+        start_duplicate_run(request.app, account_id)
+    report["running"] = account_id in request.app[LIBRARY_JOBS]
+    return json_response(report)
+
+
+async def library_context(app: web.Application) -> AsyncIterator[None]:
+    """The review period from config into the database; background duplicate runs stopped at exit."""
+    app[LIBRARY_JOBS] = {}
+    async with app[POOL].acquire() as conn:
+        await library.set_review_period(conn, app[CONFIG].library.review_period_days)
+    yield
+    tasks = list(app[LIBRARY_JOBS].values())
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def start_duplicate_run(app: web.Application, account_id: str) -> None:
+    """Find an account's duplicates in the background (once at a time per account and process)."""
+    jobs = app[LIBRARY_JOBS]
+    if account_id in jobs:
+        return
+    settings = app[CONFIG].library
+
+    async def run() -> None:
+        try:
+            async with app[POOL].acquire() as conn:
+                await library.find_duplicates(
+                    conn, account_id, duplicate_similarity=settings.duplicate_similarity,
+                    conflict_similarity=settings.conflict_similarity,
+                )
+        except Exception:
+            log.exception("finding duplicates of account %s failed", account_id)
+        finally:
+            jobs.pop(account_id, None)
+
+    jobs[account_id] = asyncio.create_task(run(), name=f"duplicates-{account_id}")
+
+
+@requires("write", roles=("admin", "member"))
+async def post_merge(request: web.Request) -> web.Response:
+    """Merge `duplicate_id` into this entry: what cited either cites this one."""
+    body = await read_json(request)
+    data = structure(body, library.MergeInput)
+    who = principal(request)
+    async with connection(request) as conn:
+        kept, repointed = await library.merge(
+            conn, who.account_id, request.match_info["id"], data.duplicate_id, who.member_id
+        )
+    entries_written(request.app)
+    return json_response({"knowledge_base_item": unstructure(kept), "merged_id": data.duplicate_id,
+                          "questions_repointed": repointed})

@@ -1,14 +1,7 @@
-"""Members: creating users, confirming e-mail addresses, invitations, and signing in for a token.
+"""Members, sign-in, tokens and passwords over HTTP: parse → authorize → call → respond.
 
-Decisions where the specification is silent (also in README "Members"):
-- `terms_of_service` counts as accepted when it is JSON `true` or one of the strings "accepted",
-  "true", "1", "yes" (any case, surrounding spaces ignored). Anything else is a 422.
-- A user may belong to several accounts. `POST /api/v1/tokens` takes an optional `account_id`;
-  without it the token belongs to the user's oldest membership.
-- Confirmation and invitation links carry a random token that is stored only as its SHA-256.
-  The outbox keeps the message body (and so the link) until it is sent, then erases it.
-- Accepting an invitation as someone who already has a password (a member of another account)
-  requires that password; the invitation does not replace it.
+The rules live in service/domain/members.py (its docstring lists the decisions where the
+specification is silent), service/domain/tokens.py and service/domain/passwords.py.
 """
 
 from __future__ import annotations
@@ -17,105 +10,72 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 from aiohttp import web
 
-from ... import db
-from ...domain import mail
+from ...domain import members as domain
+from ...domain import tokens
 from ...domain.convert import structure, unstructure
-from ...domain.errors import (
-    Conflict,
-    NotFound,
-    ParameterMissing,
-    ValidationFailed,
-)
-from ...domain.ids import new_id
+from ...domain.errors import ParameterInvalid, ParameterMissing, ValidationFailed
 from ...domain.mail import MailSender
-from ...domain.members import (
-    ConfirmationInput,
-    Invitation,
-    InvitationAcceptance,
-    NewInvitation,
-    SignIn,
-    _confirmed,
-    _expires_at,
-    _usable,
-    _validate_new_user,
-    confirm_email,
-    confirmation_mail,
-    fetch_member,
-    invite,
-    new_link_token,
-    require_active_account,
-    sign_in,
-)
-from ...domain.members import (
-    list_members as domain_list_members,
-)
 from ...domain.models import Page
-from ...domain.passwords import Passwords
-from ...domain.tokens import hash_token, issue_token
+from ...domain.passwords import Passwords, client_key
+from ...domain.tokens import hash_token
 from ..auth import connection, principal, public, requires
 from ..body import read_json, read_object
 from ..keys import CONFIG, MAIL_SENDER, PASSWORDS, POOL
 from ..responses import json_response
 
 
-def _base_url(request: web.Request) -> str:
-    return request.app[CONFIG].server.web_base_url.rstrip("/")
-
-
 def _created(payload: Any) -> web.Response:
     return json_response(unstructure(payload), status=201)
+
+
+def _client(request: web.Request) -> str:
+    return client_key(request.remote)
+
+
+def _mail_sent(request: web.Request) -> None:
+    request.app[MAIL_SENDER].wake()
 
 
 @requires("write", roles=("admin",))
 async def post_user(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "user")
-    who = principal(request)
-    config = request.app[CONFIG]
     async with connection(request) as conn:
-        account_name = await require_active_account(conn, who.account_id)
-        data = await _validate_new_user(conn, fields)
-    password_hash = await request.app[PASSWORDS].hash(data.password)
-    token = new_link_token()
-    ttl_hours = config.members.confirmation_ttl_hours
-    subject, body = confirmation_mail(_base_url(request), account_name, token, ttl_hours)
-    async with connection(request) as conn, conn.transaction():
-        try:
-            user_id = await conn.fetchval(
-                db.query("insert_user_with_password"),
-                data.email, data.first_name or "", data.last_name or "", password_hash,
-            )
-        except asyncpg.UniqueViolationError:  # created concurrently since the check above
-            raise ValidationFailed(["user.email: has already been taken"]) from None
-        member_id = await conn.fetchval(
-            db.query("insert_membership"), new_id("mbr"), who.account_id, user_id,
-            data.role or "member",
+        member = await domain.create_user(
+            conn, request.app[CONFIG], principal(request).account_id, fields
         )
-        await conn.execute(
-            db.query("insert_email_confirmation"), user_id, hash_token(token), ttl_hours * 3600
-        )
-        await mail.enqueue(conn, config.mail, data.email, subject, body)
-        member = await fetch_member(conn, member_id, who.account_id)
-    request.app[MAIL_SENDER].wake()
+    _mail_sent(request)
     return _created(member)
 
 
 @public
 async def post_confirmation(request: web.Request) -> web.Response:
-    body = await read_json(request)
-    data = structure(body, ConfirmationInput)
-    return json_response(_confirmed(await confirm_email(request.app[POOL], data.token)))
+    data = structure(await read_json(request), domain.ConfirmationInput)
+    row = await domain.confirm_email(
+        request.app[POOL], request.app[PASSWORDS], data.token, data.password
+    )
+    return json_response(domain._confirmed(row))
 
 
 @public
 async def get_confirmation(request: web.Request) -> web.Response:
-    """The e-mail's link, opened in a browser: confirms, and says so in plain text."""
+    """The e-mail's link, opened in a browser: says how to finish (choose a password), or
+    confirms when the user already has one of their own."""
     token = request.query.get("token")
     if not token:
         raise ParameterMissing("token is required: open the link from the e-mail as it is")
-    row = await confirm_email(request.app[POOL], token)
+    async with request.app[POOL].acquire() as conn:
+        needs_password = await domain.confirmation_needs_password(conn, token)
+    if needs_password:
+        base = request.app[CONFIG].server.web_base_url.rstrip("/")
+        return web.Response(
+            text="To finish, choose your password (12 to 128 characters):\n\n"
+            f"curl -X POST {base}/api/v1/users/confirmation -H 'Content-Type: application/json' \\\n"
+            f"     -d '{{\"token\": \"{token}\", \"password\": \"…\"}}'\n",
+            content_type="text/plain",
+        )
+    row = await domain.confirm_email(request.app[POOL], request.app[PASSWORDS], token, None)
     return web.Response(
         text=f"Thank you: {row['email']} is confirmed. You can sign in now.\n",
         content_type="text/plain",
@@ -124,42 +84,20 @@ async def get_confirmation(request: web.Request) -> web.Response:
 
 @public
 async def post_token(request: web.Request) -> web.Response:
-    """Sign in with e-mail and password for an API token (the rule: domain/members.py `sign_in`)."""
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise ValidationFailed(["the body must be a JSON object with email and password"])
-    data = structure(body, SignIn)
-    config = request.app[CONFIG]
-    membership = await sign_in(
-        request.app[POOL], request.app[PASSWORDS], config.members, email=data.email,
-        password=data.password, client_address=request.remote, account_id=data.account_id,
+    """Sign in with e-mail and password for an API token (throttling: domain.sign_in)."""
+    issued = await domain.sign_in(
+        request.app[POOL], request.app[PASSWORDS], request.app[CONFIG], await read_json(request),
+        _client(request),
     )
-    async with connection(request) as conn:
-        scopes = sorted(set(data.scopes))
-        expires_at = _expires_at(config.auth.token_ttl_days)
-        token = await issue_token(conn, membership["id"], scopes, expires_at)
-    return _created(
-        {
-            "token": token,
-            "scopes": scopes,
-            "expires_at": expires_at,
-            "account_id": membership["account_id"],
-            "member_id": membership["id"],
-        }
-    )
+    return _created(issued)
 
 
 @requires("write", roles=("admin",))
 async def post_invitation(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "invitation")
-    who = principal(request)
-    config = request.app[CONFIG]
-    data = structure(fields, NewInvitation, root="invitation")
     async with connection(request) as conn:
-        invitation = await invite(
-            conn, config, account_id=who.account_id, invited_by=who.member_id, data=data
-        )
-    request.app[MAIL_SENDER].wake()
+        invitation = await domain.invite(conn, request.app[CONFIG], principal(request), fields)
+    _mail_sent(request)
     return _created(invitation)
 
 
@@ -167,77 +105,101 @@ async def post_invitation(request: web.Request) -> web.Response:
 async def get_invitation(request: web.Request) -> web.Response:
     """What an invitation link offers: the account, address and role, before accepting."""
     async with connection(request) as conn:
-        row = await conn.fetchrow(
-            db.query("invitation_by_token_hash"), hash_token(request.match_info["token"])
-        )
-    if row is None:
-        raise NotFound("this invitation link is unknown")
-    data = unstructure(Invitation.from_row(row))
-    data["account_name"] = row["account_name"]
+        data = await domain.read_invitation(conn, request.match_info["token"])
     return json_response(data)
 
 
 @public
 async def accept_invitation(request: web.Request) -> web.Response:
-    digest = hash_token(request.match_info["token"])
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise ValidationFailed(["the body must be a JSON object with password and terms_of_service"])
-    passwords: Passwords = request.app[PASSWORDS]
-    async with connection(request) as conn:
-        invitation = _usable(await conn.fetchrow(db.query("invitation_by_token_hash"), digest))
-        data = structure(body, InvitationAcceptance)
-        user = await conn.fetchrow(db.query("user_by_email"), invitation["email"])
-    new_hash: str | None = None
-    if user is not None and user["password_hash"] is not None:
-        if not await passwords.verify(user["password_hash"], data.password):
-            raise ValidationFailed(
-                ["password: you already have a sign-in with this address; give its password"]
-            )
-    else:
-        new_hash = await passwords.hash(data.password)
-    first, last = data.first_name or "", data.last_name or ""
-    async with connection(request) as conn, conn.transaction():
-        invitation = _usable(await conn.fetchrow(db.query("lock_invitation_by_token_hash"), digest))
-        user = await conn.fetchrow(db.query("lock_user_by_email"), invitation["email"])
-        if user is None:
-            user_id = await conn.fetchval(
-                db.query("insert_confirmed_user"), invitation["email"], first, last, new_hash
-            )
-        else:
-            user_id = user["id"]
-            await conn.execute(
-                db.query("accept_terms_for_invited_user"), user_id, new_hash, first, last
-            )
-        if await conn.fetchval(db.query("is_member"), invitation["account_id"], invitation["email"]):
-            raise Conflict(f"{invitation['email']} is already a member of this account")
-        member_id = await conn.fetchval(
-            db.query("insert_membership"), new_id("mbr"), invitation["account_id"], user_id,
-            invitation["role"],
-        )
-        if await conn.fetchval(db.query("mark_invitation_accepted"), invitation["id"], member_id) is None:
-            raise NotFound("this invitation has already been accepted")
-        member = await fetch_member(conn, member_id, invitation["account_id"])
+    member = await domain.accept_invitation(
+        request.app[POOL], request.app[PASSWORDS], request.app[CONFIG],
+        request.match_info["token"], await read_json(request), _client(request),
+    )
     return _created(member)
 
 
 @requires("read")
 async def list_members(request: web.Request) -> web.Response:
     page = Page.from_query(request.query)
-    account_id = principal(request).account_id
     async with connection(request) as conn:
-        members, total = await domain_list_members(conn, account_id, page)
+        members, total = await domain.list_members(conn, principal(request).account_id, page)
     return json_response(
-        {
-            "members": [unstructure(member) for member in members],
-            "pagination": page.pagination(total, len(members)),
-        }
+        {"members": unstructure(members), "pagination": page.pagination(total, len(members))}
     )
 
 
+@requires("write", roles=("admin",))
+async def patch_member(request: web.Request) -> web.Response:
+    fields, _ = await read_object(request, "member")
+    data = structure(fields, domain.RoleChange, root="member")
+    async with connection(request) as conn:
+        member = await domain.change_role(
+            conn, principal(request).account_id, request.match_info["id"], data.role
+        )
+    return json_response(unstructure(member))
+
+
+@requires("write", roles=("admin",))
+async def delete_member(request: web.Request) -> web.Response:
+    async with connection(request) as conn:
+        await domain.remove_member(conn, principal(request).account_id, request.match_info["id"])
+    return web.Response(status=204)
+
+
+@requires("read")
+async def list_member_tokens(request: web.Request) -> web.Response:
+    async with connection(request) as conn:
+        found = await tokens.list_tokens(conn, principal(request), request.match_info["id"])
+    return json_response({"tokens": unstructure(found)})
+
+
+@requires("read")
+async def delete_token(request: web.Request) -> web.Response:
+    raw = request.match_info["id"]
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise ParameterInvalid(f"a token id is a number (see GET /api/v1/members/{{id}}/tokens); got {raw!r}")
+    async with connection(request) as conn:
+        revoked = await tokens.revoke_token(conn, principal(request), int(raw))
+    return json_response(unstructure(revoked))
+
+
+@requires("read")
+async def post_password(request: web.Request) -> web.Response:
+    """Change one's password (the current one required); other tokens of the user are revoked."""
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ValidationFailed(["the body must be a JSON object with current_password and new_password"])
+    token = request.headers["Authorization"].partition(" ")[2].strip()
+    await domain.change_password(
+        request.app[POOL], request.app[PASSWORDS], request.app[CONFIG], principal(request), body,
+        _client(request), hash_token(token),
+    )
+    return json_response({"changed": True})
+
+
+@public
+async def post_password_reset(request: web.Request) -> web.Response:
+    """Ask for a reset link; 202 whether or not the address is known."""
+    body = await read_json(request)
+    async with request.app[POOL].acquire() as conn:
+        await domain.request_password_reset(conn, request.app[CONFIG], body)
+    _mail_sent(request)
+    return json_response(
+        {"requested": True, "message": "if this address has a sign-in, a reset link is on its way"},
+        status=202,
+    )
+
+
+@public
+async def post_password_reset_complete(request: web.Request) -> web.Response:
+    await domain.reset_password(request.app[POOL], request.app[PASSWORDS], await read_json(request))
+    return json_response({"reset": True})
+
+
 async def passwords_context(app: web.Application) -> AsyncIterator[None]:
-    app[PASSWORDS] = await Passwords.create()
+    app[PASSWORDS] = await Passwords.create(app[CONFIG].auth.password_hash_workers)
     yield
+    app[PASSWORDS].close()
 
 
 async def mail_sender_context(app: web.Application) -> AsyncIterator[None]:

@@ -8,8 +8,8 @@ bounds bodies read whole, i.e. JSON, so the JSON limit stays small while uploads
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
+import tempfile
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -17,37 +17,39 @@ import attrs
 from aiohttp import hdrs, web
 
 from ... import db
-from ...domain import questionnaires
+from ...domain import questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
     NotFound,
     ValidationFailed,
 )
+from ...domain.isolation import IsolatedWorkers
 from ...domain.models import RfpItem, rfp_json
 from ...domain.rfp_items import (
-    EXPORT_COLUMNS,
     EXPORT_FORMATS,
     AnswerOptions,
     answer_pending_items,
     append_items,
     build_xlsx,
-    export_cells,
     export_filename,
     export_format,
     export_rows,
     import_options,
     import_questionnaire,
     review_item,
+    spool_csv,
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..auth import connection, principal, requires
-from ..body import read_json, receive_upload
+from ..body import read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
-from ..keys import CONFIG, METRICS, PIPELINE
+from ..keys import CONFIG, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
 
-# A CSV export is written to the client in pieces of about this size.
+# A CSV export is written to the client in pieces of this size, from a file that stays in
+# memory up to _SPOOL_IN_MEMORY and spills to disk past it.
 _EXPORT_CHUNK = 64 * 1024
+_SPOOL_IN_MEMORY = 4 * 1024 * 1024
 
 
 @requires("write", roles=("admin", "member"))
@@ -81,6 +83,15 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     return json_response({"rfp_items": created}, status=201)
 
 
+async def parsers_context(app: web.Application) -> AsyncIterator[None]:
+    """The upload parsers of this process; children still running at shutdown are killed."""
+    uploads = app[CONFIG].uploads
+    app[PARSERS] = IsolatedWorkers(workers=uploads.parse_workers, timeout=uploads.parse_timeout_seconds,
+                                   memory_bytes=uploads.parse_memory_bytes)
+    yield
+    app[PARSERS].close()
+
+
 @requires("write", roles=("admin", "member"))
 async def import_rfp_items(request: web.Request) -> web.Response:
     options = import_options(request.query)
@@ -88,15 +99,19 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
-    upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
-    try:
-        found = await asyncio.to_thread(
-            questionnaires.parse, upload.file, options, upload.media_type, upload.filename
-        )
-    finally:
-        upload.file.close()
+    config = request.app[CONFIG]
+    upload = await receive_upload(request, config.server.max_upload_bytes)
+    with upload.file:
+        data = upload.file.read()
+    # In a child process with a time and memory limit (service/domain/isolation.py): a hostile
+    # file costs at most that, and never the threads other requests need.
+    found = await request.app[PARSERS].run(
+        questionnaires.parse_upload, data, options, upload.media_type, upload.filename,
+        questionnaires.Limits.of(config.uploads),
+    )
+    kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
     async with connection(request) as conn:
-        report = await import_questionnaire(conn, who.account_id, rfp_id, found)
+        report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
     return json_response({"import": report}, status=201)
 
 
@@ -129,45 +144,59 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     return json_response(unstructure(RfpItem.from_row(row)))
 
 
-@requires("read")
+@requires("read", hold_connection=False)
 async def export_rfp(request: web.Request) -> web.StreamResponse:
+    """The items as CSV or XLSX. Read whole while a pooled connection is held, then sent from a
+    spooled file (CSV) or memory (XLSX) with no connection held: a client that reads slowly, or
+    never, must not keep a connection from other requests."""
     fmt = export_format(request.query)
     rfp_id = request.match_info["id"]
-    async with connection(request) as conn:
-        rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
+    if fmt == "original":
+        return await _export_original(request, rfp_id)
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
+        async with connection(request) as conn:
+            rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
+            rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
+            if rows is None:
+                await spool_csv(conn, rfp_id, spool)
         headers = {
             hdrs.CONTENT_DISPOSITION:
                 f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"',
         }
-        if fmt == "xlsx":
-            rows = await export_rows(conn, rfp_id)
+        if rows is not None:
             body = await asyncio.to_thread(build_xlsx, rows, rfp["title"])
             return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
-        # CSV streams from a cursor, so a large RFP is never held in memory whole.
         response = web.StreamResponse(headers={**headers, **stream_headers(request)})
         response.content_type = "text/csv"
         response.charset = "utf-8"
+        response.content_length = spool.tell()
+        spool.seek(0)
         await response.prepare(request)
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(EXPORT_COLUMNS)
-        async with conn.transaction():
-            async for row in conn.cursor(db.query("export_rfp_items"), rfp_id, prefetch=500):
-                writer.writerow(["" if c is None else c for c in export_cells(row)])
-                if buffer.tell() > _EXPORT_CHUNK:
-                    await response.write(buffer.getvalue().encode())
-                    buffer.seek(0)
-                    buffer.truncate()
-        await response.write(buffer.getvalue().encode())
+        while chunk := spool.read(_EXPORT_CHUNK):
+            await response.write(chunk)
         await response.write_eof()
         return response
+
+
+async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
+    """The imported questionnaire with the answers written into their cells (write-back)."""
+    options = writeback.write_options(request.query)
+    account_id = principal(request).account_id
+    async with connection(request) as conn:
+        rfp = await fetch_rfp(conn, rfp_id, account_id)
+        file, cells = await writeback.load(conn, account_id, rfp_id, options)
+    body = await asyncio.to_thread(writeback.write, file, cells)
+    name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
+    safe = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in name)[:150]
+    headers = {hdrs.CONTENT_DISPOSITION: f'attachment; filename="{safe}"'}
+    return web.Response(body=body, content_type=writeback.media_type(file), headers=headers)
 
 
 @requires("write", roles=("admin", "member"))
 async def answer_rfp(request: web.Request) -> web.Response:
     """Answer every pending item through the question pipeline; 202 with what was started."""
     fields: dict[str, Any] = {}
-    if request.body_exists and (await request.read()).strip():  # the body is optional
+    if request.body_exists and (await read_body(request)).strip():  # the body is optional
         body = await read_json(request)
         if not isinstance(body, dict):
             raise ValidationFailed(["the body must be a JSON object (or empty)"])

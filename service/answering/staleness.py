@@ -1,0 +1,36 @@
+"""Stale knowledge entries (past their review date, service/domain/library.py) in answering.
+
+The references a question drew on are marked with the entry's version and, when it is stale, its
+review date; an answer drawn from a stale entry then asks for attention, so `bands.band` never
+puts it in the auto-answer band and its RFP item needs input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+import attrs
+
+from ..domain.library import reference_marks, stale_attention_point
+from .retrieval import Reference
+
+
+async def mark_references(conn: asyncpg.Connection, references: Sequence[Reference]) -> list[Reference]:
+    marks = await reference_marks(conn, [ref.kb_item_id for ref in references])
+    marked = []
+    for ref in references:
+        mark = marks.get(ref.kb_item_id)
+        if mark is not None:
+            ref = attrs.evolve(ref, kb_version=mark.version,
+                               stale_since=mark.review_by.isoformat() if mark.stale else None)
+        marked.append(ref)
+    return marked
+
+
+def stale_points(references: Sequence[Reference], used: Sequence[str]) -> tuple[str, ...]:
+    """An attention point per stale entry the answer drew on (the entries it used; all of them
+    when the engine named none)."""
+    drawn = [ref for ref in references if ref.kb_item_id in used] if used else list(references)
+    return tuple(stale_attention_point(ref.kb_item_id, ref.stale_since)
+                 for ref in drawn if ref.stale_since is not None)

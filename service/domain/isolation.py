@@ -1,0 +1,141 @@
+"""Work on untrusted input (uploaded questionnaires) in a child process with a time and memory
+limit, so a hostile file costs at most that, and can be stopped.
+
+A thread cannot be stopped: a parse that runs for hours keeps its thread (and, in the default
+executor, a slot other work needs, such as password hashing) until it ends. A process can be
+killed. Each job gets a fresh child from a fork server whose modules are already imported (a
+few milliseconds to start); at most `workers` run at once, a job waits at most `timeout` for
+its turn (then 503), and a child still running after `timeout` is killed (then 413).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import multiprocessing.connection
+import resource
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .errors import PayloadTooLarge, ServiceError, ServiceUnavailable, ValidationFailed
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Imported once in the fork server, so each child starts with them.
+PRELOAD = ["service.domain.questionnaires", "openpyxl", "openpyxl.worksheet._reader"]
+
+
+class IsolatedWorkers:
+    """Run picklable functions in killable child processes, a bounded number at a time."""
+
+    def __init__(self, *, workers: int, timeout: float, memory_bytes: int) -> None:
+        self.workers = workers
+        self.timeout = timeout
+        self.memory_bytes = memory_bytes
+        self._slots = asyncio.Semaphore(workers)
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(PRELOAD)
+        # Threads that wait on the children (a pipe read blocks); one per slot, never shared.
+        self._waiters = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="isolated")
+        self.running: set[multiprocessing.process.BaseProcess] = set()
+
+    async def run(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` in a child; its ServiceError is raised here as it was raised there."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise ServiceUnavailable(
+                f"all {self.workers} upload parsers stayed busy for {self.timeout:g} s; retry shortly",
+                headers={"Retry-After": str(max(1, round(self.timeout)))},
+            ) from None
+        try:
+            return await self._run(function, args)
+        finally:
+            self._slots.release()
+
+    async def _run(self, function: Callable[..., T], args: tuple) -> T:
+        loop = asyncio.get_running_loop()
+        receiver, sender = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=_child, args=(sender, self.memory_bytes, function, args), daemon=True
+        )
+        await loop.run_in_executor(self._waiters, process.start)  # a round trip to the server
+        sender.close()
+        self.running.add(process)
+        try:
+            outcome = await loop.run_in_executor(self._waiters, _wait, receiver, self.timeout)
+        finally:
+            if process.is_alive():
+                process.kill()
+            await loop.run_in_executor(self._waiters, process.join, 5)
+            self.running.discard(process)
+            receiver.close()
+        kind, value = outcome
+        if kind == "ok":
+            return value
+        if kind == "error":
+            cls, message, details = value
+            error = cls.__new__(cls)
+            ServiceError.__init__(error, message, details=details)
+            raise error
+        if kind == "timeout":
+            raise PayloadTooLarge(
+                f"the file took longer than uploads.parse_timeout_seconds = {self.timeout:g} s to read",
+                details=[f"file: not read within {self.timeout:g} s (uploads.parse_timeout_seconds)"],
+            )
+        # The child died without a word: killed by the memory limit, or crashed.
+        log.warning("an upload parser exited with code %s", process.exitcode)
+        raise PayloadTooLarge(
+            f"the file could not be read within uploads.parse_memory_bytes = {self.memory_bytes}",
+            details=["file: reading it needed more memory than uploads.parse_memory_bytes allows"],
+        )
+
+    def close(self) -> None:
+        for process in list(self.running):
+            process.kill()
+        self._waiters.shutdown(wait=False, cancel_futures=True)
+
+
+def _wait(receiver: multiprocessing.connection.Connection, timeout: float) -> tuple[str, Any]:
+    if not receiver.poll(timeout):
+        return "timeout", None
+    try:
+        return receiver.recv()
+    except (EOFError, OSError):
+        return "died", None
+
+
+def _child(sender: multiprocessing.connection.Connection, memory_bytes: int,
+           function: Callable[..., Any], args: tuple) -> None:
+    """In the child: limit the address space, run, and send back ("ok", result) or ("error", …)."""
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    except (ValueError, OSError):  # a lower hard limit already: that one holds
+        pass
+    try:
+        outcome: tuple[str, Any] = ("ok", function(*args))
+    except ServiceError as exc:
+        outcome = ("error", (type(exc), exc.message, exc.details))
+    except MemoryError:
+        outcome = ("error", (PayloadTooLarge,
+                             f"reading the file needs more memory than uploads.parse_memory_bytes = "
+                             f"{memory_bytes} allows",
+                             ["file: too large to read (uploads.parse_memory_bytes)"]))
+    except RecursionError:
+        outcome = ("error", (ValidationFailed, "the file could not be read",
+                             ["file: nested too deeply to read"]))
+    except Exception as exc:  # anything else a malformed file makes a parser raise
+        outcome = ("error", (ValidationFailed, "the file could not be read",
+                             [f"file: not a readable questionnaire ({type(exc).__name__}: {exc})"[:500]]))
+    try:
+        sender.send(outcome)
+    except MemoryError:
+        sender.send(("error", (PayloadTooLarge, "the file's questions are too large to return",
+                               ["file: too large (uploads.parse_memory_bytes)"])))
+    finally:
+        sender.close()

@@ -1,0 +1,388 @@
+"""Library care: owners and review dates of knowledge entries, their versions, duplicates, merges.
+
+Every change to an entry keeps the entry as it was (the `knowledge_item_versioning` trigger of
+migration 0022, so every write path is covered); the member making the change is named for the
+transaction with `set_actor`. An entry past its `review_by` is stale: answers drawn from it ask for
+attention (service/answering/pipeline.py) and so never reach the auto-answer band.
+
+Duplicates and conflicts are found per account by trigram similarity (pg_trgm's GiST index, one
+probe per entry) and classified here: near-identical questions or answers are duplicates; similar
+questions answered Yes by one and No by the other, or with different numbers of the same unit
+("90 days" vs "30 days"), are conflicts.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
+
+import asyncpg
+import attrs
+
+from .. import db
+from .convert import IsoDate, NonBlank, TagList, at_most, structure
+from .errors import NotFound, ValidationFailed
+from .knowledge import (
+    MAX_ANSWER,
+    MAX_QUESTION,
+    MAX_SHORT,
+    KnowledgeItem,
+    _blank_to_none,
+    _tags,
+    merge_pending_index,
+)
+
+
+async def set_review_period(conn: asyncpg.Connection, days: int) -> None:
+    await conn.execute(db.query("set_review_period"), days)
+
+
+async def set_actor(conn: asyncpg.Connection, member_id: str | None) -> None:
+    """Name the member making this transaction's changes (call inside the transaction)."""
+    await conn.execute(db.query("set_actor"), member_id)
+
+
+# -- listing, reviewing, editing ---------------------------------------------------------------
+
+
+async def list_items(
+    conn: asyncpg.Connection, account_id: str, *, stale: bool, owner: str | None, size: int,
+    offset: int,
+) -> tuple[int, list[KnowledgeItem]]:
+    total = await conn.fetchval(db.query("count_library_items"), account_id, stale, owner)
+    rows = await conn.fetch(db.query("list_library_items"), account_id, stale, owner, size, offset)
+    return total, [KnowledgeItem.from_row(row) for row in rows]
+
+
+async def mark_reviewed(
+    conn: asyncpg.Connection, account_id: str, item_id: str, member_id: str | None,
+    review_by: date | None = None,
+) -> KnowledgeItem:
+    async with conn.transaction():
+        await set_actor(conn, member_id)
+        row = await conn.fetchrow(
+            db.query("mark_knowledge_item_reviewed"), item_id, account_id, review_by
+        )
+    if row is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return KnowledgeItem.from_row(row)
+
+
+@attrs.frozen(kw_only=True)
+class ReviewedInput:
+    review_by: IsoDate | None = None  # the next review; absent: one review period from today
+
+
+@attrs.frozen(kw_only=True)
+class ItemChange:
+    """A PATCH of an entry, merged over its stored fields (absent fields keep their values)."""
+
+    answer: NonBlank = attrs.field(validator=at_most(MAX_ANSWER))
+    question: str | None = attrs.field(default=None, validator=at_most(MAX_QUESTION))
+    title: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
+    tags: TagList = attrs.field(factory=list, validator=_tags)
+    source: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
+    yes_no: bool | None = None
+    owner_id: str | None = None
+    review_by: IsoDate | None = None
+
+
+async def update_item(
+    conn: asyncpg.Connection, account_id: str, item_id: str, member_id: str | None,
+    fields: Mapping[str, Any],
+) -> KnowledgeItem:
+    """Change an entry; the previous version is kept (who, when, what)."""
+    async with conn.transaction():
+        current = await conn.fetchrow(db.query("lock_knowledge_item"), item_id, account_id)
+        if current is None:
+            raise NotFound(f"no knowledge base item {item_id} in this account")
+        stored = {
+            "answer": current["answer"], "question": current["question"], "title": current["title"],
+            "tags": list(current["tags"]), "source": current["source"], "yes_no": current["yes_no"],
+            "owner_id": current["owner_member_id"],
+            "review_by": current["review_by"].isoformat(),
+        }
+        if "review_by" in fields and fields["review_by"] is None:
+            raise ValidationFailed(["knowledge_base_item.review_by: must be a date; an entry "
+                                    "always has a review date"])
+        change = structure(stored | dict(fields), ItemChange, root="knowledge_base_item")
+        if change.owner_id is not None and not await conn.fetchval(
+            db.query("is_account_member"), change.owner_id, account_id
+        ):
+            raise ValidationFailed(
+                [f"knowledge_base_item.owner_id: {change.owner_id!r} is not a member of this account"]
+            )
+        await set_actor(conn, member_id)
+        row = await conn.fetchrow(
+            db.query("update_knowledge_item"), item_id, account_id,
+            _blank_to_none(change.question), change.answer, _blank_to_none(change.title),
+            [tag.strip() for tag in change.tags], _blank_to_none(change.source), change.yes_no,
+            change.owner_id, change.review_by,
+        )
+    await merge_pending_index(conn)
+    return KnowledgeItem.from_row(row)
+
+
+async def stale_items(conn: asyncpg.Connection, account_id: str) -> list[dict[str, Any]]:
+    """Every stale entry of an account with its owner's e-mail, most overdue first."""
+    return [dict(row) for row in await conn.fetch(db.query("stale_items"), account_id)]
+
+
+# -- versions ----------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ItemVersion:
+    version: int
+    current: bool
+    question: str | None
+    answer: str
+    title: str | None
+    tags: list[str]
+    source: str | None
+    yes_no: bool | None
+    owner_id: str | None
+    review_by: date | None
+    written_by: str | None  # the member id who wrote this version (null: an import or the system)
+    written_at: datetime
+    replaced_by: str | None
+    replaced_at: datetime | None
+    change: str | None  # how it was replaced: updated, deleted or merged (null: the current one)
+
+
+async def versions(conn: asyncpg.Connection, account_id: str, item_id: str) -> list[ItemVersion]:
+    """Every version of an entry, newest first: the current one (if it still exists) and the kept ones."""
+    current = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+    kept = await conn.fetch(db.query("knowledge_item_versions"), item_id, account_id)
+    if current is None and not kept:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    found = []
+    if current is not None:
+        found.append(ItemVersion(
+            version=current["version"], current=True, question=current["question"],
+            answer=current["answer"], title=current["title"], tags=list(current["tags"]),
+            source=current["source"], yes_no=current["yes_no"],
+            owner_id=current["owner_member_id"], review_by=current["review_by"],
+            written_by=current["updated_by"], written_at=current["updated_at"],
+            replaced_by=None, replaced_at=None, change=None,
+        ))
+    found.extend(
+        ItemVersion(
+            version=row["version"], current=False, question=row["question"], answer=row["answer"],
+            title=row["title"], tags=list(row["tags"]), source=row["source"], yes_no=row["yes_no"],
+            owner_id=row["owner_member_id"], review_by=row["review_by"],
+            written_by=row["written_by"], written_at=row["written_at"],
+            replaced_by=row["replaced_by"], replaced_at=row["replaced_at"], change=row["change"],
+        )
+        for row in kept
+    )
+    return found
+
+
+# -- what a question drew on -------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ReferenceMark:
+    version: int
+    review_by: date
+    stale: bool
+
+
+async def reference_marks(conn: asyncpg.Connection, item_ids: Sequence[str]) -> dict[str, ReferenceMark]:
+    """The version and staleness of each entry a question drew on."""
+    if not item_ids:
+        return {}
+    rows = await conn.fetch(db.query("reference_marks"), list(item_ids))
+    return {
+        row["id"]: ReferenceMark(version=row["version"], review_by=row["review_by"], stale=row["stale"])
+        for row in rows
+    }
+
+
+def stale_attention_point(item_id: str, review_by: str | None) -> str:
+    when = f" (review by {review_by})" if review_by else ""
+    return (f"Drawn from knowledge-base entry {item_id}, which is past its review date{when}: "
+            "check it is still right before using this answer.")
+
+
+# -- duplicates and conflicts ------------------------------------------------------------------
+
+# "Yes, …" / "No." at the start of an answer: its Yes/No lead.
+_LEAD = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+# A number with a unit of time or size: what retention periods, RTOs and limits are stated in.
+_QUANTITY = re.compile(
+    r"(\d+(?:[.,]\d+)?)\s*(second|minute|hour|day|week|month|year|gb|mb|tb|%|percent)s?(?![a-z])",
+    re.IGNORECASE,
+)
+
+
+def yes_no_lead(answer: str | None, yes_no: bool | None = None) -> bool | None:
+    """The entry's own Yes/No, else the Yes/No its answer opens with."""
+    if yes_no is not None:
+        return yes_no
+    match = _LEAD.match(answer or "")
+    return None if match is None else match.group(1).lower() == "yes"
+
+
+def quantities(answer: str) -> dict[str, set[float]]:
+    """The numbers an answer states, by unit: {"day": {90.0}}."""
+    found: dict[str, set[float]] = {}
+    for number, unit in _QUANTITY.findall(answer):
+        unit = "%" if unit.lower() == "percent" else unit.lower()
+        found.setdefault(unit, set()).add(float(number.replace(",", ".")))
+    return found
+
+
+@attrs.frozen(kw_only=True)
+class Finding:
+    item_a: str
+    item_b: str
+    kind: str  # duplicate | conflict
+    reason: str
+    similarity: float
+
+
+def classify(
+    a: Mapping[str, Any], b: Mapping[str, Any], question_similarity: float | None,
+    answer_similarity: float | None, duplicate_similarity: float,
+) -> Finding | None:
+    """What a similar pair is: a conflict (same question, different Yes/No or numbers), a
+    duplicate (near-identical question or answer), or nothing worth reporting."""
+    ids = (a["id"], b["id"])
+    if question_similarity is not None:
+        lead_a, lead_b = yes_no_lead(a["answer"], a["yes_no"]), yes_no_lead(b["answer"], b["yes_no"])
+        if lead_a is not None and lead_b is not None and lead_a != lead_b:
+            yes, no = ids if lead_a else ids[::-1]
+            return Finding(item_a=ids[0], item_b=ids[1], kind="conflict",
+                           reason=f"same question answered Yes by {yes} and No by {no}",
+                           similarity=question_similarity)
+        numbers_a, numbers_b = quantities(a["answer"]), quantities(b["answer"])
+        for unit in sorted(numbers_a.keys() & numbers_b.keys()):
+            if numbers_a[unit] != numbers_b[unit]:
+                shown = " vs ".join(
+                    ", ".join(f"{n:g}" for n in sorted(side)) + f" {unit}"
+                    for side in (numbers_a[unit], numbers_b[unit])
+                )
+                return Finding(item_a=ids[0], item_b=ids[1], kind="conflict",
+                               reason=f"same question, different numbers: {shown}",
+                               similarity=question_similarity)
+        if question_similarity >= duplicate_similarity:
+            return Finding(item_a=ids[0], item_b=ids[1], kind="duplicate",
+                           reason="near-identical questions", similarity=question_similarity)
+    if answer_similarity is not None and answer_similarity >= duplicate_similarity:
+        return Finding(item_a=ids[0], item_b=ids[1], kind="duplicate",
+                       reason="near-identical answers", similarity=answer_similarity)
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class DuplicateRun:
+    entries: int
+    findings: int
+    seconds: float
+
+
+async def find_duplicates(
+    conn: asyncpg.Connection, account_id: str, *, duplicate_similarity: float,
+    conflict_similarity: float,
+) -> DuplicateRun | None:
+    """Recompute an account's duplicates and conflicts; None when a run is already under way."""
+    started = time.monotonic()
+    if await conn.fetchval(db.query("start_duplicate_run"), account_id) is None:
+        return None
+    threshold = min(duplicate_similarity, conflict_similarity)
+    async with conn.transaction():
+        await conn.execute(db.query("set_similarity_threshold"), threshold)
+        by_question = {
+            (r["item_a"], r["item_b"]): r["similarity"]
+            for r in await conn.fetch(db.query("similar_questions"), account_id)
+        }
+        await conn.execute(db.query("set_similarity_threshold"), duplicate_similarity)
+        by_answer = {
+            (r["item_a"], r["item_b"]): r["similarity"]
+            for r in await conn.fetch(db.query("similar_answers"), account_id)
+        }
+    pairs = sorted(by_question.keys() | by_answer.keys())
+    ids = sorted({i for pair in pairs for i in pair})
+    entries = {r["id"]: r for r in await conn.fetch(db.query("duplicate_candidates"), ids)}
+    findings = [
+        found
+        for a, b in pairs
+        if a in entries and b in entries
+        if (found := classify(entries[a], entries[b], by_question.get((a, b)), by_answer.get((a, b)),
+                              duplicate_similarity)) is not None
+    ]
+    total = await conn.fetchval(db.query("count_knowledge_items"), account_id)
+    seconds = time.monotonic() - started
+    async with conn.transaction():
+        await conn.execute(
+            db.query("replace_duplicates"), account_id, [f.item_a for f in findings],
+            [f.item_b for f in findings], [f.kind for f in findings], [f.reason for f in findings],
+            [f.similarity for f in findings],
+        )
+        await conn.execute(db.query("finish_duplicate_run"), account_id, total, seconds)
+    return DuplicateRun(entries=total, findings=len(findings), seconds=seconds)
+
+
+def _entry(row: Mapping[str, Any], side: str) -> dict[str, Any]:
+    return {"id": row[f"{side}_id"], "question": row[f"{side}_question"], "answer": row[f"{side}_answer"]}
+
+
+async def duplicate_report(conn: asyncpg.Connection, account_id: str) -> dict[str, Any]:
+    """The account's last findings: {state, computed_at, entries, seconds, pairs}. `state` is
+    `fresh`, `outdated` (entries changed since) or `computing` (no finished run yet)."""
+    run = await conn.fetchrow(db.query("duplicate_run"), account_id)
+    rows = await conn.fetch(db.query("list_duplicates"), account_id)
+    if run is None or run["computed_at"] is None:
+        state = "computing"
+    elif run["computed_at"] < run["started_at"] or run["outdated"]:
+        state = "outdated"
+    else:
+        state = "fresh"
+    return {
+        "state": state,
+        "computed_at": None if run is None else run["computed_at"],
+        "entries": None if run is None else run["entries"],
+        "seconds": None if run is None or run["seconds"] is None else round(run["seconds"], 3),
+        "pairs": [
+            {"kind": row["kind"], "reason": row["reason"], "similarity": round(row["similarity"], 4),
+             "items": [_entry(row, "a"), _entry(row, "b")]}
+            for row in rows
+        ],
+    }
+
+
+# -- merging -----------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class MergeInput:
+    duplicate_id: NonBlank  # the entry merged into this one, and removed
+
+
+async def merge(
+    conn: asyncpg.Connection, account_id: str, keep_id: str, duplicate_id: str, member_id: str | None
+) -> tuple[KnowledgeItem, int]:
+    """Merge `duplicate_id` into `keep_id`: questions and RFP items that cited the duplicate cite
+    the kept entry (each question remembering `merged_from`), the duplicate's versions stay
+    readable, and it is removed. Returns the kept entry and how many questions were repointed."""
+    if keep_id == duplicate_id:
+        raise ValidationFailed(["duplicate_id: must be another entry than the one kept"])
+    async with conn.transaction():
+        kept = await conn.fetchrow(db.query("lock_knowledge_item"), keep_id, account_id)
+        if kept is None:
+            raise NotFound(f"no knowledge base item {keep_id} in this account")
+        if await conn.fetchrow(db.query("lock_knowledge_item"), duplicate_id, account_id) is None:
+            raise ValidationFailed([f"duplicate_id: no knowledge base item {duplicate_id} in this account"])
+        await set_actor(conn, member_id)
+        await conn.execute(db.query("set_merging"))
+        repointed = await conn.fetch(
+            db.query("repoint_question_references"), account_id, duplicate_id, keep_id
+        )
+        await conn.execute(db.query("repoint_rfp_items"), duplicate_id, keep_id)
+        await conn.execute(db.query("delete_merged_item"), duplicate_id, account_id)
+    return KnowledgeItem.from_row(kept), len(repointed)

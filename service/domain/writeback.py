@@ -1,0 +1,459 @@
+"""Write-back: the customer's own questionnaire returned with the answers in their cells.
+
+An import keeps the file (PostgreSQL bytea, per RFP, up to `library.max_kept_file_bytes`) and each
+item's sheet, row and answer column. `export?format=original` writes the approved answers (or
+every drafted one) into those cells and changes nothing else:
+
+- XLSX: the answer cells are written straight into the sheet XML of the original zip; every other
+  zip member is copied byte for byte, and inside a changed sheet only the answer cells' elements
+  (plus the row's `spans` and the sheet's `dimension` when a cell is added past them) differ. A
+  round trip through openpyxl would drop images, comments' shapes and extensions it does not know.
+  An answer cell with a Yes/No (list) data validation gets the option matching the answer's Yes/No
+  lead, or stays empty when the answer has none. A cell holding a formula is left alone.
+- CSV: the original columns and order, the answer column filled (appended when the file had
+  none), in the file's own encoding and delimiter.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import posixpath
+import re
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from xml.sax.saxutils import escape
+
+import asyncpg
+import attrs
+
+from .. import db
+from .errors import ParameterInvalid, ValidationFailed
+from .ids import new_id
+from .library import yes_no_lead
+from .questionnaires import XLSX_MEDIA_TYPE, Questionnaire, column_index, column_letter, detect_format
+
+MAX_MARK = 200  # the `unanswered` marker's length
+
+
+# -- keeping the file at import ------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class KeptFile:
+    format: str  # xlsx | csv
+    filename: str | None
+    content: bytes
+
+
+def kept_file(content: bytes, media_type: str | None, filename: str | None, limit: int) -> KeptFile | None:
+    """The uploaded questionnaire, kept for write-back when within `limit` bytes."""
+    if len(content) > limit:
+        return None
+    fmt = detect_format(content[:8], media_type, filename)
+    return KeptFile(format=fmt, filename=filename, content=content)
+
+
+async def keep(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, first_position: int,
+    found: Questionnaire, kept: KeptFile,
+) -> str:
+    """Store the file and each imported item's cell (call in the import's transaction)."""
+    file_id = await conn.fetchval(
+        db.query("keep_questionnaire_file"), new_id("qf"), account_id, rfp_id, kept.format,
+        kept.filename, hashlib.sha256(kept.content).digest(), kept.content,
+    )
+    answer = found.answer_index
+    if answer is None and kept.format == "csv" and found.header_row is not None:
+        answer = found.header_width  # a CSV without one gets an answer column appended
+    await conn.execute(
+        db.query("set_item_sources"), rfp_id, file_id, found.sheet, answer,
+        list(range(first_position, first_position + len(found.rows))), [r.row for r in found.rows],
+    )
+    return file_id
+
+
+# -- the export's options ------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class WriteOptions:
+    drafted: bool = False  # also write answers not yet approved
+    unanswered: str | None = None  # written into cells left without an answer; None: left as is
+    answer_column: int | None = None  # overrides the stored/detected column (0-based)
+
+
+def write_options(query: Mapping[str, str]) -> WriteOptions:
+    answers = query.get("answers") or "approved"
+    if answers not in ("approved", "drafted"):
+        raise ParameterInvalid(f"answers must be approved or drafted; got {answers!r}")
+    mark = query.get("unanswered")
+    if mark is not None and len(mark) > MAX_MARK:
+        raise ParameterInvalid(f"unanswered must be at most {MAX_MARK} characters")
+    column = query.get("answer_column")
+    index = None
+    if column:
+        if not re.fullmatch(r"[A-Za-z]{1,3}", column):
+            raise ParameterInvalid(f"answer_column must be a column letter (A, B, … XFD); got {column!r}")
+        index = column_index(column)
+    return WriteOptions(drafted=answers == "drafted", unanswered=mark or None, answer_column=index)
+
+
+@attrs.frozen(kw_only=True)
+class Cell:
+    sheet: str | None
+    row: int  # 1-based
+    column: int  # 0-based
+    text: str | None  # None: unanswered
+
+
+async def load(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, options: WriteOptions
+) -> tuple[asyncpg.Record, list[Cell]]:
+    """The kept questionnaire of an RFP and the cells to write; 422 when there is none."""
+    file = await conn.fetchrow(db.query("latest_questionnaire_file"), rfp_id, account_id)
+    if file is None:
+        raise ValidationFailed(
+            ["format: original needs the questionnaire imported into this RFP (CSV or XLSX) and kept; "
+             "items added by hand, or files over library.max_kept_file_bytes, have none"],
+            message="the RFP has no original questionnaire",
+        )
+    items = await conn.fetch(db.query("questionnaire_file_items"), file["id"])
+    cells = []
+    for item in items:
+        column = options.answer_column if options.answer_column is not None else item["answer_column"]
+        if column is None:
+            raise ValidationFailed(
+                ["answer_column: the questionnaire's answer column was not detected; name it with "
+                 "answer_column (a column letter) or import again with answer_column"],
+                message="no answer column",
+            )
+        written = item["state"] == "approved" or options.drafted  # drafted: any answer it has
+        text = item["answer"] if written and item["answer"] and item["answer"].strip() else None
+        if item["state"] == "discarded":
+            continue
+        cells.append(Cell(sheet=item["source_sheet"], row=item["source_row"], column=column,
+                          text=text if text is not None else options.unanswered))
+    return file, cells
+
+
+# -- CSV -----------------------------------------------------------------------------------------
+
+
+def write_csv(original: bytes, cells: Sequence[Cell], header_row: int | None = 1) -> bytes:
+    """The CSV with the answer cells filled; every other field, column and row as it was."""
+    for encoding in ("utf-8-sig", "cp1252"):
+        try:
+            text = original.decode(encoding)
+            break
+        except UnicodeDecodeError:
+            continue
+    else:  # the import read it, so this does not happen
+        raise ValidationFailed(["file: the kept CSV is neither UTF-8 nor Windows-1252"])
+    bom = original.startswith(b"\xef\xbb\xbf")
+    try:
+        dialect: Any = csv.Sniffer().sniff(text[: 64 * 1024], delimiters=",;\t|")
+    except csv.Error:
+        dialect = csv.excel
+    rows = list(csv.reader(io.StringIO(text, newline=""), dialect))
+    newline = "\r\n" if "\r\n" in text else "\n"
+    to_write = [c for c in cells if c.text is not None]
+    widest = max((c.column for c in to_write), default=-1)
+    if rows and widest >= len(rows[0]):
+        rows[0] = rows[0] + [""] * (widest - len(rows[0])) + ["Answer"]  # the appended column
+    for cell in to_write:
+        values = rows[cell.row - 1]
+        if cell.column >= len(values):
+            values.extend([""] * (cell.column + 1 - len(values)))
+        values[cell.column] = cell.text
+    out = io.StringIO(newline="")
+    writer = csv.writer(out, delimiter=dialect.delimiter, quotechar=dialect.quotechar or '"',
+                        lineterminator=newline, quoting=csv.QUOTE_MINIMAL)
+    writer.writerows(rows)
+    if not text.endswith(("\n", "\r")):
+        return _encode(out.getvalue().removesuffix(newline), encoding, bom)
+    return _encode(out.getvalue(), encoding, bom)
+
+
+def _encode(text: str, encoding: str, bom: bool) -> bytes:
+    if encoding == "utf-8-sig":
+        return (b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8")
+    return text.encode(encoding, errors="replace")
+
+
+# -- XLSX ----------------------------------------------------------------------------------------
+
+_ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_CELL_REF = re.compile(r"^([A-Z]+)(\d+)$")
+
+
+def _attr(tag: str, name: str) -> str | None:
+    found = re.search(rf'\b{name}="([^"]*)"', tag)
+    return None if found is None else found.group(1)
+
+
+def _sheet_paths(archive: zipfile.ZipFile) -> dict[str, str]:
+    """{sheet name: path of its XML in the zip}, from workbook.xml and its relationships."""
+    workbook_path = "xl/workbook.xml"
+    for name in archive.namelist():  # the main part is named in _rels/.rels; xl/workbook.xml by convention
+        if name.endswith("workbook.xml") and name.startswith("xl/"):
+            workbook_path = name
+            break
+    workbook = archive.read(workbook_path).decode("utf-8")
+    rels_path = posixpath.join(posixpath.dirname(workbook_path), "_rels",
+                               posixpath.basename(workbook_path) + ".rels")
+    rels = archive.read(rels_path).decode("utf-8")
+    targets = {}
+    for tag in re.findall(r"<Relationship\b[^>]*>", rels):
+        rel_id, target = _attr(tag, "Id"), _attr(tag, "Target")
+        if rel_id and target:
+            targets[rel_id] = (target.lstrip("/") if target.startswith("/")
+                               else posixpath.normpath(posixpath.join(posixpath.dirname(workbook_path),
+                                                                      target)))
+    paths = {}
+    for tag in re.findall(r"<(?:\w+:)?sheet\b[^>]*>", workbook):
+        name = _attr(tag, "name")
+        rel = re.search(r'\br:id="([^"]*)"|\b\w+:id="([^"]*)"', tag)
+        rel_id = rel and (rel.group(1) or rel.group(2))
+        if name is not None and rel_id in targets:
+            paths[_unescape(name)] = targets[rel_id]
+    return paths
+
+
+def _unescape(text: str) -> str:
+    return (text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
+            .replace("&apos;", "'").replace("&amp;", "&"))
+
+
+def _ranges(sqref: str) -> list[tuple[int, int, int, int]]:
+    """"A1:B3 C5" → [(min_col, min_row, max_col, max_row)] with 0-based columns."""
+    found = []
+    for part in sqref.split():
+        first, _, last = part.replace("$", "").partition(":")
+        last = last or first
+        a, b = _CELL_REF.match(first), _CELL_REF.match(last)
+        if a and b:
+            found.append((column_index(a.group(1)), int(a.group(2)),
+                          column_index(b.group(1)), int(b.group(2))))
+    return found
+
+
+@attrs.frozen
+class _ListValidation:
+    ranges: list[tuple[int, int, int, int]]
+    options: list[str] | None  # None: the list is a range reference (resolved with openpyxl)
+    formula: str
+
+    def covers(self, column: int, row: int) -> bool:
+        return any(c1 <= column <= c2 and r1 <= row <= r2 for c1, r1, c2, r2 in self.ranges)
+
+
+def _list_validations(sheet_xml: str) -> list[_ListValidation]:
+    found = []
+    for match in re.finditer(r"<(?:\w+:)?dataValidation\b([^>]*)>(.*?)</(?:\w+:)?dataValidation>",
+                             sheet_xml, re.DOTALL):
+        attributes, inner = match.group(1), match.group(2)
+        if _attr(attributes, "type") != "list":
+            continue
+        formula = re.search(r"<(?:\w+:)?formula1>(.*?)</(?:\w+:)?formula1>", inner, re.DOTALL)
+        sqref = _attr(attributes, "sqref") or ""
+        text = _unescape(formula.group(1)) if formula else ""
+        options = ([o.strip() for o in text[1:-1].split(",")]
+                   if text.startswith('"') and text.endswith('"') else None)
+        found.append(_ListValidation(ranges=_ranges(sqref), options=options, formula=text))
+    # x14 extension validations (lists on other sheets in older Excel files) use <xm:sqref>.
+    for match in re.finditer(r"<x14:dataValidation\b([^>]*)>(.*?)</x14:dataValidation>", sheet_xml,
+                             re.DOTALL):
+        attributes, inner = match.group(1), match.group(2)
+        if _attr(attributes, "type") != "list":
+            continue
+        formula = re.search(r"<xm:f>(.*?)</xm:f>", inner, re.DOTALL)
+        sqref = re.search(r"<xm:sqref>(.*?)</xm:sqref>", inner, re.DOTALL)
+        if formula and sqref:
+            text = _unescape(formula.group(1))
+            options = ([o.strip() for o in text[1:-1].split(",")]
+                       if text.startswith('"') and text.endswith('"') else None)
+            found.append(_ListValidation(ranges=_ranges(sqref.group(1)), options=options, formula=text))
+    return found
+
+
+def _resolve_list(original: bytes, formula: str) -> list[str]:
+    """The options of a list validation that refers to cells (`Lists!$A$1:$A$3` or a name)."""
+    from openpyxl import load_workbook
+
+    workbook = load_workbook(io.BytesIO(original), data_only=True)
+    try:
+        reference = formula.lstrip("=")
+        if "!" not in reference and reference in workbook.defined_names:
+            reference = workbook.defined_names[reference].attr_text
+        sheet_name, _, cells = reference.rpartition("!")
+        sheet = workbook[sheet_name.strip("'").replace("''", "'")] if sheet_name else workbook.active
+        values = sheet[cells.replace("$", "")]
+        if not isinstance(values, tuple):
+            values = ((values,),)
+        elif values and not isinstance(values[0], tuple):
+            values = (values,)
+        return [str(cell.value).strip() for row in values for cell in row if cell.value is not None]
+    except (KeyError, ValueError, IndexError, TypeError):
+        return []
+    finally:
+        workbook.close()
+
+
+def _dropdown_value(answer: str, options: Sequence[str]) -> str | None:
+    """The option a Yes/No dropdown gets for an answer: its Yes/No lead's option, else an option
+    the whole answer equals, else none."""
+    for option in options:
+        if answer.strip().lower() == option.lower():
+            return option
+    lead = yes_no_lead(answer)
+    if lead is None:
+        return None
+    wanted = "yes" if lead else "no"
+    for option in options:
+        if option.lower() == wanted or option.lower().startswith(wanted + " "):
+            return option
+    return None
+
+
+def _cell_xml(ref: str, attributes: str, text: str) -> str:
+    """An inline-string cell keeping the original cell's other attributes (its style above all)."""
+    kept = re.sub(r'\s+(?:t|r)="[^"]*"', "", attributes)
+    clean = _ILLEGAL_XML.sub("", text)
+    return (f'<c r="{ref}"{kept} t="inlineStr"><is><t xml:space="preserve">'
+            f"{escape(clean)}</t></is></c>")
+
+
+_ROW = r'<row\b[^>]*?\br="{n}"[^>]*?(?:/>|>.*?</row>)'
+_CELLS = re.compile(r'<c\b([^>]*?)(/>|>.*?</c>)', re.DOTALL)
+
+
+def _write_row(row_xml: str, number: int, writes: dict[int, str], dropdowns: Any) -> str:
+    if row_xml.endswith("/>"):
+        row_xml = row_xml[:-2].rstrip() + "></row>"
+    open_end = row_xml.index(">") + 1
+    head, body, tail = row_xml[:open_end], row_xml[open_end:-len("</row>")], "</row>"
+    cells = []  # (column, xml, attributes, has formula)
+    for match in _CELLS.finditer(body):
+        attributes = match.group(1)
+        ref = _attr(attributes, "r") or ""
+        parsed = _CELL_REF.match(ref)
+        column = column_index(parsed.group(1)) if parsed else -1
+        cells.append([column, match.group(0), attributes, "<f" in match.group(2)])
+    if any(column < 0 for column, *_ in cells):
+        return row_xml  # cells without references: positions implied; not written into
+    by_column = {c[0]: c for c in cells}
+    for column, text in sorted(writes.items()):
+        ref = f"{column_letter(column)}{number}"
+        value = dropdowns(column, number, text)
+        if value is None:
+            continue
+        if column in by_column:
+            if by_column[column][3]:
+                continue  # a formula cell keeps its formula
+            by_column[column][1] = _cell_xml(ref, by_column[column][2], value)
+        else:
+            style = _attr(head, "s") if _attr(head, "customFormat") == "1" else None
+            attributes = f' s="{style}"' if style else ""
+            by_column[column] = [column, _cell_xml(ref, attributes, value), attributes, False]
+    new_body = "".join(by_column[c][1] for c in sorted(by_column))
+    spans = _attr(head, "spans")
+    if spans and writes:
+        low, _, high = spans.partition(":")
+        if low.isdigit() and high.isdigit():
+            wanted = max(int(high), max(writes) + 1)
+            head = head.replace(f'spans="{spans}"', f'spans="{low}:{wanted}"', 1)
+    # Whitespace between cells (rare) is dropped only in rows written into.
+    return head + new_body + tail
+
+
+def _grow_dimension(sheet_xml: str, cells: Iterable[tuple[int, int]]) -> str:
+    match = re.search(r'<dimension\b[^>]*\bref="([^"]*)"', sheet_xml)
+    if not match or not cells:
+        return sheet_xml
+    ranges = _ranges(match.group(1))
+    if not ranges:
+        return sheet_xml
+    c1, r1, c2, r2 = ranges[0]
+    cols = [c for c, _ in cells]
+    rows = [r for _, r in cells]
+    n1, m1, n2, m2 = min(c1, *cols), min(r1, *rows), max(c2, *cols), max(r2, *rows)
+    if (n1, m1, n2, m2) == (c1, r1, c2, r2):
+        return sheet_xml
+    ref = f"{column_letter(n1)}{m1}:{column_letter(n2)}{m2}"
+    return sheet_xml[:match.start(1)] + ref + sheet_xml[match.end(1):]
+
+
+def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
+    """The workbook with the answer cells written; every other byte of every other part as it was."""
+    by_sheet: dict[str | None, dict[int, dict[int, str]]] = {}
+    for cell in cells:
+        if cell.text is not None:
+            by_sheet.setdefault(cell.sheet, {}).setdefault(cell.row, {})[cell.column] = cell.text
+    with zipfile.ZipFile(io.BytesIO(original)) as archive:
+        paths = _sheet_paths(archive)
+        changed: dict[str, bytes] = {}
+        for sheet, rows in by_sheet.items():
+            path = paths.get(sheet) if sheet is not None else next(iter(paths.values()), None)
+            if path is None or path not in archive.namelist():
+                raise ValidationFailed([f"file: the kept workbook has no sheet {sheet!r}"])
+            xml = archive.read(path).decode("utf-8")
+            validations = _list_validations(xml)
+            resolved: dict[str, list[str]] = {}
+
+            def dropdown(column: int, row: int, text: str,
+                         validations: list[_ListValidation] = validations,
+                         resolved: dict[str, list[str]] = resolved) -> str | None:
+                for validation in validations:
+                    if validation.covers(column, row):
+                        options = validation.options
+                        if options is None:
+                            if validation.formula not in resolved:
+                                resolved[validation.formula] = _resolve_list(original, validation.formula)
+                            options = resolved[validation.formula]
+                        return _dropdown_value(text, options) if options else text
+                return text
+
+            for number, writes in rows.items():
+                match = re.search(_ROW.format(n=number), xml, re.DOTALL)
+                if match is None:
+                    xml = _insert_row(xml, number, writes, dropdown)
+                    continue
+                new_row = _write_row(match.group(0), number, writes, dropdown)
+                xml = xml[:match.start()] + new_row + xml[match.end():]
+            xml = _grow_dimension(xml, [(c, r) for r, w in rows.items() for c in w])
+            changed[path] = xml.encode("utf-8")
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as target:
+            for info in archive.infolist():
+                data = changed.get(info.filename)
+                if data is None:
+                    data = archive.read(info)
+                target.writestr(info, data, compress_type=info.compress_type)
+    return out.getvalue()
+
+
+def _insert_row(xml: str, number: int, writes: dict[int, str], dropdown: Any) -> str:
+    """A row the sheet does not have yet (a question read from a merged area), in row order."""
+    row = _write_row(f'<row r="{number}"></row>', number, writes, dropdown)
+    for match in re.finditer(r'<row\b[^>]*?\br="(\d+)"', xml):
+        if int(match.group(1)) > number:
+            return xml[:match.start()] + row + xml[match.start():]
+    end = xml.find("</sheetData>")
+    if end < 0:
+        return xml.replace("<sheetData/>", f"<sheetData>{row}</sheetData>", 1)
+    return xml[:end] + row + xml[end:]
+
+
+def write(file: Mapping[str, Any], cells: Sequence[Cell]) -> bytes:
+    content = bytes(file["content"])
+    if file["format"] == "xlsx":
+        return write_xlsx(content, cells)
+    return write_csv(content, cells)
+
+
+def media_type(file: Mapping[str, Any]) -> str:
+    return XLSX_MEDIA_TYPE if file["format"] == "xlsx" else "text/csv"
+

@@ -1,0 +1,163 @@
+-- set_review_period --
+-- The review period new entries get (config library.review_period_days); written at start-up.
+UPDATE library_settings SET review_period_days = $1 WHERE review_period_days <> $1;
+
+-- set_actor --
+-- Who makes this transaction's changes to entries (the versioning trigger records it).
+SELECT set_config('rfp.actor', coalesce($1, ''), true);
+
+-- set_merging --
+-- This transaction's deletes of entries are merges (the versioning trigger records it).
+SELECT set_config('rfp.merging', 'on', true);
+
+-- count_library_items --
+-- How many entries of an account match the filters ($2 stale only, $3 owner member id).
+SELECT count(*)::integer FROM knowledge_items
+ WHERE account_id = $1
+   AND ($2::boolean IS NOT TRUE OR review_by < (now() AT TIME ZONE 'UTC')::date)
+   AND ($3::text IS NULL OR owner_member_id = $3);
+
+-- list_library_items --
+-- One page of an account's entries matching the filters: stale ones by review date (most
+-- overdue first), else newest first.
+SELECT * FROM knowledge_items
+ WHERE account_id = $1
+   AND ($2::boolean IS NOT TRUE OR review_by < (now() AT TIME ZONE 'UTC')::date)
+   AND ($3::text IS NULL OR owner_member_id = $3)
+ ORDER BY CASE WHEN $2::boolean THEN review_by END, created_at DESC, id DESC
+ LIMIT $4 OFFSET $5;
+
+-- lock_knowledge_item --
+-- One entry of an account, locked for a change.
+SELECT * FROM knowledge_items WHERE id = $1 AND account_id = $2 FOR UPDATE;
+
+-- is_account_member --
+-- Whether $1 is a member of account $2.
+SELECT EXISTS (SELECT 1 FROM members WHERE id = $1 AND account_id = $2);
+
+-- update_knowledge_item --
+-- A changed entry (every field given; the versioning trigger keeps the previous version).
+UPDATE knowledge_items
+   SET question = $3, answer = $4, title = $5, tags = $6, source = $7, yes_no = $8,
+       owner_member_id = $9, review_by = $10
+ WHERE id = $1 AND account_id = $2
+RETURNING *;
+
+-- mark_knowledge_item_reviewed --
+-- Someone confirmed the entry is still right: reviewed now, next review one period (or $3) away.
+UPDATE knowledge_items
+   SET reviewed_at = now(),
+       review_by = coalesce($3::date, (now() AT TIME ZONE 'UTC')::date
+                                      + (SELECT review_period_days FROM library_settings))
+ WHERE id = $1 AND account_id = $2
+RETURNING *;
+
+-- knowledge_item_versions --
+-- The earlier versions of an entry, newest first.
+SELECT * FROM knowledge_item_versions
+ WHERE item_id = $1 AND account_id = $2
+ ORDER BY version DESC;
+
+-- reference_marks --
+-- The version and review date of the entries a question drew on.
+SELECT id, version, review_by, review_by < (now() AT TIME ZONE 'UTC')::date AS stale
+  FROM knowledge_items
+ WHERE id = ANY($1::text[]);
+
+-- stale_items --
+-- Every stale entry of an account (the CLI), most overdue first.
+SELECT k.id, k.review_by, k.owner_member_id, u.email AS owner_email, k.question, k.title
+  FROM knowledge_items k
+  LEFT JOIN members m ON m.id = k.owner_member_id
+  LEFT JOIN users u ON u.id = m.user_id
+ WHERE k.account_id = $1 AND k.review_by < (now() AT TIME ZONE 'UTC')::date
+ ORDER BY k.review_by, k.id;
+
+-- similar_questions --
+-- Pairs of an account's entries whose questions are at least $2 similar (trigram), each once.
+-- Uses the GiST trigram index: one index probe per entry, not a comparison of every pair.
+SELECT a.id AS item_a, b.id AS item_b, similarity(lower(a.question), lower(b.question)) AS similarity
+  FROM knowledge_items a
+  JOIN knowledge_items b
+    ON b.account_id = a.account_id AND b.id > a.id AND b.question IS NOT NULL
+   AND lower(b.question) % lower(a.question)
+ WHERE a.account_id = $1 AND a.question IS NOT NULL;
+
+-- similar_answers --
+-- Pairs of an account's entries whose answers open alike (the first 300 characters).
+SELECT a.id AS item_a, b.id AS item_b,
+       similarity(lower(left(a.answer, 300)), lower(left(b.answer, 300))) AS similarity
+  FROM knowledge_items a
+  JOIN knowledge_items b
+    ON b.account_id = a.account_id AND b.id > a.id
+   AND lower(left(b.answer, 300)) % lower(left(a.answer, 300))
+ WHERE a.account_id = $1;
+
+-- set_similarity_threshold --
+-- The trigram `%` operator's threshold for this transaction.
+SELECT set_config('pg_trgm.similarity_threshold', $1::real::text, true);
+
+-- duplicate_candidates --
+-- The entries of some pairs, for classifying them.
+SELECT id, question, answer, yes_no FROM knowledge_items WHERE id = ANY($1::text[]);
+
+-- start_duplicate_run --
+-- Claim an account's duplicate run; null when one started under a minute ago is still going.
+INSERT INTO knowledge_duplicate_runs AS r (account_id) VALUES ($1)
+ON CONFLICT (account_id) DO UPDATE SET started_at = now()
+ WHERE r.computed_at IS NOT NULL AND r.computed_at >= r.started_at
+    OR r.started_at < now() - interval '1 minute'
+RETURNING started_at;
+
+-- replace_duplicates --
+-- Store a run's findings (parallel arrays) in place of the account's earlier ones.
+WITH gone AS (
+    DELETE FROM knowledge_duplicates WHERE account_id = $1
+)
+INSERT INTO knowledge_duplicates (account_id, item_a, item_b, kind, reason, similarity)
+SELECT $1, a, b, k, r, s
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::real[]) AS f(a, b, k, r, s);
+
+-- finish_duplicate_run --
+-- A run is done: when, over how many entries, in how long.
+UPDATE knowledge_duplicate_runs SET computed_at = now(), entries = $2, seconds = $3
+ WHERE account_id = $1;
+
+-- duplicate_run --
+-- An account's last duplicate run and whether entries changed since it started.
+SELECT r.*, EXISTS (SELECT 1 FROM knowledge_items k
+                     WHERE k.account_id = r.account_id AND k.updated_at > r.started_at) AS outdated
+  FROM knowledge_duplicate_runs r
+ WHERE r.account_id = $1;
+
+-- list_duplicates --
+-- An account's findings (only pairs whose entries both still exist), conflicts first.
+SELECT d.kind, d.reason, d.similarity,
+       a.id AS a_id, a.question AS a_question, a.answer AS a_answer,
+       b.id AS b_id, b.question AS b_question, b.answer AS b_answer
+  FROM knowledge_duplicates d
+  JOIN knowledge_items a ON a.id = d.item_a
+  JOIN knowledge_items b ON b.id = d.item_b
+ WHERE d.account_id = $1
+ ORDER BY d.kind = 'conflict' DESC, d.similarity DESC, d.item_a, d.item_b;
+
+-- repoint_question_references --
+-- Questions that cited entry $2 cite entry $3 instead, remembering the entry they cited.
+UPDATE questions q
+   SET "references" = (
+       SELECT jsonb_agg(CASE WHEN ref->>'kb_item_id' = $2::text
+                             THEN ref || jsonb_build_object('kb_item_id', $3::text,
+                                                            'merged_from', $2::text)
+                             ELSE ref END ORDER BY ord)
+         FROM jsonb_array_elements(q."references") WITH ORDINALITY AS r(ref, ord))
+ WHERE q.account_id = $1
+   AND q."references" @> jsonb_build_array(jsonb_build_object('kb_item_id', $2::text))
+RETURNING q.id;
+
+-- repoint_rfp_items --
+-- RFP items saved as entry $1 are saved as entry $2.
+UPDATE rfp_items SET knowledge_item_id = $2 WHERE knowledge_item_id = $1;
+
+-- delete_merged_item --
+-- Remove the entry merged into another (its versions stay readable).
+DELETE FROM knowledge_items WHERE id = $1 AND account_id = $2 RETURNING id;

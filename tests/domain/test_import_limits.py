@@ -1,0 +1,218 @@
+"""Issue 17, findings 3 and 10: hostile questionnaire uploads cost bounded time and memory, are
+refused whole (413 naming the limit, or 422), and never hold up sign-ins."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+import zipfile
+
+import pytest
+from conftest import with_config
+from openpyxl import Workbook
+
+from service.domain.errors import PayloadTooLarge, ServiceUnavailable
+from service.domain.isolation import IsolatedWorkers
+from service.domain.questionnaires import XLSX_MEDIA_TYPE
+from service.web.app import create_app
+
+_MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+
+
+def xlsx(sheet_xml: bytes | None = None, shared_strings: bytes | None = None) -> bytes:
+    """A workbook made by openpyxl (header "Question", one question), with its first sheet's
+    XML or its shared strings replaced."""
+    workbook = Workbook()
+    workbook.active.append(["Question"])
+    workbook.active.append(["Is data encrypted at rest?"])
+    made = io.BytesIO()
+    workbook.save(made)
+    out = io.BytesIO()
+    with zipfile.ZipFile(made) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for member in source.infolist():
+            data = source.read(member.filename)
+            if member.filename == "xl/worksheets/sheet1.xml" and sheet_xml is not None:
+                data = sheet_xml
+            if member.filename == "[Content_Types].xml" and shared_strings is not None:
+                data = data.replace(b"</Types>", b'<Override PartName="/xl/sharedStrings.xml" '
+                                    b'ContentType="application/vnd.openxmlformats-officedocument.'
+                                    b'spreadsheetml.sharedStrings+xml"/></Types>')
+            target.writestr(member.filename, data)
+        if shared_strings is not None:
+            target.writestr("xl/sharedStrings.xml", shared_strings)
+    return out.getvalue()
+
+
+def inline_row(number: int, text: str) -> str:
+    return f'<row r="{number}"><c r="A{number}" t="inlineStr"><is><t>{text}</t></is></c></row>'
+
+
+def sheet(*rows: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{_MAIN}"><sheetData>'
+            + "".join(rows) + "</sheetData></worksheet>").encode()
+
+
+async def new_rfp(client, actor) -> str:
+    response = await client.post("/api/v1/rfps", json={"rfp": {"title": "Hostile"}}, headers=actor.headers)
+    return (await response.json())["id"]
+
+
+async def upload(client, actor, rfp_id, body: bytes, media_type: str):
+    return await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import", data=body,
+                             headers={**actor.headers, "Content-Type": media_type})
+
+
+async def assert_refused(client, actor, rfp_id, response, status: int, words: str) -> None:
+    body = await response.json()
+    assert response.status == status, body
+    assert words in body["error"]["message"] + " ".join(body["error"].get("details", [])), body
+    items = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=actor.headers)
+    assert (await items.json())["rfp_items"] == []  # nothing half-imported
+
+
+async def test_xlsx_row_20000000__413_max_row_index_at_once(client, admin):
+    """1.5 KB naming <row r="20000000"> was parsed for 9.8 s (openpyxl made up every row before)."""
+    rfp_id = await new_rfp(client, admin)
+    body = xlsx(sheet(inline_row(1, "Question"), inline_row(20_000_000, "Is MFA enforced?")))
+    started = time.monotonic()
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    assert time.monotonic() - started < 5
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_row_index = 100000")
+
+
+async def test_xlsx_shared_strings_expanding_to_100_mb__413_max_zip_member_bytes(client, admin):
+    """~150 KB that unpacked to 100 MB of shared strings."""
+    strings = io.BytesIO()
+    strings.write(f'<?xml version="1.0"?><sst xmlns="{_MAIN}">'.encode())
+    one = b"<si><t>" + b"A" * 1000 + b"</t></si>"
+    for _ in range(100_000):
+        strings.write(one)
+    strings.write(b"</sst>")
+    body = xlsx(shared_strings=strings.getvalue())
+    assert len(body) < 500_000
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_zip_member_bytes")
+
+
+async def test_xlsx_entity_bomb_in_shared_strings__422_not_500(client, admin):
+    entities = '<!ENTITY a0 "lol">' + "".join(
+        f'<!ENTITY a{i} "{("&a" + str(i - 1) + ";") * 10}">' for i in range(1, 10)
+    )
+    strings = (f'<?xml version="1.0"?><!DOCTYPE sst [{entities}]>'
+               f'<sst xmlns="{_MAIN}"><si><t>&a9;</t></si></sst>').encode()
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, xlsx(shared_strings=strings), XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 422, "declares a DTD")
+
+
+async def test_xlsx_column_past_max_columns__413(client, admin):
+    rfp_id = await new_rfp(client, admin)
+    body = xlsx(sheet(inline_row(1, "Question"),
+                      '<row r="2"><c r="XFD2" t="inlineStr"><is><t>far</t></is></c></row>'))
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_columns = 256")
+
+
+async def test_csv_of_1_000_000_rows__413_max_items(client, admin):
+    """A 3 MB CSV made 1,000,000 items."""
+    body = b"Question\n" + b"Q?\n" * 1_000_000
+    rfp_id = await new_rfp(client, admin)
+    started = time.monotonic()
+    response = await upload(client, admin, rfp_id, body, "text/csv")
+    assert time.monotonic() - started < 10
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_items = 10000")
+
+
+async def test_csv_of_1_000_000_rows_without_questions__413_max_rows(client, admin):
+    body = b"Question,Notes\n" + b",n\n" * 1_000_000
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, body, "text/csv")
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_rows = 50000")
+
+
+async def test_csv_items_past_max_items__413_and_nothing_imported(config, aiohttp_client, admin):
+    client = await aiohttp_client(create_app(with_config(config, uploads={"max_items": 3})))
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, b"Question\nA?\nB?\nC?\nD?\n", "text/csv")
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_items = 3")
+
+
+async def test_csv_cell_past_max_cell_chars__413(config, aiohttp_client, admin):
+    client = await aiohttp_client(create_app(with_config(config, uploads={"max_cell_chars": 100})))
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, b"Question\n" + b"x" * 101 + b"\n", "text/csv")
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_cell_chars = 100")
+
+
+async def test_csv_with_a_nul_byte__422_not_500(client, admin):
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, b"Question\nIs data\x00 encrypted?\n", "text/csv")
+    await assert_refused(client, admin, rfp_id, response, 422, "NUL")
+
+
+async def test_imports_and_sign_ins_do_not_wait_on_the_default_executor(client, admin):
+    """Six 1.5 KB uploads took 42 s each and a sign-in 38.8 s: parsing and argon2 shared the
+    default executor. Here every default-executor thread is taken, and both still go through."""
+    loop = asyncio.get_running_loop()
+    gate = threading.Event()
+    blockers = [loop.run_in_executor(None, gate.wait) for _ in range(64)]
+    try:
+        rfp_id = await new_rfp(client, admin)
+        async with asyncio.timeout(20):
+            imported, signed_in = await asyncio.gather(
+                upload(client, admin, rfp_id, b"Question\nIs MFA enforced?\n", "text/csv"),
+                client.post("/api/v1/tokens", json={"email": admin.email, "password": "x" * 12}),
+            )
+        assert imported.status == 201
+        assert signed_in.status == 401  # the password was checked (argon2), and was wrong
+    finally:
+        gate.set()
+        await asyncio.gather(*blockers)
+
+
+async def test_isolated_worker__killed_at_its_time_limit():
+    workers = IsolatedWorkers(workers=1, timeout=0.5, memory_bytes=1 << 30)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PayloadTooLarge, match="parse_timeout_seconds"):
+            await workers.run(time.sleep, 60)
+        assert time.monotonic() - started < 5
+        assert workers.running == set()
+    finally:
+        workers.close()
+
+
+async def test_isolated_worker__memory_limit_is_413():
+    workers = IsolatedWorkers(workers=1, timeout=20, memory_bytes=512 << 20)
+    try:
+        with pytest.raises(PayloadTooLarge, match="parse_memory_bytes"):
+            await workers.run(bytearray, 2 << 30)
+        assert await workers.run(len, b"still works") == 11
+    finally:
+        workers.close()
+
+
+async def test_isolated_worker__busy_past_the_time_limit_is_503():
+    workers = IsolatedWorkers(workers=1, timeout=3.0, memory_bytes=1 << 30)
+    try:
+        first = asyncio.ensure_future(workers.run(time.sleep, 1.0))
+        await asyncio.sleep(0.05)
+        second = asyncio.ensure_future(workers.run(time.sleep, 0))
+        await first
+        assert await second is None  # it waited its turn, within the limit
+        # One runs until it is killed, one waits its turn and then does the same: a third
+        # cannot get a turn within the limit.
+        slow = [asyncio.ensure_future(workers.run(time.sleep, 60))]
+        await asyncio.sleep(1.0)
+        slow.append(asyncio.ensure_future(workers.run(time.sleep, 60)))
+        await asyncio.sleep(0.1)
+        with pytest.raises(ServiceUnavailable):
+            await workers.run(time.sleep, 0)
+        for run in slow:
+            with pytest.raises(PayloadTooLarge):
+                await run
+    finally:
+        workers.close()

@@ -1,0 +1,289 @@
+"""Library care: owners, review dates, stale entries, versions, duplicates, conflicts and merges."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+from helpers_questions import add_entry, ask, wait_all_complete, wait_complete
+
+from service.config import QuestionsConfig
+from service.domain.bands import band
+from service.domain.library import classify, find_duplicates, quantities, yes_no_lead
+
+ITEMS = "/api/v1/knowledge_base_items"
+
+
+def today():
+    return datetime.now(UTC).date()
+
+
+async def _create(client, actor, **fields):
+    response = await client.post(ITEMS, json={"knowledge_base_item": fields}, headers=actor.headers)
+    assert response.status == 201, await response.text()
+    return await response.json()
+
+
+async def test_new_entry__review_date_one_period_ahead_not_stale_version_1(client, admin):
+    item = await _create(client, admin, question="Do you encrypt backups?", answer="Yes.")
+    assert item["review_by"] == (today() + timedelta(days=365)).isoformat()
+    assert (item["stale"], item["version"], item["owner_id"], item["reviewed_at"]) == (
+        False, 1, None, None)
+
+
+async def test_stale_filter__lists_only_entries_past_their_review_date(client, conn, admin):
+    fresh = await _create(client, admin, answer="fresh")
+    old = await _create(client, admin, answer="old")
+    older = await _create(client, admin, answer="older")
+    await conn.execute("UPDATE knowledge_items SET review_by = current_date - 3 WHERE id = $1", old["id"])
+    await conn.execute("UPDATE knowledge_items SET review_by = current_date - 9 WHERE id = $1",
+                       older["id"])
+    body = await (await client.get(f"{ITEMS}?stale=true", headers=admin.headers)).json()
+    assert [i["id"] for i in body["knowledge_base_items"]] == [older["id"], old["id"]]
+    assert all(i["stale"] for i in body["knowledge_base_items"])
+    assert body["pagination"]["total_count"] == 2
+    everything = await (await client.get(ITEMS, headers=admin.headers)).json()
+    assert fresh["id"] in {i["id"] for i in everything["knowledge_base_items"]}
+    bad = await client.get(f"{ITEMS}?stale=maybe", headers=admin.headers)
+    assert bad.status == 400 and "stale" in (await bad.json())["error"]["message"]
+
+
+async def test_owner__set_by_patch_filtered_by_owner_and_me(client, admin, make_member):
+    colleague = await make_member(admin.account_id)
+    mine = await _create(client, admin, answer="mine")
+    theirs = await _create(client, admin, answer="theirs")
+    for item, owner in ((mine, admin.member_id), (theirs, colleague.member_id)):
+        response = await client.patch(f"{ITEMS}/{item['id']}",
+                                      json={"knowledge_base_item": {"owner_id": owner}},
+                                      headers=admin.headers)
+        assert response.status == 200
+        assert (await response.json())["owner_id"] == owner
+    body = await (await client.get(f"{ITEMS}?owner={colleague.member_id}", headers=admin.headers)).json()
+    assert [i["id"] for i in body["knowledge_base_items"]] == [theirs["id"]]
+    body = await (await client.get(f"{ITEMS}?owner=me", headers=admin.headers)).json()
+    assert [i["id"] for i in body["knowledge_base_items"]] == [mine["id"]]
+
+
+async def test_owner__must_be_a_member_of_the_account(client, admin, make_account):
+    stranger = await make_account()
+    item = await _create(client, admin, answer="x")
+    response = await client.patch(f"{ITEMS}/{item['id']}",
+                                  json={"knowledge_base_item": {"owner_id": stranger.member_id}},
+                                  headers=admin.headers)
+    assert response.status == 422
+    assert "is not a member of this account" in (await response.json())["error"]["details"][0]
+
+
+async def test_reviewed__clears_staleness_and_records_when(client, conn, admin):
+    item = await _create(client, admin, answer="Yes.")
+    await conn.execute("UPDATE knowledge_items SET review_by = current_date - 1 WHERE id = $1", item["id"])
+    assert (await (await client.get(f"{ITEMS}/{item['id']}", headers=admin.headers)).json())["stale"]
+    response = await client.post(f"{ITEMS}/{item['id']}/reviewed", headers=admin.headers)
+    assert response.status == 200
+    reviewed = await response.json()
+    assert reviewed["stale"] is False and reviewed["reviewed_at"] is not None
+    assert reviewed["review_by"] == (today() + timedelta(days=365)).isoformat()
+    response = await client.post(f"{ITEMS}/{item['id']}/reviewed", json={"review_by": "2031-01-31"},
+                                 headers=admin.headers)
+    assert (await response.json())["review_by"] == "2031-01-31"
+    missing = await client.post(f"{ITEMS}/kb_nope/reviewed", headers=admin.headers)
+    assert missing.status == 404
+
+
+async def test_versions__every_change_keeps_the_previous_version_who_and_when(
+    client, admin, make_member
+):
+    colleague = await make_member(admin.account_id)
+    item = await _create(client, admin, question="Retention?", answer="We keep logs 30 days.")
+    await client.patch(f"{ITEMS}/{item['id']}",
+                       json={"knowledge_base_item": {"answer": "We keep logs 90 days."}},
+                       headers=colleague.headers)
+    changed = await (await client.patch(f"{ITEMS}/{item['id']}",
+                                        json={"knowledge_base_item": {"title": "Logs"}},
+                                        headers=admin.headers)).json()
+    assert changed["version"] == 3 and changed["answer"] == "We keep logs 90 days."
+    response = await client.get(f"{ITEMS}/{item['id']}/versions", headers=admin.headers)
+    assert response.status == 200
+    versions = (await response.json())["versions"]
+    assert [(v["version"], v["current"], v["answer"], v["title"]) for v in versions] == [
+        (3, True, "We keep logs 90 days.", "Logs"),
+        (2, False, "We keep logs 90 days.", None),
+        (1, False, "We keep logs 30 days.", None),
+    ]
+    assert [v["written_by"] for v in versions] == [admin.member_id, colleague.member_id, None]
+    assert [v["replaced_by"] for v in versions[1:]] == [admin.member_id, colleague.member_id]
+    assert versions[2]["change"] == "updated"
+
+
+async def test_versions__kept_after_delete(client, admin):
+    item = await _create(client, admin, answer="gone soon")
+    assert (await client.delete(f"{ITEMS}/{item['id']}", headers=admin.headers)).status == 204
+    versions = (await (await client.get(f"{ITEMS}/{item['id']}/versions",
+                                        headers=admin.headers)).json())["versions"]
+    assert [(v["version"], v["change"], v["answer"]) for v in versions] == [(1, "deleted", "gone soon")]
+
+
+async def test_stale_entry__answer_asks_for_attention_never_auto_answer(client, conn, admin):
+    fresh_id = await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
+    first = await wait_complete(client, (await (await ask(
+        client, admin.headers, "Is data encrypted at rest?")).json())["id"], admin.headers)
+    settings = QuestionsConfig()
+    assert band(first["confidence"], first["requires_attention"], settings) == "auto_answer"
+    assert first["references"][0] == {**first["references"][0], "id": fresh_id, "version": 1}
+
+    await conn.execute("UPDATE knowledge_items SET review_by = current_date - 1 WHERE id = $1", fresh_id)
+    second = await wait_complete(client, (await (await ask(
+        client, admin.headers, "Is data encrypted at rest?")).json())["id"], admin.headers)
+    assert second["answer"] == "Yes, with AES-256."
+    assert second["requires_attention"] is True
+    assert any(fresh_id in point and "past its review date" in point
+               for point in second["attention_points"])
+    assert band(second["confidence"], second["requires_attention"], settings) != "auto_answer"
+    # The question points at the version it used, which a change does not move.
+    assert second["references"][0]["version"] == 2  # the review_by change was version 2
+
+
+async def test_stale_entry__rfp_item_needs_input(client, conn, admin):
+    kb_id = await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
+    await conn.execute("UPDATE knowledge_items SET review_by = current_date - 1 WHERE id = $1", kb_id)
+    rfp = await (await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {
+        "title": "Bank", "items": [{"question": "Is data encrypted at rest?"}]}})).json()
+    response = await client.post(f"/api/v1/rfps/{rfp['id']}/answer", headers=admin.headers)
+    assert response.status == 202
+    await wait_all_complete(conn, 20)
+    state = await conn.fetchval("SELECT state::text FROM rfp_items WHERE rfp_id = $1", rfp["id"])
+    assert state == "needs_input"
+
+
+# -- duplicates and conflicts --------------------------------------------------------------------
+
+LIBRARY = [
+    ("dup1", "Do you encrypt customer data at rest?", "Yes, all customer data is encrypted with AES-256."),
+    ("dup2", "Do you encrypt customer data at rest ?", "We use AES-256 for stored data."),
+    ("yes", "Do you support single sign-on with SAML?", "Yes, SAML 2.0 and OIDC."),
+    ("no", "Do you support single sign-on via SAML?", "No, not at this time."),
+    ("r30", "How long do you retain audit logs?", "Audit logs are retained for 30 days."),
+    ("r90", "How long are audit logs retained?", "Audit logs are retained for 90 days."),
+    ("ans1", "Describe your backup schedule.",
+     "Backups run nightly and are kept for one year in a second region."),
+    ("ans2", "How often do you back up?",
+     "Backups run nightly and are kept for one year in a second region!"),
+    ("lone", "Do you have a bug bounty?", "Yes, through a public programme."),
+]
+
+
+async def _library(conn, account_id) -> dict[str, str]:
+    return {name: await add_entry(conn, account_id, q, a) for name, q, a in LIBRARY}
+
+
+async def test_find_duplicates__finds_duplicates_and_conflicts_with_reasons(conn, admin):
+    ids = await _library(conn, admin.account_id)
+    run = await find_duplicates(conn, admin.account_id, duplicate_similarity=0.8, conflict_similarity=0.5)
+    assert run is not None and run.entries == len(LIBRARY)
+    rows = await conn.fetch("SELECT * FROM knowledge_duplicates WHERE account_id = $1", admin.account_id)
+    name = {v: k for k, v in ids.items()}
+    found = {frozenset((name[r["item_a"]], name[r["item_b"]])): (r["kind"], r["reason"]) for r in rows}
+    assert found[frozenset(("dup1", "dup2"))] == ("duplicate", "near-identical questions")
+    assert found[frozenset(("yes", "no"))][0] == "conflict"
+    assert found[frozenset(("yes", "no"))][1] == (
+        f"same question answered Yes by {ids['yes']} and No by {ids['no']}")
+    assert found[frozenset(("r30", "r90"))] in {
+        ("conflict", f"same question, different numbers: {x} day vs {y} day")
+        for x, y in ((30, 90), (90, 30))}
+    assert found[frozenset(("ans1", "ans2"))] == ("duplicate", "near-identical answers")
+    assert not any("lone" in pair for pair in found)
+
+
+async def test_duplicates_endpoint__computed_in_the_background_then_fresh(client, conn, admin):
+    await _library(conn, admin.account_id)
+    first = await client.get(f"{ITEMS}/duplicates", headers=admin.headers)
+    assert first.status == 200
+    assert (await first.json())["state"] == "computing"
+    deadline = time.monotonic() + 20
+    while True:
+        body = await (await client.get(f"{ITEMS}/duplicates", headers=admin.headers)).json()
+        if body["state"] == "fresh":
+            break
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    kinds = sorted(pair["kind"] for pair in body["pairs"])
+    assert kinds == ["conflict", "conflict", "duplicate", "duplicate"]
+    assert body["pairs"][0]["kind"] == "conflict"  # conflicts first
+    assert body["entries"] == len(LIBRARY)
+    assert all(0 < pair["similarity"] <= 1 and len(pair["items"]) == 2 for pair in body["pairs"])
+    await _create(client, admin, answer="a change")
+    assert (await (await client.get(f"{ITEMS}/duplicates", headers=admin.headers)).json())["state"] == (
+        "outdated")
+
+
+def test_classify__leads_and_quantities():
+    assert yes_no_lead("Yes, always.") is True and yes_no_lead("No.") is False
+    assert yes_no_lead("Not applicable") is None and yes_no_lead("anything", False) is False
+    assert quantities("kept 90 days and 1 year, 99.9% uptime") == {
+        "day": {90.0}, "year": {1.0}, "%": {99.9}}
+    a = {"id": "a", "answer": "Retained 12 months.", "yes_no": None}
+    b = {"id": "b", "answer": "Retained 12 months.", "yes_no": None}
+    assert classify(a, b, 0.7, None, 0.8) is None  # similar enough to compare, same numbers
+    assert classify(a, b, 0.9, None, 0.8).kind == "duplicate"
+
+
+# -- merging -------------------------------------------------------------------------------------
+
+
+async def test_merge__questions_citing_the_duplicate_cite_the_kept_entry(client, conn, admin):
+    kept = await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
+    question = await wait_complete(client, (await (await ask(
+        client, admin.headers, "Is data encrypted at rest?")).json())["id"], admin.headers)
+    assert question["references"][0]["id"] == kept
+    keeper = await add_entry(conn, admin.account_id, "Is customer data encrypted at rest?",
+                             "Yes, AES-256 at rest.")
+    response = await client.post(f"{ITEMS}/{keeper}/merge", json={"duplicate_id": kept},
+                                 headers=admin.headers)
+    assert response.status == 200, await response.text()
+    body = await response.json()
+    assert body["merged_id"] == kept and body["questions_repointed"] == 1
+    after = await (await client.get(f"/api/v1/questions/{question['id']}", headers=admin.headers)).json()
+    assert after["references"][0]["id"] == keeper
+    stored = await conn.fetchval("SELECT \"references\" FROM questions WHERE id = $1", question["id"])
+    assert f'"merged_from": "{kept}"' in stored
+    assert (await client.get(f"{ITEMS}/{kept}", headers=admin.headers)).status == 404
+    versions = (await (await client.get(f"{ITEMS}/{kept}/versions", headers=admin.headers)).json())[
+        "versions"]
+    assert versions[0]["change"] == "merged" and versions[0]["replaced_by"] == admin.member_id
+
+
+async def test_merge__rfp_items_saved_as_the_duplicate_follow_and_bad_ids_are_422(client, conn, admin):
+    kept = await add_entry(conn, admin.account_id, "A?", "Yes.")
+    dup = await add_entry(conn, admin.account_id, "A ?", "Yes!")
+    rfp = await (await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {
+        "title": "T", "items": [{"question": "A?"}]}})).json()
+    await conn.execute("UPDATE rfp_items SET knowledge_item_id = $1 WHERE rfp_id = $2", dup, rfp["id"])
+    response = await client.post(f"{ITEMS}/{kept}/merge", json={"duplicate_id": dup}, headers=admin.headers)
+    assert response.status == 200
+    assert await conn.fetchval("SELECT knowledge_item_id FROM rfp_items WHERE rfp_id = $1", rfp["id"]) == kept
+    same = await client.post(f"{ITEMS}/{kept}/merge", json={"duplicate_id": kept}, headers=admin.headers)
+    assert same.status == 422
+    gone = await client.post(f"{ITEMS}/{kept}/merge", json={"duplicate_id": dup}, headers=admin.headers)
+    assert gone.status == 422
+
+
+# -- the operator CLI ----------------------------------------------------------------------------
+
+
+async def test_cli__kb_stale_and_kb_duplicates(database_url, conn, admin):
+    from cli_runner import cli, cli_json
+
+    ids = await _library(conn, admin.account_id)
+    await conn.execute("UPDATE knowledge_items SET review_by = current_date - 5 WHERE id = $1", ids["lone"])
+    stale = await asyncio.to_thread(cli_json, database_url, "kb", "stale", "--account", admin.account_id)
+    assert [entry["id"] for entry in stale["stale"]] == [ids["lone"]]
+    text = await asyncio.to_thread(cli, database_url, "kb", "stale", "--account", admin.account_id)
+    assert text.returncode == 0 and text.stdout.startswith("1 stale entry")
+    found = await asyncio.to_thread(cli_json, database_url, "kb", "duplicates", "--account",
+                                    admin.account_id)
+    assert found["state"] == "fresh"
+    assert sorted(pair["kind"] for pair in found["pairs"]) == ["conflict", "conflict", "duplicate",
+                                                              "duplicate"]
+    missing = await asyncio.to_thread(cli, database_url, "kb", "stale", "--account", "acct_nope")
+    assert missing.returncode == 1

@@ -1,0 +1,281 @@
+"""Write-back: an imported questionnaire returned with its answers in their cells, nothing else changed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+
+from openpyxl import Workbook, load_workbook
+from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
+from openpyxl.worksheet.datavalidation import DataValidation
+
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+CUSTOM_PART = "customXml/item1.xml"  # a part openpyxl does not know: must survive untouched
+
+
+def questionnaire() -> bytes:
+    """A realistic vendor questionnaire: instructions, two question sheets with merged, styled
+    headers, section rows, a Yes/No dropdown (literal on one sheet, from a hidden list sheet on
+    the other), a hidden column, formulas, widths, frozen panes."""
+    wb = Workbook()
+    intro = wb.active
+    intro.title = "Instructions"
+    intro["A1"] = "Acme Corp Vendor Security Assessment"
+    intro.merge_cells("A1:F1")
+    intro["A1"].font = Font(bold=True, size=16, color="FFFFFF")
+    intro["A1"].fill = PatternFill("solid", fgColor="1F4E78")
+    intro["A3"] = "Answer every question on the two question sheets. Use the dropdowns."
+    intro.column_dimensions["A"].width = 90
+
+    lists = wb.create_sheet("Lists")
+    for n, value in enumerate(("Yes", "No", "N/A"), start=1):
+        lists[f"A{n}"] = value
+    lists.sheet_state = "hidden"
+
+    thin = Side(style="thin", color="999999")
+    header_style = dict(font=Font(bold=True), fill=PatternFill("solid", fgColor="D9E1F2"),
+                        border=Border(top=thin, bottom=thin, left=thin, right=thin),
+                        alignment=Alignment(wrap_text=True, vertical="center"))
+
+    access = wb.create_sheet("Access Control")
+    access["A1"] = "Section 1 - Access Control"
+    access.merge_cells("A1:E1")
+    access["A1"].font = Font(bold=True, size=14)
+    for column, title in zip("ABCDE", ("ID", "Question", "Response", "Score", "Internal notes"),
+                             strict=True):
+        cell = access[f"{column}2"]
+        cell.value = title
+        for name, value in header_style.items():
+            setattr(cell, name, value)
+    rows = [
+        ("AC-1", "Do you enforce multi-factor authentication for all users?"),
+        ("AC-2", "Describe your password policy."),
+        ("AC-3", "Do you review user access quarterly?"),
+    ]
+    for n, (ident, question) in enumerate(rows, start=3):
+        access[f"A{n}"] = ident
+        access[f"B{n}"] = question
+        access[f"B{n}"].alignment = Alignment(wrap_text=True)
+        access[f"C{n}"].fill = PatternFill("solid", fgColor="FFF2CC")  # the answer cell: styled, empty
+        access[f"C{n}"].border = Border(bottom=thin)
+        access[f"D{n}"] = f'=IF(C{n}="","missing","ok")'
+        access[f"E{n}"] = "reviewed by legal"
+    yes_no = DataValidation(type="list", formula1='"Yes,No,N/A"', allow_blank=True)
+    access.add_data_validation(yes_no)
+    yes_no.add("C3")
+    yes_no.add("C5")
+    access.column_dimensions["B"].width = 60
+    access.column_dimensions["C"].width = 40
+    access.column_dimensions["E"].hidden = True
+    access.freeze_panes = "A3"
+
+    data = wb.create_sheet("Data Protection")
+    data["A1"] = "Data Protection"
+    data.merge_cells("A1:C1")
+    data["A2"], data["B2"], data["C2"] = "Question", "Yes/No", "Evidence"
+    data["C3"] = "Section: Encryption"  # a section heading row (text outside the question column)
+    data["A4"] = "Is customer data encrypted at rest?"
+    data["A5"] = "Do you retain audit logs for at least one year?"
+    data["C4"] = "SOC 2 report"
+    listed = DataValidation(type="list", formula1="=Lists!$A$1:$A$3")
+    data.add_data_validation(listed)
+    listed.add("B4:B5")
+    data.column_dimensions["A"].width = 70
+    data.row_dimensions[3].height = 24
+    wb.active = 0
+
+    buffer = io.BytesIO()
+    wb.save(buffer)
+    # Add a part openpyxl would drop on a load/save round trip.
+    out = io.BytesIO()
+    with zipfile.ZipFile(buffer) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            target.writestr(info, source.read(info))
+        target.writestr(CUSTOM_PART, "<root><keep>me</keep></root>")
+    return out.getvalue()
+
+
+async def _rfp(client, actor) -> str:
+    response = await client.post("/api/v1/rfps", json={"rfp": {"title": "Acme assessment"}},
+                                 headers=actor.headers)
+    return (await response.json())["id"]
+
+
+async def _import(client, actor, rfp_id, content, media, **params):
+    response = await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import", data=content,
+                                 params=params, headers={**actor.headers, "Content-Type": media})
+    assert response.status == 201, await response.text()
+    return (await response.json())["import"]
+
+
+async def _items(conn, rfp_id):
+    return await conn.fetch("SELECT * FROM rfp_items WHERE rfp_id = $1 ORDER BY position", rfp_id)
+
+
+async def _review(client, actor, rfp_id, item_id, **fields):
+    response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{item_id}",
+                                  json={"rfp_item": fields}, headers=actor.headers)
+    assert response.status == 200, await response.text()
+
+
+def _styles(cell) -> tuple:
+    return tuple(repr(part) for part in (cell.font, cell.fill, cell.border, cell.alignment,
+                                         cell.number_format, cell.protection))
+
+
+def _compare(original: bytes, result: bytes, answers: dict[tuple[str, str], str | None]) -> None:
+    """Every sheet, cell, style, merged range, validation, width and hidden state equal, except the
+    values of the answer cells, which hold `answers` (None: left empty)."""
+    before, after = load_workbook(io.BytesIO(original)), load_workbook(io.BytesIO(result))
+    assert before.sheetnames == after.sheetnames
+    for name in before.sheetnames:
+        a, b = before[name], after[name]
+        assert a.sheet_state == b.sheet_state, name
+        assert sorted(map(str, a.merged_cells.ranges)) == sorted(map(str, b.merged_cells.ranges))
+        assert [(str(v.sqref), v.formula1, v.type) for v in a.data_validations.dataValidation] == [
+            (str(v.sqref), v.formula1, v.type) for v in b.data_validations.dataValidation]
+        assert {k: (d.width, d.hidden) for k, d in a.column_dimensions.items()} == {
+            k: (d.width, d.hidden) for k, d in b.column_dimensions.items()}
+        assert {k: (d.height, d.hidden) for k, d in a.row_dimensions.items()} == {
+            k: (d.height, d.hidden) for k, d in b.row_dimensions.items()}
+        assert a.freeze_panes == b.freeze_panes
+        for row in range(1, max(a.max_row, b.max_row) + 1):
+            for column in range(1, max(a.max_column, b.max_column) + 1):
+                x, y = a.cell(row, column), b.cell(row, column)
+                where = (name, y.coordinate)
+                assert _styles(x) == _styles(y), where
+                if where in answers:
+                    assert y.value == answers[where], where
+                else:
+                    assert x.value == y.value, where
+
+
+def _zip_parts(content: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(content)) as archive:
+        return {info.filename: archive.read(info) for info in archive.infolist()}
+
+
+async def test_xlsx_writeback__only_the_answer_cells_change(client, conn, admin):
+    original = questionnaire()
+    rfp_id = await _rfp(client, admin)
+    first = await _import(client, admin, rfp_id, original, XLSX, sheet="Access Control")
+    assert (first["question_column"], first["answer_column"], first["kept_for_export"]) == (
+        "Question", "Response", True)
+    second = await _import(client, admin, rfp_id, original, XLSX, sheet="Data Protection")
+    assert second["answer_column"] == "Yes/No"
+    assert await conn.fetchval("SELECT count(*) FROM questionnaire_files WHERE rfp_id = $1", rfp_id) == 1
+
+    mfa, password, _unanswered, encrypted, retention = await _items(conn, rfp_id)
+    assert [(i["source_sheet"], i["source_row"], i["answer_column"]) for i in (mfa, encrypted)] == [
+        ("Access Control", 3, 2), ("Data Protection", 4, 1)]
+    await _review(client, admin, rfp_id, mfa["id"], answer="Yes, MFA is enforced for every user.",
+                  state="approved")
+    await _review(client, admin, rfp_id, password["id"],
+                  answer="12+ characters, checked against breached passwords.\nNo forced rotation.",
+                  state="approved")
+    await _review(client, admin, rfp_id, encrypted["id"], answer="Yes. AES-256 at rest.",
+                  state="approved")
+    await _review(client, admin, rfp_id, retention["id"], answer="No, logs are kept 90 days.")  # drafted
+    # AC-3 stays unanswered.
+
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    assert response.status == 200, await response.text()
+    assert response.content_type == XLSX
+    result = await response.read()
+    _compare(original, result, {
+        ("Access Control", "C3"): "Yes",  # a Yes/No dropdown cell gets the answer's lead
+        ("Access Control", "C4"): "12+ characters, checked against breached passwords.\nNo forced rotation.",
+        ("Access Control", "C5"): None,
+        ("Data Protection", "B4"): "Yes",  # the dropdown's options come from the hidden sheet
+        ("Data Protection", "B5"): None,  # drafted, not approved: not written by default
+    })
+    before, after = _zip_parts(original), _zip_parts(result)
+    assert list(before) == list(after)  # the same parts in the same order
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == {"xl/worksheets/sheet3.xml", "xl/worksheets/sheet4.xml"}
+    assert after[CUSTOM_PART] == before[CUSTOM_PART]
+    # Formulas are still formulas.
+    sheet = load_workbook(io.BytesIO(result))["Access Control"]
+    assert sheet["D3"].value == '=IF(C3="","missing","ok")'
+
+
+async def test_xlsx_writeback__drafted_answers_and_unanswered_marker_on_request(client, conn, admin):
+    original = questionnaire()
+    rfp_id = await _rfp(client, admin)
+    await _import(client, admin, rfp_id, original, XLSX, sheet="Access Control")
+    mfa, password, _review_item = await _items(conn, rfp_id)
+    await _review(client, admin, rfp_id, mfa["id"], answer="No.")  # drafted only
+    await _review(client, admin, rfp_id, password["id"], answer="Long passphrases.")  # drafted only
+    response = await client.get(
+        f"/api/v1/rfps/{rfp_id}/export?format=original&answers=drafted&unanswered=TO%20DO",
+        headers=admin.headers)
+    assert response.status == 200
+    _compare(original, await response.read(), {
+        ("Access Control", "C3"): "No",
+        ("Access Control", "C4"): "Long passphrases.",
+        ("Access Control", "C5"): None,  # a dropdown cell takes no free-text marker
+    })
+    bad = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original&answers=all",
+                           headers=admin.headers)
+    assert bad.status == 400 and "answers must be approved or drafted" in await bad.text()
+
+
+async def test_original_export__422_without_an_imported_file(client, admin):
+    response = await client.post("/api/v1/rfps", json={"rfp": {"title": "T", "items": [
+        {"question": "Q?"}]}}, headers=admin.headers)
+    rfp_id = (await response.json())["id"]
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    assert response.status == 422
+    assert (await response.json())["error"]["message"] == "the RFP has no original questionnaire"
+
+
+async def test_import__file_over_the_kept_limit_is_imported_not_kept(aiohttp_client, config, conn, admin):
+    from conftest import with_config
+
+    from service.web.app import create_app
+
+    client = await aiohttp_client(create_app(with_config(config, library={"max_kept_file_bytes": 100})))
+    rfp_id = await _rfp(client, admin)
+    report = await _import(client, admin, rfp_id, questionnaire(), XLSX, sheet="Access Control")
+    assert report["imported"] == 3 and report["kept_for_export"] is False
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    assert response.status == 422
+
+
+CSV_FILE = (
+    "\ufeffID;Question;Vendor response;Notes\r\n"
+    "1;Do you encrypt backups?;;keep\r\n"
+    "2;\"Do you have a DPO; who?\";;\r\n"
+    "3;Is there a bug bounty?;;x\r\n"
+).encode("utf-8")
+
+
+async def test_csv_writeback__original_columns_order_and_dialect_answer_filled(client, conn, admin):
+    rfp_id = await _rfp(client, admin)
+    report = await _import(client, admin, rfp_id, CSV_FILE, "text/csv")
+    assert report["answer_column"] == "Vendor response"
+    first, second, _third = await _items(conn, rfp_id)
+    await _review(client, admin, rfp_id, first["id"], answer="Yes, \"AES\"; daily.", state="approved")
+    await _review(client, admin, rfp_id, second["id"], answer="Yes: dpo@example.com", state="approved")
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    assert response.status == 200
+    body = await response.read()
+    assert body.startswith(b"\xef\xbb\xbf")  # the file's own encoding, BOM included
+    assert body.decode("utf-8-sig") == (
+        "ID;Question;Vendor response;Notes\r\n"
+        "1;Do you encrypt backups?;\"Yes, \"\"AES\"\"; daily.\";keep\r\n"
+        "2;\"Do you have a DPO; who?\";Yes: dpo@example.com;\r\n"
+        "3;Is there a bug bounty?;;x\r\n"
+    )
+
+
+async def test_csv_writeback__without_an_answer_column_one_is_appended(client, conn, admin):
+    rfp_id = await _rfp(client, admin)
+    report = await _import(client, admin, rfp_id, b"Question,Category\nDo you encrypt?,Data\n", "text/csv")
+    assert report["answer_column"] is None
+    (item,) = await _items(conn, rfp_id)
+    await _review(client, admin, rfp_id, item["id"], answer="Yes.", state="approved")
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    rows = list(csv.reader(io.StringIO((await response.read()).decode())))
+    assert rows == [["Question", "Category", "Answer"], ["Do you encrypt?", "Data", "Yes."]]
