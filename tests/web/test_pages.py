@@ -302,6 +302,13 @@ async def test_rfp_page__import_answer_review_export(app_client, admin, conn):
     xlsx = await app_client.get(f"/rfps/{rfp_id}/export?format=xlsx")
     assert xlsx.status == 200 and (await xlsx.read())[:2] == b"PK"
     assert (await app_client.get(f"/rfps/{rfp_id}/export?format=pdf")).status == 400
+    # The imported questionnaire with the approved answer written back into its cells.
+    original = await app_client.get(f"/rfps/{rfp_id}/export?format=original")
+    assert original.status == 200, await original.text()
+    from openpyxl import load_workbook
+
+    book = load_workbook(io.BytesIO(await original.read()))
+    assert "Yes: MFA everywhere." in [c.value for row in book["Questions"].iter_rows() for c in row]
 
 
 async def test_knowledge_pages__add_search_edit_import_delete(app_client, admin, conn):

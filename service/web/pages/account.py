@@ -10,7 +10,7 @@ from ...domain.members import authenticate
 from ...domain.passwords import client_key
 from ...domain.sessions import end_session, start_session
 from ..keys import CONFIG, PASSWORDS, POOL
-from .common import COOKIE, SIGN_IN_COOKIE, error_page, new_sign_in_token, page, render, see_other
+from .common import COOKIE, SIGN_IN_COOKIE, error_page, new_sign_in_token, page, read_form, render, see_other
 
 
 def _safe_next(raw: str | None) -> str:
@@ -47,7 +47,7 @@ async def get_sign_in(request: web.Request) -> web.StreamResponse:
 
 @page(signed_in=False)
 async def post_sign_in(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
+    form = await read_form(request)
     email = str(form.get("email", ""))
     password = str(form.get("password", ""))
     sent = str(form.get("sign_in_token", ""))

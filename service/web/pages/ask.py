@@ -8,7 +8,7 @@ from ...domain.convert import unstructure
 from ...domain.questions import Question, ask_question, fetch_question, parse_ask
 from ..keys import CONFIG, METRICS, PIPELINE, POOL
 from ..responses import json_response
-from .common import band_of, page, principal, render, see_other
+from .common import band_of, page, principal, read_form, render, see_other
 
 # Anyone signed in may ask, as in the API (POST /api/v1/questions admits viewers).
 ASKERS = ("admin", "member", "viewer")
@@ -21,7 +21,7 @@ async def ask_form(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=ASKERS)
 async def ask(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
+    form = await read_form(request)
     settings = request.app[CONFIG].questions
     fields = {"question": str(form.get("question") or "")}
     level = str(form.get("detail_level") or "")

@@ -3,9 +3,11 @@ failures shown as pages in the app's look (404, 403, the error page)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import secrets
+import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -28,6 +30,7 @@ from ...domain.sessions import Session, csrf_matches, find_session
 from ...domain.tokens import ROLES, Principal
 from ..auth import Handler, Policy, check, public
 from ..body import Upload
+from ..body import _timed_out as timed_out
 from ..errors import database_unavailable, status_of
 from ..keys import CONFIG, POOL
 from ..telemetry import REQUEST_ID
@@ -107,11 +110,22 @@ def _same_origin(request: web.Request) -> bool:
     return origin in (f"{request.scheme}://{request.host}", f"{base.scheme}://{base.netloc}")
 
 
+async def read_form(request: web.Request) -> Any:
+    """A posted form (at most client_max_size), within server.body_timeout_seconds as every
+    body (service/web/body.py): a client sending a byte at a time must not hold a handler."""
+    seconds = request.app[CONFIG].server.body_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.post()
+    except TimeoutError:
+        raise timed_out(request, "the form", seconds) from None
+
+
 async def _sent_csrf(request: web.Request) -> str | None:
     if CSRF_HEADER in request.headers:
         return request.headers[CSRF_HEADER]
     if request.content_type == "application/x-www-form-urlencoded":
-        form = await request.post()
+        form = await read_form(request)  # aiohttp keeps it: the handler's request.post() reuses it
         value = form.get(CSRF_FIELD)
         return value if isinstance(value, str) else None
     return None
@@ -231,10 +245,18 @@ def failure_page(request: web.Request, exc: BaseException) -> web.Response:
 
 async def read_upload(request: web.Request, limit: int) -> tuple[dict[str, str], Upload]:
     """A multipart form with a file: its text fields and the file (spooled, at most `limit`
-    bytes). The session's CSRF token must arrive as a field before the file (the forms put it
-    first), so nothing is read from a forged upload past its first part."""
-    import tempfile
+    bytes, within server.upload_timeout_seconds as the API's uploads). The session's CSRF token
+    must arrive as a field before the file (the forms put it first), so nothing is read from a
+    forged upload past its first part."""
+    seconds = request.app[CONFIG].server.upload_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            return await _read_upload(request, limit)
+    except TimeoutError:
+        raise timed_out(request, "the upload", seconds) from None
 
+
+async def _read_upload(request: web.Request, limit: int) -> tuple[dict[str, str], Upload]:
     if not request.content_type.startswith("multipart/"):
         raise ValidationFailed(["file: send the form as multipart/form-data"])
     fields: dict[str, str] = {}

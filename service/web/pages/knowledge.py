@@ -21,7 +21,7 @@ from ...domain.knowledge import (
 from ...domain.models import Page
 from ..keys import CONFIG, POOL
 from ..views.knowledge import entries_written
-from .common import may_write, page, principal, read_upload, render, see_other
+from .common import may_write, page, principal, read_form, read_upload, render, see_other
 
 WRITERS = ("admin", "member")
 
@@ -56,7 +56,7 @@ async def kb_list(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=WRITERS)
 async def kb_create(request: web.Request) -> web.StreamResponse:
-    data = structure(_entry_fields(await request.post()), KnowledgeItemInput, root="knowledge_base_item")
+    data = structure(_entry_fields(await read_form(request)), KnowledgeItemInput, root="knowledge_base_item")
     async with request.app[POOL].acquire() as conn:
         item = await create_item(conn, principal(request).account_id, data)
     entries_written(request.app)
@@ -74,7 +74,7 @@ async def kb_entry(request: web.Request) -> web.StreamResponse:
 @page(write=True, roles=WRITERS)
 async def kb_update(request: web.Request) -> web.StreamResponse:
     """The API's PATCH of an entry (library.update_item: the previous version is kept)."""
-    fields = _entry_fields(await request.post())
+    fields = _entry_fields(await read_form(request))
     who = principal(request)
     async with request.app[POOL].acquire() as conn:
         item = await library.update_item(

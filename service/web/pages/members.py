@@ -9,7 +9,7 @@ from aiohttp import web
 from ...domain.members import invite, list_members
 from ...domain.models import Page
 from ..keys import CONFIG, MAIL_SENDER, POOL
-from .common import page, principal, render
+from .common import page, principal, read_form, render
 
 
 async def _members_page(request: web.Request, invited: str | None = None, status: int = 200) -> web.Response:
@@ -30,7 +30,7 @@ async def members_page(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=("admin",))
 async def invite_member(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
+    form = await read_form(request)
     fields = {"email": str(form.get("email") or "")}
     if form.get("role"):
         fields["role"] = str(form.get("role"))

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import math
+import tempfile
 from typing import Any
 
 from aiohttp import hdrs, web
 
 from ... import db
-from ...domain import questionnaires
+from ...domain import questionnaires, writeback
 from ...domain.convert import FRAMEWORKS, structure
 from ...domain.errors import ParameterInvalid, ValidationFailed
 from ...domain.models import Page
@@ -28,7 +28,7 @@ from ...domain.rfp_items import (
     import_questionnaire,
     lock_item,
     review_item,
-    write_csv,
+    spool_csv,
 )
 from ...domain.rfps import (
     REVIEW_FILTERS,
@@ -39,9 +39,9 @@ from ...domain.rfps import (
     review_items,
     search_rfps,
 )
-from ..keys import CONFIG, METRICS, PIPELINE, POOL
+from ..keys import CONFIG, METRICS, PARSERS, PIPELINE, POOL
 from ..responses import json_response
-from .common import band_of, may_write, page, principal, read_upload, render, see_other
+from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
 
 WRITERS = ("admin", "member")
 
@@ -85,7 +85,7 @@ def _form_fields(form: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 @page(write=True, roles=WRITERS)
 async def create(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
+    form = await read_form(request)
     fields = _form_fields(
         form, ("title", "description", "deadline", "framework", "portal_url", "context")
     )
@@ -166,7 +166,7 @@ def _review_fields(form: Any) -> dict[str, Any]:
 
 @page(write=True, roles=WRITERS)
 async def review(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
+    form = await read_form(request)
     fields = _review_fields(form)
     who = principal(request)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
@@ -184,16 +184,20 @@ async def upload(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     async with request.app[POOL].acquire() as conn:
         rfp = await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
-    fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
+    config = request.app[CONFIG]
+    fields, file = await read_upload(request, config.server.max_upload_bytes)
     options = import_options(fields)
-    try:
-        found = await asyncio.to_thread(
-            questionnaires.parse, file.file, options, file.media_type, file.filename
-        )
-    finally:
-        file.file.close()
+    with file.file:
+        data = file.file.read()
+    # As the API's import: parsed in a child process with time and memory limits, the file kept
+    # for write-back (service/web/views/rfp_items.py import_rfp_items).
+    found = await request.app[PARSERS].run(
+        questionnaires.parse_upload, data, options, file.media_type, file.filename,
+        questionnaires.Limits.of(config.uploads),
+    )
+    kept = writeback.kept_file(data, file.media_type, file.filename, config.library.max_kept_file_bytes)
     async with request.app[POOL].acquire() as conn:
-        report = await import_questionnaire(conn, who.account_id, rfp_id, found)
+        report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
     return render(request, "import_report.html", {"rfp": rfp, "report": report}, status=201)
 
 
@@ -221,17 +225,32 @@ async def progress(request: web.Request) -> web.StreamResponse:
 
 @page()
 async def export(request: web.Request) -> web.StreamResponse:
+    """As the API's export (service/web/views/rfp_items.py export_rfp): read with a connection,
+    sent without one; `original` writes the answers back into the imported file."""
     fmt = export_format(request.query)
     rfp_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
-        rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
-        rows = await export_rows(conn, rfp_id)
-    headers = {
-        hdrs.CONTENT_DISPOSITION: f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"'
-    }
-    if fmt == "xlsx":
-        body = await asyncio.to_thread(build_xlsx, rows, rfp["title"])
-        return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
-    out = io.StringIO()
-    write_csv(rows, out)
-    return web.Response(text=out.getvalue(), content_type="text/csv", charset="utf-8", headers=headers)
+    account_id = principal(request).account_id
+    if fmt == "original":
+        async with request.app[POOL].acquire() as conn:
+            rfp = await fetch_rfp(conn, rfp_id, account_id)
+            options = writeback.write_options(request.query)
+            file, cells = await writeback.load(conn, account_id, rfp_id, options)
+        body = await asyncio.to_thread(writeback.write, file, cells)
+        name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
+        safe = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in name)[:150]
+        return web.Response(body=body, content_type=writeback.media_type(file),
+                            headers={hdrs.CONTENT_DISPOSITION: f'attachment; filename="{safe}"'})
+    with tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024) as spool:
+        async with request.app[POOL].acquire() as conn:
+            rfp = await fetch_rfp(conn, rfp_id, account_id)
+            rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
+            if rows is None:
+                await spool_csv(conn, rfp_id, spool)
+        headers = {
+            hdrs.CONTENT_DISPOSITION: f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"'
+        }
+        if rows is not None:
+            body = await asyncio.to_thread(build_xlsx, rows, rfp["title"])
+            return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
+        spool.seek(0)
+        return web.Response(body=spool.read(), content_type="text/csv", charset="utf-8", headers=headers)
