@@ -393,3 +393,35 @@ async def test_unknown_page__is_the_404_page_for_a_browser_and_json_for_the_api(
     assert page.status == 404 and "Page not found" in await page.text()
     api = await app_client.get("/api/v1/nothing", headers={"Accept": "text/html"})
     assert api.status == 404 and (await api.json())["error"]["code"] == "not_found"
+
+
+async def test_members_page__admin_changes_a_role_and_removes_a_member_whose_session_ends(
+    aiohttp_client, config, admin, make_member, conn
+):
+    plain = with_config(config, server={"web_base_url": "http://localhost"})
+    admin_client = await aiohttp_client(create_app(plain))
+    member_client = await aiohttp_client(create_app(plain))
+    member = await make_member(admin.account_id, role="member")
+    for who in (admin, member):
+        await set_password(conn, who.email)
+    csrf = await sign_in(admin_client, admin.email)
+    await sign_in(member_client, member.email)
+    page = await (await admin_client.get("/members")).text()
+    assert f'/members/{member.member_id}/role' in page and f'/members/{admin.member_id}/remove' not in page
+    changed = await admin_client.post(
+        f"/members/{member.member_id}/role", data={"csrf_token": csrf, "role": "viewer"},
+        allow_redirects=False,
+    )
+    assert changed.status == 303
+    # The member's open session has the new role at once: no write control any more.
+    assert post_actions(await (await member_client.get("/rfps")).text()) == ["/signout"]
+    owner = await admin_client.post(
+        f"/members/{admin.member_id}/role", data={"csrf_token": csrf, "role": "viewer"}
+    )
+    assert owner.status == 403  # the owner keeps the admin role (members.change_role)
+    removed = await admin_client.post(
+        f"/members/{member.member_id}/remove", data={"csrf_token": csrf}, allow_redirects=False
+    )
+    assert removed.status == 303
+    gone = await member_client.get("/rfps", allow_redirects=False)
+    assert gone.status == 303 and gone.headers["Location"].startswith("/signin")

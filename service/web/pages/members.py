@@ -6,10 +6,11 @@ import math
 
 from aiohttp import web
 
-from ...domain.members import invite, list_members
+from ...domain.convert import structure
+from ...domain.members import RoleChange, change_role, invite, list_members, remove_member
 from ...domain.models import Page
 from ..keys import CONFIG, MAIL_SENDER, POOL
-from .common import page, principal, read_form, render
+from .common import page, principal, read_form, render, see_other
 
 
 async def _members_page(request: web.Request, invited: str | None = None, status: int = 200) -> web.Response:
@@ -19,7 +20,7 @@ async def _members_page(request: web.Request, invited: str | None = None, status
         members, total = await list_members(conn, who.account_id, current)
     return render(request, "members.html", {
         "members": members, "page": current.number, "pages": math.ceil(total / current.size),
-        "total": total, "is_admin": who.role == "admin", "invited": invited,
+        "total": total, "is_admin": who.role == "admin", "invited": invited, "me": who.member_id,
     }, status=status)
 
 
@@ -38,3 +39,21 @@ async def invite_member(request: web.Request) -> web.StreamResponse:
         invitation = await invite(conn, request.app[CONFIG], principal(request), fields)
     request.app[MAIL_SENDER].wake()
     return await _members_page(request, invited=invitation.email, status=201)
+
+
+@page(write=True, roles=("admin",))
+async def change_member_role(request: web.Request) -> web.StreamResponse:
+    """The API's PATCH /members/{id} (members.change_role: the owner and the last admin keep theirs)."""
+    form = await read_form(request)
+    data = structure({"role": str(form.get("role") or "")}, RoleChange, root="member")
+    async with request.app[POOL].acquire() as conn:
+        await change_role(conn, principal(request).account_id, request.match_info["id"], data.role)
+    raise see_other("/members")
+
+
+@page(write=True, roles=("admin",))
+async def remove(request: web.Request) -> web.StreamResponse:
+    """The API's DELETE /members/{id}: the membership and its tokens and sessions go at once."""
+    async with request.app[POOL].acquire() as conn:
+        await remove_member(conn, principal(request).account_id, request.match_info["id"])
+    raise see_other("/members")
