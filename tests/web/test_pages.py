@@ -425,3 +425,12 @@ async def test_members_page__admin_changes_a_role_and_removes_a_member_whose_ses
     assert removed.status == 303
     gone = await member_client.get("/rfps", allow_redirects=False)
     assert gone.status == 303 and gone.headers["Location"].startswith("/signin")
+
+
+def test_sign_in__goes_back_only_to_a_page_of_this_site():
+    from service.web.pages.account import _safe_next
+
+    assert _safe_next("/rfps/rfp_1?state=review") == "/rfps/rfp_1?state=review"
+    for unsafe in ("https://evil.example/", "//evil.example", "/\\evil.example", "/\t/evil.example",
+                   "/\n/evil.example", "", None, "rfps"):
+        assert _safe_next(unsafe) == "/rfps", unsafe

@@ -9,13 +9,17 @@ from ...domain.errors import ServiceError
 from ...domain.members import authenticate
 from ...domain.passwords import client_key
 from ...domain.sessions import end_session, start_session
+from ..auth import connection
 from ..keys import CONFIG, PASSWORDS, POOL
 from .common import COOKIE, SIGN_IN_COOKIE, error_page, new_sign_in_token, page, read_form, render, see_other
 
 
 def _safe_next(raw: str | None) -> str:
     """Where to go after signing in: a path of this site only (never //elsewhere)."""
-    if raw and raw.startswith("/") and not raw.startswith("//") and "\\" not in raw:
+    # No "//host", no backslash, no whitespace or control characters (a browser drops a tab or
+    # newline inside a URL, so "/\t/host" would become "//host").
+    if (raw and raw.startswith("/") and not raw.startswith("//") and "\\" not in raw
+            and raw.isprintable() and not any(ch.isspace() for ch in raw)):
         return raw
     return "/rfps"
 
@@ -76,7 +80,7 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
             return response
         return error_page(request, exc)
     ttl = config.web.session_ttl_hours * 3600
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         cookie_value = await start_session(conn, membership["id"], ttl)
     response = see_other(_safe_next(str(form.get("next", ""))))
     response.set_cookie(
@@ -89,7 +93,7 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
 
 @page()
 async def post_sign_out(request: web.Request) -> web.StreamResponse:
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         await end_session(conn, request.cookies.get(COOKIE))
     response = see_other("/signin")
     response.del_cookie(COOKIE, path="/")

@@ -6,7 +6,8 @@ from aiohttp import web
 
 from ...domain.convert import unstructure
 from ...domain.questions import Question, ask_question, fetch_question, parse_ask
-from ..keys import CONFIG, METRICS, PIPELINE, POOL
+from ..auth import connection
+from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
 from .common import band_of, page, principal, read_form, render, see_other
 
@@ -29,7 +30,7 @@ async def ask(request: web.Request) -> web.StreamResponse:
         fields["answer_detail_level"] = int(level) if level.isdigit() else level
     asked = parse_ask({}, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         row = await ask_question(
             conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
             detail_level=asked.detail_level, custom_prompt=asked.custom_prompt, rfp_id=None,
@@ -43,7 +44,7 @@ async def ask(request: web.Request) -> web.StreamResponse:
 
 
 async def _question(request: web.Request) -> Question:
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         row = await fetch_question(conn, request.match_info["id"], principal(request).account_id)
     return Question.from_row(row)
 

@@ -28,11 +28,11 @@ from ...domain.errors import (
 )
 from ...domain.sessions import Session, csrf_matches, find_session
 from ...domain.tokens import ROLES, Principal
-from ..auth import Handler, Policy, check, public
+from ..auth import Handler, Policy, check, connection, holding_connection, public
 from ..body import Upload
 from ..body import _timed_out as timed_out
 from ..errors import database_unavailable, status_of
-from ..keys import CONFIG, POOL
+from ..keys import CONFIG
 from ..telemetry import REQUEST_ID
 
 log = logging.getLogger(__name__)
@@ -142,28 +142,38 @@ def page(
     policy = Policy(scope="write" if write else "read", roles=frozenset(roles))
 
     def mark(handler: Handler) -> Handler:
+        async def admitted(request: web.Request) -> web.StreamResponse:
+            async with connection(request) as conn:
+                session = await find_session(conn, request.cookies.get(COOKIE))
+            if session is not None:
+                request[SESSION] = session
+            if signed_in:
+                if session is None:
+                    if request.method == "GET":
+                        raise see_other(f"/signin?next={quote(request.path_qs, safe='')}")
+                    raise Unauthorized("you are not signed in (or your session has ended)")
+                if request.method == "POST":
+                    if not _same_origin(request):
+                        raise Forbidden("this form was sent from another site; it was refused")
+                    if not multipart and not csrf_matches(session, await _sent_csrf(request)):
+                        raise Forbidden(
+                            "the form's security token is missing or stale; reload the page "
+                            "and try again"
+                        )
+                check(policy, session.principal)
+            return await handler(request)
+
         @functools.wraps(handler)
         async def run(request: web.Request) -> web.StreamResponse:
             try:
-                async with request.app[POOL].acquire() as conn:
-                    session = await find_session(conn, request.cookies.get(COOKIE))
-                if session is not None:
-                    request[SESSION] = session
-                if signed_in:
-                    if session is None:
-                        if request.method == "GET":
-                            raise see_other(f"/signin?next={quote(request.path_qs, safe='')}")
-                        raise Unauthorized("you are not signed in (or your session has ended)")
-                    if request.method == "POST":
-                        if not _same_origin(request):
-                            raise Forbidden("this form was sent from another site; it was refused")
-                        if not multipart and not csrf_matches(session, await _sent_csrf(request)):
-                            raise Forbidden(
-                                "the form's security token is missing or stale; reload the page "
-                                "and try again"
-                            )
-                    check(policy, session.principal)
-                response = await handler(request)
+                if request.method == "GET":
+                    # One pooled connection for the session lookup and the page's queries, as
+                    # the API's body-less requests do (auth.connection hands it on); a POST
+                    # takes its own after its body, which may arrive slowly.
+                    async with holding_connection(request):
+                        response = await admitted(request)
+                else:
+                    response = await admitted(request)
             except web.HTTPException as exc:
                 if exc.status >= 400:
                     response = error_page(request, _service_error(exc))
@@ -219,7 +229,7 @@ def not_found(request: web.Request) -> web.Response:
 async def not_found_page(request: web.Request) -> web.Response:
     """The 404 page for a path no route has (service/web/frontdoor.py no_route), with the
     navigation when a session is signed in."""
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         session = await find_session(conn, request.cookies.get(COOKIE))
     if session is not None:
         request[SESSION] = session

@@ -19,7 +19,8 @@ from ...domain.knowledge import (
     search_items,
 )
 from ...domain.models import Page
-from ..keys import CONFIG, POOL
+from ..auth import connection
+from ..keys import CONFIG
 from ..views.knowledge import entries_written
 from .common import may_write, page, principal, read_form, read_upload, render, see_other
 
@@ -46,7 +47,7 @@ async def kb_list(request: web.Request) -> web.StreamResponse:
     term = request.query.get("q", "")
     current = Page.from_query(request.query)
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         items, total = await search_items(conn, who.account_id, term, current)
     return render(request, "kb.html", {
         "items": items, "q": term, "page": current.number, "total": total,
@@ -57,7 +58,7 @@ async def kb_list(request: web.Request) -> web.StreamResponse:
 @page(write=True, roles=WRITERS)
 async def kb_create(request: web.Request) -> web.StreamResponse:
     data = structure(_entry_fields(await read_form(request)), KnowledgeItemInput, root="knowledge_base_item")
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         item = await create_item(conn, principal(request).account_id, data)
     entries_written(request.app)
     raise see_other(f"/kb/{item.id}")
@@ -66,7 +67,7 @@ async def kb_create(request: web.Request) -> web.StreamResponse:
 @page()
 async def kb_entry(request: web.Request) -> web.StreamResponse:
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         item = await get_item(conn, who.account_id, request.match_info["id"])
     return render(request, "kb_entry.html", {"item": item, "may_write": may_write(who)})
 
@@ -76,7 +77,7 @@ async def kb_update(request: web.Request) -> web.StreamResponse:
     """The API's PATCH of an entry (library.update_item: the previous version is kept)."""
     fields = _entry_fields(await read_form(request))
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         item = await library.update_item(
             conn, who.account_id, request.match_info["id"], who.member_id, fields
         )
@@ -86,7 +87,7 @@ async def kb_update(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=WRITERS)
 async def kb_delete(request: web.Request) -> web.StreamResponse:
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         await delete_item(conn, principal(request).account_id, request.match_info["id"])
     raise see_other("/kb")
 
@@ -96,7 +97,7 @@ async def kb_import(request: web.Request) -> web.StreamResponse:
     _, upload = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
     with upload.file:
         text = decode_csv(upload.file.read())
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, text)
     entries_written(request.app)
     return render(request, "kb_import.html", {"report": unstructure(report)})

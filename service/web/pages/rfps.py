@@ -39,7 +39,8 @@ from ...domain.rfps import (
     review_items,
     search_rfps,
 )
-from ..keys import CONFIG, METRICS, PARSERS, PIPELINE, POOL
+from ..auth import connection
+from ..keys import CONFIG, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
 from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
 
@@ -60,7 +61,7 @@ async def rfp_list(request: web.Request) -> web.StreamResponse:
     term = request.query.get("q", "")
     current = _page_number(request)
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         if term.strip():
             found = await search_rfps(conn, who.account_id, term, current)
         else:
@@ -92,7 +93,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     fields.setdefault("title", "")
     data = structure(fields, RfpCreate, root="rfp")
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         rfp_id = await create_rfp(conn, account_id=who.account_id, owner_user_id=who.user_id, data=data)
     raise see_other(f"/rfps/{rfp_id}")
 
@@ -112,7 +113,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     size = request.app[CONFIG].web.items_per_page
     current = Page.from_query(request.query, size=size)
     who = principal(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         rfp, rows, total = await review_items(conn, who.account_id, rfp_id, shown, current)
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
     sections: list[tuple[str | None, list[dict[str, Any]]]] = []
@@ -170,7 +171,7 @@ async def review(request: web.Request) -> web.StreamResponse:
     fields = _review_fields(form)
     who = principal(request)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    async with request.app[POOL].acquire() as conn, conn.transaction():
+    async with connection(request) as conn, conn.transaction():
         current = await lock_item(conn, who.account_id, rfp_id, item_id)
         await review_item(conn, who.account_id, current, fields)
     back = str(form.get("back") or "")
@@ -182,7 +183,7 @@ async def review(request: web.Request) -> web.StreamResponse:
 async def upload(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
     config = request.app[CONFIG]
     fields, file = await read_upload(request, config.server.max_upload_bytes)
@@ -196,7 +197,7 @@ async def upload(request: web.Request) -> web.StreamResponse:
         questionnaires.Limits.of(config.uploads),
     )
     kept = writeback.kept_file(data, file.media_type, file.filename, config.library.max_kept_file_bytes)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
     return render(request, "import_report.html", {"rfp": rfp, "report": report}, status=201)
 
@@ -206,7 +207,7 @@ async def answer_all(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     rfp_id = request.match_info["id"]
     cost = request.app[CONFIG].questions.credits_per_question
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         answering = await answer_pending_items(conn, who, rfp_id, AnswerOptions(), cost)
     if answering["started"]:
         request.app[PIPELINE].wake()
@@ -218,7 +219,7 @@ async def answer_all(request: web.Request) -> web.StreamResponse:
 @page()
 async def progress(request: web.Request) -> web.StreamResponse:
     """Polled by the RFP page while items are answered (static/app/app.js)."""
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         body = await answering_progress(conn, principal(request).account_id, request.match_info["id"])
     return json_response(body)
 
@@ -231,7 +232,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     account_id = principal(request).account_id
     if fmt == "original":
-        async with request.app[POOL].acquire() as conn:
+        async with connection(request) as conn:
             rfp = await fetch_rfp(conn, rfp_id, account_id)
             options = writeback.write_options(request.query)
             file, cells = await writeback.load(conn, account_id, rfp_id, options)
@@ -241,7 +242,7 @@ async def export(request: web.Request) -> web.StreamResponse:
         return web.Response(body=body, content_type=writeback.media_type(file),
                             headers={hdrs.CONTENT_DISPOSITION: f'attachment; filename="{safe}"'})
     with tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024) as spool:
-        async with request.app[POOL].acquire() as conn:
+        async with connection(request) as conn:
             rfp = await fetch_rfp(conn, rfp_id, account_id)
             rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
             if rows is None:
