@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-EVAL   ?= ../shared/eval
+# The development sets (../shared/eval from the main checkout, ../../shared/eval from a worktree).
+EVAL   ?= $(firstword $(wildcard ../shared/eval ../../shared/eval) ../shared/eval)
 
 .PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-web eval fuzz soak clean
 
@@ -39,10 +40,10 @@ lint: $(STAMP)
 
 bench: bench-questions bench-retrieval bench-http bench-search bench-web  ## every benchmark; results go into BENCHMARKS.md
 
-bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP (bench/questions.py)
-	$(PY) bench/questions.py --seconds 20 --mode both --processes 2
+bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP, dense (default) and lexical floor (bench/questions.py)
+	$(PY) bench/questions.py --seconds 20 --mode both --processes 2 --floor
 
-bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic entries
+bench-retrieval: $(STAMP)  ## retrieval latency at 10,000 and 100,000 synthetic entries, lexical and fused with dense
 	$(PY) bench/retrieval.py 10000 100000 --naive
 
 bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} and search
@@ -61,10 +62,9 @@ bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the l
 bench-web: $(STAMP)  ## the web app's RFP page of an RFP with 1,000 items, server-side render p50/p95
 	$(PY) bench/web_bench.py
 
-eval: $(STAMP)  ## answer quality on the development set in $(EVAL)
+eval: $(STAMP)  ## answer quality on both development sets ($(EVAL) and $(EVAL)/dev2), in-sample and cross-validated
 	@if [ -d "$(EVAL)" ]; then \
-		$(PY) -m service eval --kb $(EVAL)/kb.csv --questions $(EVAL)/dev_questions.csv \
-			--labels $(EVAL)/dev_labels.csv; \
+		$(PY) -m service eval --set $(EVAL) --set $(EVAL)/dev2 $(EVAL_ARGS); \
 	else echo "skipped: no evaluation set at $(EVAL) (set EVAL=path)"; fi
 
 fuzz: $(STAMP)  ## schemathesis against the OpenAPI description, a real server, ~3 minutes

@@ -12,6 +12,13 @@ as a subprocess (local engine), then runs two measurements, each client asking a
 - open loop: N clients each ask on a fixed schedule (--rate-per-client per second, independent
   of completions), so the service is offered N * rate questions per second: the ask-to-complete
   latency at that load, measured from each ask's scheduled time.
+
+The service runs its default configuration, dense retrieval included (`--embeddings onnx`):
+every question is embedded by MiniLM in the service. Before the services start, the entries are
+embedded by the real indexer in this process, timed (`--vectors random` fills random vectors
+instead, in seconds, for a quick run). `--floor` repeats the runs with lexical retrieval only
+(`--embeddings none`) on the same database, so the cost of dense retrieval is measured under the
+same load. Each run reports the peak RSS (VmHWM) of every service process.
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ from _setup import through_pooler  # noqa: E402 (bench/ is on the path: run as a
 from service_process import ServiceProcess  # noqa: E402
 
 from service import db  # noqa: E402 (after the path set-up above)
+from service.answering.embeddings import Indexer  # noqa: E402
+from service.answering.minilm_onnx import MODEL, OnnxEmbedder  # noqa: E402
+from service.config import EmbeddingsConfig  # noqa: E402
 from service.domain import accounts  # noqa: E402
 from service.domain.ids import new_id  # noqa: E402
 
@@ -104,6 +114,50 @@ async def prepare(server_url: str, entries: int) -> tuple[str, str, list[str]]:
     asked += [q.replace("Describe your", "Please describe the") for q in asked[:100]]
     asked += NOT_COVERED * 10
     return url, made["token"], asked
+
+
+RANDOM_VECTORS = """
+INSERT INTO knowledge_embeddings (item_id, model, account_id, content_hash, dimensions, embedding)
+SELECT k.id, $1, k.account_id, md5(concat_ws(E'\\n', k.question, k.title, k.answer)), 384,
+       (SELECT array_agg(random() - 0.5) FROM generate_series(1, 384) WHERE k.id IS NOT NULL)::vector
+  FROM knowledge_items k
+"""
+
+
+async def embed_entries(url: str, vectors: str) -> dict:
+    """Every entry's vector before the services start (else their indexers would compete with
+    the measurement): by the real indexer and model (timed), or random ones."""
+    started = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    if vectors == "random":
+        conn = await asyncpg.connect(url)
+        try:
+            stored = int((await conn.execute(RANDOM_VECTORS, MODEL)).split()[-1])
+        finally:
+            await conn.close()
+    else:
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
+        try:
+            stored = await Indexer(pool, OnnxEmbedder(), EmbeddingsConfig()).catch_up()
+        finally:
+            await pool.close()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    took = time.perf_counter() - started
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"vectors": vectors, "entries_embedded": stored, "seconds": round(took, 1),
+            "entries_per_second": round(stored / took, 1), "client_cpu_seconds": round(cpu, 1),
+            "client_peak_rss_mib": round(after.ru_maxrss / 1024, 1)}
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    """VmHWM of a live process, in MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except FileNotFoundError:
+        pass
+    return None
 
 
 async def ask_and_follow(session: aiohttp.ClientSession, url: str, text: str) -> str | None:
@@ -259,6 +313,12 @@ async def main() -> int:
     parser.add_argument("--questions", action="append", default=[], metavar="KEY=VALUE",
                         help="a [questions] setting for the service, e.g. pool_size=3 (repeatable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per run")
+    parser.add_argument("--embeddings", choices=("onnx", "none"), default="onnx",
+                        help="the services' embeddings.backend (default: the service's, onnx)")
+    parser.add_argument("--vectors", choices=("model", "random"), default="model",
+                        help="entries' vectors: embedded by the model, timed (default), or random")
+    parser.add_argument("--floor", action="store_true",
+                        help="then the same runs with lexical retrieval only, on the same data")
     args = parser.parse_args()
 
     embedded = None
@@ -268,6 +328,9 @@ async def main() -> int:
         embedded = db.EmbeddedPostgres(ROOT / "var" / "bench")
         server_url = embedded.url()
     url, token, asked = await prepare(server_url, args.entries)
+    indexing = await embed_entries(url, args.vectors) if args.embeddings == "onnx" else None
+    if indexing:
+        print(json.dumps({"indexing": indexing}) if args.json else f"indexing: {indexing}", flush=True)
     config = (f"[database]\npool_max_size = {args.pool}\n"
               "[logging]\nlevel = \"WARNING\"\n"
               "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n"
@@ -275,28 +338,39 @@ async def main() -> int:
     tmp = ROOT / "var" / "bench-run"
     tmp.mkdir(parents=True, exist_ok=True)
     service_url, pooler_env = through_pooler(url)
-    services = [ServiceProcess(service_url, config, tmp) for _ in range(args.processes)]
-    for service in services:
-        service.env.update(pooler_env)
-    await asyncio.gather(*(service.start() for service in services))
-    urls = [service.url for service in services]
     postmaster = None
     if embedded:
         postmaster = int((embedded.pgdata / "postmaster.pid").read_text().split()[0])
-    meter = CpuMeter([service.process.pid for service in services], postmaster)
     results = []
+    backends = [args.embeddings] + (["none"] if args.floor and args.embeddings != "none" else [])
     try:
-        connector = aiohttp.TCPConnector(limit=0)
-        headers = {"Authorization": f"Bearer {token}"}
-        async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
-            rng = random.Random(11)
-            if args.mode in ("both", "closed"):
-                results.append(await closed_run(session, urls, asked, args, rng, meter))
-            if args.mode in ("both", "open"):
-                results.append(await open_run(session, urls, asked, args, rng, meter))
+        for backend in backends:
+            services = [ServiceProcess(service_url, config, tmp, embeddings=backend)
+                        for _ in range(args.processes)]
+            for service in services:
+                service.env.update(pooler_env)
+            await asyncio.gather(*(service.start() for service in services))
+            urls = [service.url for service in services]
+            meter = CpuMeter([service.process.pid for service in services], postmaster)
+            try:
+                connector = aiohttp.TCPConnector(limit=0)
+                headers = {"Authorization": f"Bearer {token}"}
+                async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
+                    rng = random.Random(11)
+                    runs = []
+                    if args.mode in ("both", "closed"):
+                        runs.append(await closed_run(session, urls, asked, args, rng, meter))
+                    if args.mode in ("both", "open"):
+                        runs.append(await open_run(session, urls, asked, args, rng, meter))
+                peaks = [peak_rss_mib(service.process.pid) for service in services]
+                for run in runs:
+                    run |= {"embeddings": backend, "service_peak_rss_mib": peaks,
+                            "load_average_now": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+                results += runs
+            finally:
+                for service in services:
+                    service.stop()
     finally:
-        for service in services:
-            service.stop()
         if embedded:
             admin = await asyncpg.connect(server_url)
             name = url.rsplit("/", 1)[-1].split("?")[0]

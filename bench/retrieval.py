@@ -2,14 +2,23 @@
 `find_references` over a set of synthetic questions.
 
     make bench-retrieval                      # 10,000 and 100,000 entries
-    .venv/bin/python bench/retrieval.py 10000 --queries 300 [--naive] [--dense]
+    .venv/bin/python bench/retrieval.py 10000 --queries 300 [--naive] [--no-dense]
 
 Text follows a Zipf distribution over a 30,000-word vocabulary (a few words in almost every
 entry, most words rare), like real questionnaires. `--naive` also times the first version's
-query (an OR of every question lexeme ranked with ts_rank_cd) for comparison. `--dense` also
-times fused retrieval with a random 384-dimension vector per entry (HNSW) and a stand-in embedder
-that returns a random vector at once: the database and ranking side of dense retrieval, without
-the embedding model's own time (MiniLM on one CPU thread: ~45 ms a question).
+query (an OR of every question lexeme ranked with ts_rank_cd) for comparison.
+
+Dense fusion is on by default, as in the service (embeddings.backend = "onnx"), measured three
+ways in the same run beside the lexical ranking alone:
+- `fused_db_ms`: a random 384-dimension vector per entry (HNSW) and a stand-in embedder that
+  returns a random vector at once: the database and ranking side of dense retrieval;
+- `fused_model_ms`: the same, but every question is also embedded by the real model (MiniLM int8
+  on onnxruntime, its own thread as in the service). The synthetic words would cost the tokenizer
+  ~3 pieces each, so the model embeds an English questionnaire question of similar length in
+  their place (the entries' vectors are random anyway: only the time matters);
+- `embed_ms`: the model's embedding alone.
+Entries are not embedded by the model here (100,000 would take over an hour of CPU):
+bench/questions.py times the indexer on 10,000 English entries.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import asyncio
 import json
 import platform
 import random
+import resource
 import secrets
 import statistics
 import time
@@ -27,6 +37,7 @@ from pathlib import Path
 import asyncpg
 
 from service import db
+from service.answering.minilm_onnx import OnnxEmbedder
 from service.answering.retrieval import find_references
 from service.domain import accounts, knowledge
 from service.domain.ids import new_id
@@ -101,6 +112,33 @@ class RandomEmbedder:
         return [[random.random() - 0.5 for _ in range(384)] for _ in texts]
 
 
+ENGLISH = [
+    "Do you encrypt customer data at rest and in transit, and which algorithms and key lengths?",
+    "Is multi-factor authentication enforced for all administrative access to production?",
+    "How often are backups taken and tested?",
+    "Describe your incident response process, including customer notification timelines.",
+    "Do you perform annual penetration tests by an independent third party?",
+    "Are background checks performed on employees with access to customer data?",
+    "What is your data retention policy after contract termination?",
+    "Do you maintain a SOC 2 Type II report or ISO 27001 certification?",
+]
+
+
+class ModelEmbedder:
+    """The real model, timed on an English question instead of the synthetic one (see above);
+    the vector it returns is random, like the entries'."""
+
+    def __init__(self) -> None:
+        self.onnx = OnnxEmbedder()
+        self.model = RandomEmbedder.model
+        self.turn = 0
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.turn += 1
+        await self.onnx.embed([ENGLISH[self.turn % len(ENGLISH)] for _ in texts])
+        return [[random.random() - 0.5 for _ in range(384)] for _ in texts]
+
+
 RANDOM_VECTORS = """
 INSERT INTO knowledge_embeddings (item_id, model, account_id, content_hash, dimensions, embedding)
 SELECT k.id, 'bench-random', k.account_id, '', 384,
@@ -150,15 +188,24 @@ async def run(server_url: str, n: int, queries: int, naive: bool, dense: bool = 
                 await conn.execute(RANDOM_VECTORS)
                 await conn.execute("ANALYZE knowledge_embeddings")
                 result["dense_load_seconds"] = round(time.perf_counter() - started, 1)
-                embedder = RandomEmbedder()
-                for question in questions[:20]:
-                    await find_references(conn, account_id, question, embedder=embedder)
-                dense_timings = []
-                for question in questions:
+                model = ModelEmbedder()
+                for label, embedder in (("fused_db_ms", RandomEmbedder()), ("fused_model_ms", model)):
+                    for question in questions[:20]:
+                        await find_references(conn, account_id, question, embedder=embedder)
+                    dense_timings = []
+                    for question in questions:
+                        t0 = time.perf_counter()
+                        await find_references(conn, account_id, question, embedder=embedder)
+                        dense_timings.append((time.perf_counter() - t0) * 1000)
+                    result[label] = percentiles(dense_timings)
+                embed_timings = []
+                for i in range(queries):
                     t0 = time.perf_counter()
-                    await find_references(conn, account_id, question, embedder=embedder)
-                    dense_timings.append((time.perf_counter() - t0) * 1000)
-                result["fused_find_references_ms"] = percentiles(dense_timings)
+                    await model.onnx.embed([ENGLISH[i % len(ENGLISH)]])
+                    embed_timings.append((time.perf_counter() - t0) * 1000)
+                result["embed_ms"] = percentiles(embed_timings)
+            result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+            result["load_average"] = [round(x, 2) for x in __import__("os").getloadavg()]
             return result
         finally:
             await conn.close()
@@ -172,7 +219,8 @@ def main() -> None:
     parser.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--naive", action="store_true")
-    parser.add_argument("--dense", action="store_true")
+    parser.add_argument("--no-dense", dest="dense", action="store_false",
+                        help="lexical retrieval only (embeddings.backend = \"none\")")
     parser.add_argument("--keep-pending", action="store_true",
                         help="leave the GIN pending list as the load left it (no merge, as before 0013)")
     args = parser.parse_args()

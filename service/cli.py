@@ -424,53 +424,156 @@ def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _eval_sets(args: argparse.Namespace) -> dict[str, tuple[Path, Path, Path]]:
+    """The labelled sets to evaluate: each --set folder (kb.csv, dev_questions.csv,
+    dev_labels.csv), or the one set of --kb/--questions/--labels."""
+    sets: dict[str, tuple[Path, Path, Path]] = {}
+    for folder in args.set or ():
+        base = Path(folder)
+        name = base.name if base.name not in sets else str(base)
+        sets[name] = (base / "kb.csv", base / "dev_questions.csv", base / "dev_labels.csv")
+    if args.kb or args.questions or args.labels:
+        if not (args.kb and args.questions and args.labels):
+            raise accounts.OperatorError("--kb, --questions and --labels go together")
+        sets[Path(args.kb).parent.name or "set"] = (Path(args.kb), Path(args.questions),
+                                                    Path(args.labels))
+    if not sets:
+        raise accounts.OperatorError("give --set FOLDER (repeatable) or --kb, --questions and --labels")
+    for paths in sets.values():
+        for path in paths:
+            if not path.is_file():
+                raise accounts.OperatorError(f"no such file: {path}")
+    return sets
+
+
+def _print_figures(title: str, figures: dict[str, Any]) -> None:
+    print(f"  {title:28} hit@1 {figures['hit_at_1']}  hit@5 {figures['hit_at_5']}  decision "
+          f"accuracy {figures['decision_accuracy']} ({figures['decisions_right']}/"
+          f"{figures['questions']})  confidence ≥ 0.8: {figures['confident_right']}/"
+          f"{figures['confident_answers']} right")
+
+
+def _print_calibration(title: str, figures: dict[str, Any]) -> None:
+    print(f"calibration, {title} (confidence: questions, share whose first reference is right):")
+    for row in figures["calibration"]:
+        if row["questions"]:
+            share = row["first_reference_right"] / row["questions"]
+            print(f"  {row['confidence']}: {row['questions']:4}  {share:.2f}  "
+                  f"(mean confidence {row['mean_confidence']:.2f})")
+
+
 def cmd_eval(args: argparse.Namespace, config: Config) -> int:
-    from pathlib import Path
+    from .answering import decision as coverage
+    from .answering import evaluation
 
-    from .answering.evaluation import evaluate, fit_decision, read_labels
-
-    paths = [Path(args.kb), Path(args.questions), Path(args.labels)]
-    for path in paths:
-        if not path.is_file():
-            raise accounts.OperatorError(f"no such file: {path}")
+    sets = _eval_sets(args)
     database = Database(config)
     embeddings_config = config.embeddings
     if args.embeddings:
         embeddings_config = attrs.evolve(embeddings_config, backend=args.embeddings)
 
-    async def run() -> dict:
+    async def run() -> dict[str, dict]:
         from .answering.embeddings import make_embedder
 
+        results = {}
         async with aiohttp.ClientSession() as session:
             embedder = make_embedder(embeddings_config, session)
-            return await evaluate(database.url, *paths, config=config.questions, embedder=embedder)
+            for name, paths in sets.items():
+                results[name] = await evaluation.evaluate(
+                    database.url, *paths, config=config.questions, embedder=embedder,
+                    review=args.review)
+        return results
 
-    result = asyncio.run(run())
+    if args.ablate:
+        table = asyncio.run(evaluation.ablate(database.url, sets, config.questions))
+        if args.json:
+            print(json.dumps({"ablation": table}))
+            return 0
+        print("questions right without each knob (as shipped first): hit@1 / hit@5 / decisions "
+              "(cross-validated), per set")
+        for row in table:
+            print(f"  {row['variant']:56} " + "   ".join(
+                f"{name} {row[name]['hit1']}/{row[name]['hit5']}/{row[name]['decisions']}"
+                for name in sets))
+        return 0
+    results = asyncio.run(run())
+    labelled = {name: (results[name], evaluation.read_labels(paths[2]))
+                for name, paths in sets.items()}
+    output: dict[str, Any] = {}
+    fitted = None
     if args.fit:
-        fitted = fit_decision(result, read_labels(paths[2]), args.l2)
+        try:
+            fitted = evaluation.fit_decision(labelled, prune_features=args.prune)
+        except ValueError as exc:
+            raise accounts.OperatorError(str(exc)) from None
         if args.write_model:
             Path(args.write_model).write_text(json.dumps(fitted["model"], indent=2) + "\n")
-        if not args.json:
-            print(json.dumps({k: v for k, v in fitted.items() if k != "leave_one_out_probabilities"},
-                             indent=2))
-        result["fit"] = fitted
+        output["fit"] = fitted
+        cross = fitted["cross_validated"]
+    else:
+        cross = evaluation.cross_validate(labelled)
+    output["cross_validated"] = cross
+    output["in_sample"] = evaluation.in_sample(labelled)
     if args.json:
         keep = ("id", "references", "sufficient_context", "confidence", "verbatim_answer", "answer",
                 "requires_attention", "correct")
-        result["questions"] = [{k: q.get(k) for k in keep} for q in result["questions"]]
-        print(json.dumps(result))
+        for result in results.values():
+            result["questions"] = [{k: q.get(k) for k in keep} for q in result["questions"]]
+        if len(results) == 1:
+            output |= next(iter(results.values()))
+        else:
+            output["sets"] = results
+        print(json.dumps(output))
         return 0
-    for q in result["questions"]:
-        mark = "ok " if q.get("correct") else ("BAD" if "correct" in q else "   ")
-        print(f"{mark} {q['id']:12} sufficient={q['sufficient_context']!s:5} "
-              f"confidence={q['confidence']:.2f} references={', '.join(q['references'][:3])}")
-    print(f"\nhit@1 {result['hit_at_1']}  hit@5 {result['hit_at_5']}  "
-          f"decision accuracy {result['decision_accuracy']}")
-    print("calibration (confidence band: right / questions):")
-    for band in result["calibration"]:
-        print(f"  {band['confidence']}: {band['correct']} / {band['questions']}")
-    latency = result["latency_ms"]
-    print(f"latency per question (ms): p50 {latency['p50']}  p95 {latency['p95']}  p99 {latency['p99']}")
+    for name, result in results.items():
+        if args.verbose or len(results) == 1:
+            for q in result["questions"]:
+                mark = "ok " if q.get("correct") else ("BAD" if "correct" in q else "   ")
+                print(f"{mark} {name}:{q['id']:12} sufficient={q['sufficient_context']!s:5} "
+                      f"confidence={q['confidence']:.2f} references={', '.join(q['references'][:3])}")
+    dense = any(r.dense is not None for result in results.values()
+                for q in result["questions"] for r in q["reference_objects"][:1])
+    model, path = ((coverage.DENSE_MODEL, coverage.DENSE_MODEL_PATH)
+                   if dense and coverage.DENSE_MODEL is not None else (coverage.MODEL, coverage.MODEL_PATH))
+    print(f"\nretrieval: {'dense fusion (' + embeddings_config.backend + ')' if dense else 'lexical'}; "
+          f"decision model: {path.name} features {', '.join(model.coefficients)}; cap {model.cap}")
+    for name, result in results.items():
+        print(f"\n{name}: {len(result['questions'])} questions, knowledge base "
+              f"{result['knowledge_base']['imported']} entries")
+        _print_figures("in-sample (as shipped)", output["in_sample"][name])
+        if cross:
+            _print_figures(f"cross-validated ({evaluation.FOLDS}-fold)", cross[name])
+        latency = result["latency_ms"]
+        print(f"  latency per question (ms): p50 {latency['p50']}  p95 {latency['p95']}  "
+              f"p99 {latency['p99']}")
+        if "review" in result:
+            review = result["review"]
+            print(f"  review: accepted the labelled entry for {review['reviewed']} questions; "
+                  f"asked again: hit@1 {review['before']['hit_at_1']} -> {review['after']['hit_at_1']}"
+                  f", mean confidence {review['before']['mean_confidence']} -> "
+                  f"{review['after']['mean_confidence']}; reviewed questions hit@1 "
+                  f"{review['reviewed_after_hit_at_1']}, the others "
+                  f"{review['others_before_hit_at_1']} -> {review['others_after_hit_at_1']}; "
+                  f"entries added {review['entries_added']}")
+    print("\n(hit@1 and hit@5 are the same in-sample and cross-validated: no fitted parameter "
+          "touches the ranking; the decision and its confidence are what is fitted.)")
+    if cross:
+        pooled = cross.get("all") or next(iter(cross.values()))
+        print()
+        _print_calibration("cross-validated, all sets", pooled)
+    pooled_in = output["in_sample"].get("all") or next(iter(output["in_sample"].values()))
+    _print_calibration("in-sample (as shipped), all sets", pooled_in)
+    if fitted:
+        print(f"\nfit: L2 {fitted['l2']}, features {', '.join(fitted['features'])}, "
+              f"cap {fitted['model']['cap']}")
+        for step in fitted["pruning"]:
+            print(f"  without {step['without']}: {step['decisions_right']} right decisions "
+                  f"(with it {step['with']})")
+        for pair, figures in fitted["set_to_set"].items():
+            _print_figures(f"fitted {pair}", figures)
+        print(json.dumps(fitted["model"], indent=2))
+        if args.write_model:
+            print(f"written to {args.write_model}")
     return 0
 
 
@@ -646,16 +749,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = command("eval", cmd_eval, help="measure answer quality on a labelled question set")
-    p.add_argument("--kb", required=True, metavar="KB.csv")
-    p.add_argument("--questions", required=True, metavar="Q.csv")
-    p.add_argument("--labels", required=True, metavar="L.csv")
+    p.add_argument("--set", action="append", metavar="FOLDER",
+                   help="a labelled set: FOLDER/kb.csv, dev_questions.csv, dev_labels.csv "
+                        "(repeatable; figures per set and over all)")
+    p.add_argument("--kb", metavar="KB.csv")
+    p.add_argument("--questions", metavar="Q.csv")
+    p.add_argument("--labels", metavar="L.csv")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="each question's outcome, for every set")
+    p.add_argument("--ablate", action="store_true",
+                   help="instead: the questions right without each vocabulary concept and "
+                        "retrieval knob, per set")
+    p.add_argument("--review", action="store_true",
+                   help="then accept the labelled entry for half of the answerable questions "
+                        "through the review path, ask every question again, report the change")
     p.add_argument("--embeddings", choices=["onnx", "none", "local", "openai"],
                    help="dense retrieval backend for this run (default: the config's [embeddings])")
     p.add_argument("--fit", action="store_true",
-                   help="also fit the coverage decision model on these labels (with leave-one-out)")
-    p.add_argument("--l2", type=float, default=0.3,
-                   help="with --fit: the L2 penalty on the standardised coefficients (default 0.3)")
+                   help="fit the coverage decision model on all the sets by k-fold cross-validation")
+    p.add_argument("--prune", action="store_true",
+                   help="with --fit: keep only features worth more than one question under "
+                        "cross-validation")
     p.add_argument("--write-model", metavar="MODEL.json",
                    help="with --fit: write the fitted model there (service/answering/decision_model.json "
                         "is the one the service uses)")

@@ -66,6 +66,11 @@ class ServerConfig:
     # upload_timeout_seconds; else 408 request_timeout and the connection is closed.
     body_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
     upload_timeout_seconds: float = attrs.field(default=300.0, validator=_positive)
+    # Question event streams (GET /questions/{id}/events) one member may hold open at once in
+    # one service process (more: 429), and how long one stays open before the service ends it
+    # (an EventSource reconnects with Last-Event-ID and misses nothing).
+    max_streams_per_member: int = attrs.field(default=20, validator=_positive)
+    stream_lifetime_seconds: float = attrs.field(default=3600.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
 
@@ -205,6 +210,9 @@ class QuestionsConfig:
     lease_seconds: float = attrs.field(default=30.0, validator=_positive)
     # How often each process looks for unfinished questions with an expired lease.
     poll_seconds: float = attrs.field(default=2.0, validator=_positive)
+    # A question whose step fails unexpectedly this many times (a model reply nothing can use, a
+    # bug) completes needing attention, with confidence 0 and its credit refunded.
+    max_failed_attempts: int = attrs.field(default=3, validator=_positive)
     # Tests and benches only: a pause before each pipeline step, to kill a process mid-pipeline.
     step_delay_seconds: float = attrs.field(default=0.0, validator=_not_negative)
     engine: Literal["local", "openai"] = "local"

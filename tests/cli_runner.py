@@ -7,13 +7,18 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import PGBOUNCER_URL, ROOT
+
+# In the PgBouncer pass the CLI is told, as an operator would tell it; without a direct URL, so
+# its migrations take the one-transaction path.
+POOLER_ENV = {"RFP_DATABASE_POOLER": "pgbouncer-transaction"} if PGBOUNCER_URL else {}
 
 
 def cli(database_url: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "service", *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": database_url, **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": database_url, **POOLER_ENV,
+             **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,

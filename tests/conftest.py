@@ -104,7 +104,9 @@ async def direct_database_url(server_url: str, template_db: str) -> AsyncIterato
 def database_url(direct_database_url: str) -> str:
     """The test's database as the service reaches it: through PgBouncer in the PgBouncer pass."""
     if PGBOUNCER_URL:
-        return db.with_database(PGBOUNCER_URL, direct_database_url.rsplit("/", 1)[1])
+        from yarl import URL
+
+        return db.with_database(PGBOUNCER_URL, URL(direct_database_url).path.lstrip("/"))
     return direct_database_url
 
 

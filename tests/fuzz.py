@@ -8,8 +8,12 @@ every generated ask, one admin token), then `schemathesis run` with the checks t
   response_schema_conformance: no response outside the description;
 - ignored_auth: every operation that declares the bearer scheme answers 401 without a token.
 
+Then the upload routes get generated CSV and XLSX files (tests/upload_fuzz.py: valid, truncated,
+mutated, oversized, zip and XML bombs) for `--upload-seconds`: no 5xx, no answer later than the
+parse time limit allows, no parse worker left running past it.
+
 `make fuzz` runs it for a few minutes (`--max-time`); tests/test_fuzz.py runs a short version as part
-of `make test`. Exit code 0 when schemathesis found nothing.
+of `make test`. Exit code 0 when neither found anything.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import upload_fuzz  # noqa: E402
 from service_process import ServiceProcess  # noqa: E402
 
 from service import db  # noqa: E402  (after the path set-up above)
@@ -49,6 +54,8 @@ CONFIG_TOML = """
 web_base_url = "https://app.example.test"
 [questions]
 poll_seconds = 0.5
+[uploads]
+parse_timeout_seconds = 5.0
 [rate_limits.ask_question]
 limit = 100000
 period_seconds = 60
@@ -92,6 +99,7 @@ def schemathesis_command(
 async def run(
     database_url: str, tmp: Path, *, max_examples: int, max_time: float | None = None,
     seed: int | None = None, workers: int = 1, phases: str = "examples,coverage,fuzzing",
+    upload_seconds: float = 0,
 ) -> subprocess.CompletedProcess:
     token = await prepare(database_url)
     service = await ServiceProcess(database_url, CONFIG_TOML, tmp).start()
@@ -105,7 +113,16 @@ async def run(
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )
         output, _ = await process.communicate()
-        return subprocess.CompletedProcess(command, process.returncode or 0, output.decode(), "")
+        text, code = output.decode(), process.returncode or 0
+        if upload_seconds:
+            print("uploads:")
+            problems = await upload_fuzz.run(
+                service.url, token, service.process.pid, seconds=upload_seconds, seed=seed or 1,
+                parse_timeout=5.0,
+            )
+            text += "\nUpload fuzzing: " + ("\n".join(problems) if problems else "no problems") + "\n"
+            code = code or (1 if problems else 0)
+        return subprocess.CompletedProcess(command, code, text, "")
     finally:
         service.stop()
 
@@ -127,7 +144,7 @@ async def _main(args: argparse.Namespace) -> int:
         await db.migrate_url(database_url)
         result = await run(
             database_url, tmp, max_examples=args.max_examples, max_time=args.max_time,
-            seed=args.seed, workers=args.workers,
+            seed=args.seed, workers=args.workers, upload_seconds=args.upload_seconds,
         )
         print(result.stdout)
         return result.returncode
@@ -145,6 +162,8 @@ def main() -> int:
     parser.add_argument("--max-time", type=float, default=180, help="seconds for the whole run")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--upload-seconds", type=float, default=60,
+                        help="seconds of generated CSV/XLSX uploads after schemathesis (0: none)")
     return asyncio.run(_main(parser.parse_args()))
 
 

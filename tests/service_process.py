@@ -30,6 +30,9 @@ class ServiceProcess:
         self.config_path = tmp / f"config-{self.port}.toml"
         self.config_path.write_text(config_toml)
         self.env = {**os.environ, "DATABASE_URL": database_url, "RFP_CONFIG": str(self.config_path)}
+        bouncer = os.environ.get("PGBOUNCER_URL", "").rsplit("/", 1)[0]
+        if bouncer and database_url.startswith(bouncer + "/"):  # the PgBouncer pass
+            self.env["RFP_DATABASE_POOLER"] = "pgbouncer-transaction"
         if embeddings is not None and "[embeddings]" not in config_toml:
             self.env["RFP_EMBEDDINGS"] = embeddings
         self.log = tmp / f"service-{self.port}.log"

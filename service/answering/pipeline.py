@@ -29,6 +29,7 @@ import attrs
 
 from .. import db
 from ..config import QuestionsConfig
+from ..domain import bands
 from ..domain.accounts import change_credits
 from ..metrics import Metrics
 from . import decision as coverage
@@ -185,12 +186,18 @@ async def calculate_confidence(ctx: StepContext, work: Work) -> Work:
         used=work.used,
         engine_points=work.engine_points,
         failure=work.engine_failure,
+        attention_below=ctx.config.auto_answer_confidence,
     )
-    # An answer drawn from a stale entry asks for attention: never auto-answered (issue 20).
+    # An answer drawn from a stale entry asks for attention and its confidence stays under the
+    # auto-answer band, so neither the question nor its RFP item (which keeps only the confidence)
+    # is ever auto-answered (issue 20).
     stale = staleness.stale_points(work.references, work.used) if work.draft_answer else ()
+    confidence = assessment.confidence
+    if stale and confidence is not None:
+        confidence = staleness.below_auto_answer(confidence, ctx.config)
     return attrs.evolve(
         work,
-        confidence=assessment.confidence,
+        confidence=confidence,
         confidence_rationale=assessment.rationale,
         requires_attention=assessment.requires_attention or bool(stale),
         attention_points=(*assessment.attention_points, *stale),
@@ -204,6 +211,20 @@ async def publish(ctx: StepContext, work: Work) -> Work:
         answer = ("No answer could be drafted: the answer engine failed. The credit for this "
                   "question was refunded; ask again later or answer it by hand.")
     return attrs.evolve(work, answer=answer)
+
+
+def given_up(work: Work, attempts: int, exc: Exception) -> Work:
+    """The question completed unanswered after failing `attempts` times: confidence 0, needing
+    attention, and (persist refunds an engine failure) its credit back. Only the exception's
+    type is shown; the rest is in the log."""
+    why = (f"No answer could be drafted: answering failed {attempts} times ({type(exc).__name__}). "
+           "The credit for this question was refunded; answer it by hand.")
+    return attrs.evolve(
+        work, state="complete", draft_answer=None, verbatim_answer=False, sufficient_context=None,
+        used=(), engine_points=(), engine_failure=f"failed {attempts} times: {type(exc).__name__}",
+        confidence=0.0, confidence_rationale=why, requires_attention=True, attention_points=(why,),
+        answer=why,
+    )
 
 
 TRANSITIONS: tuple[tuple[str, str, Step], ...] = (
@@ -229,9 +250,21 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
     )
 
 
+def rfp_item_state(work: Work, config: QuestionsConfig) -> str:
+    """The state an RFP item takes from its question's answer: needs_input when nothing answers
+    it, it asks for attention (a stale entry, a partial answer), or its confidence is below the
+    review band (a person must write it), else auto_answered (the band, auto-answer or review, is
+    shown beside it)."""
+    if not work.sufficient_context or work.engine_failure is not None or work.requires_attention:
+        return "needs_input"
+    if bands.band(work.confidence, work.requires_attention, config) == "needs_input":
+        return "needs_input"
+    return "auto_answered"
+
+
 async def persist(
     conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float,
-    metrics: Metrics | None = None,
+    metrics: Metrics | None = None, config: QuestionsConfig | None = None,
 ) -> asyncpg.Record | None:
     """Store `after` if `before` is still what the database holds and we hold the lease.
 
@@ -240,6 +273,7 @@ async def persist(
     Returns the question as stored (as `get_question` reads it), or None when another worker
     moved it: drop it then.
     """
+    config = config or QuestionsConfig()
     answers_item = after.state == "complete" and after.rfp_item_id is not None
     if after.engine_failure is None and not answers_item:
         # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
@@ -258,7 +292,7 @@ async def persist(
             if refund:
                 await change_credits(conn, after.account_id, refund, "refund", after.id)
         if answers_item:
-            item_state = "needs_input" if after.requires_attention else "auto_answered"
+            item_state = rfp_item_state(after, config)
             rfp_id = await conn.fetchval(
                 db.query("answer_rfp_item"), after.rfp_item_id, after.answer, after.confidence,
                 item_state, after.id,
@@ -410,7 +444,8 @@ class Pipeline:
                             break  # store what is done; the next turn hands the question back
                 async with self.pool.acquire() as conn:
                     stored = await persist(
-                        conn, self.owner, work, after, self.config.lease_seconds, self.metrics
+                        conn, self.owner, work, after, self.config.lease_seconds, self.metrics,
+                        self.config,
                     )
                 if stored is None:
                     log.info("question %s was moved by another worker; leaving it", work.id)
@@ -421,13 +456,9 @@ class Pipeline:
                 work = after
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("question %s failed in state %s; it will be retried", work.id, work.state)
+        except Exception as exc:
             with contextlib.suppress(Exception):
-                async with self.pool.acquire() as conn:
-                    await conn.execute(
-                        db.query("release_lease"), work.id, self.owner, self.config.poll_seconds
-                    )
+                await self._failed(work, exc)
         finally:
             self.active.discard(work.id)
             row = self.committed.pop(work.id, None)
@@ -440,6 +471,27 @@ class Pipeline:
             self.metrics.pipeline_queue_depth.set(len(self.active))
             if self._more:
                 self._wake.set()  # a place is free and questions may be waiting for it
+
+    async def _failed(self, work: Work, exc: Exception) -> None:
+        """A step raised: the question is retried later, unless that was its
+        max_failed_attempts-th failure; then it completes needing attention, refunded."""
+        async with self.pool.acquire() as conn:
+            attempts = await conn.fetchval(db.query("count_failed_attempt"), work.id, self.owner)
+            if attempts is None or attempts < self.config.max_failed_attempts:
+                log.error("question %s failed in state %s (attempt %s); it will be retried",
+                          work.id, work.state, attempts, exc_info=exc)
+                await conn.execute(
+                    db.query("release_lease"), work.id, self.owner, self.config.poll_seconds
+                )
+                return
+            log.error("question %s failed in state %s %s times; completing it unanswered",
+                      work.id, work.state, attempts, exc_info=exc)
+            stored = await persist(conn, self.owner, work, given_up(work, attempts, exc),
+                                   self.config.lease_seconds, self.metrics)
+        if stored is not None:
+            self.committed[work.id] = stored
+            if self.on_commit is not None:
+                self.on_commit(work.id, stored)
 
     async def _timed(self, step: Step, work: Work) -> Work:
         """Run one step, timing it by step name and outcome (ok, failed)."""

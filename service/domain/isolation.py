@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Imported once in the fork server, so each child starts with them.
-PRELOAD = ["service.domain.questionnaires", "openpyxl", "openpyxl.worksheet._reader"]
+PRELOAD = ["service.domain.questionnaires", "service.domain.knowledge", "openpyxl",
+           "openpyxl.worksheet._reader"]
 
 
 class IsolatedWorkers:

@@ -234,9 +234,15 @@ def parse_csv(text: str) -> ParsedCsv:
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 
-async def import_csv(conn: asyncpg.Connection, account_id: str, text: str) -> ImportReport:
+def parse_upload(raw: bytes) -> ParsedCsv:
+    """An uploaded CSV's bytes, decoded and parsed: what a parse worker process runs
+    (service/domain/isolation.py), so a large or hostile file never blocks the service."""
+    return parse_csv(decode_csv(raw))
+
+
+async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv) -> ImportReport:
     """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
-    parsed = parse_csv(text)
+    parsed = parse_csv(text) if isinstance(text, str) else text
     valid = parsed.valid
     created = updated = 0
     if valid:

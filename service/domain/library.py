@@ -5,14 +5,16 @@ migration 0022, so every write path is covered); the member making the change is
 transaction with `set_actor`. An entry past its `review_by` is stale: answers drawn from it ask for
 attention (service/answering/pipeline.py) and so never reach the auto-answer band.
 
-Duplicates and conflicts are found per account by trigram similarity (pg_trgm's GiST index, one
-probe per entry) and classified here: near-identical questions or answers are duplicates; similar
-questions answered Yes by one and No by the other, or with different numbers of the same unit
-("90 days" vs "30 days"), are conflicts.
+Duplicates and conflicts are found per account by trigram similarity among the entries that
+share rare words (`similar_pairs`) and classified here: near-identical questions or answers are
+duplicates; similar questions answered Yes by one and No by the other, or with different numbers
+of the same unit ("90 days" vs "30 days"), are conflicts.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -286,6 +288,83 @@ class DuplicateRun:
     seconds: float
 
 
+# Candidate pairs come from rare words, as retrieval's candidates do: two entries that say the same
+# thing share their rarest words, and a rare word's few entries are all that is compared (never
+# every pair: 10,000 entries are 50 million pairs). Each candidate pair is then scored by trigram
+# similarity (pg_trgm's measure: shared over all trigrams of the words).
+RARE_WORDS = 4  # an entry's rarest words (each in 2 to MAX_POSTING entries) that choose its candidates
+MAX_POSTING = 200  # a word in more entries than this says nothing about sameness
+ANSWER_OPENING = 300  # answers are compared by their opening characters
+_WORD = re.compile(r"[^\W_]+")
+
+
+def trigrams(text: str) -> frozenset[str]:
+    """pg_trgm's trigrams: of each lower-cased word, padded with two spaces before and one after."""
+    grams = set()
+    for word in _WORD.findall(text.lower()):
+        padded = f"  {word} "
+        grams.update(padded[i:i + 3] for i in range(len(padded) - 2))
+    return frozenset(grams)
+
+
+def similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+def similar_pairs(texts: Mapping[str, str], threshold: float) -> dict[tuple[str, str], float]:
+    """{(id a, id b): similarity} of the texts at least `threshold` alike, a < b."""
+    words = {item_id: set(_WORD.findall(text.lower())) for item_id, text in texts.items()}
+    postings: dict[str, list[str]] = {}
+    for item_id, found in words.items():
+        for word in found:
+            postings.setdefault(word, []).append(item_id)
+    exact: dict[str, list[str]] = {}  # identical texts pair up even when every word is common
+    for item_id, text in texts.items():
+        exact.setdefault(" ".join(_WORD.findall(text.lower())), []).append(item_id)
+    grams: dict[str, frozenset[str]] = {}
+    pairs: dict[tuple[str, str], float] = {}
+    for item_id, found in words.items():
+        rare = sorted((w for w in found if 2 <= len(postings[w]) <= MAX_POSTING),
+                      key=lambda w: (len(postings[w]), w))[:RARE_WORDS]
+        # Another entry is compared only when it shares two of these words (one when the entry
+        # has only one): near-duplicates share nearly all their words, strangers a common one.
+        hits = collections.Counter(other for w in rare for other in postings[w] if other > item_id)
+        needed = min(2, len(rare))
+        candidates = {other for other, count in hits.items() if count >= needed}
+        candidates.update(o for o in exact[" ".join(_WORD.findall(texts[item_id].lower()))]
+                          if o > item_id)
+        if not candidates:
+            continue
+        mine = grams.get(item_id) or grams.setdefault(item_id, trigrams(texts[item_id]))
+        for other in candidates:
+            theirs = grams.get(other) or grams.setdefault(other, trigrams(texts[other]))
+            score = similarity(mine, theirs)
+            if score >= threshold:
+                pairs[(item_id, other)] = score
+    return pairs
+
+
+def classify_library(
+    entries: Sequence[Mapping[str, Any]], duplicate_similarity: float, conflict_similarity: float
+) -> list[Finding]:
+    """Every duplicate and conflict among an account's entries (CPU only: run it in a thread)."""
+    by_id = {row["id"]: row for row in entries}
+    by_question = similar_pairs(
+        {row["id"]: row["question"] for row in entries if row["question"]},
+        min(duplicate_similarity, conflict_similarity),
+    )
+    by_answer = similar_pairs(
+        {row["id"]: row["answer"][:ANSWER_OPENING] for row in entries}, duplicate_similarity
+    )
+    return [
+        found
+        for a, b in sorted(by_question.keys() | by_answer.keys())
+        if (found := classify(by_id[a], by_id[b], by_question.get((a, b)), by_answer.get((a, b)),
+                              duplicate_similarity)) is not None
+    ]
+
+
 async def find_duplicates(
     conn: asyncpg.Connection, account_id: str, *, duplicate_similarity: float,
     conflict_similarity: float,
@@ -294,38 +373,20 @@ async def find_duplicates(
     started = time.monotonic()
     if await conn.fetchval(db.query("start_duplicate_run"), account_id) is None:
         return None
-    threshold = min(duplicate_similarity, conflict_similarity)
-    async with conn.transaction():
-        await conn.execute(db.query("set_similarity_threshold"), threshold)
-        by_question = {
-            (r["item_a"], r["item_b"]): r["similarity"]
-            for r in await conn.fetch(db.query("similar_questions"), account_id)
-        }
-        await conn.execute(db.query("set_similarity_threshold"), duplicate_similarity)
-        by_answer = {
-            (r["item_a"], r["item_b"]): r["similarity"]
-            for r in await conn.fetch(db.query("similar_answers"), account_id)
-        }
-    pairs = sorted(by_question.keys() | by_answer.keys())
-    ids = sorted({i for pair in pairs for i in pair})
-    entries = {r["id"]: r for r in await conn.fetch(db.query("duplicate_candidates"), ids)}
-    findings = [
-        found
-        for a, b in pairs
-        if a in entries and b in entries
-        if (found := classify(entries[a], entries[b], by_question.get((a, b)), by_answer.get((a, b)),
-                              duplicate_similarity)) is not None
-    ]
-    total = await conn.fetchval(db.query("count_knowledge_items"), account_id)
+    entries = await conn.fetch(db.query("duplicate_entries"), account_id)
+    findings = await asyncio.to_thread(
+        classify_library, entries, duplicate_similarity, conflict_similarity
+    )
     seconds = time.monotonic() - started
     async with conn.transaction():
+        await conn.execute(db.query("clear_duplicates"), account_id)
         await conn.execute(
             db.query("replace_duplicates"), account_id, [f.item_a for f in findings],
             [f.item_b for f in findings], [f.kind for f in findings], [f.reason for f in findings],
             [f.similarity for f in findings],
         )
-        await conn.execute(db.query("finish_duplicate_run"), account_id, total, seconds)
-    return DuplicateRun(entries=total, findings=len(findings), seconds=seconds)
+        await conn.execute(db.query("finish_duplicate_run"), account_id, len(entries), seconds)
+    return DuplicateRun(entries=len(entries), findings=len(findings), seconds=seconds)
 
 
 def _entry(row: Mapping[str, Any], side: str) -> dict[str, Any]:

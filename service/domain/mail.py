@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import time
 from email.message import EmailMessage
 
 import aiosmtplib
@@ -40,6 +41,11 @@ async def enqueue(
 def backoff_seconds(config: MailConfig, attempts: int) -> float:
     """Delay before the next attempt after `attempts` failed ones: base, 2 * base, 4 * base …, at most 1 h."""
     return min(MAX_BACKOFF_SECONDS, config.retry_base_seconds * 2 ** max(0, attempts - 1))
+
+
+# Recording a sent message stops this long before its lease ends, so another sender never sees it
+# due while this one still records it.
+RECORD_MARGIN_SECONDS = 5.0
 
 
 class MailSender:
@@ -91,6 +97,8 @@ class MailSender:
                 "with `python -m service mail show %s`", row["id"], row["recipient"], row["id"],
             )
             return
+        # Until then no other sender claims the row: recording a success may be retried that long.
+        lease_ends = time.monotonic() + self.lease_seconds - RECORD_MARGIN_SECONDS
         try:
             await self._send(row)
         except Exception as exc:  # any failure of one message is recorded on it, never fatal
@@ -108,9 +116,25 @@ class MailSender:
                 log.warning("mail %s to %s: attempt %d failed (%s); retrying in %.0f s",
                             row["id"], row["recipient"], row["attempts"], error, delay)
             return
-        async with self._pool.acquire() as conn:
-            await conn.execute(db.query("mark_mail_sent"), row["id"], row["attempts"])
+        await self._record_sent(row, lease_ends)
         log.info("mail %s to %s sent", row["id"], row["recipient"])
+
+    async def _record_sent(self, row: asyncpg.Record, lease_ends: float) -> None:
+        """Mark the message sent. The database may be away right now (a restart): a message
+        recorded later than sent would go out again once its lease lapses, so keep trying
+        while the lease holds it for us."""
+        delay = 0.1
+        while True:
+            try:
+                async with self._pool.acquire() as conn:
+                    await conn.execute(db.query("mark_mail_sent"), row["id"], row["attempts"])
+                return
+            except Exception as exc:  # asyncpg fails in several ways (InternalClientError too)
+                if time.monotonic() + delay > lease_ends:
+                    raise
+                log.warning("mail %s sent, but recording it failed (%s); retrying", row["id"], exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
 
     def message(self, row: asyncpg.Record) -> EmailMessage:
         message = EmailMessage()

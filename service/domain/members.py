@@ -16,7 +16,8 @@ Decisions where the specification is silent (also in README "Members"):
   whose link, e-mailed to the address, proves it is theirs; their old tokens are revoked.
 - POST /users answers alike whether or not the address is registered in another account: an
   existing user becomes a member at once and is told so by e-mail (their own password signs
-  in); the response shows the names the administrator gave, as for a new user.
+  in; without one, the e-mail is a confirmation link to choose it); the response shows the
+  names the administrator gave, as for a new user.
 
 Each state-changing action is one function here (`create_user`, `confirm_email`, `sign_in`,
 `invite`, `accept_invitation`, `change_role`, `remove_member`, `change_password`,
@@ -26,7 +27,8 @@ Each state-changing action is one function here (`create_user`, `confirm_email`,
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -237,6 +239,16 @@ If you did not expect this, tell the account's administrator; your password is u
     return f"You were added to {account_name}", body
 
 
+@asynccontextmanager
+async def _race_is_conflict() -> AsyncIterator[None]:
+    """A unique index refusing a row written meanwhile by a request that took no address lock
+    (the operator CLI adding the same member) is a 409 to retry, not a 500."""
+    try:
+        yield
+    except asyncpg.UniqueViolationError:
+        raise Conflict("the same change was made at the same moment; try again") from None
+
+
 def _base_url(config: Config) -> str:
     return config.server.web_base_url.rstrip("/")
 
@@ -252,13 +264,17 @@ async def create_user(conn: asyncpg.Connection, config: Config, account_id: str,
     data = structure(fields, NewUser, root="user")
     first, last = data.first_name or "", data.last_name or ""
     role = data.role or "member"
-    async with conn.transaction():
+    async with _race_is_conflict(), conn.transaction():
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), account_id, data.email):
             raise ValidationFailed(["user.email: is already a member of this account"])
         user = await conn.fetchrow(db.query("user_by_email"), data.email)
         if user is None:
             user_id = await conn.fetchval(db.query("insert_unconfirmed_user"), data.email, first, last)
+        else:
+            user_id = user["id"]
+        if user is None or not user["password_chosen_by_user"]:
+            # Without a password of their own they need the link that lets them choose one.
             token = new_link_token()
             ttl_hours = config.members.confirmation_ttl_hours
             await conn.execute(
@@ -266,7 +282,6 @@ async def create_user(conn: asyncpg.Connection, config: Config, account_id: str,
             )
             subject, body = confirmation_mail(_base_url(config), account_name, token, ttl_hours)
         else:
-            user_id = user["id"]
             subject, body = added_mail(_base_url(config), account_name)
         member_id = await conn.fetchval(
             db.query("insert_membership"), new_id("mbr"), account_id, user_id, role
@@ -283,13 +298,16 @@ async def confirm_email(
     pool: asyncpg.Pool, passwords: Passwords, token: str, password: str | None
 ) -> asyncpg.Record:
     """Spend a confirmation link; it also sets the password the user chose, which is required
-    unless they already have one of their own (412-free: a 422 leaves the link unspent)."""
+    unless they already have one of their own (a 422 leaves the link unspent). A password of
+    their own (chosen since, e.g. with an invitation) is kept: a link replaces no password."""
     digest = hash_token(token)
     async with pool.acquire() as conn:
         user = await conn.fetchrow(db.query("user_for_confirmation"), digest)
     if user is None:
         raise NotFound("this confirmation link is unknown, already used or expired")
-    if password is None and not user["password_chosen_by_user"]:
+    if user["password_chosen_by_user"]:
+        password = None
+    elif password is None:
         raise ValidationFailed(["password: choose your password (12 to 128 characters)"])
     new_hash = await passwords.hash(password) if password is not None else None
     async with pool.acquire() as conn, conn.transaction():
@@ -307,7 +325,7 @@ async def confirmation_needs_password(conn: asyncpg.Connection, token: str) -> b
     return not user["password_chosen_by_user"]
 
 
-def _confirmed(row: asyncpg.Record) -> dict[str, Any]:
+def confirmed_body(row: asyncpg.Record) -> dict[str, Any]:
     return {"confirmed": True, "email": row["email"], "confirmed_at": unstructure(row["confirmed_at"])}
 
 
@@ -416,7 +434,7 @@ async def invite(
     account_name = await require_active_account(conn, who.account_id)
     data = structure(fields, NewInvitation, root="invitation")
     token = new_link_token()
-    async with conn.transaction():
+    async with _race_is_conflict(), conn.transaction():
         # Concurrent invitations to one address wait here instead of failing on
         # invitations_one_pending: each replaces the one before.
         await conn.execute(db.query("lock_address"), data.email)
@@ -467,7 +485,7 @@ async def accept_invitation(
     else:
         new_hash = await passwords.hash(data.password)
     first, last = data.first_name or "", data.last_name or ""
-    async with pool.acquire() as conn, conn.transaction():
+    async with _race_is_conflict(), pool.acquire() as conn, conn.transaction():
         # Two acceptances for one new address (invitations from two accounts) wait here; the
         # second then finds the user the first created, instead of failing on users_email_key.
         await conn.execute(db.query("lock_address"), invitation["email"])
@@ -489,7 +507,8 @@ async def accept_invitation(
             await conn.execute(
                 db.query("accept_terms_for_invited_user"), user_id, new_hash, first, last
             )
-            if new_hash is not None:  # tokens signed in with a password that was not theirs
+            if new_hash is not None and user["password_hash"] is not None:
+                # Tokens may have been signed in with the password an administrator chose.
                 await conn.execute(db.query("revoke_user_tokens"), user_id, None)
         if await conn.fetchval(db.query("is_member"), invitation["account_id"], invitation["email"]):
             raise Conflict(f"{invitation['email']} is already a member of this account")
@@ -642,9 +661,13 @@ async def reset_password(pool: asyncpg.Pool, passwords: Passwords, fields: Any) 
     """Complete a reset: the link proves the address; the new password is the user's own, and
     every token of the user is revoked."""
     data = structure(fields, PasswordReset)
+    digest = hash_token(data.token)
+    async with pool.acquire() as conn:  # no hashing work for a made-up token
+        if not await conn.fetchval(db.query("password_reset_is_live"), digest):
+            raise NotFound("this reset link is unknown, already used or expired")
     new_hash = await passwords.hash(data.password)
     async with pool.acquire() as conn, conn.transaction():
-        user_id = await conn.fetchval(db.query("use_password_reset"), hash_token(data.token))
+        user_id = await conn.fetchval(db.query("use_password_reset"), digest)
         if user_id is None:
             raise NotFound("this reset link is unknown, already used or expired")
         await conn.execute(db.query("set_own_password"), user_id, new_hash, True)

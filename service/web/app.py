@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -19,7 +20,7 @@ from ..config import Config
 from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
-from .keys import CONFIG, EVENTS, INDEXER, METRICS, PIPELINE, POOL
+from .keys import CONFIG, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
 from .pages import common as pages_common
 from .pages.routes import routes as page_routes
 from .telemetry import metrics_middleware
@@ -160,6 +161,7 @@ def create_app(config: Config) -> web.Application:
     app[CONFIG] = config
     # Always present, so code may count unconditionally; exposed only when enabled.
     app[METRICS] = Metrics()
+    app[OPEN_STREAMS] = collections.Counter()
     pages_common.setup(app)  # the web app's templates
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)

@@ -72,6 +72,10 @@ def database_unavailable(exc: BaseException) -> bool:
     while current is not None and seen < 10:
         if isinstance(current, DATABASE_UNAVAILABLE):
             return True
+        # asyncpg's own word for a connection lost under it mid-call (the server or PgBouncer
+        # went away): "cannot call …: the underlying connection is closed".
+        if isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str(current):
+            return True
         current, seen = current.__cause__ or current.__context__, seen + 1
     return False
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     import asyncpg
 
     from ..answering.embeddings import Indexer
@@ -32,6 +34,8 @@ METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 PARSERS: web.AppKey[IsolatedWorkers] = web.AppKey("parsers")
 PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
+# Open question event streams per member id, in this process (server.max_streams_per_member).
+OPEN_STREAMS: web.AppKey[Counter[str]] = web.AppKey("open_streams")
 # The embeddings indexer when a backend is configured (absent otherwise).
 INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")
 # Library care (issue 20): the background duplicate runs in progress, by account id.

@@ -457,6 +457,8 @@ def _op(op_id: str, summary: str, responses: dict, *, security: list | None = No
         op["responses"] = {**_BODY_ERRORS, **responses}
     if op["security"]:
         op["responses"] = {**_AUTH_ERRORS, **op["responses"]}
+    elif body or body_content:  # a public route that writes: the database may be unavailable too
+        op["responses"] = {"503": _AUTH_ERRORS["503"], **op["responses"]}
     return op
 
 
@@ -742,7 +744,8 @@ def document() -> dict[str, Any]:
         "/api/v1/users": {"post": _op("create_user", "create a user (admin); a confirmation "
                                       "e-mail is sent", {
             "201": _json(_ref("Member"), "the created member (SPEC 2.3)"),
-            "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked")},
+            "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked"),
+            "409": _error("the same member was added at the same moment (conflict); retry")},
             body=_ref("UserInput"))},
         "/api/v1/users/confirmation": {
             "post": _op("confirm_email", "confirm an e-mail address and choose the password", {
@@ -765,7 +768,8 @@ def document() -> dict[str, Any]:
             "429": _RATE_LIMITED}, security=[], body=_ref("SignIn"))},
         "/api/v1/invitations": {"post": _op("create_invitation", "invite someone (admin)", {
             "201": _json(_ref("Invitation"), "the invitation; the link goes out by e-mail"),
-            "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked")},
+            "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked"),
+            "409": _error("the same change was made at the same moment (conflict); retry")},
             body=_ref("InvitationInput"))},
         "/api/v1/invitations/{token}": {"get": _op("get_invitation", "what an invitation offers", {
             "200": _json(_ref("Invitation"), "the invitation, with account_name"),

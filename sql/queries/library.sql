@@ -73,33 +73,12 @@ SELECT k.id, k.review_by, k.owner_member_id, u.email AS owner_email, k.question,
  WHERE k.account_id = $1 AND k.review_by < (now() AT TIME ZONE 'UTC')::date
  ORDER BY k.review_by, k.id;
 
--- similar_questions --
--- Pairs of an account's entries whose questions are at least $2 similar (trigram), each once.
--- Uses the GiST trigram index: one index probe per entry, not a comparison of every pair.
-SELECT a.id AS item_a, b.id AS item_b, similarity(lower(a.question), lower(b.question)) AS similarity
-  FROM knowledge_items a
-  JOIN knowledge_items b
-    ON b.account_id = a.account_id AND b.id > a.id AND b.question IS NOT NULL
-   AND lower(b.question) % lower(a.question)
- WHERE a.account_id = $1 AND a.question IS NOT NULL;
-
--- similar_answers --
--- Pairs of an account's entries whose answers open alike (the first 300 characters).
-SELECT a.id AS item_a, b.id AS item_b,
-       similarity(lower(left(a.answer, 300)), lower(left(b.answer, 300))) AS similarity
-  FROM knowledge_items a
-  JOIN knowledge_items b
-    ON b.account_id = a.account_id AND b.id > a.id
-   AND lower(left(b.answer, 300)) % lower(left(a.answer, 300))
- WHERE a.account_id = $1;
-
--- set_similarity_threshold --
--- The trigram `%` operator's threshold for this transaction.
-SELECT set_config('pg_trgm.similarity_threshold', $1::real::text, true);
-
--- duplicate_candidates --
--- The entries of some pairs, for classifying them.
-SELECT id, question, answer, yes_no FROM knowledge_items WHERE id = ANY($1::text[]);
+-- duplicate_entries --
+-- An account's entries as duplicate detection compares them (answers' first 2,000 characters:
+-- enough for their opening and the numbers a conflict is found by).
+SELECT id, question, left(answer, 2000) AS answer, yes_no
+  FROM knowledge_items
+ WHERE account_id = $1;
 
 -- start_duplicate_run --
 -- Claim an account's duplicate run; null when one started under a minute ago is still going.
@@ -109,11 +88,12 @@ ON CONFLICT (account_id) DO UPDATE SET started_at = now()
     OR r.started_at < now() - interval '1 minute'
 RETURNING started_at;
 
+-- clear_duplicates --
+-- Forget an account's earlier findings (before storing a run's, in one transaction).
+DELETE FROM knowledge_duplicates WHERE account_id = $1;
+
 -- replace_duplicates --
--- Store a run's findings (parallel arrays) in place of the account's earlier ones.
-WITH gone AS (
-    DELETE FROM knowledge_duplicates WHERE account_id = $1
-)
+-- Store a run's findings (parallel arrays), after clear_duplicates.
 INSERT INTO knowledge_duplicates (account_id, item_a, item_b, kind, reason, similarity)
 SELECT $1, a, b, k, r, s
   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::real[]) AS f(a, b, k, r, s);

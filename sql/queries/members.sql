@@ -61,9 +61,10 @@ RETURNING user_id;
 
 -- confirm_user --
 -- Mark a user's address as confirmed (the first confirmation counts) and, when $2 is given,
--- store the password the user chose.
+-- store the password the user chose, unless they have one of their own already.
 UPDATE users SET confirmed_at = coalesce(confirmed_at, now()),
-                 password_hash = coalesce($2, password_hash),
+                 password_hash = CASE WHEN password_chosen_by_user THEN password_hash
+                                      ELSE coalesce($2, password_hash) END,
                  password_chosen_by_user = password_chosen_by_user OR $2 IS NOT NULL,
                  updated_at = now()
  WHERE id = $1

@@ -16,6 +16,12 @@ SELECT id, email, password_hash, password_chosen_by_user FROM users WHERE id = $
 INSERT INTO password_resets (user_id, token_hash, expires_at)
 VALUES ($1, $2, now() + make_interval(secs => $3));
 
+-- password_reset_is_live --
+-- Whether a reset token is live (unknown, used and expired ones are not), without spending it.
+SELECT EXISTS (
+    SELECT 1 FROM password_resets WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()
+);
+
 -- use_password_reset --
 -- Spend a live reset token; returns its user, or nothing when unknown, used or expired. The
 -- user's other live reset links are spent with it.

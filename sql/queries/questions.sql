@@ -78,6 +78,12 @@ RETURNING id;
 UPDATE questions SET lease_owner = NULL, lease_expires_at = now() + make_interval(secs => $3)
  WHERE id = $1 AND lease_owner = $2 AND state <> 'complete';
 
+-- count_failed_attempt --
+-- A step of a question leased to us failed unexpectedly: count it; returns the count so far.
+UPDATE questions SET failed_attempts = failed_attempts + 1
+ WHERE id = $1 AND lease_owner = $2 AND state <> 'complete'
+RETURNING failed_attempts;
+
 -- advance_question --
 -- A guarded transition: store the output of a step (or of a run of quick steps) and the state
 -- after it, only if the question is still in the expected state and leased to us. No row back

@@ -62,6 +62,38 @@ async def test_onnx__order_kept_whatever_the_lengths(embedder):
         assert cosine(a, b) > 0.999
 
 
+def test_onnx__calls_stay_within_the_token_budget():
+    # Big calls made onnxruntime's peak memory jump by ~200 MB: long texts go a few at a time.
+    from service.answering.minilm_onnx import CHUNK_TOKENS
+
+    ids = [[1] * n for n in (256, 12, 256, 40, 256, 256, 9, 300, 255)]
+    calls = OnnxEmbedder.chunks(ids)
+    assert sorted(i for call in calls for i in call) == list(range(len(ids)))
+    for call in calls:
+        assert len(call) == 1 or len(call) * max(len(ids[i]) for i in call) <= CHUNK_TOKENS
+    assert [6, 1, 3] in calls  # the short ones together
+
+
+async def test_onnx__questions_asked_together_share_calls(embedder):
+    texts = [case["text"] for case in REFERENCE["texts"]]
+    alone = [(await embedder.embed([text]))[0] for text in texts]
+    before = embedder.calls
+    together = await asyncio.gather(*(embedder.embed([text]) for text in texts * 2))
+    assert embedder.calls - before < len(texts) * 2  # batched while the model was busy
+    for a, [b] in zip(alone * 2, together, strict=True):
+        assert cosine(a, b) > 0.999  # padding changes nothing
+
+
+async def test_onnx__a_question_whose_asker_left_does_not_stop_the_others(embedder):
+    first = asyncio.ensure_future(embedder.embed(["How often are backups taken?"]))
+    gone = asyncio.ensure_future(embedder.embed(["Who can read the audit logs?"]))
+    last = asyncio.ensure_future(embedder.embed(["Is data encrypted at rest?"]))
+    await asyncio.sleep(0)
+    gone.cancel()
+    [a], [b] = await asyncio.gather(first, last)
+    assert len(a) == len(b) == 384 and gone.cancelled()
+
+
 async def test_onnx__meaning(embedder):
     question, paraphrase, unrelated = await embedder.embed([
         "How do you protect company laptops from malware?",

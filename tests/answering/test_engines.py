@@ -195,7 +195,11 @@ async def test_openai__retries_server_errors_and_malformed_replies(openai_client
     assert await balance_and_ledger(conn, admin.account_id) == (9, 9)
 
 
-@pytest.mark.parametrize("failure", ["hang", 503, "no-choices", '{"answer": 42}'])
+@pytest.mark.parametrize("failure", [
+    "hang", 503, "no-choices", '{"answer": 42}',
+    # Issue 17, finding 4: fields of the wrong type raised outside the engine's retry.
+    '{"answer": "Yes.", "used": 5}', '{"answer": "Yes.", "attention_points": {"a": 1}}', "null",
+])
 async def test_openai__retries_exhausted_complete_with_attention_and_one_refund(
     openai_client, conn, admin, fake_model, failure
 ):
@@ -217,7 +221,7 @@ async def test_openai__client_error_body_goes_to_the_log_not_to_attention_points
     openai_client, conn, admin, fake_model, caplog
 ):
     fake_model.script = [400]  # its body: {"error": {"message": "down"}}
-    with caplog.at_level(logging.WARNING, logger="service.answering.engines.openai"):
+    with caplog.at_level(logging.WARNING, logger="service.answering"):
         body = await (await ask(openai_client, admin.headers, "Is customer data encrypted?")).json()
         done = await wait_complete(openai_client, body["id"], admin.headers)
     assert done["requires_attention"] is True

@@ -312,3 +312,56 @@ async def test_handoff__a_stopping_pipeline_takes_no_new_questions(aiohttp_clien
     row = await conn.fetchrow("SELECT lease_owner, state::text FROM questions WHERE id = $1", question_id)
     assert tuple(row) == (None, "new")
     assert question_id not in pipeline.active
+
+
+def test_rfp_item_state__needs_input_exactly_below_the_review_band():
+    from service.answering.pipeline import rfp_item_state
+
+    settings = QuestionsConfig()  # auto-answer 0.8, review 0.5
+    base = Work(id="q", account_id="a", rfp_id="r", rfp_item_id="i", question="?", custom_prompt=None,
+                detail_level=1, state="complete", charged_credits=1, refunded=False,
+                sufficient_context=True, answer="An answer.")
+
+    def state(**changes) -> str:
+        return rfp_item_state(attrs.evolve(base, **changes), settings)
+
+    # The review band is still an answer (auto_answered, the band shown beside it); below it, or
+    # when the answer asks for attention (a stale entry, a partial answer), a person must act.
+    assert state(confidence=0.6, requires_attention=False) == "auto_answered"
+    assert state(confidence=settings.review_confidence, requires_attention=False) == "auto_answered"
+    assert state(confidence=0.49, requires_attention=False) == "needs_input"
+    assert state(confidence=0.9, requires_attention=True) == "needs_input"
+    assert state(confidence=0.9, requires_attention=False) == "auto_answered"
+    # Nothing answers it, or the engine failed: needs input whatever the confidence.
+    assert state(confidence=0.6, sufficient_context=False) == "needs_input"
+    assert state(confidence=0.0, engine_failure="timeout", sufficient_context=None) == "needs_input"
+class _PoisonEngine:
+    """An engine whose every answer raises something the pipeline does not expect."""
+
+    name = "poison"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def answer(self, request):
+        self.calls += 1
+        raise TypeError("'int' object is not iterable")
+
+
+async def test_runner__a_question_failing_every_time_completes_refunded_after_max_attempts(
+    conn, pool, admin
+):
+    """Issue 17, finding 4: an unexpected error was retried without limit (never completed,
+    never refunded, resumed after restarts). After max_failed_attempts it completes unanswered."""
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    engine = _PoisonEngine()
+    config = QuestionsConfig(poll_seconds=0.05, max_failed_attempts=2)
+    pipeline = Pipeline(pool, engine, config, aiojobs.Scheduler())
+    await _run_until_complete(conn, pipeline, question_id)
+    row = await conn.fetchrow("SELECT * FROM questions WHERE id = $1", question_id)
+    assert engine.calls == 2
+    assert row["failed_attempts"] == 2
+    assert row["requires_attention"] is True and row["confidence"] == 0
+    assert any("failed 2 times (TypeError)" in p and "refunded" in p for p in row["attention_points"])
+    assert "not iterable" not in " ".join(row["attention_points"])  # the details stay in the log
+    assert await balance_and_ledger(conn, admin.account_id) == (10, 10)

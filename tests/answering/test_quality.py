@@ -167,3 +167,28 @@ def test_eval_cli__json_shape_on_a_tiny_set(database_url, tmp_path):
                        "answer"}
     assert q1["id"] == "Q1" and q1["references"][0] == "IAM-1" and q1["sufficient_context"] is True
     assert q2["sufficient_context"] is False
+
+
+def test_eval_cli__review_learns_and_reviewing_twice_adds_one_entry_per_question(
+    database_url, tmp_path
+):
+    (tmp_path / "kb.csv").write_text(KB)
+    questions = {"Q1": "Is 2FA required for admins?", "Q2": "Do you screen new hires?",
+                 "Q3": "How long are audit trails kept?", "Q4": "How are keys managed?",
+                 "Q5": "Do you sponsor a rooftop beekeeping club?"}
+    (tmp_path / "q.csv").write_text("id,question\n" + "".join(
+        f"{k},{v}\n" for k, v in questions.items()))
+    (tmp_path / "l.csv").write_text(
+        "question_id,kb_id,alt_kb_ids,coverage\nQ1,IAM-1,,full\nQ2,HRS-1,,full\nQ3,LOG-1,,full\n"
+        "Q4,CEK-2,,full\nQ5,,,none\n")
+    result = cli(database_url, "eval", "--kb", str(tmp_path / "kb.csv"), "--questions",
+                 str(tmp_path / "q.csv"), "--labels", str(tmp_path / "l.csv"), "--review", "--json")
+    assert result.returncode == 0, result.stderr
+    review = json.loads(result.stdout)["review"]
+    # Half of the four answerable questions were reviewed, each twice (once after the first
+    # answer, once after the second ask): one entry each, never two.
+    assert review["reviewed"] == 2 and review["entries_added"] == 2
+    # Asked again, each reviewed question finds the entry its review saved, word for word.
+    assert review["reviewed_after_hit_at_1"] == 1.0
+    assert review["reviewed_after_confidence"] >= 0.9
+    assert review["after"]["hit_at_1"] >= review["before"]["hit_at_1"]

@@ -170,23 +170,6 @@ async def test_find_references__unknown_peak_is_the_missing_word_of_art_however_
     assert (features["unknown"], features["unknown_peak"]) == (first.unknown, first.unknown_peak)
 
 
-async def test_vocabulary__in_the_last_year_finds_annually(conn, admin):
-    kb = ("id,question,answer\n"
-          "BCR-9,Is the disaster recovery plan documented?,Yes: the disaster recovery plan is "
-          "documented and approved.\n"
-          "BCR-1,How often is the disaster recovery plan exercised?,Annually.\n"
-          "HRS-1,Do employees complete training?,Annual security awareness training covers phishing.\n"
-          "CEK-2,How are cryptographic keys managed?,Keys live in a KMS and rotate every 90 days.\n")
-    await _load(conn, admin.account_id, kb)
-    question = "Has the disaster recovery plan been tested in the last year?"
-    found = await find_references(conn, admin.account_id, question)
-    assert found[0].external_id == "BCR-1"
-    # The seeded concept (migration 0017) is what finds it: without it the sibling comes first.
-    await conn.execute("DELETE FROM knowledge_vocabulary WHERE concept = 'annual'")
-    found = await find_references(conn, admin.account_id, question)
-    assert found[0].external_id == "BCR-9"
-
-
 async def test_vocabulary__geographically_dispersed_is_known_from_geographically_separate(conn, admin):
     kb = ("id,question,answer\n"
           "DCS-1,Are data centres physically secured?,Yes: badge access and CCTV.\n"
@@ -194,6 +177,10 @@ async def test_vocabulary__geographically_dispersed_is_known_from_geographically
           "region.\n"
           "CEK-2,How are cryptographic keys managed?,Keys live in a KMS and rotate every 90 days.\n")
     await _load(conn, admin.account_id, kb)
+    # An operator's phrases for every account (the seeded vocabulary no longer has them).
+    await conn.execute(
+        "INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ('high_availability', "
+        "'geographically separate'), ('high_availability', 'geographically dispersed')")
     questions = ["Are your data centres geographically dispersed?",
                  # the parser also makes the hyphenated word a lexeme of its own
                  "Are your data centres geographically-dispersed?"]
@@ -201,7 +188,7 @@ async def test_vocabulary__geographically_dispersed_is_known_from_geographically
         [found, *_] = await find_references(conn, admin.account_id, question)
         # "dispersed" is in no entry, but the question's phrase and the entry's are one concept.
         assert found.external_id == "BCR-2" and found.unknown == found.unknown_peak == 0.0, question
-    # Without the entry's phrase (migration 0018) no entry matches the question's concept, and the
+    # Without the entry's phrase no entry matches the question's concept, and the
     # question seems to ask about a word the knowledge base never uses, which the decision holds
     # against it.
     await conn.execute("DELETE FROM knowledge_vocabulary WHERE phrase = 'geographically separate'")
@@ -302,19 +289,20 @@ async def test_decide__a_paraphrase_is_sufficient_below_the_confident_band(conn,
     assert decision.confidence < 0.8
 
 
-async def test_decide__a_question_hinging_on_a_standard_the_base_never_mentions_is_not_covered(
+async def test_decide__a_question_hinging_on_a_standard_the_base_never_mentions_is_less_likely(
     conn, admin
 ):
     await _load(conn, admin.account_id)
     question = "Is 2FA enforced for administrator accounts under CMMC?"
     refs = await find_references(conn, admin.account_id, question)
-    assert refs[0].external_id == "IAM-1" and refs[0].unknown_peak == 1.0
-    assert not decide(question, refs).sufficient
-    # The peak decides it: the model without it would have answered from IAM-1.
-    model = coverage.MODEL
-    without = coverage.Model(intercept=model.intercept,
-                             coefficients={**model.coefficients, "unknown_peak": 0.0})
-    assert decide(question, refs, without).sufficient
+    assert refs[0].external_id == "IAM-1" and refs[0].unknown_peak == 1.0 and refs[0].unknown > 0
+    # The share of the question the knowledge base never mentions lowers the probability (the
+    # peak alone was worth one question under cross-validation, so the model no longer has it).
+    plain = "Is 2FA enforced for administrator accounts?"
+    without = decide(plain, await find_references(conn, admin.account_id, plain))
+    hinging = decide(question, refs)
+    assert hinging.probability < without.probability
+    assert hinging.confidence < coverage.CONFIDENT
 
 
 async def test_import_csv__merges_the_index_pending_list(conn, admin):

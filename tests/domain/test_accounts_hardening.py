@@ -379,3 +379,107 @@ async def test_invitation_acceptance_is_throttled(mail_client, make_account, con
                                           json={"password": "guessing again", "terms_of_service": True})
         statuses.append(response.status)
     assert statuses[:10] == [422] * 10 and statuses[10] == 429
+
+
+# -- 12: held mail is for the operator, through the CLI --------------------------------------------
+
+
+async def test_cli__mail_show_lists_held_mail_and_prints_one(database_url, conn):
+    from service import config as config_module
+    from service.domain import mail
+    from service.domain.mail import MailSender
+
+    settings = config_module.structure({}).mail  # no smtp_host: held
+    mail_id = await mail.enqueue(conn, settings, "ada@example.test", "Confirm", "token=SECRET123")
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        assert await MailSender(pool, settings).deliver_due()
+    finally:
+        await pool.close()
+    listed = cli(database_url, "mail", "show")
+    assert listed.returncode == 0 and f"{mail_id}\t" in listed.stdout and "SECRET123" not in listed.stdout
+    shown = cli(database_url, "mail", "show", str(mail_id))
+    assert shown.returncode == 0 and "token=SECRET123" in shown.stdout
+    assert "To: ada@example.test" in shown.stdout
+    assert cli(database_url, "mail", "show", "999999").returncode == 1
+
+
+async def test_confirmation_link_replaces_no_password_the_user_chose_since(mail_client, make_account, smtp):
+    first, second = await make_account(name="A"), await make_account(name="B")
+    await mail_client.post("/api/v1/users", headers=first.headers, json={"user": {
+        "email": "u2@example.test", "password": ADMIN_CHOSEN, "terms_of_service": "accepted"}})
+    confirmation = confirmation_token((await smtp.wait_for(1))[0])
+    await mail_client.post("/api/v1/invitations", headers=second.headers,
+                           json={"invitation": {"email": "u2@example.test"}})
+    invitation = link_token((await smtp.wait_for(2))[1], "/api/v1/invitations/")
+    joined = await mail_client.post(f"/api/v1/invitations/{invitation}/accept",
+                                    json={"password": OWN, "terms_of_service": "accepted"})
+    assert joined.status == 201
+    confirmed = await mail_client.post("/api/v1/users/confirmation",
+                                       json={"token": confirmation, "password": "replaced by a link"})
+    assert confirmed.status == 200
+    assert (await sign_in(mail_client, "u2@example.test", "replaced by a link")).status == 401
+    assert (await sign_in(mail_client, "u2@example.test", OWN)).status == 201
+
+
+async def test_invitation__operator_made_user_keeps_their_cli_token(mail_client, make_account, smtp):
+    first, second = await make_account(name="A"), await make_account(name="B")  # first: no password
+    await mail_client.post("/api/v1/invitations", headers=second.headers,
+                           json={"invitation": {"email": first.email}})
+    invitation = link_token((await smtp.wait_for(1))[0], "/api/v1/invitations/")
+    joined = await mail_client.post(f"/api/v1/invitations/{invitation}/accept",
+                                    json={"password": OWN, "terms_of_service": "accepted"})
+    assert joined.status == 201
+    assert (await mail_client.get("/api/v1/members", headers=first.headers)).status == 200
+
+
+async def test_demo_token_expires_after_cli_token_ttl_days(empty_database_url, config):
+    from service.cli import bootstrap_demo
+
+    demo = await bootstrap_demo(empty_database_url, with_config(config, auth={"cli_token_ttl_days": 30}))
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        row = await conn.fetchrow("SELECT source, expires_at - now() AS left FROM api_tokens")
+    finally:
+        await conn.close()
+    assert demo["token"].startswith("rfpk_")
+    assert row["source"] == "demo" and 29 <= row["left"].days < 30
+
+
+async def test_create_user__a_member_added_meanwhile_elsewhere_is_409_not_500(
+    client, make_account, conn, database_url
+):
+    first, second = await make_account(name="A"), await make_account(name="B")
+    other = await asyncpg.connect(database_url)  # the operator's CLI, which takes no address lock
+    try:
+        transaction = other.transaction()
+        await transaction.start()
+        await other.execute(
+            "INSERT INTO members (id, account_id, user_id, role) VALUES ('mbr_cli', $1, $2, 'member')",
+            first.account_id, second.user_id,
+        )
+        request = asyncio.create_task(client.post("/api/v1/users", headers=first.headers, json={
+            "user": {"email": second.email, "password": ADMIN_CHOSEN, "terms_of_service": True}}))
+        await asyncio.sleep(0.5)  # the request waits on the uncommitted row's unique key
+        await transaction.commit()
+        response = await request
+    finally:
+        await other.close()
+    assert response.status == 409, await response.json()
+    assert (await response.json())["error"]["code"] == "conflict"
+
+
+async def test_create_user__an_existing_user_without_own_password_gets_a_link_to_choose_one(
+    mail_client, make_account, smtp
+):
+    first, second = await make_account(name="A"), await make_account(name="B")
+    for account in (first, second):
+        response = await mail_client.post("/api/v1/users", headers=account.headers, json={"user": {
+            "email": "u3@example.test", "password": ADMIN_CHOSEN, "terms_of_service": True}})
+        assert response.status == 201
+    messages = await smtp.wait_for(2)
+    token = confirmation_token(messages[1])  # B's mail lets u3 choose a password too
+    confirmed = await mail_client.post("/api/v1/users/confirmation", json={"token": token, "password": OWN})
+    assert confirmed.status == 200
+    signed_in = await sign_in(mail_client, "u3@example.test", OWN, account_id=second.account_id)
+    assert signed_in.status == 201

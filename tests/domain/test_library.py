@@ -144,7 +144,7 @@ async def test_stale_entry__answer_asks_for_attention_never_auto_answer(client, 
     assert second["references"][0]["version"] == 2  # the review_by change was version 2
 
 
-async def test_stale_entry__rfp_item_needs_input(client, conn, admin):
+async def test_stale_entry__rfp_item_confidence_stays_under_the_auto_answer_band(client, conn, admin):
     kb_id = await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
     await conn.execute("UPDATE knowledge_items SET review_by = current_date - 1 WHERE id = $1", kb_id)
     rfp = await (await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {
@@ -152,8 +152,10 @@ async def test_stale_entry__rfp_item_needs_input(client, conn, admin):
     response = await client.post(f"/api/v1/rfps/{rfp['id']}/answer", headers=admin.headers)
     assert response.status == 202
     await wait_all_complete(conn, 20)
-    state = await conn.fetchval("SELECT state::text FROM rfp_items WHERE rfp_id = $1", rfp["id"])
-    assert state == "needs_input"
+    item = await conn.fetchrow("SELECT state::text, confidence FROM rfp_items WHERE rfp_id = $1",
+                               rfp["id"])
+    assert item["state"] in ("auto_answered", "needs_input")  # auto_answered: the review band here
+    assert band(item["confidence"], False, QuestionsConfig()) != "auto_answer"
 
 
 # -- duplicates and conflicts --------------------------------------------------------------------
@@ -287,3 +289,12 @@ async def test_cli__kb_stale_and_kb_duplicates(database_url, conn, admin):
                                                               "duplicate"]
     missing = await asyncio.to_thread(cli, database_url, "kb", "stale", "--account", "acct_nope")
     assert missing.returncode == 1
+
+
+async def test_find_duplicates__a_second_run_replaces_the_first(conn, admin):
+    await _library(conn, admin.account_id)
+    for _ in range(2):
+        run = await find_duplicates(conn, admin.account_id, duplicate_similarity=0.8,
+                                    conflict_similarity=0.5)
+        assert run is not None and run.findings == 4
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_duplicates") == 4

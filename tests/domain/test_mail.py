@@ -153,3 +153,56 @@ def test_config_example__documents_mail_and_members_defaults():
     example = config_module.structure(raw)
     assert example.mail == config_module.MailConfig()
     assert example.members == config_module.MembersConfig()
+
+
+class KillingSink(SmtpSink):
+    """Accepts each message, then takes the database away for `outage` seconds (connections
+    refused, existing ones terminated): the sender loses it between sending and recording, as
+    in a database restart."""
+
+    def __init__(self, server_url: str, database: str, outage: float = 1.0) -> None:
+        super().__init__()
+        self.server_url, self.database, self.outage = server_url, database, outage
+        self.back = asyncio.Event()
+
+    async def _admin(self, sql: str) -> None:
+        conn = await asyncpg.connect(self.server_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        await self._admin(f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS false')
+        await self._admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          f" WHERE datname = '{self.database}'")
+
+        async def reopen() -> None:
+            await asyncio.sleep(self.outage)
+            await self._admin(f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS true')
+            self.back.set()
+
+        self.reopening = asyncio.ensure_future(reopen())  # on the sink's own loop and thread
+        return await super().handle_DATA(server, session, envelope)
+
+
+async def test_sender__database_lost_after_sending_records_it_once_sent(
+    pool, server_url, direct_database_url
+):
+    # Before: the failed "sent" mark left the message pending until its lease lapsed, then it
+    # went out a second time (make soak-restart saw doubles).
+    from yarl import URL
+
+    sink = KillingSink(server_url, URL(direct_database_url).path.lstrip("/"))
+    sink.start()
+    try:
+        config = mail_config(**mail_settings(sink.port))
+        async with pool.acquire() as conn:
+            await mail.enqueue(conn, config, "ada@example.test", "Confirm", "body")
+        await MailSender(pool, config).deliver_due()
+        async with pool.acquire() as conn:
+            assert [(r["state"], r["attempts"]) for r in await outbox(conn)] == [("sent", 1)]
+        assert len(sink.messages) == 1
+    finally:
+        sink.stop()
+

@@ -30,7 +30,8 @@ async def test_ask__accepted_in_state_new_with_location_then_completes(client, c
     assert 0 < done["confidence"] <= 1
     assert "MFA" in done["confidence_rationale"]
     assert [ref["external_id"] for ref in done["references"]] == ["SEC-1"]
-    assert set(done["references"][0]) == {"id", "external_id", "title", "score"}
+    # `version`: the entry version the answer used (issue 20).
+    assert set(done["references"][0]) == {"id", "external_id", "title", "score", "version"}
 
 
 async def test_ask__options_inside_or_beside_the_question(client, admin):

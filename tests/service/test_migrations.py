@@ -113,7 +113,10 @@ async def test_vocabulary_migration__keeps_an_operator_phrase_it_also_seeds(
         operators = await conn.fetchval(
             "INSERT INTO knowledge_vocabulary (concept, phrase) VALUES ($1, $2) RETURNING id",
             concept, phrase)
-        await db.migrate(conn)  # would fail on the unique phrase without ON CONFLICT
+        # Would fail on the unique phrase without ON CONFLICT. Up to 0019 only: the vocabulary
+        # sync after the migrations makes the seeded rows sql/vocabulary.toml's, which no
+        # longer lists these two migrations' phrases.
+        await db.migrate(conn, before="0019")
         rows = await conn.fetch(
             "SELECT id, phrase, numnode(phrase_query) AS nodes FROM knowledge_vocabulary"
             " WHERE concept = $1 AND account_id IS NULL", concept)
@@ -358,6 +361,7 @@ LANDED = {
     "0017_vocabulary_annual": "02f90266b5c92524fb053f87fd60c81445c87fc39fa5fbe0e81ecf98b68e938b",
     "0018_vocabulary_geographic": "17a879586039700e1994cbd9dff7c9142e19000251290d9d343f7ee652af81c5",
     "0019_vocabulary_seeded": "f4420db34dc1a0101d877caf094b8ab04411e9ab5e09e1c1fbcd2e2ef116ef96",
+    "0020_accounts_hardening": "fcd2a59713bc4bbec6057532109d2f9ae24b5cfee11d80c98528657ff0ee8b20",
 }
 
 

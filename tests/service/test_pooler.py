@@ -77,7 +77,9 @@ async def test_pgbouncer__without_direct_url_events_are_polled_with_a_notice(
 
 @through_pgbouncer
 async def test_pgbouncer__migrate_without_direct_url_leaves_no_lock_behind(empty_database_url):
-    pooled = db.with_database(PGBOUNCER_URL, empty_database_url.rsplit("/", 1)[1])
+    from yarl import URL
+
+    pooled = db.with_database(PGBOUNCER_URL, URL(empty_database_url).path.lstrip("/"))
     conns = [await asyncpg.connect(pooled, statement_cache_size=0) for _ in range(2)]
     try:
         # Two start-ups at once: one migrates, the other waits on the lock, then finds it done.

@@ -136,3 +136,62 @@ async def test_database_socket_missing__is_503(config, admin, aiohttp_client, tm
     response = await client.get("/api/v1/rfps/search?query=x", headers=admin.headers)
     assert response.status == 503, await response.text()
     assert (await response.json())["error"]["code"] == "service_unavailable"
+
+
+async def _slow_question(client, admin) -> str:
+    asked = await client.post(
+        "/api/v1/questions", json={"question": {"question": "Is data encrypted?"}}, headers=admin.headers
+    )
+    return (await asked.json())["id"]
+
+
+async def test_event_streams__capped_per_member(config, admin, make_member, aiohttp_client):
+    """Issue 17, finding 6: one token opened 1,000 event streams."""
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"max_streams_per_member": 2}, questions={"step_delay_seconds": 2.0},
+    )))
+    question_id = await _slow_question(client, admin)
+    path = f"/api/v1/questions/{question_id}/events"
+    streams = [await client.get(path, headers=admin.headers) for _ in range(2)]
+    try:
+        assert [s.status for s in streams] == [200, 200]
+        refused = await client.get(path, headers=admin.headers)
+        assert refused.status == 429
+        assert refused.headers["Retry-After"] == "5"
+        assert "max_streams_per_member" in (await refused.json())["error"]["message"]
+        other = await make_member(admin.account_id, "viewer", "read")  # another member: own count
+        third = await client.get(path, headers=other.headers)
+        assert third.status == 200
+        third.close()
+        streams.pop().close()
+        async with asyncio.timeout(5):  # a closed stream gives its place back
+            while (again := await client.get(path, headers=admin.headers)).status == 429:  # noqa: ASYNC110 (polls the service)
+                await asyncio.sleep(0.1)
+        assert again.status == 200
+        streams.append(again)
+    finally:
+        for stream in streams:
+            stream.close()
+
+
+async def test_event_streams__end_after_their_lifetime(config, admin, aiohttp_client):
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"stream_lifetime_seconds": 0.5}, questions={"step_delay_seconds": 5.0},
+    )))
+    question_id = await _slow_question(client, admin)
+    stream = await client.get(f"/api/v1/questions/{question_id}/events", headers=admin.headers)
+    async with asyncio.timeout(5):
+        body = await stream.text()
+    assert body.startswith("event: new\n")
+    assert body.endswith(": this stream's lifetime is over; reconnect\n\n")
+
+
+async def test_pool__acquire_timeout_on_a_public_route_is_503(config, admin, aiohttp_client):
+    app = create_app(with_config(
+        config, database={"pool_min_size": 1, "pool_max_size": 1, "acquire_timeout_seconds": 0.3},
+    ))
+    client = await aiohttp_client(app)
+    async with app[POOL].acquire():
+        response = await client.post("/api/v1/tokens", json={"email": admin.email, "password": "x" * 12})
+    assert response.status == 503
+    assert response.headers["Retry-After"] == "1"

@@ -226,6 +226,26 @@ async def test_lost_database_connection__503_with_retry_after_then_recovered(
     assert again.status == 200 and (await again.json())["title"] == "Renamed"
 
 
+def test_database_unavailable__a_connection_closed_under_asyncpg_counts():
+    # What a PgBouncer restart looked like in make soak-restart: a 500 before this.
+    import asyncpg
+
+    from service.web.errors import database_unavailable
+
+    closed = asyncpg.InterfaceError(
+        "cannot call Transaction.__aexit__(): the underlying connection is closed")
+    try:
+        try:
+            raise asyncpg.InternalClientError(
+                "cannot switch to state 11; another operation (2) is in progress")
+        except asyncpg.InternalClientError:
+            raise closed from None
+    except asyncpg.InterfaceError as exc:
+        assert database_unavailable(exc)
+    assert not database_unavailable(
+        asyncpg.InterfaceError("cannot perform operation: another operation is in progress"))
+
+
 @pytest.mark.parametrize("depth", [65, 900])
 async def test_json_nested_deeper_than_64__400_not_recursion_error(client, admin, depth):
     """Issue 17, finding 10: 900 levels parsed, then walking the value raised RecursionError (500)."""
@@ -272,3 +292,36 @@ async def test_body_sent_a_byte_at_a_time__408_within_body_timeout(config, aioht
                 pass
     finally:
         writer.close()
+
+
+def test_aiohttp__a_version_whose_multipart_reader_honours_client_max_size():
+    """Issue 17, finding 13: aiohttp before 3.14.4 read a base64 multipart part past any limit in
+    one read_chunk() (PYSEC-2026-4394); pyproject.toml allowed 3.11."""
+    import re
+    import tomllib
+    from importlib.metadata import version
+
+    from conftest import ROOT
+
+    requirements = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    floor = next(re.match(r"aiohttp>=([\d.]+)", r) for r in requirements if r.startswith("aiohttp"))
+    assert floor is not None
+    assert tuple(map(int, floor[1].split("."))) >= (3, 14, 4)
+    assert tuple(map(int, version("aiohttp").split(".")[:3])) >= (3, 14, 4)
+
+
+@pytest.mark.parametrize("encoding", [b"", b"Content-Transfer-Encoding: base64\r\n"])
+async def test_multipart_part_past_max_upload_bytes__413(config, aiohttp_client, admin, encoding):
+    from conftest import with_config
+
+    client = await aiohttp_client(create_app(with_config(config, server={"max_upload_bytes": 10_000})))
+    created = await client.post("/api/v1/rfps", json={"rfp": {"title": "x"}}, headers=admin.headers)
+    rfp_id = (await created.json())["id"]
+    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="q.csv"\r\n' + encoding
+            + b"\r\n" + b"QUFB" * 50_000 + b"\r\n--b--\r\n")
+    response = await client.post(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/import", data=body,
+        headers={**admin.headers, "Content-Type": "multipart/form-data; boundary=b"},
+    )
+    assert response.status == 413
+    assert (await response.json())["error"]["code"] == "payload_too_large"

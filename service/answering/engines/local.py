@@ -1,7 +1,11 @@
 """The default engine: offline and deterministic. Whether the knowledge base covers the question
-is the calibrated decision of `service.coverage`; when it does, the engine reuses the first entry
-verbatim when it answers the question on its own, otherwise extracts the sentences of the entries
-that speak to it. A yes/no question is answered "Yes"/"No" first when the entry says so."""
+is the calibrated decision (answering/decision.py); when it does, the engine reuses the first
+entry whole when the entry was written for this question (its own question says most of it),
+otherwise quotes the entry's sentences that bear on the question, ranked by similarity.
+
+"Yes."/"No." leads only when all three hold: the question asks for a yes or a no, the decision
+says covered, and the entry's own yes/no answers this question (the entry was written for it).
+An entry that mentions the question's subject in passing answers its own question, not this one."""
 
 from __future__ import annotations
 
@@ -16,7 +20,6 @@ NOT_COVERED = (
 )
 # Sentences kept in an extractive answer, by detail level (low, normal, high).
 SENTENCES = (1, 3, 6)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # A question that asks for a yes or a no: it opens with an auxiliary verb.
 _YES_NO_QUESTION = re.compile(
     r"^\s*(?:do|does|did|is|are|was|were|can|could|will|would|should|shall|has|have|had|may|must)\b",
@@ -26,7 +29,7 @@ _YES_NO_ANSWER = re.compile(r"^\s*(yes|no)\b", re.IGNORECASE)
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+    return coverage.split_sentences(text) or [text.strip()]
 
 
 def asks_yes_no(question: str) -> bool:
@@ -63,8 +66,8 @@ class LocalEngine:
 
         best = references[0]
         level = request.detail_level
-        best_match = coverage.match(request.question, best)
-        if decision.exact or (best_match.score >= coverage.VERBATIM_MATCH and best.question):
+        if decision.exact or coverage.same_subject(request.question, best):
+            # The entry was written for this question: its whole answer, led by its own Yes/No.
             text = best.answer.strip()
             used = [best.kb_item_id]
             if level == 0:
@@ -80,37 +83,27 @@ class LocalEngine:
             text = yes_no_first(request.question, text, best.answer, best.yes_no)
             return Draft(text=text, sufficient_context=True, used=tuple(used), attention_points=points)
 
-        # Extractive: greedily the sentences of the relevant entries (the decided one first) that
-        # cover the most question terms not covered yet, up to the detail level's count.
-        wanted = coverage.terms(request.question)
-        sources = [best_match] + [m for m in coverage.relevant(request.question, references[1:3])]
-        candidates = [
-            (m.score, order * 1000 + position, sentence,
-             m.reference.kb_item_id, coverage.terms(sentence))
-            for order, m in enumerate(sources)
-            for position, sentence in enumerate(sentences(m.reference.answer))
-        ]
-        chosen: list[tuple] = []
-        uncovered = set(wanted)
-        while candidates and len(chosen) < SENTENCES[level]:
-            best_sentence = max(
-                candidates,
-                key=lambda c, left=frozenset(uncovered): (
-                    len(c[4] & left) / max(1, len(wanted)) + 0.3 * c[0] - 0.001 * (c[1] % 1000)
-                ),
-            )
-            if chosen and not best_sentence[4] & uncovered and level < 2:
-                break  # nothing new to say; high detail keeps adding supporting sentences
-            chosen.append(best_sentence)
-            candidates.remove(best_sentence)
-            uncovered -= best_sentence[4]
-        chosen.sort(key=lambda c: c[1])  # keep each entry's own sentence order
-        # The decided entry first: the decision and the confidence are about it.
-        used = tuple(dict.fromkeys(c[3] for c in sorted(chosen, key=lambda c: (c[1] // 1000))))
-        return Draft(
-            text=yes_no_first(request.question, " ".join(c[2] for c in chosen), best.answer,
-                              best.yes_no),
-            sufficient_context=True,
-            used=used,
-            attention_points=points,
-        )
+        # Extractive: the entry was written for another question, so its Yes/No answers that
+        # one, not this; quote the sentences of it that bear on this question, the most similar
+        # first, as many as the detail level asks for, in the entry's own order. Then, room
+        # left, sentences of the next relevant entries that say what those do not (any that bear,
+        # at high detail).
+        count = SENTENCES[level]
+        chosen = [(0, position, sentence)
+                  for _, position, sentence in coverage.bearing_sentences(request.question, best)[:count]]
+        if not chosen:
+            chosen = [(0, 0, sentences(best.answer)[0])]
+        used = [best.kb_item_id]
+        said = set().union(*(coverage.terms(sentence) for _, _, sentence in chosen))
+        for order, m in enumerate(coverage.relevant(request.question, references[1:3]), 1):
+            for _, position, sentence in coverage.bearing_sentences(request.question, m.reference):
+                new = coverage.terms(sentence) & coverage.terms(request.question) - said
+                if len(chosen) >= count or (level < 2 and not new):
+                    continue
+                chosen.append((order, position, sentence))
+                said |= coverage.terms(sentence)
+                if m.reference.kb_item_id not in used:
+                    used.append(m.reference.kb_item_id)
+        chosen.sort()
+        return Draft(text=" ".join(sentence for _, _, sentence in chosen), sufficient_context=True,
+                     used=tuple(used), attention_points=points)

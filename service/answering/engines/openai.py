@@ -64,11 +64,18 @@ def parse_reply(payload: Any, request: AnswerRequest) -> Draft:
         sufficient = data.get("sufficient_context", True)
         if not isinstance(answer, str) or not answer.strip() or not isinstance(sufficient, bool):
             raise TypeError("answer must be a non-empty string and sufficient_context a boolean")
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        # The whole reply is checked here, inside the retry: a field of the wrong type ("used": 5)
+        # raised later, outside it, and the question was retried forever.
+        used_ids = data.get("used") or []
+        points_given = data.get("attention_points") or []
+        if not isinstance(used_ids, list) or not isinstance(points_given, list):
+            raise TypeError("used and attention_points must be arrays")
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise Retryable(f"malformed reply: {exc}") from None
     known = {ref.kb_item_id for ref in request.references}
-    used = tuple(i for i in data.get("used") or [] if isinstance(i, str) and i in known)
-    points = tuple(str(p) for p in data.get("attention_points") or [] if isinstance(p, str | int | float))
+    used = tuple(i for i in used_ids if isinstance(i, str) and i in known)
+    points = tuple(str(p) for p in points_given
+                   if isinstance(p, str | int | float) and not isinstance(p, bool))
     return Draft(text=answer, sufficient_context=sufficient, used=used, attention_points=points)
 
 

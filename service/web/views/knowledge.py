@@ -12,11 +12,18 @@ from ... import db
 from ...domain import library
 from ...domain.convert import structure, unstructure
 from ...domain.errors import NotFound, ParameterInvalid, UnsupportedMediaType, ValidationFailed
-from ...domain.knowledge import KnowledgeItem, KnowledgeItemInput, create_item, decode_csv, import_csv
+from ...domain.knowledge import (
+    KnowledgeItem,
+    KnowledgeItemInput,
+    ParsedCsv,
+    create_item,
+    import_csv,
+    parse_upload,
+)
 from ...domain.models import Page
-from ..auth import connection, principal, requires
+from ..auth import acquire, connection, principal, requires
 from ..body import read_json, read_object, receive_upload
-from ..keys import CONFIG, INDEXER, LIBRARY_JOBS, POOL
+from ..keys import CONFIG, INDEXER, LIBRARY_JOBS, PARSERS
 from ..responses import json_response
 
 log = logging.getLogger(__name__)
@@ -32,15 +39,17 @@ def entries_written(app: web.Application) -> None:
 _CSV_MEDIA_TYPES = ("text/csv", "application/csv", "text/plain")
 
 
-async def _read_csv_body(request: web.Request) -> str:
-    """The CSV of an import: a text/csv body, or a multipart field `file`."""
+async def _read_csv_body(request: web.Request) -> ParsedCsv:
+    """The CSV of an import (a text/csv body, or a multipart field `file`), parsed in a worker
+    process with the upload limits' time and memory (SECURITY.md "Uploads")."""
     if request.content_type != "multipart/form-data" and request.content_type not in _CSV_MEDIA_TYPES:
         raise UnsupportedMediaType(
             "send the CSV as text/csv, or as multipart/form-data with a field named file"
         )
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     with upload.file:
-        return decode_csv(upload.file.read())
+        raw = upload.file.read()
+    return await request.app[PARSERS].run(parse_upload, raw)
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
@@ -116,9 +125,9 @@ async def delete_item(request: web.Request) -> web.Response:
 
 @requires("write", roles=("admin", "member"))
 async def import_items(request: web.Request) -> web.Response:
-    text = await _read_csv_body(request)
+    parsed = await _read_csv_body(request)
     async with connection(request) as conn:
-        report = await import_csv(conn, principal(request).account_id, text)
+        report = await import_csv(conn, principal(request).account_id, parsed)
     entries_written(request.app)
     return json_response(unstructure(report))
 
@@ -181,7 +190,7 @@ async def get_duplicates(request: web.Request) -> web.Response:
 async def library_context(app: web.Application) -> AsyncIterator[None]:
     """The review period from config into the database; background duplicate runs stopped at exit."""
     app[LIBRARY_JOBS] = {}
-    async with app[POOL].acquire() as conn:
+    async with acquire(app) as conn:
         await library.set_review_period(conn, app[CONFIG].library.review_period_days)
     yield
     tasks = list(app[LIBRARY_JOBS].values())
@@ -199,7 +208,7 @@ def start_duplicate_run(app: web.Application, account_id: str) -> None:
 
     async def run() -> None:
         try:
-            async with app[POOL].acquire() as conn:
+            async with acquire(app) as conn:
                 await library.find_duplicates(
                     conn, account_id, duplicate_similarity=settings.duplicate_similarity,
                     conflict_similarity=settings.conflict_similarity,

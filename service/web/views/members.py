@@ -55,7 +55,7 @@ async def post_confirmation(request: web.Request) -> web.Response:
     row = await domain.confirm_email(
         request.app[POOL], request.app[PASSWORDS], data.token, data.password
     )
-    return json_response(domain._confirmed(row))
+    return json_response(domain.confirmed_body(row))
 
 
 @public
@@ -65,7 +65,7 @@ async def get_confirmation(request: web.Request) -> web.Response:
     token = request.query.get("token")
     if not token:
         raise ParameterMissing("token is required: open the link from the e-mail as it is")
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         needs_password = await domain.confirmation_needs_password(conn, token)
     if needs_password:
         base = request.app[CONFIG].server.web_base_url.rstrip("/")
@@ -181,7 +181,7 @@ async def post_password(request: web.Request) -> web.Response:
 async def post_password_reset(request: web.Request) -> web.Response:
     """Ask for a reset link; 202 whether or not the address is known."""
     body = await read_json(request)
-    async with request.app[POOL].acquire() as conn:
+    async with connection(request) as conn:
         await domain.request_password_reset(conn, request.app[CONFIG], body)
     _mail_sent(request)
     return json_response(

@@ -13,10 +13,11 @@ from aiohttp import web
 
 from ...answering.pipeline import Pipeline
 from ...domain.convert import unstructure
+from ...domain.errors import RateLimited
 from ...domain.questions import STATES, Question, fetch_question
 from ..auth import connection, principal, requires
 from ..frontdoor import stream_headers
-from ..keys import CONFIG, EVENTS, PIPELINE
+from ..keys import CONFIG, EVENTS, OPEN_STREAMS, PIPELINE
 
 # An event stream re-reads its question on every notification, and on every RECHECK_EVERY-th
 # quiet poll interval (every one when the listening connection was replaced meanwhile).
@@ -83,6 +84,8 @@ async def question_events(request: web.Request) -> web.StreamResponse:
     account_id = principal(request).account_id
     seen = last_event_id(request)
     poll = request.app[CONFIG].questions.poll_seconds
+    server = request.app[CONFIG].server
+    open_streams = request.app[OPEN_STREAMS]
     events = request.app[EVENTS]
     pipeline = request.app[PIPELINE]
     with events.subscribe(question_id) as changes:
@@ -95,54 +98,79 @@ async def question_events(request: web.Request) -> web.StreamResponse:
             return web.Response(status=204)
         if not seen:  # a first connection starts at the current state; a resumed one gets
             seen = position(row["state"]) - 1  # every state after the one it saw
-        response = _EventStream(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                     "X-Accel-Buffering": "no", **stream_headers(request)}
-        )
-        await response.prepare(request)
-        with contextlib.suppress(ConnectionResetError):  # the client went away: just stop
-            if position(row["state"]) <= seen:
-                await response.write(b": resumed\n\n")  # nothing new yet; the headers go out
-            quiet = 0
-            while True:
-                # What one look at the question has to say goes out in one write (one send), and
-                # the last one together with the end of the stream.
-                current = position(row["state"])
-                if current > seen:
-                    out = _events_after(seen, row)
-                    seen = current
-                    if seen == FINAL:
-                        await response.write_eof(out)
+        # Each open stream holds a socket and a task: a member gets so many at once, each for
+        # so long (SECURITY.md "Connections and streams").
+        member = principal(request).member_id
+        if open_streams[member] >= server.max_streams_per_member:
+            raise RateLimited(
+                f"{open_streams[member]} event streams are open for this member already "
+                "(server.max_streams_per_member); close one first",
+                headers={"Retry-After": "5"},
+            )
+        open_streams[member] += 1
+        ends_at = asyncio.get_running_loop().time() + server.stream_lifetime_seconds
+        try:
+            response = _EventStream(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                         "X-Accel-Buffering": "no", **stream_headers(request)}
+            )
+            await response.prepare(request)
+            with contextlib.suppress(ConnectionResetError):  # the client went away: just stop
+                if position(row["state"]) <= seen:
+                    await response.write(b": resumed\n\n")  # nothing new yet; the headers go out
+                quiet = 0
+                while True:
+                    # What one look at the question has to say goes out in one write (one send),
+                    # and the last one together with the end of the stream.
+                    current = position(row["state"])
+                    if current > seen:
+                        out = _events_after(seen, row)
+                        seen = current
+                        if seen == FINAL:
+                            await response.write_eof(out)
+                            break
+                        await response.write(out)
+                    left = ends_at - asyncio.get_running_loop().time()
+                    if left <= 0:  # the client reconnects with Last-Event-ID and misses nothing
+                        await response.write_eof(b": this stream's lifetime is over; reconnect\n\n")
                         break
-                    await response.write(out)
-                try:
-                    change = await asyncio.wait_for(changes.get(), poll)
-                except TimeoutError:
-                    await response.write(b": waiting\n\n")  # a comment: keeps proxies from timing out
-                    quiet += 1
-                    if events.listening(listener) and quiet % RECHECK_EVERY:
-                        continue  # nothing can have been missed: no read (streams wait in bulk
-                        # when the service is busy, and a read each per poll would add to it)
-                    listener = events.connections  # fall through to a read: a notification may
-                    # have been lost (the listening connection changed), or to be safe now and then
-                else:
-                    # One look covers every change so far. This process's pipeline hands over
-                    # every row it commits, and says when it lets go of a question unfinished
-                    # (None): while it works on the question, announcements need no read.
-                    changed = [change]
-                    while not changes.empty():
-                        changed.append(changes.get_nowait())
-                    announced, let_go = 0, False
-                    for item in changed:
-                        if item is None:
-                            let_go = True
-                        elif isinstance(item, str):
-                            announced = max(announced, position(item))
-                        elif position(item["state"]) > position(row["state"]):
-                            row = item
-                    known = max(seen, position(row["state"]))
-                    if not let_go and (announced <= known or question_id in pipeline.active):
-                        continue
-                async with connection(request) as conn:
-                    row = await fetch_question(conn, question_id, account_id)
+                    try:
+                        change = await asyncio.wait_for(changes.get(), min(poll, left))
+                    except TimeoutError:
+                        # A comment: keeps proxies from timing out.
+                        await response.write(b": waiting\n\n")
+                        quiet += 1
+                        if events.listening(listener) and quiet % RECHECK_EVERY:
+                            # Nothing can have been missed: no read (streams wait in bulk when
+                            # the service is busy, and a read each per poll would add to it).
+                            continue
+                        # Fall through to a read: a notification may have been lost (the
+                        # listening connection changed), or to be safe now and then.
+                        listener = events.connections
+                    else:
+                        # One look covers every change so far. This process's pipeline hands
+                        # over every row it commits, and says when it lets go of a question
+                        # unfinished (None): while it works on it, announcements need no read.
+                        changed = [change]
+                        while not changes.empty():
+                            changed.append(changes.get_nowait())
+                        announced, let_go = 0, False
+                        for item in changed:
+                            if item is None:
+                                let_go = True
+                            elif isinstance(item, str):
+                                announced = max(announced, position(item))
+                            elif position(item["state"]) > position(row["state"]):
+                                row = item
+                        known = max(seen, position(row["state"]))
+                        if not let_go and (
+                            announced <= known or question_id in pipeline.active
+                        ):
+                            continue
+                    async with connection(request) as conn:
+                        row = await fetch_question(conn, question_id, account_id)
+        finally:
+            open_streams[member] -= 1
+            if not open_streams[member]:
+                del open_streams[member]
     return response
