@@ -176,7 +176,9 @@ def create_app(config: Config) -> web.Application:
 
 
 async def _pool(app: web.Application) -> AsyncIterator[None]:
-    pool = await db.create_pool(app[CONFIG].database.url, app[CONFIG])
+    config = app[CONFIG]
+    pool = await db.create_pool(config.database.url, config,
+                                acquire_timeout=config.database.acquire_timeout_seconds)
     app[POOL] = pool
     yield
     await pool.close()
