@@ -434,3 +434,50 @@ def test_sign_in__goes_back_only_to_a_page_of_this_site():
     for unsafe in ("https://evil.example/", "//evil.example", "/\\evil.example", "/\t/evil.example",
                    "/\n/evil.example", "", None, "rfps"):
         assert _safe_next(unsafe) == "/rfps", unsafe
+
+
+async def test_csrf__every_post_route_refuses_a_request_without_the_token(app_client, admin, conn, make_rfp):
+    """Every state-changing page route (service/web/pages/routes.py), as a signed-in admin who
+    may do all of them, refuses the request without the session's CSRF token."""
+    from service.web.pages.routes import routes
+
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    rfp_id = await make_rfp(admin, "Target")
+    ids = {"id": rfp_id, "item_id": "item_x"}
+    before = await conn.fetchval("SELECT count(*) FROM rfps")
+    posts = [r for r in routes() if r.method == "POST" and r.path != "/signin"]
+    assert len(posts) >= 12
+    for route in posts:
+        path = route.path.format(**ids)
+        plain = await app_client.post(path, data={"title": "x", "answer": "x", "action": "approve"})
+        assert plain.status == 403, path
+        from aiohttp import FormData
+
+        form = FormData()
+        form.add_field("file", b"question\nIs it?\n", filename="q.csv")
+        upload = await app_client.post(path, data=form)
+        assert upload.status == 403, path
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == before
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 1
+
+
+async def test_csrf__every_form_of_every_page_carries_the_token(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    made = await app_client.post("/rfps", data={"title": "Forms", "csrf_token": csrf}, allow_redirects=False)
+    rfp_path = made.headers["Location"]
+    rfp_id = rfp_path.rsplit("/", 1)[1]
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) VALUES "
+        "('item_f1', $1, 'Q1?', 1, 'auto_answered', 'A1'), ('item_f2', $1, 'Q2?', 2, 'discarded', 'A2')",
+        rfp_id,
+    )
+    kb = await app_client.post("/kb", data={"csrf_token": csrf, "answer": "A"}, allow_redirects=False)
+    pages = ["/rfps", rfp_path, "/kb", kb.headers["Location"], "/ask", "/members"]
+    for path in pages:
+        html = await (await app_client.get(path)).text()
+        forms = re.findall(r"<form[^>]*method=\"post\"[^>]*>.*?</form>", html, re.S)
+        assert forms, path
+        for form in forms:
+            assert f'name="csrf_token" value="{csrf}"' in form, (path, form[:200])

@@ -268,6 +268,8 @@ async def read_upload(request: web.Request, limit: int) -> tuple[dict[str, str],
 
 async def _read_upload(request: web.Request, limit: int) -> tuple[dict[str, str], Upload]:
     if not request.content_type.startswith("multipart/"):
+        if not csrf_matches(request[SESSION], await _sent_csrf(request)):
+            raise Forbidden("the form's security token is missing or stale; reload the page")
         raise ValidationFailed(["file: send the form as multipart/form-data"])
     fields: dict[str, str] = {}
     session = request[SESSION]
