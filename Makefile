@@ -23,8 +23,16 @@ test: $(STAMP)  ## the whole test suite, on a real PostgreSQL (3 workers: tests 
 test-fast: $(STAMP)  ## everything but the `slow` tests (service processes, fuzzing): under a minute
 	$(PY) -m pytest -q -n 3 -m "not slow"
 
-test-pgbouncer: $(STAMP)  ## the not-slow tests again: the system's PostgreSQL (Debian's) through PgBouncer in transaction mode
-	$(PY) tests/pgservers.py -- $(PY) -m pytest -q -n 3 -m "not slow"
+# The second pass checks how the service talks to the database (statements, transactions, LISTEN,
+# locks, reconnects), not what it computes: tests with no database (architecture, config), or whose
+# cost is CPU on results the first pass already checked (answer quality, ranking, the ONNX model,
+# upload parser limits), run once, in `make test`. Keeps CI under 15 minutes.
+PGBOUNCER_SKIP := tests/architecture tests/service/test_config.py tests/answering/test_quality.py \
+	tests/answering/test_retrieval_ranking.py tests/answering/test_embeddings_onnx.py \
+	tests/domain/test_import_limits.py
+
+test-pgbouncer: $(STAMP)  ## the database-facing tests again: the system's PostgreSQL (Debian's) through PgBouncer in transaction mode
+	$(PY) tests/pgservers.py -- $(PY) -m pytest -q -n 3 -m "not slow" $(addprefix --ignore=,$(PGBOUNCER_SKIP))
 
 wheel-check:  ## build the wheel, install it into a fresh venv outside the checkout, migrate, serve, read
 	$(PYTHON) tests/wheel_check.py

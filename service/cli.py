@@ -403,12 +403,13 @@ def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
-    from .domain.knowledge import decode_csv, import_csv
+    from .domain.knowledge import import_csv
+    from .domain.uploads import decode
 
     try:
         with open(args.file, "rb") as handle:
             raw = handle.read()
-        text = decode_csv(raw)
+        text = decode(raw)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
 
@@ -503,7 +504,9 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     fitted = None
     if args.fit:
         try:
-            fitted = evaluation.fit_decision(labelled, prune_features=args.prune)
+            fitted = evaluation.fit_decision(
+                labelled, prune_features=args.prune,
+                features=tuple(f for f in (args.features or "").split(",") if f))
         except ValueError as exc:
             raise accounts.OperatorError(str(exc)) from None
         if args.write_model:
@@ -565,7 +568,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     _print_calibration("in-sample (as shipped), all sets", pooled_in)
     if fitted:
         print(f"\nfit: L2 {fitted['l2']}, features {', '.join(fitted['features'])}, "
-              f"cap {fitted['model']['cap']}")
+              f"threshold {fitted['model']['threshold']}, cap {fitted['model']['cap']}")
         for step in fitted["pruning"]:
             print(f"  without {step['without']}: {step['decisions_right']} right decisions "
                   f"(with it {step['with']})")
@@ -767,6 +770,8 @@ def parser() -> argparse.ArgumentParser:
                    help="dense retrieval backend for this run (default: the config's [embeddings])")
     p.add_argument("--fit", action="store_true",
                    help="fit the coverage decision model on all the sets by k-fold cross-validation")
+    p.add_argument("--features", metavar="A,B",
+                   help="with --fit: the candidate features (default: all of them)")
     p.add_argument("--prune", action="store_true",
                    help="with --fit: keep only features worth more than one question under "
                         "cross-validation")

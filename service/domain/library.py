@@ -25,15 +25,12 @@ import asyncpg
 import attrs
 
 from .. import db
-from .convert import IsoDate, NonBlank, TagList, at_most, structure
+from .convert import IsoDate, NonBlank, structure
 from .errors import NotFound, ValidationFailed
 from .knowledge import (
-    MAX_ANSWER,
-    MAX_QUESTION,
-    MAX_SHORT,
     KnowledgeItem,
+    KnowledgeItemInput,
     _blank_to_none,
-    _tags,
     merge_pending_index,
 )
 
@@ -79,15 +76,10 @@ class ReviewedInput:
 
 
 @attrs.frozen(kw_only=True)
-class ItemChange:
-    """A PATCH of an entry, merged over its stored fields (absent fields keep their values)."""
+class ItemChange(KnowledgeItemInput):
+    """A PATCH of an entry, merged over its stored fields (absent fields keep their values):
+    an entry's fields, checked as when it is created, plus its owner and review date."""
 
-    answer: NonBlank = attrs.field(validator=at_most(MAX_ANSWER))
-    question: str | None = attrs.field(default=None, validator=at_most(MAX_QUESTION))
-    title: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
-    tags: TagList = attrs.field(factory=list, validator=_tags)
-    source: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
-    yes_no: bool | None = None
     owner_id: str | None = None
     review_by: IsoDate | None = None
 

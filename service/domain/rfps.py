@@ -100,15 +100,7 @@ async def create_rfp(
     async with conn.transaction():
         await conn.execute(
             db.query("insert_rfp"),
-            rfp_id,
-            account_id,
-            owner_user_id,
-            data.title.strip(),
-            data.description,
-            data.deadline,
-            data.framework,
-            data.portal_url,
-            data.context,
+            rfp_id, account_id, owner_user_id, *_columns(data),
         )
         if data.items:
             await append_items(
@@ -116,6 +108,12 @@ async def create_rfp(
                 [item.question for item in data.items], [item.section for item in data.items],
             )
     return rfp_id
+
+
+def _columns(data: RfpInput) -> tuple[Any, ...]:
+    """An RFP's stored fields, in the order insert_rfp and update_rfp take them."""
+    return (data.title.strip(), data.description, data.deadline, data.framework, data.portal_url,
+            data.context)
 
 
 def _json_value(value: Any) -> Any:
@@ -155,17 +153,7 @@ async def update_rfp(
         # Validate the merged record, so absent fields keep their stored values.
         merged = {name: _json_value(current[name]) for name in editable} | fields
         data = structure(merged, RfpInput, root="rfp")
-        await conn.execute(
-            db.query("update_rfp"),
-            rfp_id,
-            account_id,
-            data.title.strip(),
-            data.description,
-            data.deadline,
-            data.framework,
-            data.portal_url,
-            data.context,
-        )
+        await conn.execute(db.query("update_rfp"), rfp_id, account_id, *_columns(data))
 
 
 async def list_items(

@@ -114,15 +114,19 @@ _LIBRARY_ITEM_FIELDS = {
 }
 _KB_ENTRY = _object({"id": STRING, "question": _nullable(STRING), "answer": STRING},
                     ["id", "question", "answer"])
+# What a knowledge entry's create (KnowledgeBaseItemInput) and PATCH (KnowledgeBaseItemChange) take.
+_KB_INPUT_FIELDS: dict[str, Any] = {
+    "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
+    "question": _nullable({"type": "string", "maxLength": 10_000}),
+    "title": _nullable({"type": "string", "maxLength": 500}),
+    "tags": {"type": "array", "maxItems": 50,
+             "items": {"type": "string", "minLength": 1, "maxLength": 500}},
+    "source": _nullable({"type": "string", "maxLength": 500}),
+    "yes_no": _nullable({"type": "boolean"}),
+}
 LIBRARY_SCHEMAS: dict[str, Any] = {
     "KnowledgeBaseItemChange": _object({
-        "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
-        "question": _nullable({"type": "string", "maxLength": 10_000}),
-        "title": _nullable({"type": "string", "maxLength": 500}),
-        "tags": {"type": "array", "maxItems": 50,
-                 "items": {"type": "string", "minLength": 1, "maxLength": 500}},
-        "source": _nullable({"type": "string", "maxLength": 500}),
-        "yes_no": _nullable({"type": "boolean"}),
+        **_KB_INPUT_FIELDS,
         "owner_id": _nullable({"type": "string"}),
         "review_by": _DATE,
     }, closed=True, description="absent fields keep their values"),
@@ -334,13 +338,7 @@ SCHEMAS: dict[str, Any] = {
     }, ["id", "question", "answer", "title", "tags", "source", "external_id", "yes_no",
         "created_at", "updated_at", *_LIBRARY_ITEM_FIELDS]),
     "KnowledgeBaseItemInput": _object({
-        "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
-        "question": _nullable({"type": "string", "maxLength": 10_000}),
-        "title": _nullable({"type": "string", "maxLength": 500}),
-        "tags": {"type": "array", "maxItems": 50,
-                 "items": {"type": "string", "minLength": 1, "maxLength": 500}},
-        "source": _nullable({"type": "string", "maxLength": 500}),
-        "yes_no": _nullable({"type": "boolean"}),
+        **_KB_INPUT_FIELDS,
     }, ["answer"], closed=True),
     "ImportReport": _object({
         "imported": {"type": "integer", "minimum": 0},

@@ -12,15 +12,16 @@ from ...domain.convert import structure, unstructure
 from ...domain.knowledge import (
     KnowledgeItemInput,
     create_item,
-    decode_csv,
     delete_item,
-    get_item,
+    fetch_item,
     import_csv,
+    parse_upload,
     search_items,
 )
 from ...domain.models import Page
+from ...domain.uploads import Limits
 from ..auth import connection
-from ..keys import CONFIG
+from ..keys import CONFIG, PARSERS
 from ..views.knowledge import entries_written
 from .common import may_write, page, principal, read_form, read_upload, render, see_other
 
@@ -68,7 +69,7 @@ async def kb_create(request: web.Request) -> web.StreamResponse:
 async def kb_entry(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     async with connection(request) as conn:
-        item = await get_item(conn, who.account_id, request.match_info["id"])
+        item = await fetch_item(conn, who.account_id, request.match_info["id"])
     return render(request, "kb_entry.html", {"item": item, "may_write": may_write(who)})
 
 
@@ -94,10 +95,13 @@ async def kb_delete(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=WRITERS, multipart=True)
 async def kb_import(request: web.Request) -> web.StreamResponse:
-    _, upload = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
+    config = request.app[CONFIG]
+    _, upload = await read_upload(request, config.server.max_upload_bytes)
     with upload.file:
-        text = decode_csv(upload.file.read())
+        raw = upload.file.read()
+    # As the API's import: parsed in a worker process within the upload limits.
+    parsed = await request.app[PARSERS].run(parse_upload, raw, Limits.of(config.uploads))
     async with connection(request) as conn:
-        report = await import_csv(conn, principal(request).account_id, text)
+        report = await import_csv(conn, principal(request).account_id, parsed)
     entries_written(request.app)
     return render(request, "kb_import.html", {"report": unstructure(report)})

@@ -26,9 +26,10 @@ from ...domain.rfp_items import (
     export_rows,
     import_options,
     import_questionnaire,
-    lock_item,
-    review_item,
     spool_csv,
+)
+from ...domain.rfp_items import (
+    review as review_one,
 )
 from ...domain.rfps import (
     REVIEW_FILTERS,
@@ -140,7 +141,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     })
 
 
-# What each button of an item's form asks of the review (domain/rfp_items.py review_item).
+# What each button of an item's form asks of the review (domain/rfp_items.py review).
 def _review_fields(form: Any) -> dict[str, Any]:
     action = form.get("action")
     answer = form.get("answer")
@@ -171,9 +172,8 @@ async def review(request: web.Request) -> web.StreamResponse:
     fields = _review_fields(form)
     who = principal(request)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    async with connection(request) as conn, conn.transaction():
-        current = await lock_item(conn, who.account_id, rfp_id, item_id)
-        await review_item(conn, who.account_id, current, fields)
+    async with connection(request) as conn:
+        await review_one(conn, who.account_id, rfp_id, item_id, fields, who.member_id)
     back = str(form.get("back") or "")
     query = back if back.startswith("?") else ""
     raise see_other(f"/rfps/{rfp_id}{query}#item-{item_id}")

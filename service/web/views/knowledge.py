@@ -8,19 +8,20 @@ from collections.abc import AsyncIterator, Mapping
 
 from aiohttp import web
 
-from ... import db
-from ...domain import library
+from ...domain import knowledge, library
 from ...domain.convert import structure, unstructure
-from ...domain.errors import NotFound, ParameterInvalid, UnsupportedMediaType, ValidationFailed
+from ...domain.errors import ParameterInvalid, UnsupportedMediaType, ValidationFailed
 from ...domain.knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
     ParsedCsv,
     create_item,
+    fetch_item,
     import_csv,
     parse_upload,
 )
 from ...domain.models import Page
+from ...domain.uploads import Limits
 from ..auth import acquire, connection, principal, requires
 from ..body import read_json, read_object, receive_upload
 from ..keys import CONFIG, INDEXER, LIBRARY_JOBS, PARSERS
@@ -49,7 +50,7 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     with upload.file:
         raw = upload.file.read()
-    return await request.app[PARSERS].run(parse_upload, raw)
+    return await request.app[PARSERS].run(parse_upload, raw, Limits.of(request.app[CONFIG].uploads))
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
@@ -101,25 +102,15 @@ def _flag(query: Mapping[str, str], name: str) -> bool:
 
 @requires("read")
 async def get_item(request: web.Request) -> web.Response:
-    item_id = request.match_info["id"]
     async with connection(request) as conn:
-        row = await conn.fetchrow(
-            db.query("get_knowledge_item"), item_id, principal(request).account_id
-        )
-    if row is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
-    return _item_response(KnowledgeItem.from_row(row))
+        item = await fetch_item(conn, principal(request).account_id, request.match_info["id"])
+    return _item_response(item)
 
 
 @requires("write", roles=("admin", "member"))
 async def delete_item(request: web.Request) -> web.Response:
-    item_id = request.match_info["id"]
     async with connection(request) as conn:
-        deleted = await conn.fetchval(
-            db.query("delete_knowledge_item"), item_id, principal(request).account_id
-        )
-    if deleted is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
+        await knowledge.delete_item(conn, principal(request).account_id, request.match_info["id"])
     return web.Response(status=204)
 
 

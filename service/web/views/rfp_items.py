@@ -12,15 +12,12 @@ import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import attrs
 from aiohttp import hdrs, web
 
-from ... import db
 from ...domain import questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
-    NotFound,
     ValidationFailed,
 )
 from ...domain.isolation import IsolatedWorkers
@@ -34,9 +31,10 @@ from ...domain.rfp_items import (
     export_filename,
     export_format,
     export_rows,
+    fetch_item,
     import_options,
     import_questionnaire,
-    review_item,
+    review,
     spool_csv,
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
@@ -115,21 +113,12 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     return json_response({"import": report}, status=201)
 
 
-async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -> asyncpg.Record:
-    row = await conn.fetchrow(
-        db.query("lock_rfp_item" if lock else "get_rfp_item"),
-        request.match_info["item_id"], request.match_info["id"],
-        principal(request).account_id,
-    )
-    if row is None:
-        raise NotFound(f"no item {request.match_info['item_id']} in RFP {request.match_info['id']}")
-    return row
-
-
 @requires("read")
 async def get_rfp_item(request: web.Request) -> web.Response:
     async with connection(request) as conn:
-        row = await _item(conn, request, lock=False)
+        row = await fetch_item(
+            conn, principal(request).account_id, request.match_info["id"], request.match_info["item_id"]
+        )
     return json_response(unstructure(RfpItem.from_row(row)))
 
 
@@ -138,9 +127,12 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
-    async with connection(request) as conn, conn.transaction():
-        current = await _item(conn, request, lock=True)
-        row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
+    who = principal(request)
+    async with connection(request) as conn:
+        row = await review(
+            conn, who.account_id, request.match_info["id"], request.match_info["item_id"],
+            body["rfp_item"], who.member_id,
+        )
     return json_response(unstructure(RfpItem.from_row(row)))
 
 
