@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import hdrs, web
 
 from ... import db
-from ...domain import questionnaires, writeback
+from ...domain import writeback
 from ...domain.convert import FRAMEWORKS, structure
 from ...domain.errors import ParameterInvalid, ValidationFailed
 from ...domain.models import Page
@@ -25,7 +25,6 @@ from ...domain.rfp_items import (
     export_format,
     export_rows,
     import_options,
-    import_questionnaire,
     spool_csv,
 )
 from ...domain.rfp_items import (
@@ -41,8 +40,9 @@ from ...domain.rfps import (
     search_rfps,
 )
 from ..auth import connection
-from ..keys import CONFIG, METRICS, PARSERS, PIPELINE
+from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
+from ..views.rfp_items import import_upload
 from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
 
 WRITERS = ("admin", "member")
@@ -185,20 +185,8 @@ async def upload(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
-    config = request.app[CONFIG]
-    fields, file = await read_upload(request, config.server.max_upload_bytes)
-    options = import_options(fields)
-    with file.file:
-        data = file.file.read()
-    # As the API's import: parsed in a child process with time and memory limits, the file kept
-    # for write-back (service/web/views/rfp_items.py import_rfp_items).
-    found = await request.app[PARSERS].run(
-        questionnaires.parse_upload, data, options, file.media_type, file.filename,
-        questionnaires.Limits.of(config.uploads),
-    )
-    kept = writeback.kept_file(data, file.media_type, file.filename, config.library.max_kept_file_bytes)
-    async with connection(request) as conn:
-        report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
+    fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
+    report = await import_upload(request, who.account_id, rfp_id, file, import_options(fields))
     return render(request, "import_report.html", {"rfp": rfp, "report": report}, status=201)
 
 
