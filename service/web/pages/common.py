@@ -28,7 +28,7 @@ from ...domain.errors import (
 )
 from ...domain.sessions import Session, csrf_matches, find_session
 from ...domain.tokens import ROLES, Principal
-from ..auth import Handler, Policy, check, connection, holding_connection, public
+from ..auth import PRINCIPAL, Handler, Policy, check, connection, holding_connection, public
 from ..body import Upload
 from ..body import _timed_out as timed_out
 from ..errors import database_unavailable, status_of
@@ -147,6 +147,9 @@ def page(
                 session = await find_session(conn, request.cookies.get(COOKIE))
             if session is not None:
                 request[SESSION] = session
+                # Also as the API's principal, so that a page may hand the request to an API
+                # view's function (the export is the API's).
+                request[PRINCIPAL] = session.principal
             if signed_in:
                 if session is None:
                     if request.method == "GET":

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import tempfile
 from typing import Any
 
-from aiohttp import hdrs, web
+from aiohttp import web
 
 from ... import db
-from ...domain import writeback
 from ...domain.convert import FRAMEWORKS, structure
 from ...domain.errors import ParameterInvalid, ValidationFailed
 from ...domain.models import Page
 from ...domain.rfp_items import (
-    EXPORT_FORMATS,
     AnswerOptions,
     answer_pending_items,
     answering_progress,
-    build_xlsx,
-    export_filename,
-    export_format,
-    export_rows,
     import_options,
-    spool_csv,
 )
 from ...domain.rfp_items import (
     review as review_one,
@@ -42,6 +33,7 @@ from ...domain.rfps import (
 from ..auth import connection
 from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
+from ..views import rfp_items as rfp_items_views
 from ..views.rfp_items import import_upload
 from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
 
@@ -214,32 +206,6 @@ async def progress(request: web.Request) -> web.StreamResponse:
 
 @page()
 async def export(request: web.Request) -> web.StreamResponse:
-    """As the API's export (service/web/views/rfp_items.py export_rfp): read with a connection,
-    sent without one; `original` writes the answers back into the imported file."""
-    fmt = export_format(request.query)
-    rfp_id = request.match_info["id"]
-    account_id = principal(request).account_id
-    if fmt == "original":
-        async with connection(request) as conn:
-            rfp = await fetch_rfp(conn, rfp_id, account_id)
-            options = writeback.write_options(request.query)
-            file, cells = await writeback.load(conn, account_id, rfp_id, options)
-        body = await asyncio.to_thread(writeback.write, file, cells)
-        name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
-        safe = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in name)[:150]
-        return web.Response(body=body, content_type=writeback.media_type(file),
-                            headers={hdrs.CONTENT_DISPOSITION: f'attachment; filename="{safe}"'})
-    with tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024) as spool:
-        async with connection(request) as conn:
-            rfp = await fetch_rfp(conn, rfp_id, account_id)
-            rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
-            if rows is None:
-                await spool_csv(conn, rfp_id, spool)
-        headers = {
-            hdrs.CONTENT_DISPOSITION: f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"'
-        }
-        if rows is not None:
-            body = await asyncio.to_thread(build_xlsx, rows, rfp["title"])
-            return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
-        spool.seek(0)
-        return web.Response(body=spool.read(), content_type="text/csv", charset="utf-8", headers=headers)
+    """The API's export itself (GET /api/v1/rfps/{id}/export: csv, xlsx or original), for the
+    session's member; its failures are shown as pages."""
+    return await rfp_items_views.export_rfp(request)
