@@ -348,6 +348,7 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
     options = questionnaires.ImportOptions(
         sheet=args.sheet, question_column=args.question_column,
         section_column=args.section_column, header_row=args.header_row,
+        answer_column=args.answer_column,
     )
     progress = None
     if sys.stderr.isatty():
@@ -365,9 +366,11 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
         if progress:
             progress.close()
 
+    kept = _kept_questionnaire(args.file, config.library.max_kept_file_bytes)
+
     async def work(conn: asyncpg.Connection) -> dict:
         await accounts.require_account(conn, args.account)
-        return await rfp_items.import_questionnaire(conn, args.account, args.rfp, found)
+        return await rfp_items.import_questionnaire(conn, args.account, args.rfp, found, kept)
 
     report = run_with_connection(config, work)
     skipped = "".join(f"\n  row {s['row']}: {s['reason']}" for s in report["skipped"])
@@ -378,9 +381,48 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _kept_questionnaire(path: str, limit: int) -> Any:
+    """The questionnaire file, kept for `rfp export --format original` (write-back, issue 20)."""
+    from .domain import writeback
+
+    try:
+        if Path(path).stat().st_size > limit:
+            return None
+        content = Path(path).read_bytes()
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot read {path}: {exc.strerror}") from None
+    return writeback.kept_file(content, None, Path(path).name, limit)
+
+
+def _export_original(args: argparse.Namespace, config: Config) -> int:
+    from .domain import writeback
+    from .domain.rfps import fetch_rfp
+
+    options = writeback.WriteOptions(drafted=args.answers == "drafted", unanswered=args.unanswered)
+
+    async def work(conn: asyncpg.Connection) -> tuple[Any, list]:
+        await accounts.require_account(conn, args.account)
+        await fetch_rfp(conn, args.rfp, args.account)
+        return await writeback.load(conn, args.account, args.rfp, options)
+
+    file, cells = run_with_connection(config, work)
+    try:
+        Path(args.output).write_bytes(writeback.write(file, cells))
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
+    written = sum(1 for cell in cells if cell.text is not None)
+    emit(args, {"rfp_id": args.rfp, "format": "original", "output": args.output, "items": len(cells),
+                "written": written},
+         f"wrote {written} of {len(cells)} answers of {args.rfp} into {args.output}")
+    return 0
+
+
 def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
     from .domain import rfp_items
     from .domain.rfps import fetch_rfp
+
+    if args.format == "original":
+        return _export_original(args, config)
 
     async def work(conn: asyncpg.Connection) -> tuple[str, list[list[Any]]]:
         await accounts.require_account(conn, args.account)
@@ -730,11 +772,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--question-column", help="header name or column letter")
     p.add_argument("--section-column", help="header name or column letter")
     p.add_argument("--header-row", type=int, help="1-based header row; 0 = no header row")
+    p.add_argument("--answer-column", help="header name or column letter answers are written back "
+                   "into by export --format original (default: detected)")
     p.add_argument("--json", action="store_true")
     p = command("export", cmd_rfp_export, group, help="export an RFP's items as CSV or XLSX")
     p.add_argument("--account", required=True)
     p.add_argument("--rfp", required=True)
-    p.add_argument("--format", required=True, choices=["csv", "xlsx"])
+    p.add_argument("--format", required=True, choices=["csv", "xlsx", "original"],
+                   help="original: the imported questionnaire with the answers in their cells")
+    p.add_argument("--answers", choices=["approved", "drafted"], default="approved",
+                   help="with --format original: only approved answers (default) or every answer")
+    p.add_argument("--unanswered", help="with --format original: text for cells left unanswered")
     p.add_argument("--output", required=True, help="file to write")
     p.add_argument("--json", action="store_true")
 

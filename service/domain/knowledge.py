@@ -260,14 +260,18 @@ def parse_upload(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
     return uploads.read_csv(io.BytesIO(raw), limits, _knowledge_rows, dialect=csv.excel)
 
 
-async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv) -> ImportReport:
-    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
+async def import_csv(
+    conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv, actor: str | None = None
+) -> ImportReport:
+    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
+    `actor` (a member id) is recorded as who wrote the entries' new versions."""
     parsed = parse_knowledge_csv(text) if isinstance(text, str) else text
     valid = parsed.valid
     created = updated = 0
     if valid:
         items = [item for _, item in valid]
         async with conn.transaction():
+            await conn.execute(db.query("set_actor"), actor)  # versions say who (library.py)
             rows = await conn.fetch(
                 db.query("upsert_knowledge_items"),
                 account_id,
@@ -350,13 +354,15 @@ async def save_reviewed_answer(
     question again updates its entry rather than adding another; a new entry is owned by `owner`
     (the reviewing member), an existing one keeps its owner and review date.
     """
-    for _ in range(2):  # a second pass updates the entry a concurrent first save just inserted
-        saved = await conn.fetchrow(
-            db.query("save_reviewed_answer"), new_id("kb"), account_id, question, answer, title,
-            source, external_id, reviewed_question, owner,
-        )
-        if saved is not None:
-            return KnowledgeItem.from_row(saved), saved["created"]
+    async with conn.transaction():
+        await conn.execute(db.query("set_actor"), owner)  # the entry's version says who (library.py)
+        for _ in range(2):  # a second pass updates the entry a concurrent first save just inserted
+            saved = await conn.fetchrow(
+                db.query("save_reviewed_answer"), new_id("kb"), account_id, question, answer, title,
+                source, external_id, reviewed_question, owner,
+            )
+            if saved is not None:
+                return KnowledgeItem.from_row(saved), saved["created"]
     raise RuntimeError("save_reviewed_answer: the entry neither existed nor could be inserted")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -31,12 +32,17 @@ from .knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
     _blank_to_none,
-    merge_pending_index,
 )
+
+log = logging.getLogger(__name__)
 
 
 async def set_review_period(conn: asyncpg.Connection, days: int) -> None:
-    await conn.execute(db.query("set_review_period"), days)
+    """Make `days` the review period new entries get (every write path reads it in SQL)."""
+    try:
+        await conn.execute(db.query("set_review_period"), days)
+    except asyncpg.InsufficientPrivilegeError:
+        log.warning("cannot write library_settings: new entries keep the review period stored there")
 
 
 async def set_actor(conn: asyncpg.Connection, member_id: str | None) -> None:
@@ -116,7 +122,6 @@ async def update_item(
             [tag.strip() for tag in change.tags], _blank_to_none(change.source), change.yes_no,
             change.owner_id, change.review_by,
         )
-    await merge_pending_index(conn)
     return KnowledgeItem.from_row(row)
 
 

@@ -565,7 +565,7 @@ def _library_paths() -> dict[str, Any]:
     """Library care (issue 20): review, versions, duplicates, merges."""
     kb = _error("no such knowledge base item in this account (not_found)")
     item = _ref("KnowledgeBaseItem")
-    return {
+    paths = {
         "/api/v1/knowledge_base_items/{id}": {
             "patch": _op("update_knowledge_base_item", "change an item (its previous version is "
                          "kept)", {"200": _json(item, "the changed item"), "404": kb,
@@ -601,6 +601,8 @@ def _library_paths() -> dict[str, Any]:
                 "400": _error("refresh is not true or false (parameter_invalid)")},
             params=[_query("refresh", "true: start a new run now", {"enum": ["true", "false"]})])},
     }
+    paths["/api/v1/knowledge_base_items/{id}/reviewed"]["post"]["requestBody"]["required"] = False
+    return paths
 
 
 def _account_paths() -> dict[str, Any]:

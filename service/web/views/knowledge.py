@@ -118,7 +118,9 @@ async def delete_item(request: web.Request) -> web.Response:
 async def import_items(request: web.Request) -> web.Response:
     parsed = await _read_csv_body(request)
     async with connection(request) as conn:
-        report = await import_csv(conn, principal(request).account_id, parsed)
+        report = await import_csv(
+            conn, principal(request).account_id, parsed, principal(request).member_id
+        )
     entries_written(request.app)
     return json_response(unstructure(report))
 
