@@ -14,8 +14,8 @@ import asyncpg
 import attrs
 
 from .. import db
-from . import uploads
-from .convert import NonBlank, TagList, at_most, structure
+from . import audit, uploads, webhooks
+from .convert import NonBlank, TagList, at_most, structure, unstructure
 from .errors import NotFound, ValidationFailed
 from .ids import new_id
 from .models import Page
@@ -142,9 +142,12 @@ async def fetch_item(conn: asyncpg.Connection, account_id: str, item_id: str) ->
     return KnowledgeItem.from_row(row)
 
 
-async def delete_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> None:
-    if await conn.fetchval(db.query("delete_knowledge_item"), item_id, account_id) is None:
+async def delete_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
+    """Delete an entry (in the caller's transaction, for its audit event); returns it as it was."""
+    row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+    if row is None or await conn.fetchval(db.query("delete_knowledge_item"), item_id, account_id) is None:
         raise NotFound(f"no knowledge base item {item_id} in this account")
+    return KnowledgeItem.from_row(row)
 
 
 @attrs.frozen(kw_only=True)
@@ -261,10 +264,11 @@ def parse_upload(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
 
 
 async def import_csv(
-    conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv, actor: str | None = None
+    conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv,
+    actor: audit.Actor | None = None,
 ) -> ImportReport:
     """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
-    `actor` (a member id) is recorded as who wrote the entries' new versions."""
+    With `actor`, the audit event and the entries' webhooks are written in that transaction."""
     parsed = parse_knowledge_csv(text) if isinstance(text, str) else text
     valid = parsed.valid
     created = updated = 0
@@ -284,8 +288,13 @@ async def import_csv(
                 [i.external_id for i in items],
                 [i.yes_no for i in items],
             )
-        created = sum(1 for row in rows if row["created"])
-        updated = len(rows) - created
+            created = sum(1 for row in rows if row["created"])
+            updated = len(rows) - created
+            if actor is not None:
+                await audit.record(conn, actor, "knowledge_base_items.imported", after={
+                    "created": created, "updated": updated, "rejected": len(parsed.rejected),
+                }, account_id=account_id)
+                await emit_items(conn, account_id, rows)
         await merge_pending_index(conn)
     return ImportReport(
         imported=created + updated,
@@ -294,6 +303,18 @@ async def import_csv(
         rejected=parsed.rejected,
         ignored_columns=parsed.ignored_columns,
     )
+
+
+async def emit_items(conn: asyncpg.Connection, account_id: str, rows: list[asyncpg.Record]) -> None:
+    """knowledge_base_item.created/updated for the rows of an import, when an endpoint wants them."""
+    for event_type, wanted_rows in (
+        ("knowledge_base_item.created", [r["id"] for r in rows if r["created"]]),
+        ("knowledge_base_item.updated", [r["id"] for r in rows if not r["created"]]),
+    ):
+        if wanted_rows and await webhooks.wanted(conn, account_id, event_type):
+            for row in await conn.fetch(db.query("knowledge_items_by_ids"), account_id, wanted_rows):
+                item = KnowledgeItem.from_row(row)
+                await webhooks.emit(conn, account_id, event_type, item.id, unstructure(item))
 
 
 async def merge_pending_index(conn: asyncpg.Connection) -> None:

@@ -15,6 +15,7 @@ import asyncpg
 import attrs
 
 from .. import db
+from . import audit
 from .convert import DETAIL_LEVELS, DetailLevel, NonBlank, structure
 from .errors import NotFound, UsageBlocked, ValidationFailed
 from .ids import new_id
@@ -235,14 +236,14 @@ class Asked:
 
 async def ask(
     conn: asyncpg.Connection, who: Principal, asked: Ask, key: str | None, *, cost: int,
-    lease_seconds: float, reservations: Reservations,
+    lease_seconds: float, reservations: Reservations, actor: audit.Actor | None = None,
 ) -> Asked:
     """Ask a question for `who`, charged `cost` credits, idempotent per (member, `key`).
 
     A key used before answers with that first response (the question as it was when accepted);
-    the same key for a different question is a 422. One statement stores and charges, atomic
-    without BEGIN/COMMIT round trips; a question is stored leased to the caller's pipeline when
-    it has room, else unleased for any process to claim.
+    the same key for a different question is a 422. One statement stores and charges; a question
+    is stored leased to the caller's pipeline when it has room, else unleased for any process to
+    claim. With `actor`, the audit event commits with the question.
     """
     question_id = await _replay(conn, who.member_id, key, asked) if key else None
     stored = None
@@ -251,13 +252,17 @@ async def ask(
         new_question = new_id("q")
         owner = reservations.reserve(new_question)
         try:
-            row = await ask_question(
-                conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
-                detail_level=asked.detail_level, custom_prompt=asked.custom_prompt,
-                rfp_id=None, rfp_item_id=None, member_id=who.member_id, cost=cost,
-                idempotency_key=key, request_hash=asked.fingerprint() if key else None,
-                question_id=new_question, lease_owner=owner, lease_seconds=lease_seconds,
-            )
+            async with conn.transaction():
+                row = await ask_question(
+                    conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
+                    detail_level=asked.detail_level, custom_prompt=asked.custom_prompt,
+                    rfp_id=None, rfp_item_id=None, member_id=who.member_id, cost=cost,
+                    idempotency_key=key, request_hash=asked.fingerprint() if key else None,
+                    question_id=new_question, lease_owner=owner, lease_seconds=lease_seconds,
+                )
+                if actor is not None:
+                    await audit.record(conn, actor, "question.asked", record_id=new_question,
+                                       after={"credits": cost})
         except asyncpg.UniqueViolationError:
             reservations.unreserve(new_question)
             owner = None

@@ -143,8 +143,9 @@ async def search_rfps(conn: asyncpg.Connection, account_id: str, term: str, page
 
 async def update_rfp(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, fields: dict[str, Any]
-) -> None:
-    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values)."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values);
+    returns the editable fields (before, after), for the audit log."""
     async with conn.transaction():
         current = await conn.fetchrow(db.query("lock_rfp"), rfp_id, account_id)
         if current is None:
@@ -154,6 +155,10 @@ async def update_rfp(
         merged = {name: _json_value(current[name]) for name in editable} | fields
         data = structure(merged, RfpInput, root="rfp")
         await conn.execute(db.query("update_rfp"), rfp_id, account_id, *_columns(data))
+    before = {name: _json_value(current[name]) for name in editable}
+    after = {name: _json_value(getattr(data, name)) for name in editable}
+    after["title"] = data.title.strip()
+    return before, after
 
 
 async def list_items(

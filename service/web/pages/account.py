@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ...domain import audit
 from ...domain.errors import ServiceError
-from ...domain.members import authenticate
+from ...domain.members import authenticate, signed_in_actor
 from ...domain.passwords import client_key
 from ...domain.sessions import end_session, start_session
+from ..actors import actor
 from ..auth import connection
 from ..keys import CONFIG, PASSWORDS, POOL
 from .common import COOKIE, SIGN_IN_COOKIE, error_page, new_sign_in_token, page, read_form, render, see_other
@@ -68,7 +70,7 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
     try:
         membership = await authenticate(
             request.app[POOL], request.app[PASSWORDS], config, email=email, password=password,
-            account_id=None, client=client_key(request.remote),
+            account_id=None, client=client_key(request.remote), actor=actor(request, email),
         )
     except ServiceError as exc:
         if exc.code in ("unauthorized", "email_unconfirmed", "rate_limited", "forbidden"):
@@ -80,8 +82,10 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
             return response
         return error_page(request, exc)
     ttl = config.web.session_ttl_hours * 3600
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
         cookie_value = await start_session(conn, membership["id"], ttl)
+        await audit.record(conn, signed_in_actor(actor(request, email), membership), "auth.signed_in",
+                           record_id=membership["id"], after={"session": "web"})
     response = see_other(_safe_next(str(form.get("next", ""))))
     response.set_cookie(
         COOKIE, cookie_value, httponly=True, secure=_secure(request), samesite="Lax", path="/",

@@ -13,6 +13,7 @@ from aiohttp import web
 from ...domain.convert import unstructure
 from ...domain.errors import ValidationFailed
 from ...domain.questions import MAX_IDEMPOTENCY_KEY, Question, ask, fetch_question, parse_ask
+from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_object
 from ..keys import CONFIG, METRICS, PIPELINE
@@ -46,7 +47,7 @@ async def post_question(request: web.Request) -> web.Response:
     async with connection(request) as conn:
         asked = await ask(
             conn, principal(request), parsed, key, cost=settings.credits_per_question,
-            lease_seconds=settings.lease_seconds, reservations=pipeline,
+            lease_seconds=settings.lease_seconds, reservations=pipeline, actor=actor(request),
         )
         if asked.stored is not None:
             if asked.lease_owner is not None:
