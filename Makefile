@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # The development sets (../shared/eval from the main checkout, ../../shared/eval from a worktree).
 EVAL   ?= $(firstword $(wildcard ../shared/eval ../../shared/eval) ../shared/eval)
 
-.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-webhooks eval fuzz soak clean
+.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-web bench-webhooks eval fuzz soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,7 @@ migrate: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service tests bench
 
-bench: bench-questions bench-retrieval bench-http bench-search  ## every benchmark; results go into BENCHMARKS.md
+bench: bench-questions bench-retrieval bench-http bench-search bench-web  ## every benchmark; results go into BENCHMARKS.md
 
 bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP, dense (default) and lexical floor (bench/questions.py)
 	$(PY) bench/questions.py --seconds 20 --mode both --processes 2 --floor
@@ -66,6 +66,9 @@ bench-pgbouncer: $(STAMP)  ## bench-questions and bench-http on the system's Pos
 
 bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
 	$(PY) bench/search_1m.py
+
+bench-web: $(STAMP)  ## the web app's RFP page of an RFP with 1,000 items, server-side render p50/p95
+	$(PY) bench/web_bench.py
 
 bench-webhooks: $(STAMP)  ## webhook delivery throughput and the audit/outbox cost per write (short)
 	$(PY) bench/webhooks.py --events 1000 --writes 2000

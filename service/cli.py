@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import secrets
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import date
@@ -119,6 +120,9 @@ async def bootstrap_demo(url: str, config: Config) -> dict | None:
                 account_id=demo["account"]["id"], record_id=demo["account"]["id"],
                 after={"name": "Demo", "credits": 100, "admin": demo["member"]["email"]},
             )
+            # The web app signs in with a password: the demo admin gets one, shown once.
+            demo["password"] = secrets.token_urlsafe(12)
+            await accounts.set_password(conn, demo["member"]["user_id"], demo["password"])
             return demo
     finally:
         await conn.close()
@@ -133,6 +137,8 @@ First start: created the demo account {demo['account']['id']} with admin {demo['
 Its API token (shown once; keep it):
 
     {token}
+
+The web app: {base}/signin as {demo['member']['email']} with the password {demo['password']}
 
 Try:
     curl -s -X POST {base}/api/v1/rfps -H 'Authorization: Bearer {token}' \\

@@ -298,6 +298,14 @@ def _default_rate_limits() -> dict[str, RateLimit]:
 
 
 @attrs.frozen(kw_only=True)
+class WebConfig:
+    # The web app (service/web/pages): how long a signed-in browser session lasts.
+    session_ttl_hours: float = attrs.field(default=12.0, validator=_positive)
+    # Items per page of the RFP review page.
+    items_per_page: int = attrs.field(default=100, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     server: ServerConfig = ServerConfig()
     database: DatabaseConfig = DatabaseConfig()
@@ -314,6 +322,7 @@ class Config:
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
     library: LibraryConfig = LibraryConfig()
     webhooks: WebhooksConfig = WebhooksConfig()
+    web: WebConfig = WebConfig()
 
     @property
     def data_dir(self) -> Path:

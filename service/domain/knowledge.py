@@ -18,7 +18,9 @@ from . import audit, uploads, webhooks
 from .convert import NonBlank, TagList, at_most, structure, unstructure
 from .errors import NotFound, ValidationFailed
 from .ids import new_id
+from .models import Page
 from .questions import fetch_question
+from .rfps import like_pattern
 from .uploads import Limits
 
 log = logging.getLogger(__name__)
@@ -389,3 +391,15 @@ async def save_reviewed_answer(
             if saved is not None:
                 return KnowledgeItem.from_row(saved), saved["created"]
     raise RuntimeError("save_reviewed_answer: the entry neither existed nor could be inserted")
+
+
+async def search_items(
+    conn: asyncpg.Connection, account_id: str, term: str | None, page: Page
+) -> tuple[list[KnowledgeItem], int]:
+    """One page of the account's entries whose question, answer or title holds `term` (the same
+    substring rule as the RFP search; None or blank: every entry), newest first, and the count."""
+    pattern = like_pattern(term) if term and term.strip() else None
+    rows = await conn.fetch(
+        db.query("search_knowledge_items"), account_id, pattern, page.size, page.offset
+    )
+    return [KnowledgeItem.from_row(row) for row in rows], (rows[0]["total"] if rows else 0)

@@ -373,16 +373,57 @@ async def sign_in(
     pool: asyncpg.Pool, passwords: Passwords, config: Config, fields: Any, client: str,
     actor: audit.Actor | None = None,
 ) -> dict[str, Any]:
-    """POST /tokens: e-mail and password for an API token of one membership.
-
-    Throttled by `guard_password_attempt` (every attempt counts). A password an administrator
-    chose (from before migration 0020) is refused after it is checked: it is not the user's
-    own, so it must be replaced by a reset first.
-    """
+    """POST /tokens: e-mail and password (`authenticate`) for an API token of one membership."""
     if not isinstance(fields, dict):
         raise ValidationFailed(["the body must be a JSON object with email and password"])
     data = structure(fields, SignIn)
-    email = data.email.strip()
+    membership = await authenticate(
+        pool, passwords, config, email=data.email, password=data.password,
+        account_id=data.account_id, client=client, actor=actor,
+    )
+    scopes = sorted(set(data.scopes))
+    expires_at = _expires_at(config.auth.token_ttl_days)
+    async with pool.acquire() as conn, conn.transaction():
+        token = await issue_token(conn, membership["id"], scopes, expires_at)
+        if actor is not None:
+            signed_in = signed_in_actor(actor, membership)
+            await audit.record(conn, signed_in, "auth.signed_in", record_id=membership["id"])
+            await audit.record(conn, signed_in, "token.created", record_id=membership["id"],
+                               after={"scopes": scopes, "expires_at": expires_at})
+    return {
+        "token": token,
+        "scopes": scopes,
+        "expires_at": expires_at,
+        "account_id": membership["account_id"],
+        "member_id": membership["id"],
+    }
+
+
+def signed_in_actor(actor: audit.Actor, membership: Mapping[str, Any]) -> audit.Actor:
+    """The audit actor of a successful sign-in: the member it signed in as."""
+    return attrs.evolve(actor, type="member", id=membership["id"], label=membership["email"],
+                        account_id=membership["account_id"])
+
+
+async def authenticate(
+    pool: asyncpg.Pool,
+    passwords: Passwords,
+    config: Config,
+    *,
+    email: str,
+    password: str,
+    account_id: str | None,
+    client: str,
+    actor: audit.Actor | None = None,
+) -> dict[str, Any]:
+    """The membership (`id`, `account_id`, `email`) an e-mail address and password sign in to:
+    the one rule behind POST /api/v1/tokens (`sign_in`) and the web app's sign-in page.
+
+    Throttled by `guard_password_attempt` (every attempt counts); a failure is audited when an
+    `actor` is given. A password an administrator chose (from before migration 0020) is refused
+    after it is checked: it is not the user's own, so it must be replaced by a reset first.
+    """
+    email = email.strip()
     if len(email) > 254:
         raise ValidationFailed(["email: is not a valid e-mail address"])
     async with pool.acquire() as conn:
@@ -391,11 +432,11 @@ async def sign_in(
             conn, config.members, client, email, user["id"] if user is not None else None
         )
     stored_hash = user["password_hash"] if user is not None else None
-    if not await passwords.verify(stored_hash, data.password):
+    if not await passwords.verify(stored_hash, password):
         if actor is not None:  # committed on its own: the refusal follows
             async with pool.acquire() as conn:
                 membership = None if user is None else await conn.fetchrow(
-                    db.query("membership_for_sign_in"), user["id"], data.account_id
+                    db.query("membership_for_sign_in"), user["id"], account_id
                 )
                 await audit.record(
                     conn, attrs.evolve(actor, label=email), "auth.sign_in_failed",
@@ -414,35 +455,17 @@ async def sign_in(
                 "POST /api/v1/users/password/reset with your e-mail address"
             )
         await remember_client(conn, user["id"], client)
-        membership = await conn.fetchrow(
-            db.query("membership_for_sign_in"), user["id"], data.account_id
-        )
+        membership = await conn.fetchrow(db.query("membership_for_sign_in"), user["id"], account_id)
         if membership is None:
             raise Forbidden(
-                "you are not a member of that account" if data.account_id
+                "you are not a member of that account" if account_id
                 else "you are not a member of any account"
             )
         if passwords.needs_rehash(stored_hash):
             await conn.execute(
-                db.query("update_password_hash"), user["id"], await passwords.hash(data.password)
+                db.query("update_password_hash"), user["id"], await passwords.hash(password)
             )
-        scopes = sorted(set(data.scopes))
-        expires_at = _expires_at(config.auth.token_ttl_days)
-        async with conn.transaction():
-            token = await issue_token(conn, membership["id"], scopes, expires_at)
-            if actor is not None:
-                signed_in = attrs.evolve(actor, type="member", id=membership["id"], label=user["email"],
-                                         account_id=membership["account_id"])
-                await audit.record(conn, signed_in, "auth.signed_in", record_id=membership["id"])
-                await audit.record(conn, signed_in, "token.created", record_id=membership["id"],
-                                   after={"scopes": scopes, "expires_at": expires_at})
-    return {
-        "token": token,
-        "scopes": scopes,
-        "expires_at": expires_at,
-        "account_id": membership["account_id"],
-        "member_id": membership["id"],
-    }
+    return {**dict(membership), "email": user["email"]}
 
 
 # -- invitations ------------------------------------------------------------------------------

@@ -290,3 +290,20 @@ async def answer_pending_items(
             await conn.execute(db.query("touch_rfp"), rfp_id)
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
     return {"started": len(items), "in_flight": in_flight, "credits_charged": cost * len(items)}
+
+
+async def answering_progress(conn: asyncpg.Connection, account_id: str, rfp_id: str) -> dict[str, Any]:
+    """Where "answer all" has got to: the RFP's state and stats, and how many items are in flight."""
+    from .rfps import fetch_rfp
+
+    rfp = await fetch_rfp(conn, rfp_id, account_id)
+    in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
+    return {
+        "state": rfp["state"],
+        "in_flight": in_flight,
+        "total_items": rfp["total_items"],
+        "needs_input_items": rfp["needs_input_items"],
+        "auto_answered_items": rfp["auto_answered_items"],
+        "approved_items": rfp["approved_items"],
+        "overall_completion_percentage": rfp["overall_completion_percentage"],
+    }

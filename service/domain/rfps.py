@@ -169,3 +169,29 @@ async def list_items(
     total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
     rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset)
     return [RfpItem.from_row(row) for row in rows], total
+
+
+async def list_rfps(conn: asyncpg.Connection, account_id: str, page: Page) -> SearchResult:
+    """The account's RFPs, newest first (the web app's list when no term is given)."""
+    total = await conn.fetchval(db.query("count_rfps"), account_id)
+    rows = await conn.fetch(db.query("list_rfps"), account_id, page.size, page.offset)
+    return SearchResult(rows=rows, total=total, capped=False)
+
+
+# What the review page's filters keep: an item state each.
+REVIEW_FILTERS = {"needs_input": "needs_input", "review": "auto_answered", "approved": "approved"}
+
+
+async def review_items(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, state: str | None, page: Page
+) -> tuple[asyncpg.Record, list[asyncpg.Record], int]:
+    """The RFP, one page of its items with what their questions found, and how many items pass
+    `state` (one of REVIEW_FILTERS, or None for all)."""
+    rfp = await fetch_rfp(conn, rfp_id, account_id)
+    rows = await conn.fetch(
+        db.query("review_items_page"), rfp_id, REVIEW_FILTERS.get(state or ""), page.size, page.offset
+    )
+    total = rows[0]["total"] if rows else (
+        0 if page.number == 1 else await conn.fetchval(db.query("count_rfp_items"), rfp_id)
+    )
+    return rfp, rows, total

@@ -22,6 +22,8 @@ from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
 from .keys import CONFIG, DELIVERER, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
+from .pages import common as pages_common
+from .pages.routes import routes as page_routes
 from .telemetry import metrics_middleware
 from .views import audit as audit_views
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
@@ -178,6 +180,8 @@ def routes() -> list[web.RouteDef]:
         web.get("/docs", openapi.get_docs, name="docs", allow_head=False),
         web.get("/docs/init.js", openapi.get_docs_init, name="docs_init", allow_head=False),
         web.get("/docs/assets/{name}", openapi.get_docs_asset, name="docs_asset", allow_head=False),
+        # The web app behind web_link (service/web/pages): pages, not API; not in the OpenAPI.
+        *page_routes(),
     ]
 
 
@@ -193,6 +197,7 @@ def create_app(config: Config) -> web.Application:
     # Always present, so code may count unconditionally; exposed only when enabled.
     app[METRICS] = Metrics()
     app[OPEN_STREAMS] = collections.Counter()
+    pages_common.setup(app)  # the web app's templates
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
     app.cleanup_ctx.append(rfp_items.parsers_context)

@@ -226,3 +226,16 @@ async def acquire(app: web.Application) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await pool.release(conn)
+
+
+@asynccontextmanager
+async def holding_connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
+    """One pooled connection held for a body-less request whose handler checks access itself
+    (the web app's pages: the session lookup and the page's queries share it); `connection`
+    hands it on, as for the API's requests."""
+    async with request.app[POOL].acquire() as conn:
+        request[REQUEST_CONNECTION] = conn
+        try:
+            yield conn
+        finally:
+            del request[REQUEST_CONNECTION]

@@ -40,7 +40,7 @@ from ...domain.rfp_items import (
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..actors import actor
 from ..auth import connection, principal, requires
-from ..body import read_body, read_json, receive_upload
+from ..body import Upload, read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, DELIVERER, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
@@ -100,8 +100,19 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
+    upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
+    report = await import_upload(request, who.account_id, rfp_id, upload, options)
+    return json_response({"import": report}, status=201)
+
+
+async def import_upload(
+    request: web.Request, account_id: str, rfp_id: str, upload: Upload,
+    options: questionnaires.ImportOptions,
+) -> dict:
+    """Parse an uploaded questionnaire and store its rows as the RFP's items, audited and
+    announced to webhooks; the import report. The API's import and the web app's upload form
+    both come here."""
     config = request.app[CONFIG]
-    upload = await receive_upload(request, config.server.max_upload_bytes)
     with upload.file:
         data = upload.file.read()
     # In a child process with a time and memory limit (service/domain/isolation.py): a hostile
@@ -112,15 +123,15 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     )
     kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
     async with connection(request) as conn, conn.transaction():
-        report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
+        report = await import_questionnaire(conn, account_id, rfp_id, found, kept)
         await audit.record(conn, actor(request), "rfp.items_imported", record_id=rfp_id, after={
             "filename": upload.filename, "sheet": report["sheet"], "imported": report["imported"],
             "first_position": report["first_position"], "skipped": report["skipped_count"],
         })
-        queued = await webhooks.emit(conn, who.account_id, "rfp.items_imported", rfp_id, report)
+        queued = await webhooks.emit(conn, account_id, "rfp.items_imported", rfp_id, report)
     if queued:
         request.app[DELIVERER].wake()
-    return json_response({"import": report}, status=201)
+    return report
 
 
 @requires("read")
