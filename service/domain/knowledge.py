@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -14,10 +14,12 @@ import asyncpg
 import attrs
 
 from .. import db
-from .convert import NonBlank, TagList, at_most, structure
-from .errors import ValidationFailed
+from . import audit, uploads, webhooks
+from .convert import NonBlank, TagList, at_most, structure, unstructure
+from .errors import NotFound, ValidationFailed
 from .ids import new_id
 from .questions import fetch_question
+from .uploads import Limits
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ MAX_TAGS = 50
 
 
 MAX_IMPORT_ROWS = 10_000
+DEFAULT_LIMITS = Limits()
 CSV_COLUMNS = ("question", "answer", "title", "tags", "source", "id", "yes_no")
 
 
@@ -130,6 +133,21 @@ async def create_item(
     return KnowledgeItem.from_row(row)
 
 
+async def fetch_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
+    row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+    if row is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return KnowledgeItem.from_row(row)
+
+
+async def delete_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
+    """Delete an entry (in the caller's transaction, for its audit event); returns it as it was."""
+    row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+    if row is None or await conn.fetchval(db.query("delete_knowledge_item"), item_id, account_id) is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return KnowledgeItem.from_row(row)
+
+
 @attrs.frozen(kw_only=True)
 class Rejection:
     row: int  # the spreadsheet row: the header is row 1, the first entry row 2
@@ -152,17 +170,23 @@ class ParsedCsv:
     ignored_columns: list[str]
 
 
-def parse_csv(text: str) -> ParsedCsv:
+def parse_knowledge_csv(text: str, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
     """The valid rows of a knowledge-base CSV (with their row numbers) and the rejected ones.
 
-    A header without `answer` or too many rows rejects the whole file (422); a bad row only
-    itself. Columns other than CSV_COLUMNS (spreadsheet exports carry many) are ignored and named.
+    A header without `answer` or too many rows rejects the whole file (422), as does a file past
+    an upload limit (413) or holding a NUL character (422); a bad row only itself. Columns other
+    than CSV_COLUMNS (spreadsheet exports carry many) are ignored and named. The format is fixed:
+    comma-separated, so no delimiter is guessed.
     """
-    reader = csv.reader(io.StringIO(text, newline=""))
+    return _knowledge_rows(uploads.csv_records(io.StringIO(text, newline=""), limits, csv.excel))
+
+
+def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
     try:
-        header = next(reader, None)
-    except csv.Error as exc:
-        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc}"]) from None
+        first = next(records, None)
+    except uploads.NotCsv as exc:
+        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc.error}"]) from None
+    header = None if first is None else first[1]
     if header is None:
         raise ValidationFailed(["csv: the file is empty; expected a header row question,answer,…"])
     names = [name.strip().lower() for name in header]
@@ -178,16 +202,15 @@ def parse_csv(text: str) -> ParsedCsv:
     valid: list[tuple[int, ImportRow]] = []
     rejected: list[Rejection] = []
     seen_ids: dict[str, int] = {}
-    row_number = 1
     while True:
         try:
-            values = next(reader, None)
-        except csv.Error as exc:
-            rejected.append(Rejection(row=row_number + 1, reason=f"not valid CSV: {exc}"))
+            record = next(records, None)
+        except uploads.NotCsv as exc:
+            rejected.append(Rejection(row=exc.row, reason=f"not valid CSV: {exc.error}"))
             break  # the reader cannot resynchronise after a broken quote
-        if values is None:
+        if record is None:
             break
-        row_number += 1
+        row_number, values = record
         if not any(value.strip() for value in values):
             continue  # blank lines are not entries
         if row_number - 1 > MAX_IMPORT_ROWS:
@@ -232,20 +255,25 @@ def parse_csv(text: str) -> ParsedCsv:
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 
-def parse_upload(raw: bytes) -> ParsedCsv:
-    """An uploaded CSV's bytes, decoded and parsed: what a parse worker process runs
+def parse_upload(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
+    """An uploaded knowledge-base CSV's bytes (UTF-8), parsed: what a parse worker process runs
     (service/domain/isolation.py), so a large or hostile file never blocks the service."""
-    return parse_csv(decode_csv(raw))
+    return uploads.read_csv(io.BytesIO(raw), limits, _knowledge_rows, dialect=csv.excel)
 
 
-async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv) -> ImportReport:
-    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
-    parsed = parse_csv(text) if isinstance(text, str) else text
+async def import_csv(
+    conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv,
+    actor: audit.Actor | None = None,
+) -> ImportReport:
+    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
+    With `actor`, the audit event and the entries' webhooks are written in that transaction."""
+    parsed = parse_knowledge_csv(text) if isinstance(text, str) else text
     valid = parsed.valid
     created = updated = 0
     if valid:
         items = [item for _, item in valid]
         async with conn.transaction():
+            await conn.execute(db.query("set_actor"), actor)  # versions say who (library.py)
             rows = await conn.fetch(
                 db.query("upsert_knowledge_items"),
                 account_id,
@@ -258,8 +286,13 @@ async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | Pars
                 [i.external_id for i in items],
                 [i.yes_no for i in items],
             )
-        created = sum(1 for row in rows if row["created"])
-        updated = len(rows) - created
+            created = sum(1 for row in rows if row["created"])
+            updated = len(rows) - created
+            if actor is not None:
+                await audit.record(conn, actor, "knowledge_base_items.imported", after={
+                    "created": created, "updated": updated, "rejected": len(parsed.rejected),
+                }, account_id=account_id)
+                await emit_items(conn, account_id, rows)
         await merge_pending_index(conn)
     return ImportReport(
         imported=created + updated,
@@ -268,6 +301,18 @@ async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | Pars
         rejected=parsed.rejected,
         ignored_columns=parsed.ignored_columns,
     )
+
+
+async def emit_items(conn: asyncpg.Connection, account_id: str, rows: list[asyncpg.Record]) -> None:
+    """knowledge_base_item.created/updated for the rows of an import, when an endpoint wants them."""
+    for event_type, wanted_rows in (
+        ("knowledge_base_item.created", [r["id"] for r in rows if r["created"]]),
+        ("knowledge_base_item.updated", [r["id"] for r in rows if not r["created"]]),
+    ):
+        if wanted_rows and await webhooks.wanted(conn, account_id, event_type):
+            for row in await conn.fetch(db.query("knowledge_items_by_ids"), account_id, wanted_rows):
+                item = KnowledgeItem.from_row(row)
+                await webhooks.emit(conn, account_id, event_type, item.id, unstructure(item))
 
 
 async def merge_pending_index(conn: asyncpg.Connection) -> None:
@@ -284,13 +329,6 @@ async def merge_pending_index(conn: asyncpg.Connection) -> None:
         log.info("not the knowledge index's owner: its pending list is left to autovacuum")
 
 
-def decode_csv(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ValidationFailed(["csv: the file must be UTF-8 encoded"]) from None
-
-
 @attrs.frozen(kw_only=True)
 class Review:
     approved: bool
@@ -298,7 +336,8 @@ class Review:
 
 
 async def save_review(
-    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None
+    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None,
+    member_id: str | None = None,
 ) -> tuple[KnowledgeItem, bool]:
     """Store question `question_id` with `answer` (or its own answer) as a knowledge-base entry:
     (the entry, whether it is new). The entry an earlier review of this question (or of the same
@@ -316,9 +355,31 @@ async def save_review(
         details.append(f"question: longer than {MAX_QUESTION} characters; add the entry by hand")
     if details:
         raise ValidationFailed(details)
-    saved = await conn.fetchrow(
-        db.query("save_review_item"),
-        new_id("kb"), account_id, row["question"], text, f"review of question {question_id}",
-        question_id,
+    return await save_reviewed_answer(
+        conn, account_id, question=row["question"], answer=text,
+        source=f"review of question {question_id}", reviewed_question=question_id, owner=member_id,
     )
-    return KnowledgeItem.from_row(saved), saved["created"]
+
+
+async def save_reviewed_answer(
+    conn: asyncpg.Connection, account_id: str, *, question: str, answer: str, source: str,
+    title: str | None = None, external_id: str | None = None, reviewed_question: str | None = None,
+    owner: str | None = None,
+) -> tuple[KnowledgeItem, bool]:
+    """Save an answer a person approved as a knowledge-base entry: (the entry, whether it is new).
+
+    The one way both reviews save: an RFP item's (keyed by `external_id` "rfp_item:<id>") and a
+    question's (keyed by `reviewed_question`, or the same question text). Saving the same item or
+    question again updates its entry rather than adding another; a new entry is owned by `owner`
+    (the reviewing member), an existing one keeps its owner and review date.
+    """
+    async with conn.transaction():
+        await conn.execute(db.query("set_actor"), owner)  # the entry's version says who (library.py)
+        for _ in range(2):  # a second pass updates the entry a concurrent first save just inserted
+            saved = await conn.fetchrow(
+                db.query("save_reviewed_answer"), new_id("kb"), account_id, question, answer, title,
+                source, external_id, reviewed_question, owner,
+            )
+            if saved is not None:
+                return KnowledgeItem.from_row(saved), saved["created"]
+    raise RuntimeError("save_reviewed_answer: the entry neither existed nor could be inserted")

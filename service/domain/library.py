@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -25,21 +26,23 @@ import asyncpg
 import attrs
 
 from .. import db
-from .convert import IsoDate, NonBlank, TagList, at_most, structure
+from .convert import IsoDate, NonBlank, structure
 from .errors import NotFound, ValidationFailed
 from .knowledge import (
-    MAX_ANSWER,
-    MAX_QUESTION,
-    MAX_SHORT,
     KnowledgeItem,
+    KnowledgeItemInput,
     _blank_to_none,
-    _tags,
-    merge_pending_index,
 )
+
+log = logging.getLogger(__name__)
 
 
 async def set_review_period(conn: asyncpg.Connection, days: int) -> None:
-    await conn.execute(db.query("set_review_period"), days)
+    """Make `days` the review period new entries get (every write path reads it in SQL)."""
+    try:
+        await conn.execute(db.query("set_review_period"), days)
+    except asyncpg.InsufficientPrivilegeError:
+        log.warning("cannot write library_settings: new entries keep the review period stored there")
 
 
 async def set_actor(conn: asyncpg.Connection, member_id: str | None) -> None:
@@ -79,15 +82,10 @@ class ReviewedInput:
 
 
 @attrs.frozen(kw_only=True)
-class ItemChange:
-    """A PATCH of an entry, merged over its stored fields (absent fields keep their values)."""
+class ItemChange(KnowledgeItemInput):
+    """A PATCH of an entry, merged over its stored fields (absent fields keep their values):
+    an entry's fields, checked as when it is created, plus its owner and review date."""
 
-    answer: NonBlank = attrs.field(validator=at_most(MAX_ANSWER))
-    question: str | None = attrs.field(default=None, validator=at_most(MAX_QUESTION))
-    title: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
-    tags: TagList = attrs.field(factory=list, validator=_tags)
-    source: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
-    yes_no: bool | None = None
     owner_id: str | None = None
     review_by: IsoDate | None = None
 
@@ -124,7 +122,6 @@ async def update_item(
             [tag.strip() for tag in change.tags], _blank_to_none(change.source), change.yes_no,
             change.owner_id, change.review_by,
         )
-    await merge_pending_index(conn)
     return KnowledgeItem.from_row(row)
 
 

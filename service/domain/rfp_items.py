@@ -25,7 +25,7 @@ from .errors import (
     UsageBlocked,
     ValidationFailed,
 )
-from .ids import new_id
+from .knowledge import save_reviewed_answer
 from .questions import DetailLevel, create_question
 from .rfps import MAX_TEXT, MAX_TITLE, append_items
 from .tokens import Principal
@@ -93,8 +93,31 @@ def import_options(query: Any) -> questionnaires.ImportOptions:
     )
 
 
+async def fetch_item(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, *, lock: bool = False
+) -> asyncpg.Record:
+    """One item of an account's RFP (locked for the caller's transaction with `lock`)."""
+    query = db.query("lock_rfp_item" if lock else "get_rfp_item")
+    row = await conn.fetchrow(query, item_id, rfp_id, account_id)
+    if row is None:
+        raise NotFound(f"no item {item_id} in RFP {rfp_id}")
+    return row
+
+
+async def review(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, fields: dict[str, Any],
+    member_id: str | None = None,
+) -> asyncpg.Record:
+    """Review one item (PATCH): locked, merged, checked, stored and, when asked, saved to the
+    knowledge base, all in one transaction; returns the stored row."""
+    async with conn.transaction():
+        current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
+        return await review_item(conn, account_id, current, fields, member_id)
+
+
 async def review_item(
-    conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any]
+    conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any],
+    member_id: str | None = None,
 ) -> asyncpg.Record:
     """Apply a review to a locked item (in the caller's transaction) and return the stored row."""
     stored = {"question": current["question"], "section": current["section"], "answer": current["answer"]}
@@ -115,11 +138,11 @@ async def review_item(
         answer, state,
     )
     if review.save_to_knowledge_base:
-        kb_id = await conn.fetchval(
-            db.query("save_answer_to_knowledge_base"), new_id("kb"), account_id, row["question"],
-            answer, row["section"], f"rfp:{row['rfp_id']}", f"rfp_item:{row['id']}",
+        entry, _ = await save_reviewed_answer(
+            conn, account_id, question=row["question"], answer=answer, title=row["section"],
+            source=f"rfp:{row['rfp_id']}", external_id=f"rfp_item:{row['id']}", owner=member_id,
         )
-        row = await conn.fetchrow(db.query("link_rfp_item_to_knowledge_item"), row["id"], kb_id)
+        row = await conn.fetchrow(db.query("link_rfp_item_to_knowledge_item"), row["id"], entry.id)
     await conn.execute(db.query("touch_rfp"), row["rfp_id"])
     return row
 

@@ -100,15 +100,7 @@ async def create_rfp(
     async with conn.transaction():
         await conn.execute(
             db.query("insert_rfp"),
-            rfp_id,
-            account_id,
-            owner_user_id,
-            data.title.strip(),
-            data.description,
-            data.deadline,
-            data.framework,
-            data.portal_url,
-            data.context,
+            rfp_id, account_id, owner_user_id, *_columns(data),
         )
         if data.items:
             await append_items(
@@ -116,6 +108,12 @@ async def create_rfp(
                 [item.question for item in data.items], [item.section for item in data.items],
             )
     return rfp_id
+
+
+def _columns(data: RfpInput) -> tuple[Any, ...]:
+    """An RFP's stored fields, in the order insert_rfp and update_rfp take them."""
+    return (data.title.strip(), data.description, data.deadline, data.framework, data.portal_url,
+            data.context)
 
 
 def _json_value(value: Any) -> Any:
@@ -145,8 +143,9 @@ async def search_rfps(conn: asyncpg.Connection, account_id: str, term: str, page
 
 async def update_rfp(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, fields: dict[str, Any]
-) -> None:
-    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values)."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values);
+    returns the editable fields (before, after), for the audit log."""
     async with conn.transaction():
         current = await conn.fetchrow(db.query("lock_rfp"), rfp_id, account_id)
         if current is None:
@@ -155,17 +154,11 @@ async def update_rfp(
         # Validate the merged record, so absent fields keep their stored values.
         merged = {name: _json_value(current[name]) for name in editable} | fields
         data = structure(merged, RfpInput, root="rfp")
-        await conn.execute(
-            db.query("update_rfp"),
-            rfp_id,
-            account_id,
-            data.title.strip(),
-            data.description,
-            data.deadline,
-            data.framework,
-            data.portal_url,
-            data.context,
-        )
+        await conn.execute(db.query("update_rfp"), rfp_id, account_id, *_columns(data))
+    before = {name: _json_value(current[name]) for name in editable}
+    after = {name: _json_value(getattr(data, name)) for name in editable}
+    after["title"] = data.title.strip()
+    return before, after
 
 
 async def list_items(

@@ -9,6 +9,7 @@ import logging
 import asyncpg
 from aiohttp import web
 
+from .. import db
 from ..domain.errors import (
     InternalError,
     MethodNotAllowed,
@@ -60,7 +61,8 @@ DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError,  # 57P03: the server is starting up or shutting down
     asyncpg.AdminShutdownError,  # 57P01: the backend was terminated
     asyncpg.CrashShutdownError,  # 57P02
-    ConnectionError,  # refused or reset while the pool (re)connects
+    ConnectionError,  # refused or reset while the pool (re)connects; a Unix socket not there
+    db.PoolTimeout,  # no pooled connection free within database.acquire_timeout_seconds
 )
 
 

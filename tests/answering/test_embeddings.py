@@ -298,7 +298,7 @@ async def test_usable_embedder__without_the_table_none_and_one_warning(conn, cap
     assert [r.getMessage()[:32] for r in caplog.records] == ["pgvector is not installed on thi"]
 
 
-def test_decide__without_a_dense_model_the_lexical_decision_stands():
+def test_decide__dense_retrievals_are_decided_by_the_dense_model_lexical_by_the_lexical():
     import attrs
 
     from service.answering import decision as coverage
@@ -308,6 +308,10 @@ def test_decide__without_a_dense_model_the_lexical_decision_stands():
                     answer="Nightly copies.", source=None, score=0.3, question_match=0.5, coverage=0.6)
     dense = attrs.evolve(ref, dense=0.7)
     assert "dense" in coverage.features("How often are backups taken?", [dense])
-    assert coverage.DENSE_MODEL is None  # none shipped (docs/answer-quality.md)
-    assert coverage.decide("How often are backups taken?", [dense]) == coverage.decide(
+    # Both are shipped, each fitted by cross-validation on its kind of retrieval
+    # (docs/answer-quality.md).
+    assert coverage.DENSE_MODEL is not None and coverage.DENSE_MODEL.judges_dense
+    assert coverage.model_for([dense]) is coverage.DENSE_MODEL
+    assert coverage.model_for([ref]) is coverage.MODEL and not coverage.MODEL.judges_dense
+    assert coverage.decide("How often are backups taken?", [ref], coverage.MODEL) == coverage.decide(
         "How often are backups taken?", [ref])

@@ -362,6 +362,8 @@ LANDED = {
     "0018_vocabulary_geographic": "17a879586039700e1994cbd9dff7c9142e19000251290d9d343f7ee652af81c5",
     "0019_vocabulary_seeded": "f4420db34dc1a0101d877caf094b8ab04411e9ab5e09e1c1fbcd2e2ef116ef96",
     "0020_accounts_hardening": "fcd2a59713bc4bbec6057532109d2f9ae24b5cfee11d80c98528657ff0ee8b20",
+    "0022_library": "7e724ad7ffff19958ab9edad5fc79c53a1818988b29d0f06879e2e408c64c497",
+    "0022_library_drop_trigram": "68303d1101bcad6017aa18bfa4d151a1b67b1208b78ef9ccc01214390ee49366",
 }
 
 

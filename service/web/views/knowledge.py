@@ -6,34 +6,66 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 
+import asyncpg
 from aiohttp import web
 
-from ... import db
-from ...domain import library
+from ...domain import audit, knowledge, library, webhooks
 from ...domain.convert import structure, unstructure
-from ...domain.errors import NotFound, ParameterInvalid, UnsupportedMediaType, ValidationFailed
+from ...domain.errors import ParameterInvalid, UnsupportedMediaType, ValidationFailed
 from ...domain.knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
     ParsedCsv,
     create_item,
+    fetch_item,
     import_csv,
     parse_upload,
 )
 from ...domain.models import Page
+from ...domain.uploads import Limits
+from ..actors import actor
 from ..auth import acquire, connection, principal, requires
 from ..body import read_json, read_object, receive_upload
-from ..keys import CONFIG, INDEXER, LIBRARY_JOBS, PARSERS
+from ..keys import CONFIG, DELIVERER, INDEXER, LIBRARY_JOBS, PARSERS
 from ..responses import json_response
 
 log = logging.getLogger(__name__)
 
 
 def entries_written(app: web.Application) -> None:
-    """Knowledge-base entries were created or changed: wake the embeddings indexer, if any."""
+    """Knowledge-base entries were created or changed (committed): wake the embeddings indexer,
+    if any, and the webhook deliverer."""
     indexer = app.get(INDEXER)
     if indexer is not None:
         indexer.wake()
+    deliverer = app.get(DELIVERER)
+    if deliverer is not None:
+        deliverer.wake()
+
+
+_AUDITED = ("question", "answer", "title", "tags", "source", "yes_no", "owner_id", "review_by")
+
+
+async def item_written(
+    request: web.Request, conn: asyncpg.Connection, item: KnowledgeItem, event_type: str,
+    before: KnowledgeItem | None = None,
+) -> None:
+    """The audit event and webhook of a created, changed or deleted entry (caller's transaction)."""
+    data = unstructure(item)
+    action = event_type  # knowledge_base_item.created / .updated / .deleted
+    if event_type.endswith("deleted"):
+        await audit.record(conn, actor(request), action, record_id=item.id,
+                           before={k: data[k] for k in _AUDITED})
+    else:
+        old = unstructure(before) if before is not None else None
+        await audit.record(conn, actor(request), action, record_id=item.id,
+                           before=None if old is None else {k: old[k] for k in _AUDITED},
+                           after={k: data[k] for k in _AUDITED})
+    await webhooks.emit(conn, item_account(request), event_type, item.id, data)
+
+
+def item_account(request: web.Request) -> str:
+    return principal(request).account_id
 
 
 _CSV_MEDIA_TYPES = ("text/csv", "application/csv", "text/plain")
@@ -49,7 +81,7 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     with upload.file:
         raw = upload.file.read()
-    return await request.app[PARSERS].run(parse_upload, raw)
+    return await request.app[PARSERS].run(parse_upload, raw, Limits.of(request.app[CONFIG].uploads))
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
@@ -60,8 +92,9 @@ def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
 async def post_item(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "knowledge_base_item")
     data = structure(fields, KnowledgeItemInput, root="knowledge_base_item")
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
         item = await create_item(conn, principal(request).account_id, data)
+        await item_written(request, conn, item, "knowledge_base_item.created")
     entries_written(request.app)
     response = _item_response(item, status=201)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
@@ -101,25 +134,18 @@ def _flag(query: Mapping[str, str], name: str) -> bool:
 
 @requires("read")
 async def get_item(request: web.Request) -> web.Response:
-    item_id = request.match_info["id"]
     async with connection(request) as conn:
-        row = await conn.fetchrow(
-            db.query("get_knowledge_item"), item_id, principal(request).account_id
-        )
-    if row is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
-    return _item_response(KnowledgeItem.from_row(row))
+        item = await fetch_item(conn, principal(request).account_id, request.match_info["id"])
+    return _item_response(item)
 
 
 @requires("write", roles=("admin", "member"))
 async def delete_item(request: web.Request) -> web.Response:
     item_id = request.match_info["id"]
-    async with connection(request) as conn:
-        deleted = await conn.fetchval(
-            db.query("delete_knowledge_item"), item_id, principal(request).account_id
-        )
-    if deleted is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
+    async with connection(request) as conn, conn.transaction():
+        item = await knowledge.delete_item(conn, principal(request).account_id, item_id)
+        await item_written(request, conn, item, "knowledge_base_item.deleted")
+    entries_written(request.app)
     return web.Response(status=204)
 
 
@@ -127,7 +153,7 @@ async def delete_item(request: web.Request) -> web.Response:
 async def import_items(request: web.Request) -> web.Response:
     parsed = await _read_csv_body(request)
     async with connection(request) as conn:
-        report = await import_csv(conn, principal(request).account_id, parsed)
+        report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)
     return json_response(unstructure(report))
 
@@ -140,10 +166,12 @@ async def patch_item(request: web.Request) -> web.Response:
     """Change an entry's fields (absent ones keep their values); the previous version is kept."""
     fields, _ = await read_object(request, "knowledge_base_item")
     who = principal(request)
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
+        before = await knowledge.fetch_item(conn, who.account_id, request.match_info["id"])
         item = await library.update_item(
             conn, who.account_id, request.match_info["id"], who.member_id, fields
         )
+        await item_written(request, conn, item, "knowledge_base_item.updated", before)
     entries_written(request.app)
     return _item_response(item)
 
@@ -159,10 +187,12 @@ async def post_reviewed(request: web.Request) -> web.Response:
         fields = body
     data = structure(fields, library.ReviewedInput)
     who = principal(request)
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
         item = await library.mark_reviewed(
             conn, who.account_id, request.match_info["id"], who.member_id, data.review_by
         )
+        await audit.record(conn, actor(request), "knowledge_base_item.reviewed", record_id=item.id,
+                           after={"review_by": data.review_by})
     return _item_response(item)
 
 
@@ -227,10 +257,16 @@ async def post_merge(request: web.Request) -> web.Response:
     body = await read_json(request)
     data = structure(body, library.MergeInput)
     who = principal(request)
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
+        duplicate = await knowledge.fetch_item(conn, who.account_id, data.duplicate_id)
         kept, repointed = await library.merge(
             conn, who.account_id, request.match_info["id"], data.duplicate_id, who.member_id
         )
+        await audit.record(conn, actor(request), "knowledge_base_item.merged", record_id=kept.id,
+                           after={"merged_id": data.duplicate_id, "questions_repointed": repointed})
+        await item_written(request, conn, duplicate, "knowledge_base_item.deleted")
+        await webhooks.emit(conn, who.account_id, "knowledge_base_item.updated", kept.id,
+                            unstructure(kept))
     entries_written(request.app)
     return json_response({"knowledge_base_item": unstructure(kept), "merged_id": data.duplicate_id,
                           "questions_repointed": repointed})

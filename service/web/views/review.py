@@ -5,20 +5,22 @@ question with the approved (or corrected) answer as a knowledge-base entry, so t
 asked again is answered verbatim with high confidence (service/coverage.py: an entry written for
 exactly this question). Reviewing it again, or reviewing the same question asked again, updates
 that entry (200) instead of adding another (201). The RFP item review's "save to knowledge base"
-can call `save_review`.
+saves through the same domain function (`knowledge.save_reviewed_answer`).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from ...domain import audit
 from ...domain.convert import structure, unstructure
 from ...domain.errors import ValidationFailed
 from ...domain.knowledge import Review, save_review
+from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_json
 from ..responses import json_response
-from .knowledge import entries_written
+from .knowledge import entries_written, item_written
 
 
 @requires("write", roles=("admin", "member"))
@@ -29,10 +31,16 @@ async def post_review(request: web.Request) -> web.Response:
     review = structure(body, Review)
     if not review.approved and review.answer is None:
         raise ValidationFailed(["approved: must be true, or give the corrected answer"])
-    async with connection(request) as conn:
+    who = principal(request)
+    async with connection(request) as conn, conn.transaction():
         item, created = await save_review(
-            conn, principal(request).account_id, request.match_info["id"], review.answer
+            conn, who.account_id, request.match_info["id"], review.answer, who.member_id
         )
+        await audit.record(conn, actor(request), "question.reviewed",
+                           record_id=request.match_info["id"],
+                           after={"approved": review.approved, "knowledge_base_item_id": item.id})
+        await item_written(request, conn, item, "knowledge_base_item.created" if created
+                           else "knowledge_base_item.updated")
     entries_written(request.app)
     response = json_response(unstructure(item), status=201 if created else 200)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"

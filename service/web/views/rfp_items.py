@@ -12,15 +12,12 @@ import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import attrs
 from aiohttp import hdrs, web
 
-from ... import db
-from ...domain import questionnaires, writeback
+from ...domain import audit, questionnaires, webhooks, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
-    NotFound,
     ValidationFailed,
 )
 from ...domain.isolation import IsolatedWorkers
@@ -34,16 +31,18 @@ from ...domain.rfp_items import (
     export_filename,
     export_format,
     export_rows,
+    fetch_item,
     import_options,
     import_questionnaire,
     review_item,
     spool_csv,
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
+from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
-from ..keys import CONFIG, METRICS, PARSERS, PIPELINE
+from ..keys import CONFIG, DELIVERER, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
 
 # A CSV export is written to the client in pieces of this size, from a file that stays in
@@ -70,11 +69,13 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     items = structure(raw, list[ItemInput], root=key)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
         _, rows = await append_items(
             conn, who.account_id, rfp_id, [i.question.strip() for i in items],
             [i.section for i in items], returning=True,
         )
+        await audit.record(conn, actor(request), "rfp_items.created", record_id=rfp_id,
+                           after={"item_ids": [row["id"] for row in rows]})
     created = [unstructure(RfpItem.from_row(row)) for row in rows]
     if single:
         response = json_response(created[0], status=201)
@@ -110,26 +111,24 @@ async def import_rfp_items(request: web.Request) -> web.Response:
         questionnaires.Limits.of(config.uploads),
     )
     kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
         report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
+        await audit.record(conn, actor(request), "rfp.items_imported", record_id=rfp_id, after={
+            "filename": upload.filename, "sheet": report["sheet"], "imported": report["imported"],
+            "first_position": report["first_position"], "skipped": report["skipped_count"],
+        })
+        queued = await webhooks.emit(conn, who.account_id, "rfp.items_imported", rfp_id, report)
+    if queued:
+        request.app[DELIVERER].wake()
     return json_response({"import": report}, status=201)
-
-
-async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -> asyncpg.Record:
-    row = await conn.fetchrow(
-        db.query("lock_rfp_item" if lock else "get_rfp_item"),
-        request.match_info["item_id"], request.match_info["id"],
-        principal(request).account_id,
-    )
-    if row is None:
-        raise NotFound(f"no item {request.match_info['item_id']} in RFP {request.match_info['id']}")
-    return row
 
 
 @requires("read")
 async def get_rfp_item(request: web.Request) -> web.Response:
     async with connection(request) as conn:
-        row = await _item(conn, request, lock=False)
+        row = await fetch_item(
+            conn, principal(request).account_id, request.match_info["id"], request.match_info["item_id"]
+        )
     return json_response(unstructure(RfpItem.from_row(row)))
 
 
@@ -138,10 +137,32 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
+    who = principal(request)
+    queued = 0
     async with connection(request) as conn, conn.transaction():
-        current = await _item(conn, request, lock=True)
-        row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
-    return json_response(unstructure(RfpItem.from_row(row)))
+        current = await fetch_item(
+            conn, who.account_id, request.match_info["id"], request.match_info["item_id"], lock=True
+        )
+        changes_state = body["rfp_item"].get("state", current["state"]) != current["state"]
+        # The RFP's state before, when this review may change it (rfp.approved is sent once).
+        rfp_before = await fetch_rfp(conn, current["rfp_id"], who.account_id) if changes_state else None
+        row = await review_item(conn, who.account_id, current, body["rfp_item"], who.member_id)
+        fields = ("question", "section", "answer", "state", "knowledge_item_id")
+        await audit.record(conn, actor(request), "rfp_item.updated", record_id=row["id"],
+                           before={k: current[k] for k in fields}, after={k: row[k] for k in fields})
+        item = unstructure(RfpItem.from_row(row))
+        if row["state"] == "approved" and current["state"] != "approved":
+            await audit.record(conn, actor(request), "rfp_item.approved", record_id=row["id"])
+            queued += await webhooks.emit(conn, who.account_id, "rfp_item.approved", row["id"], item)
+        if rfp_before is not None and rfp_before["state"] != "approved":
+            rfp_after = await fetch_rfp(conn, current["rfp_id"], who.account_id)
+            if rfp_after["state"] == "approved":
+                await audit.record(conn, actor(request), "rfp.approved", record_id=rfp_after["id"])
+                rfp = rfp_json(rfp_after, request.app[CONFIG].server.web_base_url, with_context=True)
+                queued += await webhooks.emit(conn, who.account_id, "rfp.approved", rfp["id"], rfp)
+    if queued:
+        request.app[DELIVERER].wake()
+    return json_response(item)
 
 
 @requires("read", hold_connection=False)
@@ -156,6 +177,9 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
     with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
         async with connection(request) as conn:
             rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
+            # Not a change, but data leaving the service: the audit log shows who took it.
+            await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
+                               after={"format": fmt})
             rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
             if rows is None:
                 await spool_csv(conn, rfp_id, spool)
@@ -184,6 +208,8 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
     account_id = principal(request).account_id
     async with connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, account_id)
+        await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
+                           after={"format": "original"})
         file, cells = await writeback.load(conn, account_id, rfp_id, options)
     body = await asyncio.to_thread(writeback.write, file, cells)
     name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
@@ -212,7 +238,10 @@ async def answer_rfp(request: web.Request) -> web.Response:
     rfp_id = request.match_info["id"]
     cost = settings.credits_per_question
     async with connection(request) as conn:
-        answering = await answer_pending_items(conn, who, rfp_id, options, cost)
+        async with conn.transaction():
+            answering = await answer_pending_items(conn, who, rfp_id, options, cost)
+            await audit.record(conn, actor(request), "rfp.answer_started", record_id=rfp_id,
+                               after=answering)
         if answering["started"]:
             request.app[PIPELINE].wake()
         if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)

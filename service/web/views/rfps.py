@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 from aiohttp import web
 
-from ...domain import rfps
+from ...domain import audit, rfps
 from ...domain.convert import structure, unstructure
 from ...domain.errors import NotFound, ParameterMissing, ValidationFailed
 from ...domain.models import Page, rfp_json
@@ -15,6 +15,7 @@ from ...domain.rfps import (
     create_rfp,
     fetch_rfp,
 )
+from ..actors import actor
 from ..auth import Prefetch, connection, prefetched, principal, requires
 from ..body import read_object
 from ..keys import CONFIG
@@ -67,9 +68,14 @@ async def post_rfp(request: web.Request) -> web.Response:
         raise ValidationFailed([f"rfp.items: at most {MAX_ITEMS_PER_CREATE} items per request"])
     who = principal(request)
     async with connection(request) as conn:
-        rfp_id = await create_rfp(
-            conn, account_id=who.account_id, owner_user_id=who.user_id, data=data
-        )
+        async with conn.transaction():
+            rfp_id = await create_rfp(
+                conn, account_id=who.account_id, owner_user_id=who.user_id, data=data
+            )
+            await audit.record(conn, actor(request), "rfp.created", record_id=rfp_id, after={
+                "title": data.title.strip(), "framework": data.framework,
+                "deadline": data.deadline, "items": len(data.items),
+            })
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     response = _rfp_response(request, row, status=201)
     response.headers["Location"] = f"/api/v1/rfps/{rfp_id}"
@@ -82,7 +88,10 @@ async def patch_rfp(request: web.Request) -> web.Response:
     who = principal(request)
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
-        await rfps.update_rfp(conn, who.account_id, rfp_id, fields)
+        async with conn.transaction():
+            before, after = await rfps.update_rfp(conn, who.account_id, rfp_id, fields)
+            await audit.record(conn, actor(request), "rfp.updated", record_id=rfp_id,
+                               before=before, after=after)
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     return _rfp_response(request, row)
 
