@@ -117,7 +117,40 @@ def _blank_to_none(value: str | None) -> str | None:
     return value if value is not None and value.strip() else None
 
 
+_AUDITED = ("question", "answer", "title", "tags", "source", "yes_no", "owner_id", "review_by")
+
+
+async def item_written(
+    conn: asyncpg.Connection, actor: audit.Actor, account_id: str, item: KnowledgeItem,
+    event_type: str, before: KnowledgeItem | None = None,
+) -> int:
+    """The audit event and webhook of a created, changed or deleted entry (in the caller's
+    transaction); returns how many webhook deliveries were queued."""
+    data = unstructure(item)
+    if event_type.endswith("deleted"):
+        await audit.record(conn, actor, event_type, record_id=item.id, account_id=account_id,
+                           before={k: data[k] for k in _AUDITED})
+    else:
+        old = unstructure(before) if before is not None else None
+        await audit.record(conn, actor, event_type, record_id=item.id, account_id=account_id,
+                           before=None if old is None else {k: old[k] for k in _AUDITED},
+                           after={k: data[k] for k in _AUDITED})
+    return await webhooks.emit(conn, account_id, event_type, item.id, data)
+
+
 async def create_item(
+    conn: asyncpg.Connection, account_id: str, data: KnowledgeItemInput,
+    *, actor: audit.Actor | None = None,
+) -> KnowledgeItem:
+    """Add an entry; with `actor`, its audit event and webhook in the same transaction."""
+    async with conn.transaction():
+        item = await _insert_item(conn, account_id, data)
+        if actor is not None:
+            await item_written(conn, actor, account_id, item, "knowledge_base_item.created")
+    return item
+
+
+async def _insert_item(
     conn: asyncpg.Connection, account_id: str, data: KnowledgeItemInput
 ) -> KnowledgeItem:
     row = await conn.fetchrow(
@@ -147,12 +180,21 @@ async def fetch_item(conn: asyncpg.Connection, account_id: str, item_id: str) ->
     return item
 
 
-async def delete_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
-    """Delete an entry (in the caller's transaction, for its audit event); returns it as it was."""
-    row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
-    if row is None or await conn.fetchval(db.query("delete_knowledge_item"), item_id, account_id) is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
-    return KnowledgeItem.from_row(row)
+async def delete_item(
+    conn: asyncpg.Connection, account_id: str, item_id: str, *, actor: audit.Actor | None = None
+) -> KnowledgeItem:
+    """Delete an entry; returns it as it was. With `actor`, its audit event and webhook are
+    written in the same transaction."""
+    async with conn.transaction():
+        row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+        if row is None or await conn.fetchval(
+            db.query("delete_knowledge_item"), item_id, account_id
+        ) is None:
+            raise NotFound(f"no knowledge base item {item_id} in this account")
+        item = KnowledgeItem.from_row(row)
+        if actor is not None:
+            await item_written(conn, actor, account_id, item, "knowledge_base_item.deleted")
+    return item
 
 
 @attrs.frozen(kw_only=True)
@@ -345,11 +387,28 @@ class Review:
 
 async def save_review(
     conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None,
-    member_id: str | None = None,
+    member_id: str | None = None, *, actor: audit.Actor | None = None, approved: bool = True,
 ) -> tuple[KnowledgeItem, bool]:
     """Store question `question_id` with `answer` (or its own answer) as a knowledge-base entry:
     (the entry, whether it is new). The entry an earlier review of this question (or of the same
-    question text) saved is updated rather than duplicated."""
+    question text) saved is updated rather than duplicated. With `actor`, the review's audit event
+    (`approved`: whether the answer was approved, else corrected) and the entry's audit event and
+    webhook are written in the same transaction."""
+    async with conn.transaction():
+        item, created = await _save_review(conn, account_id, question_id, answer, member_id)
+        if actor is not None:
+            await audit.record(conn, actor, "question.reviewed", record_id=question_id,
+                               account_id=account_id,
+                               after={"approved": approved, "knowledge_base_item_id": item.id})
+            await item_written(conn, actor, account_id, item, "knowledge_base_item.created"
+                               if created else "knowledge_base_item.updated")
+    return item, created
+
+
+async def _save_review(
+    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None,
+    member_id: str | None,
+) -> tuple[KnowledgeItem, bool]:
     row = await fetch_question(conn, question_id, account_id)
     text = answer if answer is not None else row["answer"]
     details = []

@@ -6,10 +6,9 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 
-import asyncpg
 from aiohttp import web
 
-from ...domain import audit, knowledge, library, webhooks
+from ...domain import knowledge, library
 from ...domain.convert import structure, unstructure
 from ...domain.errors import ParameterInvalid, UnsupportedMediaType, ValidationFailed
 from ...domain.knowledge import (
@@ -43,31 +42,6 @@ def entries_written(app: web.Application) -> None:
         deliverer.wake()
 
 
-_AUDITED = ("question", "answer", "title", "tags", "source", "yes_no", "owner_id", "review_by")
-
-
-async def item_written(
-    request: web.Request, conn: asyncpg.Connection, item: KnowledgeItem, event_type: str,
-    before: KnowledgeItem | None = None,
-) -> None:
-    """The audit event and webhook of a created, changed or deleted entry (caller's transaction)."""
-    data = unstructure(item)
-    action = event_type  # knowledge_base_item.created / .updated / .deleted
-    if event_type.endswith("deleted"):
-        await audit.record(conn, actor(request), action, record_id=item.id,
-                           before={k: data[k] for k in _AUDITED})
-    else:
-        old = unstructure(before) if before is not None else None
-        await audit.record(conn, actor(request), action, record_id=item.id,
-                           before=None if old is None else {k: old[k] for k in _AUDITED},
-                           after={k: data[k] for k in _AUDITED})
-    await webhooks.emit(conn, item_account(request), event_type, item.id, data)
-
-
-def item_account(request: web.Request) -> str:
-    return principal(request).account_id
-
-
 _CSV_MEDIA_TYPES = ("text/csv", "application/csv", "text/plain")
 
 
@@ -92,9 +66,8 @@ def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
 async def post_item(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "knowledge_base_item")
     data = structure(fields, KnowledgeItemInput, root="knowledge_base_item")
-    async with connection(request) as conn, conn.transaction():
-        item = await create_item(conn, principal(request).account_id, data)
-        await item_written(request, conn, item, "knowledge_base_item.created")
+    async with connection(request) as conn:
+        item = await create_item(conn, principal(request).account_id, data, actor=actor(request))
     entries_written(request.app)
     response = _item_response(item, status=201)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
@@ -142,9 +115,8 @@ async def get_item(request: web.Request) -> web.Response:
 @requires("write", roles=("admin", "member"))
 async def delete_item(request: web.Request) -> web.Response:
     item_id = request.match_info["id"]
-    async with connection(request) as conn, conn.transaction():
-        item = await knowledge.delete_item(conn, principal(request).account_id, item_id)
-        await item_written(request, conn, item, "knowledge_base_item.deleted")
+    async with connection(request) as conn:
+        await knowledge.delete_item(conn, principal(request).account_id, item_id, actor=actor(request))
     entries_written(request.app)
     return web.Response(status=204)
 
@@ -166,12 +138,10 @@ async def patch_item(request: web.Request) -> web.Response:
     """Change an entry's fields (absent ones keep their values); the previous version is kept."""
     fields, _ = await read_object(request, "knowledge_base_item")
     who = principal(request)
-    async with connection(request) as conn, conn.transaction():
-        before = await knowledge.fetch_item(conn, who.account_id, request.match_info["id"])
+    async with connection(request) as conn:
         item = await library.update_item(
-            conn, who.account_id, request.match_info["id"], who.member_id, fields
+            conn, who.account_id, request.match_info["id"], who.member_id, fields, actor=actor(request)
         )
-        await item_written(request, conn, item, "knowledge_base_item.updated", before)
     entries_written(request.app)
     return _item_response(item)
 
@@ -187,12 +157,11 @@ async def post_reviewed(request: web.Request) -> web.Response:
         fields = body
     data = structure(fields, library.ReviewedInput)
     who = principal(request)
-    async with connection(request) as conn, conn.transaction():
+    async with connection(request) as conn:
         item = await library.mark_reviewed(
-            conn, who.account_id, request.match_info["id"], who.member_id, data.review_by
+            conn, who.account_id, request.match_info["id"], who.member_id, data.review_by,
+            actor=actor(request),
         )
-        await audit.record(conn, actor(request), "knowledge_base_item.reviewed", record_id=item.id,
-                           after={"review_by": data.review_by})
     return _item_response(item)
 
 
@@ -257,18 +226,11 @@ async def post_merge(request: web.Request) -> web.Response:
     body = await read_json(request)
     data = structure(body, library.MergeInput)
     who = principal(request)
-    async with connection(request) as conn, conn.transaction():
-        # (A duplicate_id of no entry is library.merge's 422 to give.)
-        duplicate = await knowledge.find_item(conn, who.account_id, data.duplicate_id)
+    async with connection(request) as conn:
         kept, repointed = await library.merge(
-            conn, who.account_id, request.match_info["id"], data.duplicate_id, who.member_id
+            conn, who.account_id, request.match_info["id"], data.duplicate_id, who.member_id,
+            actor=actor(request),
         )
-        await audit.record(conn, actor(request), "knowledge_base_item.merged", record_id=kept.id,
-                           after={"merged_id": data.duplicate_id, "questions_repointed": repointed})
-        if duplicate is not None:
-            await item_written(request, conn, duplicate, "knowledge_base_item.deleted")
-        await webhooks.emit(conn, who.account_id, "knowledge_base_item.updated", kept.id,
-                            unstructure(kept))
     entries_written(request.app)
     return json_response({"knowledge_base_item": unstructure(kept), "merged_id": data.duplicate_id,
                           "questions_repointed": repointed})

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ...domain import audit
 from ...domain.convert import structure, unstructure
 from ...domain.errors import ValidationFailed
 from ...domain.knowledge import Review, save_review
@@ -20,7 +19,7 @@ from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_json
 from ..responses import json_response
-from .knowledge import entries_written, item_written
+from .knowledge import entries_written
 
 
 @requires("write", roles=("admin", "member"))
@@ -32,15 +31,11 @@ async def post_review(request: web.Request) -> web.Response:
     if not review.approved and review.answer is None:
         raise ValidationFailed(["approved: must be true, or give the corrected answer"])
     who = principal(request)
-    async with connection(request) as conn, conn.transaction():
+    async with connection(request) as conn:
         item, created = await save_review(
-            conn, who.account_id, request.match_info["id"], review.answer, who.member_id
+            conn, who.account_id, request.match_info["id"], review.answer, who.member_id,
+            actor=actor(request), approved=review.approved,
         )
-        await audit.record(conn, actor(request), "question.reviewed",
-                           record_id=request.match_info["id"],
-                           after={"approved": review.approved, "knowledge_base_item_id": item.id})
-        await item_written(request, conn, item, "knowledge_base_item.created" if created
-                           else "knowledge_base_item.updated")
     entries_written(request.app)
     response = json_response(unstructure(item), status=201 if created else 200)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
