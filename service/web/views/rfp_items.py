@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 from aiohttp import hdrs, web
 
-from ...domain import audit, questionnaires, webhooks, writeback
+from ...domain import audit, questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
     ValidationFailed,
@@ -32,9 +32,9 @@ from ...domain.rfp_items import (
     export_format,
     export_rows,
     fetch_item,
+    import_items,
     import_options,
-    import_questionnaire,
-    review_item,
+    review,
     spool_csv,
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
@@ -69,13 +69,11 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     items = structure(raw, list[ItemInput], root=key)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    async with connection(request) as conn, conn.transaction():
+    async with connection(request) as conn:
         _, rows = await append_items(
             conn, who.account_id, rfp_id, [i.question.strip() for i in items],
-            [i.section for i in items], returning=True,
+            [i.section for i in items], returning=True, actor=actor(request),
         )
-        await audit.record(conn, actor(request), "rfp_items.created", record_id=rfp_id,
-                           after={"item_ids": [row["id"] for row in rows]})
     created = [unstructure(RfpItem.from_row(row)) for row in rows]
     if single:
         response = json_response(created[0], status=201)
@@ -122,13 +120,10 @@ async def import_upload(
         questionnaires.Limits.of(config.uploads),
     )
     kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
-    async with connection(request) as conn, conn.transaction():
-        report = await import_questionnaire(conn, account_id, rfp_id, found, kept)
-        await audit.record(conn, actor(request), "rfp.items_imported", record_id=rfp_id, after={
-            "filename": upload.filename, "sheet": report["sheet"], "imported": report["imported"],
-            "first_position": report["first_position"], "skipped": report["skipped_count"],
-        })
-        queued = await webhooks.emit(conn, account_id, "rfp.items_imported", rfp_id, report)
+    async with connection(request) as conn:
+        report, queued = await import_items(
+            conn, actor(request), account_id, rfp_id, found, kept, filename=upload.filename
+        )
     if queued:
         request.app[DELIVERER].wake()
     return report
@@ -149,31 +144,15 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
     who = principal(request)
-    queued = 0
-    async with connection(request) as conn, conn.transaction():
-        current = await fetch_item(
-            conn, who.account_id, request.match_info["id"], request.match_info["item_id"], lock=True
+    async with connection(request) as conn:
+        reviewed = await review(
+            conn, who.account_id, request.match_info["id"], request.match_info["item_id"],
+            body["rfp_item"], who.member_id, actor=actor(request),
+            web_base_url=request.app[CONFIG].server.web_base_url,
         )
-        changes_state = body["rfp_item"].get("state", current["state"]) != current["state"]
-        # The RFP's state before, when this review may change it (rfp.approved is sent once).
-        rfp_before = await fetch_rfp(conn, current["rfp_id"], who.account_id) if changes_state else None
-        row = await review_item(conn, who.account_id, current, body["rfp_item"], who.member_id)
-        fields = ("question", "section", "answer", "state", "knowledge_item_id")
-        await audit.record(conn, actor(request), "rfp_item.updated", record_id=row["id"],
-                           before={k: current[k] for k in fields}, after={k: row[k] for k in fields})
-        item = unstructure(RfpItem.from_row(row))
-        if row["state"] == "approved" and current["state"] != "approved":
-            await audit.record(conn, actor(request), "rfp_item.approved", record_id=row["id"])
-            queued += await webhooks.emit(conn, who.account_id, "rfp_item.approved", row["id"], item)
-        if rfp_before is not None and rfp_before["state"] != "approved":
-            rfp_after = await fetch_rfp(conn, current["rfp_id"], who.account_id)
-            if rfp_after["state"] == "approved":
-                await audit.record(conn, actor(request), "rfp.approved", record_id=rfp_after["id"])
-                rfp = rfp_json(rfp_after, request.app[CONFIG].server.web_base_url, with_context=True)
-                queued += await webhooks.emit(conn, who.account_id, "rfp.approved", rfp["id"], rfp)
-    if queued:
+    if reviewed.queued:
         request.app[DELIVERER].wake()
-    return json_response(item)
+    return json_response(unstructure(RfpItem.from_row(reviewed.row)))
 
 
 @requires("read", hold_connection=False)
@@ -249,10 +228,7 @@ async def answer_rfp(request: web.Request) -> web.Response:
     rfp_id = request.match_info["id"]
     cost = settings.credits_per_question
     async with connection(request) as conn:
-        async with conn.transaction():
-            answering = await answer_pending_items(conn, who, rfp_id, options, cost)
-            await audit.record(conn, actor(request), "rfp.answer_started", record_id=rfp_id,
-                               after=answering)
+        answering = await answer_pending_items(conn, who, rfp_id, options, cost, actor=actor(request))
         if answering["started"]:
             request.app[PIPELINE].wake()
         if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)

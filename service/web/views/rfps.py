@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 from aiohttp import web
 
-from ...domain import audit, rfps
+from ...domain import rfps
 from ...domain.convert import structure, unstructure
 from ...domain.errors import NotFound, ParameterMissing, ValidationFailed
 from ...domain.models import Page, rfp_json
@@ -68,14 +68,10 @@ async def post_rfp(request: web.Request) -> web.Response:
         raise ValidationFailed([f"rfp.items: at most {MAX_ITEMS_PER_CREATE} items per request"])
     who = principal(request)
     async with connection(request) as conn:
-        async with conn.transaction():
-            rfp_id = await create_rfp(
-                conn, account_id=who.account_id, owner_user_id=who.user_id, data=data
-            )
-            await audit.record(conn, actor(request), "rfp.created", record_id=rfp_id, after={
-                "title": data.title.strip(), "framework": data.framework,
-                "deadline": data.deadline, "items": len(data.items),
-            })
+        rfp_id = await create_rfp(
+            conn, account_id=who.account_id, owner_user_id=who.user_id, data=data,
+            actor=actor(request),
+        )
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     response = _rfp_response(request, row, status=201)
     response.headers["Location"] = f"/api/v1/rfps/{rfp_id}"
@@ -88,10 +84,7 @@ async def patch_rfp(request: web.Request) -> web.Response:
     who = principal(request)
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
-        async with conn.transaction():
-            before, after = await rfps.update_rfp(conn, who.account_id, rfp_id, fields)
-            await audit.record(conn, actor(request), "rfp.updated", record_id=rfp_id,
-                               before=before, after=after)
+        await rfps.update_rfp(conn, who.account_id, rfp_id, fields, actor=actor(request))
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     return _rfp_response(request, row)
 
