@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import attrs
 from aiohttp import hdrs, web
 
@@ -148,19 +149,29 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
+    item = await review_and_announce(
+        request, request.match_info["id"], request.match_info["item_id"], body["rfp_item"]
+    )
+    return json_response(item)
+
+
+async def review_and_announce(
+    request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Review one item (domain rfp_items.review_item) with its audit events and webhooks
+    (rfp_item.approved; rfp.approved once the last item is); the item as the API shows it. The
+    API's PATCH and the web app's item buttons both come here."""
     who = principal(request)
     queued = 0
     async with connection(request) as conn, conn.transaction():
-        current = await fetch_item(
-            conn, who.account_id, request.match_info["id"], request.match_info["item_id"], lock=True
-        )
-        changes_state = body["rfp_item"].get("state", current["state"]) != current["state"]
+        current = await fetch_item(conn, who.account_id, rfp_id, item_id, lock=True)
+        changes_state = fields.get("state", current["state"]) != current["state"]
         # The RFP's state before, when this review may change it (rfp.approved is sent once).
         rfp_before = await fetch_rfp(conn, current["rfp_id"], who.account_id) if changes_state else None
-        row = await review_item(conn, who.account_id, current, body["rfp_item"], who.member_id)
-        fields = ("question", "section", "answer", "state", "knowledge_item_id")
+        row = await review_item(conn, who.account_id, current, fields, who.member_id)
+        logged = ("question", "section", "answer", "state", "knowledge_item_id")
         await audit.record(conn, actor(request), "rfp_item.updated", record_id=row["id"],
-                           before={k: current[k] for k in fields}, after={k: row[k] for k in fields})
+                           before={k: current[k] for k in logged}, after={k: row[k] for k in logged})
         item = unstructure(RfpItem.from_row(row))
         if row["state"] == "approved" and current["state"] != "approved":
             await audit.record(conn, actor(request), "rfp_item.approved", record_id=row["id"])
@@ -173,7 +184,7 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
                 queued += await webhooks.emit(conn, who.account_id, "rfp.approved", rfp["id"], rfp)
     if queued:
         request.app[DELIVERER].wake()
-    return json_response(item)
+    return item
 
 
 @requires("read", hold_connection=False)
@@ -247,16 +258,8 @@ async def answer_rfp(request: web.Request) -> web.Response:
         options = attrs.evolve(options, custom_prompt=None)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    cost = settings.credits_per_question
     async with connection(request) as conn:
-        async with conn.transaction():
-            answering = await answer_pending_items(conn, who, rfp_id, options, cost)
-            await audit.record(conn, actor(request), "rfp.answer_started", record_id=rfp_id,
-                               after=answering)
-        if answering["started"]:
-            request.app[PIPELINE].wake()
-        if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)
-            request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
+        answering = await start_answering(request, conn, rfp_id, options)
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     rfp = rfp_json(row, request.app[CONFIG].server.web_base_url, with_context=True)
     response = json_response(
@@ -264,3 +267,20 @@ async def answer_rfp(request: web.Request) -> web.Response:
     )
     response.headers["Location"] = f"/api/v1/rfps/{rfp_id}"
     return response
+
+
+async def start_answering(
+    request: web.Request, conn: asyncpg.Connection, rfp_id: str, options: AnswerOptions
+) -> dict[str, int]:
+    """Answer every pending item (domain answer_pending_items), audited, the pipeline woken and
+    the credits counted; what was started. The API's "answer all" and the web app's button."""
+    cost = request.app[CONFIG].questions.credits_per_question
+    async with conn.transaction():
+        answering = await answer_pending_items(conn, principal(request), rfp_id, options, cost)
+        await audit.record(conn, actor(request), "rfp.answer_started", record_id=rfp_id,
+                           after=answering)
+    if answering["started"]:
+        request.app[PIPELINE].wake()
+    if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)
+        request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
+    return answering
