@@ -59,7 +59,7 @@ bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} a
 
 bench-pgbouncer: $(STAMP)  ## bench-questions and bench-http on the system's PostgreSQL, direct then through PgBouncer, one run
 	$(PY) tests/pgservers.py -- sh -c '\
-		set -e; q="$(PY) bench/questions.py --seconds $${BENCH_SECONDS:-10} --mode closed --processes 2"; \
+		set -e; q="$(PY) bench/questions.py --seconds $${BENCH_SECONDS:-10} --mode closed --processes 2 --embeddings none"; \
 		echo "== questions, direct"; $$q; echo "== questions, PgBouncer"; BENCH_POOLER_URL=$$PGBOUNCER_URL $$q; \
 		echo "== http, direct"; $(PY) bench/http_bench.py; \
 		echo "== http, PgBouncer"; BENCH_POOLER_URL=$$PGBOUNCER_URL $(PY) bench/http_bench.py'

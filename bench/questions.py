@@ -333,6 +333,8 @@ async def main() -> int:
         print(json.dumps({"indexing": indexing}) if args.json else f"indexing: {indexing}", flush=True)
     config = (f"[database]\npool_max_size = {args.pool}\n"
               "[logging]\nlevel = \"WARNING\"\n"
+              # One member's clients follow their questions' streams: more than the per-member cap.
+              f"[server]\nmax_streams_per_member = {max(20, 2 * args.clients)}\n"
               "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n"
               "[questions]\n" + "".join(f"{setting}\n" for setting in args.questions))
     tmp = ROOT / "var" / "bench-run"

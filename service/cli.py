@@ -562,6 +562,11 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
 
     sets = _eval_sets(args)
     database = Database(config)
+    # Scratch databases are made and used on the server itself, never through a pooler.
+    server_url = db.session_url(config) if not database.embedded else database.url
+    if server_url is None:
+        raise ConfigError("eval creates scratch databases on the server itself: with database.pooler "
+                          "set, set database.direct_url too")
     embeddings_config = config.embeddings
     if args.embeddings:
         embeddings_config = attrs.evolve(embeddings_config, backend=args.embeddings)
@@ -574,12 +579,12 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
             embedder = make_embedder(embeddings_config, session)
             for name, paths in sets.items():
                 results[name] = await evaluation.evaluate(
-                    database.url, *paths, config=config.questions, embedder=embedder,
+                    server_url, *paths, config=config.questions, embedder=embedder,
                     review=args.review)
         return results
 
     if args.ablate:
-        table = asyncio.run(evaluation.ablate(database.url, sets, config.questions))
+        table = asyncio.run(evaluation.ablate(server_url, sets, config.questions))
         if args.json:
             print(json.dumps({"ablation": table}))
             return 0

@@ -45,6 +45,11 @@ class Actor:
         return cls(type="member", id=who.member_id, label=who.email, account_id=who.account_id,
                    client_address=client_address, request_id=request_id)
 
+    @property
+    def member_id(self) -> str | None:
+        """The member acting, for the knowledge base's versions (who wrote them)."""
+        return self.id if self.type == "member" else None
+
     @classmethod
     def operator(cls, name: str | None = None) -> Actor:
         """The person at the CLI: the OS user running it."""

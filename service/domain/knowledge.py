@@ -135,11 +135,16 @@ async def create_item(
     return KnowledgeItem.from_row(row)
 
 
-async def fetch_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
+async def find_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem | None:
     row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
-    if row is None:
+    return None if row is None else KnowledgeItem.from_row(row)
+
+
+async def fetch_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
+    item = await find_item(conn, account_id, item_id)
+    if item is None:
         raise NotFound(f"no knowledge base item {item_id} in this account")
-    return KnowledgeItem.from_row(row)
+    return item
 
 
 async def delete_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
@@ -275,7 +280,8 @@ async def import_csv(
     if valid:
         items = [item for _, item in valid]
         async with conn.transaction():
-            await conn.execute(db.query("set_actor"), actor)  # versions say who (library.py)
+            # The entries' versions say who (library.py).
+            await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
             rows = await conn.fetch(
                 db.query("upsert_knowledge_items"),
                 account_id,

@@ -258,13 +258,15 @@ async def post_merge(request: web.Request) -> web.Response:
     data = structure(body, library.MergeInput)
     who = principal(request)
     async with connection(request) as conn, conn.transaction():
-        duplicate = await knowledge.fetch_item(conn, who.account_id, data.duplicate_id)
+        # (A duplicate_id of no entry is library.merge's 422 to give.)
+        duplicate = await knowledge.find_item(conn, who.account_id, data.duplicate_id)
         kept, repointed = await library.merge(
             conn, who.account_id, request.match_info["id"], data.duplicate_id, who.member_id
         )
         await audit.record(conn, actor(request), "knowledge_base_item.merged", record_id=kept.id,
                            after={"merged_id": data.duplicate_id, "questions_repointed": repointed})
-        await item_written(request, conn, duplicate, "knowledge_base_item.deleted")
+        if duplicate is not None:
+            await item_written(request, conn, duplicate, "knowledge_base_item.deleted")
         await webhooks.emit(conn, who.account_id, "knowledge_base_item.updated", kept.id,
                             unstructure(kept))
     entries_written(request.app)
