@@ -20,9 +20,10 @@ from ...domain.knowledge import (
 )
 from ...domain.models import Page
 from ...domain.uploads import Limits
+from ..actors import actor
 from ..auth import connection
 from ..keys import CONFIG, PARSERS
-from ..views.knowledge import entries_written
+from ..views.knowledge import entries_written, item_written
 from .common import may_write, page, principal, read_form, read_upload, render, see_other
 
 WRITERS = ("admin", "member")
@@ -59,8 +60,9 @@ async def kb_list(request: web.Request) -> web.StreamResponse:
 @page(write=True, roles=WRITERS)
 async def kb_create(request: web.Request) -> web.StreamResponse:
     data = structure(_entry_fields(await read_form(request)), KnowledgeItemInput, root="knowledge_base_item")
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
         item = await create_item(conn, principal(request).account_id, data)
+        await item_written(request, conn, item, "knowledge_base_item.created")
     entries_written(request.app)
     raise see_other(f"/kb/{item.id}")
 
@@ -78,18 +80,21 @@ async def kb_update(request: web.Request) -> web.StreamResponse:
     """The API's PATCH of an entry (library.update_item: the previous version is kept)."""
     fields = _entry_fields(await read_form(request))
     who = principal(request)
-    async with connection(request) as conn:
-        item = await library.update_item(
-            conn, who.account_id, request.match_info["id"], who.member_id, fields
-        )
+    item_id = request.match_info["id"]
+    async with connection(request) as conn, conn.transaction():
+        before = await fetch_item(conn, who.account_id, item_id)
+        item = await library.update_item(conn, who.account_id, item_id, who.member_id, fields)
+        await item_written(request, conn, item, "knowledge_base_item.updated", before)
     entries_written(request.app)
     raise see_other(f"/kb/{item.id}")
 
 
 @page(write=True, roles=WRITERS)
 async def kb_delete(request: web.Request) -> web.StreamResponse:
-    async with connection(request) as conn:
-        await delete_item(conn, principal(request).account_id, request.match_info["id"])
+    async with connection(request) as conn, conn.transaction():
+        item = await delete_item(conn, principal(request).account_id, request.match_info["id"])
+        await item_written(request, conn, item, "knowledge_base_item.deleted")
+    entries_written(request.app)
     raise see_other("/kb")
 
 
@@ -102,6 +107,6 @@ async def kb_import(request: web.Request) -> web.StreamResponse:
     # As the API's import: parsed in a worker process within the upload limits.
     parsed = await request.app[PARSERS].run(parse_upload, raw, Limits.of(config.uploads))
     async with connection(request) as conn:
-        report = await import_csv(conn, principal(request).account_id, parsed)
+        report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)
     return render(request, "kb_import.html", {"report": unstructure(report)})

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from ... import db
+from ...domain import audit
 from ...domain.convert import FRAMEWORKS, structure
 from ...domain.errors import ParameterInvalid, ValidationFailed
 from ...domain.models import Page
@@ -26,6 +27,7 @@ from ...domain.rfps import (
     review_items,
     search_rfps,
 )
+from ..actors import actor
 from ..auth import connection
 from ..keys import CONFIG
 from ..responses import json_response
@@ -82,8 +84,13 @@ async def create(request: web.Request) -> web.StreamResponse:
     fields.setdefault("title", "")
     data = structure(fields, RfpCreate, root="rfp")
     who = principal(request)
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
         rfp_id = await create_rfp(conn, account_id=who.account_id, owner_user_id=who.user_id, data=data)
+        # As the API's create (views/rfps.py post_rfp) records it.
+        await audit.record(conn, actor(request), "rfp.created", record_id=rfp_id, after={
+            "title": data.title.strip(), "framework": data.framework, "deadline": data.deadline,
+            "items": len(data.items),
+        })
     raise see_other(f"/rfps/{rfp_id}")
 
 
