@@ -481,3 +481,25 @@ async def test_csrf__every_form_of_every_page_carries_the_token(app_client, admi
         assert forms, path
         for form in forms:
             assert f'name="csrf_token" value="{csrf}"' in form, (path, form[:200])
+
+
+async def test_pages__writes_are_audited_as_the_apis_are(app_client, admin, conn):
+    """The pages go through the API's steps: the same audit events for the same changes."""
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    made = await app_client.post(
+        "/rfps", data={"title": "Audited", "csrf_token": csrf}, allow_redirects=False
+    )
+    rfp_id = made.headers["Location"].rsplit("/", 1)[1]
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) "
+        "VALUES ('item_a1', $1, 'Q?', 1, 'auto_answered', 'A.')", rfp_id,
+    )
+    await app_client.post(f"/rfps/{rfp_id}/items/item_a1", data={"csrf_token": csrf, "action": "approve",
+                                                                 "answer": "A."})
+    kb = await app_client.post("/kb", data={"csrf_token": csrf, "answer": "B."}, allow_redirects=False)
+    kb_id = kb.headers["Location"].rsplit("/", 1)[1]
+    await app_client.post(f"/kb/{kb_id}/delete", data={"csrf_token": csrf})
+    actions = {r["action"] for r in await conn.fetch("SELECT action FROM audit_events")}
+    assert {"auth.signed_in", "rfp.created", "rfp_item.updated", "rfp_item.approved", "rfp.approved",
+            "knowledge_base_item.created", "knowledge_base_item.deleted"} <= actions

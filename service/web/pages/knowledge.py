@@ -20,6 +20,7 @@ from ...domain.knowledge import (
 )
 from ...domain.models import Page
 from ...domain.uploads import Limits
+from ..actors import actor
 from ..auth import connection
 from ..keys import CONFIG, PARSERS
 from ..views.knowledge import entries_written
@@ -60,7 +61,7 @@ async def kb_list(request: web.Request) -> web.StreamResponse:
 async def kb_create(request: web.Request) -> web.StreamResponse:
     data = structure(_entry_fields(await read_form(request)), KnowledgeItemInput, root="knowledge_base_item")
     async with connection(request) as conn:
-        item = await create_item(conn, principal(request).account_id, data)
+        item = await create_item(conn, principal(request).account_id, data, actor=actor(request))
     entries_written(request.app)
     raise see_other(f"/kb/{item.id}")
 
@@ -78,9 +79,10 @@ async def kb_update(request: web.Request) -> web.StreamResponse:
     """The API's PATCH of an entry (library.update_item: the previous version is kept)."""
     fields = _entry_fields(await read_form(request))
     who = principal(request)
+    item_id = request.match_info["id"]
     async with connection(request) as conn:
         item = await library.update_item(
-            conn, who.account_id, request.match_info["id"], who.member_id, fields
+            conn, who.account_id, item_id, who.member_id, fields, actor=actor(request)
         )
     entries_written(request.app)
     raise see_other(f"/kb/{item.id}")
@@ -89,7 +91,10 @@ async def kb_update(request: web.Request) -> web.StreamResponse:
 @page(write=True, roles=WRITERS)
 async def kb_delete(request: web.Request) -> web.StreamResponse:
     async with connection(request) as conn:
-        await delete_item(conn, principal(request).account_id, request.match_info["id"])
+        await delete_item(
+            conn, principal(request).account_id, request.match_info["id"], actor=actor(request)
+        )
+    entries_written(request.app)
     raise see_other("/kb")
 
 
@@ -102,6 +107,6 @@ async def kb_import(request: web.Request) -> web.StreamResponse:
     # As the API's import: parsed in a worker process within the upload limits.
     parsed = await request.app[PARSERS].run(parse_upload, raw, Limits.of(config.uploads))
     async with connection(request) as conn:
-        report = await import_csv(conn, principal(request).account_id, parsed)
+        report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)
     return render(request, "kb_import.html", {"report": unstructure(report)})

@@ -9,6 +9,7 @@ from aiohttp import web
 from ...domain.convert import structure
 from ...domain.members import RoleChange, change_role, invite, list_members, remove_member
 from ...domain.models import Page
+from ..actors import actor
 from ..auth import connection
 from ..keys import CONFIG, MAIL_SENDER
 from .common import page, principal, read_form, render, see_other
@@ -37,7 +38,7 @@ async def invite_member(request: web.Request) -> web.StreamResponse:
     if form.get("role"):
         fields["role"] = str(form.get("role"))
     async with connection(request) as conn:
-        invitation = await invite(conn, request.app[CONFIG], principal(request), fields)
+        invitation = await invite(conn, request.app[CONFIG], principal(request), fields, actor(request))
     request.app[MAIL_SENDER].wake()
     return await _members_page(request, invited=invitation.email, status=201)
 
@@ -48,7 +49,9 @@ async def change_member_role(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     data = structure({"role": str(form.get("role") or "")}, RoleChange, root="member")
     async with connection(request) as conn:
-        await change_role(conn, principal(request).account_id, request.match_info["id"], data.role)
+        await change_role(
+            conn, principal(request).account_id, request.match_info["id"], data.role, actor(request)
+        )
     raise see_other("/members")
 
 
@@ -56,5 +59,5 @@ async def change_member_role(request: web.Request) -> web.StreamResponse:
 async def remove(request: web.Request) -> web.StreamResponse:
     """The API's DELETE /members/{id}: the membership and its tokens and sessions go at once."""
     async with connection(request) as conn:
-        await remove_member(conn, principal(request).account_id, request.match_info["id"])
+        await remove_member(conn, principal(request).account_id, request.match_info["id"], actor(request))
     raise see_other("/members")

@@ -14,12 +14,8 @@ from ...domain.errors import ParameterInvalid, ValidationFailed
 from ...domain.models import Page
 from ...domain.rfp_items import (
     AnswerOptions,
-    answer_pending_items,
     answering_progress,
     import_options,
-)
-from ...domain.rfp_items import (
-    review as review_one,
 )
 from ...domain.rfps import (
     REVIEW_FILTERS,
@@ -30,11 +26,12 @@ from ...domain.rfps import (
     review_items,
     search_rfps,
 )
+from ..actors import actor
 from ..auth import connection
-from ..keys import CONFIG, METRICS, PIPELINE
+from ..keys import CONFIG
 from ..responses import json_response
 from ..views import rfp_items as rfp_items_views
-from ..views.rfp_items import import_upload
+from ..views.rfp_items import import_upload, review_and_announce, start_answering
 from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
 
 WRITERS = ("admin", "member")
@@ -87,7 +84,9 @@ async def create(request: web.Request) -> web.StreamResponse:
     data = structure(fields, RfpCreate, root="rfp")
     who = principal(request)
     async with connection(request) as conn:
-        rfp_id = await create_rfp(conn, account_id=who.account_id, owner_user_id=who.user_id, data=data)
+        rfp_id = await create_rfp(
+            conn, account_id=who.account_id, owner_user_id=who.user_id, data=data, actor=actor(request)
+        )
     raise see_other(f"/rfps/{rfp_id}")
 
 
@@ -133,7 +132,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     })
 
 
-# What each button of an item's form asks of the review (domain/rfp_items.py review).
+# What each button of an item's form asks of the review (views/rfp_items.py review_and_announce).
 def _review_fields(form: Any) -> dict[str, Any]:
     action = form.get("action")
     answer = form.get("answer")
@@ -162,10 +161,8 @@ def _review_fields(form: Any) -> dict[str, Any]:
 async def review(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     fields = _review_fields(form)
-    who = principal(request)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    async with connection(request) as conn:
-        await review_one(conn, who.account_id, rfp_id, item_id, fields, who.member_id)
+    await review_and_announce(request, rfp_id, item_id, fields)
     back = str(form.get("back") or "")
     query = back if back.startswith("?") else ""
     raise see_other(f"/rfps/{rfp_id}{query}#item-{item_id}")
@@ -184,15 +181,9 @@ async def upload(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=WRITERS)
 async def answer_all(request: web.Request) -> web.StreamResponse:
-    who = principal(request)
     rfp_id = request.match_info["id"]
-    cost = request.app[CONFIG].questions.credits_per_question
     async with connection(request) as conn:
-        answering = await answer_pending_items(conn, who, rfp_id, AnswerOptions(), cost)
-    if answering["started"]:
-        request.app[PIPELINE].wake()
-    if answering["credits_charged"]:
-        request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
+        answering = await start_answering(request, conn, rfp_id, AnswerOptions())
     raise see_other(f"/rfps/{rfp_id}?answering={answering['started']}#progress")
 
 

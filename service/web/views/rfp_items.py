@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import attrs
 from aiohttp import hdrs, web
 
@@ -143,16 +144,27 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
+    item = await review_and_announce(
+        request, request.match_info["id"], request.match_info["item_id"], body["rfp_item"]
+    )
+    return json_response(item)
+
+
+async def review_and_announce(
+    request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Review one item (domain rfp_items.review_item) with its audit events and webhooks
+    (rfp_item.approved; rfp.approved once the last item is); the item as the API shows it. The
+    API's PATCH and the web app's item buttons both come here."""
     who = principal(request)
     async with connection(request) as conn:
         reviewed = await review(
-            conn, who.account_id, request.match_info["id"], request.match_info["item_id"],
-            body["rfp_item"], who.member_id, actor=actor(request),
+            conn, who.account_id, rfp_id, item_id, fields, who.member_id, actor=actor(request),
             web_base_url=request.app[CONFIG].server.web_base_url,
         )
     if reviewed.queued:
         request.app[DELIVERER].wake()
-    return json_response(unstructure(RfpItem.from_row(reviewed.row)))
+    return unstructure(RfpItem.from_row(reviewed.row))
 
 
 @requires("read", hold_connection=False)
@@ -226,13 +238,8 @@ async def answer_rfp(request: web.Request) -> web.Response:
         options = attrs.evolve(options, custom_prompt=None)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    cost = settings.credits_per_question
     async with connection(request) as conn:
-        answering = await answer_pending_items(conn, who, rfp_id, options, cost, actor=actor(request))
-        if answering["started"]:
-            request.app[PIPELINE].wake()
-        if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)
-            request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
+        answering = await start_answering(request, conn, rfp_id, options)
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     rfp = rfp_json(row, request.app[CONFIG].server.web_base_url, with_context=True)
     response = json_response(
@@ -240,3 +247,19 @@ async def answer_rfp(request: web.Request) -> web.Response:
     )
     response.headers["Location"] = f"/api/v1/rfps/{rfp_id}"
     return response
+
+
+async def start_answering(
+    request: web.Request, conn: asyncpg.Connection, rfp_id: str, options: AnswerOptions
+) -> dict[str, int]:
+    """Answer every pending item (domain answer_pending_items), audited, the pipeline woken and
+    the credits counted; what was started. The API's "answer all" and the web app's button."""
+    cost = request.app[CONFIG].questions.credits_per_question
+    answering = await answer_pending_items(
+        conn, principal(request), rfp_id, options, cost, actor=actor(request)
+    )
+    if answering["started"]:
+        request.app[PIPELINE].wake()
+    if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)
+        request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
+    return answering
