@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # The development sets (../shared/eval from the main checkout, ../../shared/eval from a worktree).
 EVAL   ?= $(firstword $(wildcard ../shared/eval ../../shared/eval) ../shared/eval)
 
-.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search eval fuzz soak clean
+.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-web bench-webhooks eval fuzz soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,16 @@ test: $(STAMP)  ## the whole test suite, on a real PostgreSQL (3 workers: tests 
 test-fast: $(STAMP)  ## everything but the `slow` tests (service processes, fuzzing): under a minute
 	$(PY) -m pytest -q -n 3 -m "not slow"
 
-test-pgbouncer: $(STAMP)  ## the not-slow tests again: the system's PostgreSQL (Debian's) through PgBouncer in transaction mode
-	$(PY) tests/pgservers.py -- $(PY) -m pytest -q -n 3 -m "not slow"
+# The second pass checks how the service talks to the database (statements, transactions, LISTEN,
+# locks, reconnects), not what it computes: tests with no database (architecture, config), or whose
+# cost is CPU on results the first pass already checked (answer quality, ranking, the ONNX model,
+# upload parser limits), run once, in `make test`. Keeps CI under 15 minutes.
+PGBOUNCER_SKIP := tests/architecture tests/service/test_config.py tests/answering/test_quality.py \
+	tests/answering/test_retrieval_ranking.py tests/answering/test_embeddings_onnx.py \
+	tests/domain/test_import_limits.py
+
+test-pgbouncer: $(STAMP)  ## the database-facing tests again: the system's PostgreSQL (Debian's) through PgBouncer in transaction mode
+	$(PY) tests/pgservers.py -- $(PY) -m pytest -q -n 3 -m "not slow" $(addprefix --ignore=,$(PGBOUNCER_SKIP))
 
 wheel-check:  ## build the wheel, install it into a fresh venv outside the checkout, migrate, serve, read
 	$(PYTHON) tests/wheel_check.py
@@ -38,7 +46,7 @@ migrate: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service tests bench
 
-bench: bench-questions bench-retrieval bench-http bench-search  ## every benchmark; results go into BENCHMARKS.md
+bench: bench-questions bench-retrieval bench-http bench-search bench-web  ## every benchmark; results go into BENCHMARKS.md
 
 bench-questions: $(STAMP)  ## ask-to-complete latency and throughput over real HTTP, dense (default) and lexical floor (bench/questions.py)
 	$(PY) bench/questions.py --seconds 20 --mode both --processes 2 --floor
@@ -51,13 +59,19 @@ bench-http: $(STAMP)  ## service vs bare aiohttp+asyncpg floor: GET /rfps/{id} a
 
 bench-pgbouncer: $(STAMP)  ## bench-questions and bench-http on the system's PostgreSQL, direct then through PgBouncer, one run
 	$(PY) tests/pgservers.py -- sh -c '\
-		set -e; q="$(PY) bench/questions.py --seconds $${BENCH_SECONDS:-10} --mode closed --processes 2"; \
+		set -e; q="$(PY) bench/questions.py --seconds $${BENCH_SECONDS:-10} --mode closed --processes 2 --embeddings none"; \
 		echo "== questions, direct"; $$q; echo "== questions, PgBouncer"; BENCH_POOLER_URL=$$PGBOUNCER_URL $$q; \
 		echo "== http, direct"; $(PY) bench/http_bench.py; \
 		echo "== http, PgBouncer"; BENCH_POOLER_URL=$$PGBOUNCER_URL $(PY) bench/http_bench.py'
 
 bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the loaded data)
 	$(PY) bench/search_1m.py
+
+bench-web: $(STAMP)  ## the web app's RFP page of an RFP with 1,000 items, server-side render p50/p95
+	$(PY) bench/web_bench.py
+
+bench-webhooks: $(STAMP)  ## webhook delivery throughput and the audit/outbox cost per write (short)
+	$(PY) bench/webhooks.py --events 1000 --writes 2000
 
 eval: $(STAMP)  ## answer quality on both development sets ($(EVAL) and $(EVAL)/dev2), in-sample and cross-validated
 	@if [ -d "$(EVAL)" ]; then \

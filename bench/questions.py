@@ -340,6 +340,8 @@ async def main() -> int:
               # One member's clients hold an event stream each (the default allows 20).
               "[server]\nmax_streams_per_member = 1000\n"
               "[logging]\nlevel = \"WARNING\"\n"
+              # One member's clients follow their questions' streams: more than the per-member cap.
+              f"[server]\nmax_streams_per_member = {max(20, 2 * args.clients)}\n"
               "[rate_limits.ask_question]\nlimit = 1000000\nperiod_seconds = 1\n"
               "[questions]\n" + "".join(f"{setting}\n" for setting in args.questions))
     tmp = ROOT / "var" / "bench-run"

@@ -61,6 +61,8 @@ class RestartTraffic(Traffic):
     def __init__(self, token: str, seed: int) -> None:
         super().__init__(token, seed)
         self.phase = "before"
+        self.phase_started = time.monotonic()
+        self.last_unavailable: dict[str, float] = {}  # phase: seconds into it of its last 503
         self.by_phase: dict[str, Counter[str]] = {}
         self.hangs = 0
         self.unavailable_without_retry_after = 0
@@ -85,6 +87,7 @@ class RestartTraffic(Traffic):
         counts[f"{name} {response.status}"] += 1
         self.counts[f"{name} {response.status}"] += 1
         if response.status == 503:
+            self.last_unavailable[phase] = round(time.monotonic() - self.phase_started, 1)
             if "Retry-After" not in response.headers:
                 self.unavailable_without_retry_after += 1
             return None
@@ -168,12 +171,12 @@ async def main(args: argparse.Namespace) -> int:
 
             async def outage(at: float, name: str, down, up) -> float:
                 await asyncio.sleep(max(0.0, started + at - time.monotonic()))
-                traffic.phase = f"{name} down"
+                traffic.phase, traffic.phase_started = f"{name} down", time.monotonic()
                 began = time.monotonic()
                 await asyncio.to_thread(down)
                 await asyncio.sleep(args.outage)
                 await asyncio.to_thread(up)
-                traffic.phase = f"after {name}"
+                traffic.phase, traffic.phase_started = f"after {name}", time.monotonic()
                 return time.monotonic() - began
 
             async def restarts() -> dict[str, float]:
@@ -183,7 +186,7 @@ async def main(args: argparse.Namespace) -> int:
                 took["pgbouncer"] = await outage(args.seconds / 2, "pgbouncer", bouncer.stop,
                                                  bouncer.start)
                 await asyncio.sleep(max(0.0, started + args.seconds * 3 / 4 - time.monotonic()))
-                traffic.phase = "last quarter"
+                traffic.phase, traffic.phase_started = "last quarter", time.monotonic()
                 return took
 
             outages, *_ = await asyncio.gather(restarts(), *(client(i) for i in range(args.clients)))
@@ -216,6 +219,8 @@ async def main(args: argparse.Namespace) -> int:
         "hangs": traffic.hangs,
         "unavailable_without_retry_after": traffic.unavailable_without_retry_after,
         "unavailable_in_last_quarter": last_unavailable,
+        # how long after each server came back requests still got 503 (pools reconnecting)
+        "last_503_seconds_into_phase": traffic.last_unavailable,
         "unexpected_responses": len(traffic.unexpected),
         "unexpected_examples": traffic.unexpected[:5],
         "by_phase": {phase: dict(sorted(c.items())) for phase, c in traffic.by_phase.items()},

@@ -1,4 +1,5 @@
-"""Operator CLI: `python -m service serve|migrate|psql|account|member|token|credits|subscription|rfp|kb|eval`.
+"""Operator CLI: `python -m service serve|migrate|psql|account|member|token|credits|subscription|rfp|kb|
+audit|eval`.
 
 With `--json` a command prints exactly one JSON object on stdout; logs go to stderr.
 """
@@ -9,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import secrets
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import date
@@ -22,7 +24,7 @@ import attrs
 from . import config as config_module
 from . import db, logs
 from .config import Config, ConfigError
-from .domain import accounts
+from .domain import accounts, audit
 from .domain.convert import unstructure
 from .domain.errors import ServiceError
 
@@ -74,6 +76,24 @@ def run_with_connection(config: Config, work: Callable[[asyncpg.Connection], Awa
     return asyncio.run(main())
 
 
+def run_audited(
+    config: Config,
+    work: Callable[[asyncpg.Connection], Awaitable[Any]],
+    action: str,
+    describe: Callable[[Any], dict[str, Any]],
+) -> Any:
+    """`work` and its audit event (the operator as actor) in one transaction. `describe(result)`
+    gives the event's account_id, record_id and after."""
+
+    async def audited(conn: asyncpg.Connection) -> Any:
+        async with conn.transaction():
+            result = await work(conn)
+            await audit.record(conn, audit.Actor.operator(), action, **describe(result))
+        return result
+
+    return run_with_connection(config, audited)
+
+
 def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
     print(json.dumps(payload) if getattr(args, "json", False) else text)
 
@@ -91,10 +111,19 @@ async def bootstrap_demo(url: str, config: Config) -> dict | None:
             await conn.execute("SELECT pg_advisory_xact_lock($1)", db.MIGRATION_LOCK_ID)
             if await conn.fetchval(db.query("any_account")):
                 return None
-            return await accounts.create_account(
+            demo = await accounts.create_account(
                 conn, "Demo", "admin@example.com", credits=100,
                 token_ttl_days=config.auth.cli_token_ttl_days, token_source="demo",
             )
+            await audit.record(
+                conn, audit.Actor.operator("first-start"), "account.created",
+                account_id=demo["account"]["id"], record_id=demo["account"]["id"],
+                after={"name": "Demo", "credits": 100, "admin": demo["member"]["email"]},
+            )
+            # The web app signs in with a password: the demo admin gets one, shown once.
+            demo["password"] = secrets.token_urlsafe(12)
+            await accounts.set_password(conn, demo["member"]["user_id"], demo["password"])
+            return demo
     finally:
         await conn.close()
 
@@ -108,6 +137,8 @@ First start: created the demo account {demo['account']['id']} with admin {demo['
 Its API token (shown once; keep it):
 
     {token}
+
+The web app: {base}/signin as {demo['member']['email']} with the password {demo['password']}
 
 Try:
     curl -s -X POST {base}/api/v1/rfps -H 'Authorization: Bearer {token}' \\
@@ -189,11 +220,15 @@ def cmd_psql(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_account_create(args: argparse.Namespace, config: Config) -> int:
-    result = run_with_connection(
+    result = run_audited(
         config, lambda c: accounts.create_account(
             c, args.name, args.admin_email, args.credits,
             token_ttl_days=config.auth.cli_token_ttl_days,
-        )
+        ),
+        "account.created", lambda r: {
+            "account_id": r["account"]["id"], "record_id": r["account"]["id"],
+            "after": {"name": r["account"]["name"], "credits": r["account"]["credits"],
+                      "admin": r["member"]["email"]}},
     )
     emit(
         args,
@@ -205,8 +240,11 @@ def cmd_account_create(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_member_create(args: argparse.Namespace, config: Config) -> int:
-    member = run_with_connection(
-        config, lambda c: accounts.add_member(c, args.account, args.email, args.role)
+    member = run_audited(
+        config, lambda c: accounts.add_member(c, args.account, args.email, args.role),
+        "member.created", lambda m: {
+            "account_id": args.account, "record_id": m["id"],
+            "after": {"email": m["email"], "role": m["role"]}},
     )
     emit(args, {"member": member}, f"member {member['id']}: {member['email']} ({member['role']})")
     return 0
@@ -215,8 +253,11 @@ def cmd_member_create(args: argparse.Namespace, config: Config) -> int:
 def cmd_token_create(args: argparse.Namespace, config: Config) -> int:
     scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
     ttl_days = config.auth.cli_token_ttl_days if args.ttl_days is None else args.ttl_days
-    token = run_with_connection(
-        config, lambda c: accounts.create_token(c, args.account, args.email, scopes, ttl_days)
+    token = run_audited(
+        config, lambda c: accounts.create_token(c, args.account, args.email, scopes, ttl_days),
+        "token.created", lambda _: {
+            "account_id": args.account, "after": {"email": args.email, "scopes": sorted(scopes),
+                                                  "ttl_days": ttl_days}},
     )
     emit(args, {"token": token}, token)
     return 0
@@ -241,16 +282,19 @@ def cmd_token_list(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_token_revoke(args: argparse.Namespace, config: Config) -> int:
-    token = run_with_connection(
-        config, lambda c: accounts.revoke_member_token(c, args.account, args.id)
+    token = run_audited(
+        config, lambda c: accounts.revoke_member_token(c, args.account, args.id),
+        "token.revoked", lambda t: {"account_id": args.account, "record_id": str(t.id)},
     )
     emit(args, {"token": unstructure(token)}, f"revoked token {token.id}")
     return 0
 
 
 def cmd_member_remove(args: argparse.Namespace, config: Config) -> int:
-    run_with_connection(
-        config, lambda c: accounts.remove_member_by_email(c, args.account, args.email)
+    run_audited(
+        config, lambda c: accounts.remove_member_by_email(c, args.account, args.email),
+        "member.removed", lambda _: {"account_id": args.account,
+                                     "before": {"email": args.email}},
     )
     emit(args, {"removed": args.email}, f"removed {args.email} from {args.account}; "
          "their tokens no longer work")
@@ -258,8 +302,10 @@ def cmd_member_remove(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_member_role(args: argparse.Namespace, config: Config) -> int:
-    member = run_with_connection(
-        config, lambda c: accounts.change_role_by_email(c, args.account, args.email, args.role)
+    member = run_audited(
+        config, lambda c: accounts.change_role_by_email(c, args.account, args.email, args.role),
+        "member.role_changed", lambda m: {"account_id": args.account, "record_id": m.id,
+                                          "after": {"role": m.role}},
     )
     emit(args, {"member": unstructure(member)}, f"member {member.id}: {member.email} ({member.role})")
     return 0
@@ -299,14 +345,19 @@ def cmd_credits_add(args: argparse.Namespace, config: Config) -> int:
                 f"{args.account} has fewer than {-args.amount} credits to remove"
             ) from None
 
-    balance = run_with_connection(config, work)
+    balance = run_audited(config, work, "credits.changed", lambda b: {
+        "account_id": args.account, "record_id": args.account,
+        "after": {"amount": args.amount, "balance": b}})
     emit(args, {"account": args.account, "credits": balance}, f"{args.account}: {balance} credits")
     return 0
 
 
 def cmd_subscription_set(args: argparse.Namespace, config: Config) -> int:
-    run_with_connection(
-        config, lambda c: accounts.set_subscription(c, args.account, args.status)
+    run_audited(
+        config, lambda c: accounts.set_subscription(c, args.account, args.status),
+        "subscription.changed", lambda _: {
+            "account_id": args.account, "record_id": args.account,
+            "after": {"subscription_status": args.status}},
     )
     emit(args, {"account": args.account, "subscription": args.status},
          f"{args.account}: subscription {args.status}")
@@ -330,7 +381,9 @@ def cmd_rfp_create(args: argparse.Namespace, config: Config) -> int:
             conn, account_id=args.account, owner_user_id=member["user_id"], data=data
         )
 
-    rfp_id = run_with_connection(config, work)
+    rfp_id = run_audited(config, work, "rfp.created", lambda r: {
+        "account_id": args.account, "record_id": r,
+        "after": {"title": data.title.strip(), "owner": args.owner_email}})
     emit(args, {"id": rfp_id}, rfp_id)
     return 0
 
@@ -341,6 +394,7 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
     options = questionnaires.ImportOptions(
         sheet=args.sheet, question_column=args.question_column,
         section_column=args.section_column, header_row=args.header_row,
+        answer_column=args.answer_column,
     )
     progress = None
     if sys.stderr.isatty():
@@ -358,11 +412,16 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
         if progress:
             progress.close()
 
+    kept = _kept_questionnaire(args.file, config.library.max_kept_file_bytes)
+
     async def work(conn: asyncpg.Connection) -> dict:
         await accounts.require_account(conn, args.account)
-        return await rfp_items.import_questionnaire(conn, args.account, args.rfp, found)
+        return await rfp_items.import_questionnaire(conn, args.account, args.rfp, found, kept)
 
-    report = run_with_connection(config, work)
+    report = run_audited(config, work, "rfp.items_imported", lambda r: {
+        "account_id": args.account, "record_id": args.rfp,
+        "after": {"filename": Path(args.file).name, "imported": r["imported"],
+                  "skipped": r["skipped_count"]}})
     skipped = "".join(f"\n  row {s['row']}: {s['reason']}" for s in report["skipped"])
     emit(args, {"import": report},
          f"imported {report['imported']} items into {args.rfp} from "
@@ -371,13 +430,54 @@ def cmd_rfp_import(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _kept_questionnaire(path: str, limit: int) -> Any:
+    """The questionnaire file, kept for `rfp export --format original` (write-back, issue 20)."""
+    from .domain import writeback
+
+    try:
+        if Path(path).stat().st_size > limit:
+            return None
+        content = Path(path).read_bytes()
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot read {path}: {exc.strerror}") from None
+    return writeback.kept_file(content, None, Path(path).name, limit)
+
+
+def _export_original(args: argparse.Namespace, config: Config) -> int:
+    from .domain import writeback
+    from .domain.rfps import fetch_rfp
+
+    options = writeback.WriteOptions(drafted=args.answers == "drafted", unanswered=args.unanswered)
+
+    async def work(conn: asyncpg.Connection) -> tuple[Any, list]:
+        await accounts.require_account(conn, args.account)
+        await fetch_rfp(conn, args.rfp, args.account)
+        return await writeback.load(conn, args.account, args.rfp, options)
+
+    file, cells = run_with_connection(config, work)
+    try:
+        Path(args.output).write_bytes(writeback.write(file, cells))
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
+    written = sum(1 for cell in cells if cell.text is not None)
+    emit(args, {"rfp_id": args.rfp, "format": "original", "output": args.output, "items": len(cells),
+                "written": written},
+         f"wrote {written} of {len(cells)} answers of {args.rfp} into {args.output}")
+    return 0
+
+
 def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
     from .domain import rfp_items
     from .domain.rfps import fetch_rfp
 
+    if args.format == "original":
+        return _export_original(args, config)
+
     async def work(conn: asyncpg.Connection) -> tuple[str, list[list[Any]]]:
         await accounts.require_account(conn, args.account)
         rfp = await fetch_rfp(conn, args.rfp, args.account)
+        await audit.record(conn, audit.Actor.operator(), "rfp.exported", account_id=args.account,
+                           record_id=args.rfp, after={"format": args.format})
         return rfp["title"], await rfp_items.export_rows(conn, args.rfp)
 
     title, rows = run_with_connection(config, work)
@@ -396,18 +496,19 @@ def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
-    from .domain.knowledge import decode_csv, import_csv
+    from .domain.knowledge import import_csv
+    from .domain.uploads import decode
 
     try:
         with open(args.file, "rb") as handle:
             raw = handle.read()
-        text = decode_csv(raw)
+        text = decode(raw)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
 
     async def work(conn: asyncpg.Connection) -> Any:
         await accounts.require_account(conn, args.account)
-        return await import_csv(conn, args.account, text)
+        return await import_csv(conn, args.account, text, audit.Actor.operator())
 
     report = run_with_connection(config, work)
     lines = [f"imported {report.imported} ({report.created} new, {report.updated} updated), "
@@ -461,6 +562,11 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
 
     sets = _eval_sets(args)
     database = Database(config)
+    # Scratch databases are made and used on the server itself, never through a pooler.
+    server_url = db.session_url(config) if not database.embedded else database.url
+    if server_url is None:
+        raise ConfigError("eval creates scratch databases on the server itself: with database.pooler "
+                          "set, set database.direct_url too")
     embeddings_config = config.embeddings
     if args.embeddings:
         embeddings_config = attrs.evolve(embeddings_config, backend=args.embeddings)
@@ -473,12 +579,12 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
             embedder = make_embedder(embeddings_config, session)
             for name, paths in sets.items():
                 results[name] = await evaluation.evaluate(
-                    database.url, *paths, config=config.questions, embedder=embedder,
+                    server_url, *paths, config=config.questions, embedder=embedder,
                     review=args.review)
         return results
 
     if args.ablate:
-        table = asyncio.run(evaluation.ablate(database.url, sets, config.questions))
+        table = asyncio.run(evaluation.ablate(server_url, sets, config.questions))
         if args.json:
             print(json.dumps({"ablation": table}))
             return 0
@@ -496,7 +602,9 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     fitted = None
     if args.fit:
         try:
-            fitted = evaluation.fit_decision(labelled, prune_features=args.prune)
+            fitted = evaluation.fit_decision(
+                labelled, prune_features=args.prune,
+                features=tuple(f for f in (args.features or "").split(",") if f))
         except ValueError as exc:
             raise accounts.OperatorError(str(exc)) from None
         if args.write_model:
@@ -558,7 +666,7 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     _print_calibration("in-sample (as shipped), all sets", pooled_in)
     if fitted:
         print(f"\nfit: L2 {fitted['l2']}, features {', '.join(fitted['features'])}, "
-              f"cap {fitted['model']['cap']}")
+              f"threshold {fitted['model']['threshold']}, cap {fitted['model']['cap']}")
         for step in fitted["pruning"]:
             print(f"  without {step['without']}: {step['decisions_right']} right decisions "
                   f"(with it {step['with']})")
@@ -571,6 +679,41 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
 
 
 # -- argument parsing ---------------------------------------------------------------------
+
+
+def cmd_audit_export(args: argparse.Namespace, config: Config) -> int:
+    """An account's audit events since a time, oldest first, as JSON lines."""
+    from datetime import UTC, datetime
+
+    try:
+        since = datetime.fromisoformat(args.since.replace("Z", "+00:00"))
+    except ValueError:
+        raise accounts.OperatorError(
+            f"--since must be a date or time like 2030-01-31 or 2030-01-31T09:00:00Z; got {args.since!r}"
+        ) from None
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+
+    async def work(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+        await accounts.require_account(conn, args.account)
+        return await audit.export_events(conn, args.account, since)
+
+    events = run_with_connection(config, work)
+    out = sys.stdout if args.output in (None, "-") else None
+    try:
+        handle = out or open(args.output, "w", encoding="utf-8")
+    except OSError as exc:
+        raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
+    try:
+        for event in events:
+            handle.write(json.dumps(event, ensure_ascii=False) + "\n")
+    finally:
+        if out is None:
+            handle.close()
+    if out is None:
+        print(f"exported {len(events)} audit events of {args.account} to {args.output}",
+              file=sys.stderr)
+    return 0
 
 
 def _iso_date(text: str) -> str:
@@ -720,11 +863,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--question-column", help="header name or column letter")
     p.add_argument("--section-column", help="header name or column letter")
     p.add_argument("--header-row", type=int, help="1-based header row; 0 = no header row")
+    p.add_argument("--answer-column", help="header name or column letter answers are written back "
+                   "into by export --format original (default: detected)")
     p.add_argument("--json", action="store_true")
     p = command("export", cmd_rfp_export, group, help="export an RFP's items as CSV or XLSX")
     p.add_argument("--account", required=True)
     p.add_argument("--rfp", required=True)
-    p.add_argument("--format", required=True, choices=["csv", "xlsx"])
+    p.add_argument("--format", required=True, choices=["csv", "xlsx", "original"],
+                   help="original: the imported questionnaire with the answers in their cells")
+    p.add_argument("--answers", choices=["approved", "drafted"], default="approved",
+                   help="with --format original: only approved answers (default) or every answer")
+    p.add_argument("--unanswered", help="with --format original: text for cells left unanswered")
     p.add_argument("--output", required=True, help="file to write")
     p.add_argument("--json", action="store_true")
 
@@ -740,6 +889,13 @@ def parser() -> argparse.ArgumentParser:
                 help="find near-duplicate and conflicting entries now")
     p.add_argument("--account", required=True)
     p.add_argument("--json", action="store_true")
+
+    group = sub.add_parser("audit", help="the audit log").add_subparsers(dest="action", required=True)
+    p = command("export", cmd_audit_export, group,
+                help="an account's audit events as JSON lines, oldest first")
+    p.add_argument("--account", required=True)
+    p.add_argument("--since", required=True, help="date or RFC 3339 time (UTC when no zone)")
+    p.add_argument("--output", help="file to write (default: standard output)")
 
     p = command("eval", cmd_eval, help="measure answer quality on a labelled question set")
     p.add_argument("--set", action="append", metavar="FOLDER",
@@ -760,6 +916,8 @@ def parser() -> argparse.ArgumentParser:
                    help="dense retrieval backend for this run (default: the config's [embeddings])")
     p.add_argument("--fit", action="store_true",
                    help="fit the coverage decision model on all the sets by k-fold cross-validation")
+    p.add_argument("--features", metavar="A,B",
+                   help="with --fit: the candidate features (default: all of them)")
     p.add_argument("--prune", action="store_true",
                    help="with --fit: keep only features worth more than one question under "
                         "cross-validation")

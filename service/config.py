@@ -275,8 +275,34 @@ class LibraryConfig:
     max_kept_file_bytes: int = attrs.field(default=20_971_520, validator=_positive)
 
 
+@attrs.frozen(kw_only=True)
+class WebhooksConfig:
+    # Deliveries of an event are retried, with exponential backoff, for this long after the first
+    # attempt; then the delivery fails and its endpoint is disabled (reason shown on it).
+    retry_for_seconds: float = attrs.field(default=86_400.0, validator=_positive)
+    retry_base_seconds: float = attrs.field(default=5.0, validator=_positive)
+    retry_max_interval_seconds: float = attrs.field(default=3_600.0, validator=_positive)
+    # One attempt (connect, send, read the response) may take this long.
+    timeout_seconds: float = attrs.field(default=10.0, validator=_positive)
+    # Of a receiver's response body, this much is read and kept in the delivery log.
+    max_response_bytes: int = attrs.field(default=4_096, validator=_positive)
+    # Allow endpoints on loopback, link-local and private addresses (a trusted network, tests).
+    allow_private_addresses: bool = False
+    # Deliveries attempted at once by each process, and how often it looks for due ones.
+    concurrency: int = attrs.field(default=4, validator=_positive)
+    poll_interval_seconds: float = attrs.field(default=1.0, validator=_positive)
+
+
 def _default_rate_limits() -> dict[str, RateLimit]:
     return {"ask_question": RateLimit(limit=10, period_seconds=60)}
+
+
+@attrs.frozen(kw_only=True)
+class WebConfig:
+    # The web app (service/web/pages): how long a signed-in browser session lasts.
+    session_ttl_hours: float = attrs.field(default=12.0, validator=_positive)
+    # Items per page of the RFP review page.
+    items_per_page: int = attrs.field(default=100, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -295,6 +321,8 @@ class Config:
     openai: OpenAIConfig = OpenAIConfig()
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
     library: LibraryConfig = LibraryConfig()
+    webhooks: WebhooksConfig = WebhooksConfig()
+    web: WebConfig = WebConfig()
 
     @property
     def data_dir(self) -> Path:

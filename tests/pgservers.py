@@ -2,7 +2,8 @@
 on loopback ports, for the second CI pass (`make test-pgbouncer`) and the soak's restart phase.
 
 Debian's `postgresql` and `pgbouncer` packages (installed by .ci/run). Neither runs as root, so
-when we are root (CI) both run as the `postgres` user. Data lives under var/<name>, thrown away.
+when we are root (CI) both run as the `postgres` user. Data lives under /tmp/rfp-<name>-…, thrown
+away afterwards.
 
     python tests/pgservers.py -- <command …>   # run a command with DATABASE_URL (PostgreSQL
                                                # itself) and PGBOUNCER_URL set; stop both after
@@ -21,8 +22,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -152,18 +151,23 @@ pidfile = {self.base / "pgbouncer.pid"}
 
 @contextlib.contextmanager
 def servers(name: str = "pgbouncer") -> Iterator[tuple[SystemPostgres, PgBouncer]]:
-    base = ROOT / "var" / name
-    postgres = SystemPostgres(base)
-    postgres.init()
-    postgres.start()
-    bouncer = PgBouncer(base, postgres)
+    # Under /tmp, not the checkout: the `postgres` user must reach it, and a checkout under
+    # /root (CI's) is closed to other users.
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix=f"rfp-{name}-"))
+    top.chmod(0o755)  # mkdtemp's 0700 would keep the `postgres` user out
+    postgres = SystemPostgres(top / "cluster")
+    bouncer = PgBouncer(top / "cluster", postgres)
     try:
+        postgres.init()
+        postgres.start()
         bouncer.start()
         yield postgres, bouncer
     finally:
         bouncer.stop()
         postgres.stop("immediate")
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:

@@ -103,8 +103,9 @@ def split_sentences(text: str | None) -> list[str]:
 # Every feature the decision may use; the model file names the ones cross-validation kept.
 FEATURES = ("score", "margin", "question_match", "coverage", "overlap", "unknown", "unknown_peak",
             "sentence")
-# With dense retrieval: also the first reference's cosine similarity to the question.
-DENSE_FEATURES = (*FEATURES, "dense")
+# With dense retrieval: also the first reference's cosine similarity to the question, and how far
+# it is above the next references' (the lexical margin says little once fusion re-orders them).
+DENSE_FEATURES = (*FEATURES, "dense", "dense_margin")
 
 
 def features(question: str, references: Sequence[Reference]) -> dict[str, float]:
@@ -126,6 +127,8 @@ def features(question: str, references: Sequence[Reference]) -> dict[str, float]
     }
     if best.dense is not None:
         values["dense"] = best.dense
+        others = [r.dense for r in references[1:] if r.dense is not None]
+        values["dense_margin"] = max(0.0, best.dense - max(others, default=0.0))
     return values
 
 
@@ -136,6 +139,13 @@ class Model:
     threshold: float = 0.5
     # Confidence stays below this unless cross-validation earned ≥ CONFIDENT (None: no cap).
     cap: float | None = CONFIDENT - 0.01
+    # Fitted on retrievals with dense fusion, entries found by meaning alone among them (None:
+    # when it has a "dense" coefficient).
+    dense: bool | None = None
+
+    @property
+    def judges_dense(self) -> bool:
+        return self.dense if self.dense is not None else "dense" in self.coefficients
 
     def probability(self, values: dict[str, float]) -> float:
         z = self.intercept + sum(self.coefficients.get(k, 0.0) * v for k, v in values.items())
@@ -145,15 +155,15 @@ class Model:
     def load(cls, path: Path = MODEL_PATH) -> Model:
         data = json.loads(path.read_text())
         return cls(intercept=data["intercept"], coefficients=data["coefficients"],
-                   threshold=data.get("threshold", 0.5), cap=data.get("cap", CONFIDENT - 0.01))
+                   threshold=data.get("threshold", 0.5), cap=data.get("cap", CONFIDENT - 0.01),
+                   dense=data.get("dense"))
 
 
 MODEL = Model.load()
-# A model fitted with dense similarity as a feature, used when the first reference has one. None
-# is shipped: on the development set it decided no better than the lexical model (leave-one-out
-# 0.50 vs 0.525, docs/answer-quality.md), so dense retrieval changes the ranking, not the
-# decision. A deployment with labels of its own can fit one for its embedding model:
-# `python -m service eval … --embeddings … --fit --write-model service/answering/decision_model_dense.json`.
+# The model fitted on retrievals with dense fusion (the default), used when the first reference
+# carries a dense similarity; `MODEL` decides lexical retrievals (no pgvector, backend "none").
+# Both are written by `make eval EVAL_ARGS="--fit --prune --write-model …"` with the matching
+# embeddings backend (docs/answer-quality.md).
 DENSE_MODEL_PATH = MODEL_PATH.with_name("decision_model_dense.json")
 DENSE_MODEL = Model.load(DENSE_MODEL_PATH) if DENSE_MODEL_PATH.exists() else None
 
@@ -196,8 +206,9 @@ def decide(question: str, references: Sequence[Reference], model: Model | None =
     p = model.probability(values)
     # An entry found by meaning alone shares no term with the question (coverage 0; the unweighted
     # overlap may still count a word PostgreSQL drops, "each", "before"). A lexical model was
-    # fitted on entries that share terms with their questions and has no say about it.
-    unmatched = not values["coverage"] and "dense" not in model.coefficients
+    # fitted on entries that share terms with their questions and has no say about it; a model
+    # fitted on dense retrievals saw such entries.
+    unmatched = not values["coverage"] and not model.judges_dense
     sufficient = p >= model.threshold and not unmatched
     confidence = p if sufficient else min(p, model.threshold - 0.01)
     if model.cap is not None:

@@ -167,16 +167,6 @@ def make_embedder(config: EmbeddingsConfig, session: aiohttp.ClientSession | Non
     return None
 
 
-async def check_available(conn: asyncpg.Connection) -> None:
-    """Raise when the database has no embeddings table (pgvector missing when migrating)."""
-    if not await db.pgvector_available(conn):
-        raise RuntimeError(
-            "an embeddings backend is configured but the database has no knowledge_embeddings "
-            "table: install pgvector on the PostgreSQL server and re-create the database, or set "
-            "embeddings.backend = \"none\""
-        )
-
-
 PGVECTOR_MISSING = (
     "pgvector is not installed on this PostgreSQL server (no knowledge_embeddings table): "
     "retrieval stays lexical; install pgvector and re-create the database for dense retrieval, "

@@ -1,10 +1,13 @@
 """Answer-quality evaluation: load a knowledge base into a scratch database, ask every question
 through the real question pipeline (retrieval, the configured engine, confidence), one at a time,
 and score the outcome against labels (hit@1, hit@5, decision accuracy, calibration, latency).
-`fit_decision` refits the coverage model (service/answering/decision_model.json) and reports leave-one-out.
+`fit_decision` refits the coverage model by k-fold cross-validation over one or more sets and
+reports the cross-validated figures; `learn_from_review` measures learning from review; `ablate`
+what each vocabulary concept and retrieval knob buys.
 
-Files: KB CSV (id, question, answer, …), questions CSV (id, question), labels CSV
-(question_id, kb_id, alt_kb_ids `;`-separated, coverage). See /work/shared/eval/README.md.
+Input: a labelled set folder (kb.csv, dev_questions.csv, dev_labels.csv): the knowledge base
+(id, question, answer, …), the questions (id, question) and their labels (question_id, kb_id,
+alt_kb_ids `;`-separated, coverage). `make eval` runs it (EVAL=path of the folder).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from .. import db
 from ..answering import embeddings
 from ..config import QuestionsConfig
 from ..domain import accounts
-from ..domain.knowledge import decode_csv, import_csv
+from ..domain.knowledge import import_csv
+from ..domain.uploads import decode
 from . import decision as coverage
 from .retrieval import Reference
 
@@ -160,7 +164,7 @@ async def evaluate(
     # Small local files, read once before anything runs: blocking reads are fine here.
     questions = read_questions(questions_csv)
     labels = read_labels(labels_csv)
-    kb_text = decode_csv(kb_csv.read_bytes())  # noqa: ASYNC240 (see above)
+    kb_text = decode(kb_csv.read_bytes())  # noqa: ASYNC240 (see above)
     async with scratch_database(server_url) as pool:
         scheduler = aiojobs.Scheduler(limit=None, close_timeout=1.0)
         try:
@@ -170,12 +174,13 @@ async def evaluate(
                 user_id = made["member"]["user_id"]
                 report = await import_csv(conn, account_id, kb_text)
             embedded = 0
+            if embedder is not None:  # without pgvector: one warning, a lexical evaluation
+                async with pool.acquire() as conn:
+                    embedder = await embeddings.usable_embedder(conn, embedder)
             if embedder is not None:
                 from ..config import EmbeddingsConfig
                 from .embeddings import Indexer
 
-                async with pool.acquire() as conn:
-                    await embeddings.check_available(conn)
                 started = time.perf_counter()
                 embedded = await Indexer(pool, embedder, EmbeddingsConfig()).catch_up()
                 embedding_seconds = time.perf_counter() - started
@@ -313,6 +318,11 @@ async def learn_from_review(
 
 FOLDS = 5
 PENALTIES = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+# The probability from which the decision says "covered". 0.5 says it when the first reference is
+# more likely right than not; lower says it when it is more likely right than the question
+# unanswerable (an answerable question whose first reference is wrong is lost either way), which
+# is what maximises right decisions. Chosen by inner cross-validation like the penalty.
+THRESHOLDS = (0.3, 0.35, 0.4, 0.45, 0.5)
 # Confidence bins of the calibration table.
 BINS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0001)
 
@@ -457,10 +467,35 @@ def choose_penalty(items: list[Sample], names: tuple[str, ...]) -> float:
     return min(PENALTIES, key=lambda l2: (losses[l2], -l2))
 
 
+def choose_threshold(items: list[Sample], names: tuple[str, ...], l2: float) -> float:
+    """The threshold (THRESHOLDS) with the most right decisions under cross-validation on
+    `items`; on a tie the higher (the more cautious)."""
+    fold = folds(items)
+    probability = [0.0] * len(items)
+    for k in range(FOLDS):
+        model = fit_logistic(_rows([s for s, f in zip(items, fold, strict=True) if f != k]), names, l2)
+        for i, (s, f) in enumerate(zip(items, fold, strict=True)):
+            if f == k:
+                probability[i] = model.probability(s.features)
+
+    def right(threshold: float) -> int:
+        return sum((p >= threshold and s.y == 1) or (p < threshold and not s.answerable)
+                   for p, s in zip(probability, items, strict=True))
+
+    return max(THRESHOLDS, key=lambda t: (right(t), t))
+
+
 def fit_procedure(items: list[Sample], names: tuple[str, ...], l2: float | None = None) -> coverage.Model:
-    """The whole fitting procedure on `items`: the penalty by inner cross-validation (unless
-    given), then the model on all of them."""
-    return fit_logistic(_rows(items), names, l2 if l2 is not None else choose_penalty(items, names))
+    """The whole fitting procedure on `items`: the penalty and the threshold by inner
+    cross-validation (the penalty unless given), then the model on all of them."""
+    l2 = l2 if l2 is not None else choose_penalty(items, names)
+    model = fit_logistic(_rows(items), names, l2)
+    return attrs.evolve(model, dense=carries_dense(items),
+                        threshold=choose_threshold(items, names, l2))
+
+
+def carries_dense(items: list[Sample]) -> bool:
+    return any(r.dense is not None for s in items for r in s.references[:1])
 
 
 def cross_validated(items: list[Sample], names: tuple[str, ...], l2: float | None = None,
@@ -526,8 +561,7 @@ def shipped_features(items: list[Sample]) -> tuple[str, ...]:
 
 
 def feature_names(items: list[Sample]) -> tuple[str, ...]:
-    dense = any(r.dense is not None for s in items for r in s.references[:1])
-    return coverage.DENSE_FEATURES if dense else coverage.FEATURES
+    return coverage.DENSE_FEATURES if carries_dense(items) else coverage.FEATURES
 
 
 def prune(items: list[Sample], names: tuple[str, ...], l2: float) -> tuple[tuple[str, ...], list[dict]]:
@@ -552,7 +586,7 @@ def prune(items: list[Sample], names: tuple[str, ...], l2: float) -> tuple[tuple
 
 
 def fit_decision(sets: dict[str, tuple[dict[str, Any], dict[str, Label]]], *,
-                 prune_features: bool = False) -> dict[str, Any]:
+                 prune_features: bool = False, features: tuple[str, ...] = ()) -> dict[str, Any]:
     """Fit the coverage model on the evaluations of one or more sets, by the procedure above:
     returns the model (fitted on every question with the cross-validated choices), and the
     figures in-sample (the shipped model), cross-validated and set-to-set (fitted on one set,
@@ -561,7 +595,7 @@ def fit_decision(sets: dict[str, tuple[dict[str, Any], dict[str, Label]]], *,
     if not enough(items):
         raise ValueError(f"too few labelled questions to fit by {FOLDS}-fold cross-validation: "
                          f"{FOLDS} answered and {FOLDS} not, at least")
-    names = feature_names(items)
+    names = features or feature_names(items)
     l2 = choose_penalty(items, names)
     steps: list[dict] = []
     if prune_features:
@@ -573,7 +607,7 @@ def fit_decision(sets: dict[str, tuple[dict[str, Any], dict[str, Label]]], *,
     # The cap goes only when cross-validation earned it: ≥ 90 % of confident answers right.
     earned = pooled["confident_answers"] >= 10 and (
         pooled["confident_right"] >= 0.9 * pooled["confident_answers"])
-    model = attrs.evolve(fit_logistic(_rows(items), names, l2),
+    model = attrs.evolve(fit_procedure(items, names, l2),
                          cap=None if earned else round(coverage.CONFIDENT - 0.01, 2))
     across = {}
     set_names = list(sets)
@@ -585,7 +619,7 @@ def fit_decision(sets: dict[str, tuple[dict[str, Any], dict[str, Label]]], *,
                 held, [coverage.decide(s.question, list(s.references), fitted) for s in held])
     return {
         "model": {"intercept": model.intercept, "coefficients": model.coefficients,
-                  "threshold": model.threshold, "cap": model.cap,
+                  "threshold": model.threshold, "cap": model.cap, "dense": model.dense,
                   "fitted": {"sets": {n: len([s for s in items if s.set == n]) for n in sets},
                              "l2": l2, "folds": FOLDS}},
         "l2": l2,
@@ -678,7 +712,7 @@ async def ablate(
         async with scratch_database(server_url) as pool, pool.acquire() as conn:
             made = await accounts.create_account(conn, "Ablation", "eval@example.invalid", 0)
             account_id = made["account"]["id"]
-            await import_csv(conn, account_id, decode_csv(kb_csv.read_bytes()))
+            await import_csv(conn, account_id, decode(kb_csv.read_bytes()))
 
             async def run(variant: str, set_name: str = set_name, account_id: str = account_id,
                           labels: dict[str, Label] = labels, conn: Any = conn,

@@ -29,8 +29,11 @@ import attrs
 
 from .. import db
 from ..config import QuestionsConfig
-from ..domain import bands
+from ..domain import bands, webhooks
 from ..domain.accounts import change_credits
+from ..domain.convert import unstructure
+from ..domain.models import rfp_json
+from ..domain.questions import Question
 from ..metrics import Metrics
 from . import decision as coverage
 from . import staleness
@@ -265,6 +268,7 @@ def rfp_item_state(work: Work, config: QuestionsConfig) -> str:
 async def persist(
     conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float,
     metrics: Metrics | None = None, config: QuestionsConfig | None = None,
+    web_base_url: str = "http://localhost:8080",
 ) -> asyncpg.Record | None:
     """Store `after` if `before` is still what the database holds and we hold the lease.
 
@@ -275,7 +279,8 @@ async def persist(
     """
     config = config or QuestionsConfig()
     answers_item = after.state == "complete" and after.rfp_item_id is not None
-    if after.engine_failure is None and not answers_item:
+    # A completion writes its webhooks (question.completed, rfp.answered) in its transaction.
+    if after.engine_failure is None and after.state != "complete":
         # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
         args = _advance_args(owner, before, after, lease_seconds)
         return await conn.fetchrow(db.query("advance_question"), *args)
@@ -299,9 +304,26 @@ async def persist(
             )
             if rfp_id is not None:
                 await conn.execute(db.query("touch_rfp"), rfp_id)
+                # The RFP row lock just taken orders the completions of its items: the last
+                # one sees no other in flight, and says so once.
+                if await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id) == 0:
+                    await _rfp_answered(conn, after.account_id, rfp_id, web_base_url)
+        if after.state == "complete":
+            await webhooks.emit(conn, after.account_id, "question.completed", after.id,
+                                unstructure(Question.from_row(moved)))
     if refund and metrics is not None:  # counted once committed
         metrics.credits_refunded.labels("engine_failure").inc(refund)
     return moved
+
+
+async def _rfp_answered(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, web_base_url: str
+) -> None:
+    """rfp.answered: every item of an answer-all run has its draft."""
+    if await webhooks.wanted(conn, account_id, "rfp.answered"):
+        row = await conn.fetchrow(db.query("get_rfp"), rfp_id, account_id)
+        await webhooks.emit(conn, account_id, "rfp.answered", rfp_id,
+                            rfp_json(row, web_base_url, with_context=True))
 
 
 # -- the runner ----------------------------------------------------------------------------------
@@ -340,6 +362,8 @@ class Pipeline:
         self.on_commit: Callable[[str, Mapping[str, Any] | None], None] | None = None
         self.stopping = False
         self._wake = asyncio.Event()
+        # The base of the RFP web_link in webhook bodies (server.web_base_url; set by the app).
+        self.web_base_url = "http://localhost:8080"
 
     def wake(self) -> None:
         """Look for work now (a question was asked unleased, here or in another process)."""
@@ -445,7 +469,7 @@ class Pipeline:
                 async with self.pool.acquire() as conn:
                     stored = await persist(
                         conn, self.owner, work, after, self.config.lease_seconds, self.metrics,
-                        self.config,
+                        self.config, self.web_base_url,
                     )
                 if stored is None:
                     log.info("question %s was moved by another worker; leaving it", work.id)

@@ -151,3 +151,12 @@ async def set_subscription(conn: asyncpg.Connection, account_id: str, status: st
         raise OperatorError(f"status must be active or inactive; got {status!r}")
     if await conn.fetchval(db.query("set_subscription"), account_id, status) is None:
         raise OperatorError(f"no account {account_id}")
+
+
+async def set_password(conn: asyncpg.Connection, user_id: int, password: str) -> None:
+    """Give a user a password (argon2id, as sign-up stores it) shown only to them: the first
+    start prints the demo admin's, whom no invitation or reset e-mail reaches. Counted as the
+    user's own (sign-in refuses passwords an administrator chose for someone else)."""
+    from .passwords import hasher
+
+    await conn.execute(db.query("set_own_password"), user_id, hasher().hash(password), False)

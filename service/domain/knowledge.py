@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -14,10 +14,14 @@ import asyncpg
 import attrs
 
 from .. import db
-from .convert import NonBlank, TagList, at_most, structure
-from .errors import ValidationFailed
+from . import audit, uploads, webhooks
+from .convert import NonBlank, TagList, at_most, structure, unstructure
+from .errors import NotFound, ValidationFailed
 from .ids import new_id
+from .models import Page
 from .questions import fetch_question
+from .rfps import like_pattern
+from .uploads import Limits
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,7 @@ MAX_TAGS = 50
 
 
 MAX_IMPORT_ROWS = 10_000
+DEFAULT_LIMITS = Limits()
 CSV_COLUMNS = ("question", "answer", "title", "tags", "source", "id", "yes_no")
 
 
@@ -112,7 +117,40 @@ def _blank_to_none(value: str | None) -> str | None:
     return value if value is not None and value.strip() else None
 
 
+_AUDITED = ("question", "answer", "title", "tags", "source", "yes_no", "owner_id", "review_by")
+
+
+async def item_written(
+    conn: asyncpg.Connection, actor: audit.Actor, account_id: str, item: KnowledgeItem,
+    event_type: str, before: KnowledgeItem | None = None,
+) -> int:
+    """The audit event and webhook of a created, changed or deleted entry (in the caller's
+    transaction); returns how many webhook deliveries were queued."""
+    data = unstructure(item)
+    if event_type.endswith("deleted"):
+        await audit.record(conn, actor, event_type, record_id=item.id, account_id=account_id,
+                           before={k: data[k] for k in _AUDITED})
+    else:
+        old = unstructure(before) if before is not None else None
+        await audit.record(conn, actor, event_type, record_id=item.id, account_id=account_id,
+                           before=None if old is None else {k: old[k] for k in _AUDITED},
+                           after={k: data[k] for k in _AUDITED})
+    return await webhooks.emit(conn, account_id, event_type, item.id, data)
+
+
 async def create_item(
+    conn: asyncpg.Connection, account_id: str, data: KnowledgeItemInput,
+    *, actor: audit.Actor | None = None,
+) -> KnowledgeItem:
+    """Add an entry; with `actor`, its audit event and webhook in the same transaction."""
+    async with conn.transaction():
+        item = await _insert_item(conn, account_id, data)
+        if actor is not None:
+            await item_written(conn, actor, account_id, item, "knowledge_base_item.created")
+    return item
+
+
+async def _insert_item(
     conn: asyncpg.Connection, account_id: str, data: KnowledgeItemInput
 ) -> KnowledgeItem:
     row = await conn.fetchrow(
@@ -128,6 +166,35 @@ async def create_item(
         data.yes_no,
     )
     return KnowledgeItem.from_row(row)
+
+
+async def find_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem | None:
+    row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+    return None if row is None else KnowledgeItem.from_row(row)
+
+
+async def fetch_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem:
+    item = await find_item(conn, account_id, item_id)
+    if item is None:
+        raise NotFound(f"no knowledge base item {item_id} in this account")
+    return item
+
+
+async def delete_item(
+    conn: asyncpg.Connection, account_id: str, item_id: str, *, actor: audit.Actor | None = None
+) -> KnowledgeItem:
+    """Delete an entry; returns it as it was. With `actor`, its audit event and webhook are
+    written in the same transaction."""
+    async with conn.transaction():
+        row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+        if row is None or await conn.fetchval(
+            db.query("delete_knowledge_item"), item_id, account_id
+        ) is None:
+            raise NotFound(f"no knowledge base item {item_id} in this account")
+        item = KnowledgeItem.from_row(row)
+        if actor is not None:
+            await item_written(conn, actor, account_id, item, "knowledge_base_item.deleted")
+    return item
 
 
 @attrs.frozen(kw_only=True)
@@ -152,17 +219,23 @@ class ParsedCsv:
     ignored_columns: list[str]
 
 
-def parse_csv(text: str) -> ParsedCsv:
+def parse_knowledge_csv(text: str, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
     """The valid rows of a knowledge-base CSV (with their row numbers) and the rejected ones.
 
-    A header without `answer` or too many rows rejects the whole file (422); a bad row only
-    itself. Columns other than CSV_COLUMNS (spreadsheet exports carry many) are ignored and named.
+    A header without `answer` or too many rows rejects the whole file (422), as does a file past
+    an upload limit (413) or holding a NUL character (422); a bad row only itself. Columns other
+    than CSV_COLUMNS (spreadsheet exports carry many) are ignored and named. The format is fixed:
+    comma-separated, so no delimiter is guessed.
     """
-    reader = csv.reader(io.StringIO(text, newline=""))
+    return _knowledge_rows(uploads.csv_records(io.StringIO(text, newline=""), limits, csv.excel))
+
+
+def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
     try:
-        header = next(reader, None)
-    except csv.Error as exc:
-        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc}"]) from None
+        first = next(records, None)
+    except uploads.NotCsv as exc:
+        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc.error}"]) from None
+    header = None if first is None else first[1]
     if header is None:
         raise ValidationFailed(["csv: the file is empty; expected a header row question,answer,…"])
     names = [name.strip().lower() for name in header]
@@ -178,16 +251,15 @@ def parse_csv(text: str) -> ParsedCsv:
     valid: list[tuple[int, ImportRow]] = []
     rejected: list[Rejection] = []
     seen_ids: dict[str, int] = {}
-    row_number = 1
     while True:
         try:
-            values = next(reader, None)
-        except csv.Error as exc:
-            rejected.append(Rejection(row=row_number + 1, reason=f"not valid CSV: {exc}"))
+            record = next(records, None)
+        except uploads.NotCsv as exc:
+            rejected.append(Rejection(row=exc.row, reason=f"not valid CSV: {exc.error}"))
             break  # the reader cannot resynchronise after a broken quote
-        if values is None:
+        if record is None:
             break
-        row_number += 1
+        row_number, values = record
         if not any(value.strip() for value in values):
             continue  # blank lines are not entries
         if row_number - 1 > MAX_IMPORT_ROWS:
@@ -232,20 +304,26 @@ def parse_csv(text: str) -> ParsedCsv:
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 
-def parse_upload(raw: bytes) -> ParsedCsv:
-    """An uploaded CSV's bytes, decoded and parsed: what a parse worker process runs
+def parse_upload(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
+    """An uploaded knowledge-base CSV's bytes (UTF-8), parsed: what a parse worker process runs
     (service/domain/isolation.py), so a large or hostile file never blocks the service."""
-    return parse_csv(decode_csv(raw))
+    return uploads.read_csv(io.BytesIO(raw), limits, _knowledge_rows, dialect=csv.excel)
 
 
-async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv) -> ImportReport:
-    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones."""
-    parsed = parse_csv(text) if isinstance(text, str) else text
+async def import_csv(
+    conn: asyncpg.Connection, account_id: str, text: str | ParsedCsv,
+    actor: audit.Actor | None = None,
+) -> ImportReport:
+    """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
+    With `actor`, the audit event and the entries' webhooks are written in that transaction."""
+    parsed = parse_knowledge_csv(text) if isinstance(text, str) else text
     valid = parsed.valid
     created = updated = 0
     if valid:
         items = [item for _, item in valid]
         async with conn.transaction():
+            # The entries' versions say who (library.py).
+            await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
             rows = await conn.fetch(
                 db.query("upsert_knowledge_items"),
                 account_id,
@@ -258,8 +336,13 @@ async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | Pars
                 [i.external_id for i in items],
                 [i.yes_no for i in items],
             )
-        created = sum(1 for row in rows if row["created"])
-        updated = len(rows) - created
+            created = sum(1 for row in rows if row["created"])
+            updated = len(rows) - created
+            if actor is not None:
+                await audit.record(conn, actor, "knowledge_base_items.imported", after={
+                    "created": created, "updated": updated, "rejected": len(parsed.rejected),
+                }, account_id=account_id)
+                await emit_items(conn, account_id, rows)
         await merge_pending_index(conn)
     return ImportReport(
         imported=created + updated,
@@ -268,6 +351,18 @@ async def import_csv(conn: asyncpg.Connection, account_id: str, text: str | Pars
         rejected=parsed.rejected,
         ignored_columns=parsed.ignored_columns,
     )
+
+
+async def emit_items(conn: asyncpg.Connection, account_id: str, rows: list[asyncpg.Record]) -> None:
+    """knowledge_base_item.created/updated for the rows of an import, when an endpoint wants them."""
+    for event_type, wanted_rows in (
+        ("knowledge_base_item.created", [r["id"] for r in rows if r["created"]]),
+        ("knowledge_base_item.updated", [r["id"] for r in rows if not r["created"]]),
+    ):
+        if wanted_rows and await webhooks.wanted(conn, account_id, event_type):
+            for row in await conn.fetch(db.query("knowledge_items_by_ids"), account_id, wanted_rows):
+                item = KnowledgeItem.from_row(row)
+                await webhooks.emit(conn, account_id, event_type, item.id, unstructure(item))
 
 
 async def merge_pending_index(conn: asyncpg.Connection) -> None:
@@ -284,13 +379,6 @@ async def merge_pending_index(conn: asyncpg.Connection) -> None:
         log.info("not the knowledge index's owner: its pending list is left to autovacuum")
 
 
-def decode_csv(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ValidationFailed(["csv: the file must be UTF-8 encoded"]) from None
-
-
 @attrs.frozen(kw_only=True)
 class Review:
     approved: bool
@@ -298,11 +386,29 @@ class Review:
 
 
 async def save_review(
-    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None
+    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None,
+    member_id: str | None = None, *, actor: audit.Actor | None = None, approved: bool = True,
 ) -> tuple[KnowledgeItem, bool]:
     """Store question `question_id` with `answer` (or its own answer) as a knowledge-base entry:
     (the entry, whether it is new). The entry an earlier review of this question (or of the same
-    question text) saved is updated rather than duplicated."""
+    question text) saved is updated rather than duplicated. With `actor`, the review's audit event
+    (`approved`: whether the answer was approved, else corrected) and the entry's audit event and
+    webhook are written in the same transaction."""
+    async with conn.transaction():
+        item, created = await _save_review(conn, account_id, question_id, answer, member_id)
+        if actor is not None:
+            await audit.record(conn, actor, "question.reviewed", record_id=question_id,
+                               account_id=account_id,
+                               after={"approved": approved, "knowledge_base_item_id": item.id})
+            await item_written(conn, actor, account_id, item, "knowledge_base_item.created"
+                               if created else "knowledge_base_item.updated")
+    return item, created
+
+
+async def _save_review(
+    conn: asyncpg.Connection, account_id: str, question_id: str, answer: str | None,
+    member_id: str | None,
+) -> tuple[KnowledgeItem, bool]:
     row = await fetch_question(conn, question_id, account_id)
     text = answer if answer is not None else row["answer"]
     details = []
@@ -316,9 +422,43 @@ async def save_review(
         details.append(f"question: longer than {MAX_QUESTION} characters; add the entry by hand")
     if details:
         raise ValidationFailed(details)
-    saved = await conn.fetchrow(
-        db.query("save_review_item"),
-        new_id("kb"), account_id, row["question"], text, f"review of question {question_id}",
-        question_id,
+    return await save_reviewed_answer(
+        conn, account_id, question=row["question"], answer=text,
+        source=f"review of question {question_id}", reviewed_question=question_id, owner=member_id,
     )
-    return KnowledgeItem.from_row(saved), saved["created"]
+
+
+async def save_reviewed_answer(
+    conn: asyncpg.Connection, account_id: str, *, question: str, answer: str, source: str,
+    title: str | None = None, external_id: str | None = None, reviewed_question: str | None = None,
+    owner: str | None = None,
+) -> tuple[KnowledgeItem, bool]:
+    """Save an answer a person approved as a knowledge-base entry: (the entry, whether it is new).
+
+    The one way both reviews save: an RFP item's (keyed by `external_id` "rfp_item:<id>") and a
+    question's (keyed by `reviewed_question`, or the same question text). Saving the same item or
+    question again updates its entry rather than adding another; a new entry is owned by `owner`
+    (the reviewing member), an existing one keeps its owner and review date.
+    """
+    async with conn.transaction():
+        await conn.execute(db.query("set_actor"), owner)  # the entry's version says who (library.py)
+        for _ in range(2):  # a second pass updates the entry a concurrent first save just inserted
+            saved = await conn.fetchrow(
+                db.query("save_reviewed_answer"), new_id("kb"), account_id, question, answer, title,
+                source, external_id, reviewed_question, owner,
+            )
+            if saved is not None:
+                return KnowledgeItem.from_row(saved), saved["created"]
+    raise RuntimeError("save_reviewed_answer: the entry neither existed nor could be inserted")
+
+
+async def search_items(
+    conn: asyncpg.Connection, account_id: str, term: str | None, page: Page
+) -> tuple[list[KnowledgeItem], int]:
+    """One page of the account's entries whose question, answer or title holds `term` (the same
+    substring rule as the RFP search; None or blank: every entry), newest first, and the count."""
+    pattern = like_pattern(term) if term and term.strip() else None
+    rows = await conn.fetch(
+        db.query("search_knowledge_items"), account_id, pattern, page.size, page.offset
+    )
+    return [KnowledgeItem.from_row(row) for row in rows], (rows[0]["total"] if rows else 0)

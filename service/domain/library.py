@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -25,21 +26,26 @@ import asyncpg
 import attrs
 
 from .. import db
-from .convert import IsoDate, NonBlank, TagList, at_most, structure
+from . import audit, webhooks
+from .convert import IsoDate, NonBlank, structure, unstructure
 from .errors import NotFound, ValidationFailed
 from .knowledge import (
-    MAX_ANSWER,
-    MAX_QUESTION,
-    MAX_SHORT,
     KnowledgeItem,
+    KnowledgeItemInput,
     _blank_to_none,
-    _tags,
-    merge_pending_index,
+    find_item,
+    item_written,
 )
+
+log = logging.getLogger(__name__)
 
 
 async def set_review_period(conn: asyncpg.Connection, days: int) -> None:
-    await conn.execute(db.query("set_review_period"), days)
+    """Make `days` the review period new entries get (every write path reads it in SQL)."""
+    try:
+        await conn.execute(db.query("set_review_period"), days)
+    except asyncpg.InsufficientPrivilegeError:
+        log.warning("cannot write library_settings: new entries keep the review period stored there")
 
 
 async def set_actor(conn: asyncpg.Connection, member_id: str | None) -> None:
@@ -61,16 +67,21 @@ async def list_items(
 
 async def mark_reviewed(
     conn: asyncpg.Connection, account_id: str, item_id: str, member_id: str | None,
-    review_by: date | None = None,
+    review_by: date | None = None, *, actor: audit.Actor | None = None,
 ) -> KnowledgeItem:
+    """Mark an entry reviewed; with `actor`, its audit event in the same transaction."""
     async with conn.transaction():
         await set_actor(conn, member_id)
         row = await conn.fetchrow(
             db.query("mark_knowledge_item_reviewed"), item_id, account_id, review_by
         )
-    if row is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
-    return KnowledgeItem.from_row(row)
+        if row is None:
+            raise NotFound(f"no knowledge base item {item_id} in this account")
+        item = KnowledgeItem.from_row(row)
+        if actor is not None:
+            await audit.record(conn, actor, "knowledge_base_item.reviewed", record_id=item.id,
+                               account_id=account_id, after={"review_by": review_by})
+    return item
 
 
 @attrs.frozen(kw_only=True)
@@ -79,28 +90,25 @@ class ReviewedInput:
 
 
 @attrs.frozen(kw_only=True)
-class ItemChange:
-    """A PATCH of an entry, merged over its stored fields (absent fields keep their values)."""
+class ItemChange(KnowledgeItemInput):
+    """A PATCH of an entry, merged over its stored fields (absent fields keep their values):
+    an entry's fields, checked as when it is created, plus its owner and review date."""
 
-    answer: NonBlank = attrs.field(validator=at_most(MAX_ANSWER))
-    question: str | None = attrs.field(default=None, validator=at_most(MAX_QUESTION))
-    title: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
-    tags: TagList = attrs.field(factory=list, validator=_tags)
-    source: str | None = attrs.field(default=None, validator=at_most(MAX_SHORT))
-    yes_no: bool | None = None
     owner_id: str | None = None
     review_by: IsoDate | None = None
 
 
 async def update_item(
     conn: asyncpg.Connection, account_id: str, item_id: str, member_id: str | None,
-    fields: Mapping[str, Any],
+    fields: Mapping[str, Any], *, actor: audit.Actor | None = None,
 ) -> KnowledgeItem:
-    """Change an entry; the previous version is kept (who, when, what)."""
+    """Change an entry; the previous version is kept (who, when, what). With `actor`, its audit
+    event and webhook are written in the same transaction."""
     async with conn.transaction():
         current = await conn.fetchrow(db.query("lock_knowledge_item"), item_id, account_id)
         if current is None:
             raise NotFound(f"no knowledge base item {item_id} in this account")
+        before = await find_item(conn, account_id, item_id) if actor is not None else None
         stored = {
             "answer": current["answer"], "question": current["question"], "title": current["title"],
             "tags": list(current["tags"]), "source": current["source"], "yes_no": current["yes_no"],
@@ -124,8 +132,10 @@ async def update_item(
             [tag.strip() for tag in change.tags], _blank_to_none(change.source), change.yes_no,
             change.owner_id, change.review_by,
         )
-    await merge_pending_index(conn)
-    return KnowledgeItem.from_row(row)
+        item = KnowledgeItem.from_row(row)
+        if actor is not None:
+            await item_written(conn, actor, account_id, item, "knowledge_base_item.updated", before)
+    return item
 
 
 async def stale_items(conn: asyncpg.Connection, account_id: str) -> list[dict[str, Any]]:
@@ -426,14 +436,19 @@ class MergeInput:
 
 
 async def merge(
-    conn: asyncpg.Connection, account_id: str, keep_id: str, duplicate_id: str, member_id: str | None
+    conn: asyncpg.Connection, account_id: str, keep_id: str, duplicate_id: str, member_id: str | None,
+    *, actor: audit.Actor | None = None,
 ) -> tuple[KnowledgeItem, int]:
     """Merge `duplicate_id` into `keep_id`: questions and RFP items that cited the duplicate cite
     the kept entry (each question remembering `merged_from`), the duplicate's versions stay
-    readable, and it is removed. Returns the kept entry and how many questions were repointed."""
+    readable, and it is removed. Returns the kept entry and how many questions were repointed.
+    With `actor`, the merge's audit event, the duplicate's deletion (audit event and webhook) and
+    the kept entry's update webhook are written in the same transaction."""
     if keep_id == duplicate_id:
         raise ValidationFailed(["duplicate_id: must be another entry than the one kept"])
     async with conn.transaction():
+        # The duplicate as it was, for its deletion's event (a missing one is the 422 below).
+        duplicate = await find_item(conn, account_id, duplicate_id) if actor is not None else None
         kept = await conn.fetchrow(db.query("lock_knowledge_item"), keep_id, account_id)
         if kept is None:
             raise NotFound(f"no knowledge base item {keep_id} in this account")
@@ -446,4 +461,14 @@ async def merge(
         )
         await conn.execute(db.query("repoint_rfp_items"), duplicate_id, keep_id)
         await conn.execute(db.query("delete_merged_item"), duplicate_id, account_id)
-    return KnowledgeItem.from_row(kept), len(repointed)
+        item = KnowledgeItem.from_row(kept)
+        if actor is not None:
+            await audit.record(conn, actor, "knowledge_base_item.merged", record_id=item.id,
+                               account_id=account_id, after={
+                                   "merged_id": duplicate_id, "questions_repointed": len(repointed),
+                               })
+            if duplicate is not None:
+                await item_written(conn, actor, account_id, duplicate, "knowledge_base_item.deleted")
+            await webhooks.emit(conn, account_id, "knowledge_base_item.updated", item.id,
+                                unstructure(item))
+    return item, len(repointed)

@@ -37,7 +37,7 @@ import attrs
 
 from .. import db
 from ..config import Config
-from . import mail
+from . import audit, mail, webhooks
 from .convert import (
     Email,
     Password,
@@ -253,7 +253,21 @@ def _base_url(config: Config) -> str:
     return config.server.web_base_url.rstrip("/")
 
 
-async def create_user(conn: asyncpg.Connection, config: Config, account_id: str, fields: Any) -> Member:
+async def member_created(
+    conn: asyncpg.Connection, actor: audit.Actor | None, account_id: str, member: Member
+) -> None:
+    """A new membership's audit event and member.created webhook, in the caller's transaction."""
+    data = unstructure(member)
+    if actor is not None:
+        await audit.record(conn, actor, "member.created", record_id=member.id, account_id=account_id,
+                           after={k: data[k] for k in ("email", "first_name", "last_name", "role")})
+    await webhooks.emit(conn, account_id, "member.created", member.id, data)
+
+
+async def create_user(
+    conn: asyncpg.Connection, config: Config, account_id: str, fields: Any,
+    actor: audit.Actor | None = None,
+) -> Member:
     """POST /users: make the address a member of the account and e-mail it.
 
     The answer is the same whether or not the address belongs to a user of another account
@@ -291,11 +305,13 @@ async def create_user(conn: asyncpg.Connection, config: Config, account_id: str,
         if user is not None:  # show what a new user would show: the names given, not theirs
             name = await conn.fetchval(db.query("display_name_of"), first, last, member.email)
             member = attrs.evolve(member, first_name=first, last_name=last, name=name)
+        await member_created(conn, actor, account_id, member)
     return member
 
 
 async def confirm_email(
-    pool: asyncpg.Pool, passwords: Passwords, token: str, password: str | None
+    pool: asyncpg.Pool, passwords: Passwords, token: str, password: str | None,
+    actor: audit.Actor | None = None,
 ) -> asyncpg.Record:
     """Spend a confirmation link; it also sets the password the user chose, which is required
     unless they already have one of their own (a 422 leaves the link unspent). A password of
@@ -314,7 +330,12 @@ async def confirm_email(
         user_id = await conn.fetchval(db.query("use_email_confirmation"), digest)
         if user_id is None:
             raise NotFound("this confirmation link is unknown, already used or expired")
-        return await conn.fetchrow(db.query("confirm_user"), user_id, new_hash)
+        row = await conn.fetchrow(db.query("confirm_user"), user_id, new_hash)
+        if actor is not None:
+            account_id = await conn.fetchval(db.query("first_account_of_user"), user_id)
+            await audit.record(conn, attrs.evolve(actor, label=row["email"]), "user.email_confirmed",
+                               record_id=str(user_id), account_id=account_id)
+        return row
 
 
 async def confirmation_needs_password(conn: asyncpg.Connection, token: str) -> bool:
@@ -349,18 +370,60 @@ def _usable(row: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 async def sign_in(
-    pool: asyncpg.Pool, passwords: Passwords, config: Config, fields: Any, client: str
+    pool: asyncpg.Pool, passwords: Passwords, config: Config, fields: Any, client: str,
+    actor: audit.Actor | None = None,
 ) -> dict[str, Any]:
-    """POST /tokens: e-mail and password for an API token of one membership.
-
-    Throttled by `guard_password_attempt` (every attempt counts). A password an administrator
-    chose (from before migration 0020) is refused after it is checked: it is not the user's
-    own, so it must be replaced by a reset first.
-    """
+    """POST /tokens: e-mail and password (`authenticate`) for an API token of one membership."""
     if not isinstance(fields, dict):
         raise ValidationFailed(["the body must be a JSON object with email and password"])
     data = structure(fields, SignIn)
-    email = data.email.strip()
+    membership = await authenticate(
+        pool, passwords, config, email=data.email, password=data.password,
+        account_id=data.account_id, client=client, actor=actor,
+    )
+    scopes = sorted(set(data.scopes))
+    expires_at = _expires_at(config.auth.token_ttl_days)
+    async with pool.acquire() as conn, conn.transaction():
+        token = await issue_token(conn, membership["id"], scopes, expires_at)
+        if actor is not None:
+            signed_in = signed_in_actor(actor, membership)
+            await audit.record(conn, signed_in, "auth.signed_in", record_id=membership["id"])
+            await audit.record(conn, signed_in, "token.created", record_id=membership["id"],
+                               after={"scopes": scopes, "expires_at": expires_at})
+    return {
+        "token": token,
+        "scopes": scopes,
+        "expires_at": expires_at,
+        "account_id": membership["account_id"],
+        "member_id": membership["id"],
+    }
+
+
+def signed_in_actor(actor: audit.Actor, membership: Mapping[str, Any]) -> audit.Actor:
+    """The audit actor of a successful sign-in: the member it signed in as."""
+    return attrs.evolve(actor, type="member", id=membership["id"], label=membership["email"],
+                        account_id=membership["account_id"])
+
+
+async def authenticate(
+    pool: asyncpg.Pool,
+    passwords: Passwords,
+    config: Config,
+    *,
+    email: str,
+    password: str,
+    account_id: str | None,
+    client: str,
+    actor: audit.Actor | None = None,
+) -> dict[str, Any]:
+    """The membership (`id`, `account_id`, `email`) an e-mail address and password sign in to:
+    the one rule behind POST /api/v1/tokens (`sign_in`) and the web app's sign-in page.
+
+    Throttled by `guard_password_attempt` (every attempt counts); a failure is audited when an
+    `actor` is given. A password an administrator chose (from before migration 0020) is refused
+    after it is checked: it is not the user's own, so it must be replaced by a reset first.
+    """
+    email = email.strip()
     if len(email) > 254:
         raise ValidationFailed(["email: is not a valid e-mail address"])
     async with pool.acquire() as conn:
@@ -369,7 +432,17 @@ async def sign_in(
             conn, config.members, client, email, user["id"] if user is not None else None
         )
     stored_hash = user["password_hash"] if user is not None else None
-    if not await passwords.verify(stored_hash, data.password):
+    if not await passwords.verify(stored_hash, password):
+        if actor is not None:  # committed on its own: the refusal follows
+            async with pool.acquire() as conn:
+                membership = None if user is None else await conn.fetchrow(
+                    db.query("membership_for_sign_in"), user["id"], account_id
+                )
+                await audit.record(
+                    conn, attrs.evolve(actor, label=email), "auth.sign_in_failed",
+                    record_id=None if user is None else str(user["id"]),
+                    account_id=None if membership is None else membership["account_id"],
+                )
         raise Unauthorized("wrong e-mail address or password")
     async with pool.acquire() as conn:
         if user["confirmed_at"] is None:
@@ -382,35 +455,25 @@ async def sign_in(
                 "POST /api/v1/users/password/reset with your e-mail address"
             )
         await remember_client(conn, user["id"], client)
-        membership = await conn.fetchrow(
-            db.query("membership_for_sign_in"), user["id"], data.account_id
-        )
+        membership = await conn.fetchrow(db.query("membership_for_sign_in"), user["id"], account_id)
         if membership is None:
             raise Forbidden(
-                "you are not a member of that account" if data.account_id
+                "you are not a member of that account" if account_id
                 else "you are not a member of any account"
             )
         if passwords.needs_rehash(stored_hash):
             await conn.execute(
-                db.query("update_password_hash"), user["id"], await passwords.hash(data.password)
+                db.query("update_password_hash"), user["id"], await passwords.hash(password)
             )
-        scopes = sorted(set(data.scopes))
-        expires_at = _expires_at(config.auth.token_ttl_days)
-        token = await issue_token(conn, membership["id"], scopes, expires_at)
-    return {
-        "token": token,
-        "scopes": scopes,
-        "expires_at": expires_at,
-        "account_id": membership["account_id"],
-        "member_id": membership["id"],
-    }
+    return {**dict(membership), "email": user["email"]}
 
 
 # -- invitations ------------------------------------------------------------------------------
 
 
 async def invite(
-    conn: asyncpg.Connection, config: Config, who: Principal, fields: Any
+    conn: asyncpg.Connection, config: Config, who: Principal, fields: Any,
+    actor: audit.Actor | None = None,
 ) -> Invitation:
     """POST /invitations: (re-)invite an address; a newer invitation replaces the pending one."""
     account_name = await require_active_account(conn, who.account_id)
@@ -430,6 +493,9 @@ async def invite(
         )
         subject, body = invitation_mail(_base_url(config), account_name, token, row["expires_at"])
         await mail.enqueue(conn, config.mail, data.email, subject, body)
+        if actor is not None:
+            await audit.record(conn, actor, "invitation.created", record_id=row["id"],
+                               after={"email": data.email, "role": row["role"]})
     return Invitation.from_row(row)
 
 
@@ -443,7 +509,8 @@ async def read_invitation(conn: asyncpg.Connection, token: str) -> dict[str, Any
 
 
 async def accept_invitation(
-    pool: asyncpg.Pool, passwords: Passwords, config: Config, token: str, fields: Any, client: str
+    pool: asyncpg.Pool, passwords: Passwords, config: Config, token: str, fields: Any, client: str,
+    actor: audit.Actor | None = None,
 ) -> Member:
     """Accept an invitation link. A user with a password they chose must give it (throttled
     like sign-in); anyone else sets their password here (module docstring)."""
@@ -501,7 +568,13 @@ async def accept_invitation(
         if await conn.fetchval(db.query("mark_invitation_accepted"), invitation["id"], member_id) is None:
             raise NotFound("this invitation has already been accepted")
         await remember_client(conn, user_id, client)
-        return await fetch_member(conn, member_id, invitation["account_id"])
+        member = await fetch_member(conn, member_id, invitation["account_id"])
+        if actor is not None:
+            actor = attrs.evolve(actor, label=invitation["email"])
+            await audit.record(conn, actor, "invitation.accepted", record_id=invitation["id"],
+                               account_id=invitation["account_id"])
+        await member_created(conn, actor, invitation["account_id"], member)
+        return member
 
 
 # -- managing members -------------------------------------------------------------------------
@@ -530,7 +603,8 @@ async def _keep_an_admin(conn: asyncpg.Connection, account_id: str, member: asyn
 
 
 async def change_role(
-    conn: asyncpg.Connection, account_id: str, member_id: str, role: str
+    conn: asyncpg.Connection, account_id: str, member_id: str, role: str,
+    actor: audit.Actor | None = None,
 ) -> Member:
     """Give a member another role. It applies to their tokens at once (every request reads the
     role); lowered to viewer, their tokens also lose the write scope."""
@@ -543,15 +617,24 @@ async def change_role(
             await conn.execute(db.query("change_member_role"), member_id, account_id, role)
             if role == "viewer":
                 await conn.execute(db.query("narrow_tokens_to_read"), member_id)
+            if actor is not None:
+                await audit.record(conn, actor, "member.role_changed", record_id=member_id,
+                                   account_id=account_id, before={"role": member["role"]},
+                                   after={"role": role})
         return await fetch_member(conn, member_id, account_id)
 
 
-async def remove_member(conn: asyncpg.Connection, account_id: str, member_id: str) -> None:
+async def remove_member(
+    conn: asyncpg.Connection, account_id: str, member_id: str, actor: audit.Actor | None = None
+) -> None:
     """Remove a membership; its tokens are deleted with it, so they stop working at once."""
     async with conn.transaction():
         member = await _lock_member(conn, account_id, member_id)
         await _keep_an_admin(conn, account_id, member)
         await conn.execute(db.query("delete_member"), member_id, account_id)
+        if actor is not None:
+            await audit.record(conn, actor, "member.removed", record_id=member_id,
+                               account_id=account_id, before={"role": member["role"]})
 
 
 
@@ -583,6 +666,7 @@ async def change_password(
     fields: Any,
     client: str,
     keep_token_hash: bytes,
+    actor: audit.Actor | None = None,
 ) -> None:
     """A signed-in user replaces their password, giving the current one. Every other token of
     the user (in every account) is revoked; the one making the request keeps working."""
@@ -597,6 +681,8 @@ async def change_password(
         await conn.execute(db.query("set_own_password"), who.user_id, new_hash, False)
         await conn.execute(db.query("revoke_user_tokens"), who.user_id, keep_token_hash)
         await remember_client(conn, who.user_id, client)
+        if actor is not None:
+            await audit.record(conn, actor, "password.changed", record_id=str(who.user_id))
 
 
 def password_reset_mail(base_url: str, token: str, ttl_hours: float) -> tuple[str, str]:
@@ -614,7 +700,9 @@ this message: your password stays as it is.
     return "Reset your password", body
 
 
-async def request_password_reset(conn: asyncpg.Connection, config: Config, fields: Any) -> bool:
+async def request_password_reset(
+    conn: asyncpg.Connection, config: Config, fields: Any, actor: audit.Actor | None = None
+) -> bool:
     """E-mail a one-time reset link to the address if it belongs to a user. The caller answers
     the same whether or not it did (the return value, for tests and logs only)."""
     data = structure(fields, PasswordResetRequest)
@@ -636,10 +724,17 @@ async def request_password_reset(conn: asyncpg.Connection, config: Config, field
             db.query("insert_password_reset"), user["id"], hash_token(token), ttl_hours * 3600
         )
         await mail.enqueue(conn, config.mail, user["email"], subject, body)
+        if actor is not None:
+            account_id = await conn.fetchval(db.query("first_account_of_user"), user["id"])
+            await audit.record(conn, attrs.evolve(actor, label=user["email"]),
+                               "password.reset_requested", record_id=str(user["id"]),
+                               account_id=account_id)
     return True
 
 
-async def reset_password(pool: asyncpg.Pool, passwords: Passwords, fields: Any) -> None:
+async def reset_password(
+    pool: asyncpg.Pool, passwords: Passwords, fields: Any, actor: audit.Actor | None = None
+) -> None:
     """Complete a reset: the link proves the address; the new password is the user's own, and
     every token of the user is revoked."""
     data = structure(fields, PasswordReset)
@@ -654,3 +749,7 @@ async def reset_password(pool: asyncpg.Pool, passwords: Passwords, fields: Any) 
             raise NotFound("this reset link is unknown, already used or expired")
         await conn.execute(db.query("set_own_password"), user_id, new_hash, True)
         await conn.execute(db.query("revoke_user_tokens"), user_id, None)
+        if actor is not None:
+            account_id = await conn.fetchval(db.query("first_account_of_user"), user_id)
+            await audit.record(conn, actor, "password.reset", record_id=str(user_id),
+                               account_id=account_id)

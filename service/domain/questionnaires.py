@@ -17,7 +17,6 @@ row number and why; wholly empty rows are skipped silently.
 
 from __future__ import annotations
 
-import csv
 import io
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -27,8 +26,9 @@ from typing import IO, Any
 
 import attrs
 
-from ..config import UploadsConfig
-from .errors import PayloadTooLarge, ValidationFailed
+from . import uploads
+from .errors import ValidationFailed
+from .uploads import Limits, checked_row, column_letter
 
 HEADER_SCAN_ROWS = 50  # a header further down than this is not looked for (pass header_row)
 MAX_HEADER_CELL = 80  # longer cells are prose (instructions), not headers
@@ -37,7 +37,6 @@ MAX_SECTION = 500
 MAX_SKIPPED_LISTED = 1_000
 
 XLSX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-CSV_MEDIA_TYPES = ("text/csv", "application/csv", "text/plain", "text/tab-separated-values")
 
 # Question-like headers, best first. A header naming an identifier ("Question ID") is not one.
 _QUESTION_HEADERS = [
@@ -72,28 +71,7 @@ _IDENTIFIER_VALUE = re.compile(r"^(?=\S*\d)[\w.\-/#]+$")
 _COLUMN_LETTERS = re.compile(r"^[A-Za-z]{1,3}$")
 
 Progress = Callable[[int], None]
-
-
-@attrs.frozen(kw_only=True)
-class Limits:
-    """What one upload may hold (config [uploads], SECURITY.md "Uploads"). A file past any of
-    them is refused whole with 413 naming the setting, before anything is stored."""
-
-    max_zip_member_bytes: int = 26_214_400  # uncompressed size of each part of an XLSX
-    max_rows: int = 50_000  # rows (records) read, empty ones included
-    max_columns: int = 256
-    max_row_index: int = 100_000  # the highest row number an XLSX may name (<row r="…">)
-    max_cell_chars: int = 100_000
-    max_items: int = 10_000  # questions one import may add
-
-    @classmethod
-    def of(cls, uploads: UploadsConfig) -> Limits:
-        return cls(**{field.name: getattr(uploads, field.name) for field in attrs.fields(cls)})
-
-    def refuse(self, what: str, setting: str) -> PayloadTooLarge:
-        limit = f"uploads.{setting} = {getattr(self, setting)}"
-        return PayloadTooLarge(f"the file is over a limit ({limit}); nothing was imported",
-                               details=[f"file: {what}; the limit is {limit}"])
+DEFAULT_LIMITS = Limits()
 
 
 @attrs.frozen(kw_only=True)
@@ -164,16 +142,6 @@ def cell_text(value: Any) -> str:
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     return str(value).strip()
-
-
-def column_letter(index: int) -> str:
-    """0 → A, 25 → Z, 26 → AA."""
-    letters = ""
-    index += 1
-    while index:
-        index, rest = divmod(index - 1, 26)
-        letters = chr(ord("A") + rest) + letters
-    return letters
 
 
 def column_index(letters: str) -> int:
@@ -395,74 +363,17 @@ def _questionnaire(
 # -- CSV --------------------------------------------------------------------------------------
 
 
-def _checked_row(number: int, cells: list[str], limits: Limits) -> list[str]:
-    """A row's cells, refused (the whole file) past a limit or with a NUL character, which
-    PostgreSQL text cannot hold."""
-    if len(cells) > limits.max_columns:
-        raise limits.refuse(f"row {number} has {len(cells)} columns", "max_columns")
-    for index, cell in enumerate(cells):
-        if len(cell) > limits.max_cell_chars:
-            raise limits.refuse(
-                f"cell {column_letter(index)}{number} holds {len(cell)} characters", "max_cell_chars"
-            )
-        if "\x00" in cell:
-            raise ValidationFailed(
-                [f"file: cell {column_letter(index)}{number} holds a NUL character; save the file "
-                 "as UTF-8 text (a UTF-16 file reads this way)"],
-                message="the file holds characters that cannot be stored",
-            )
-    return cells
-
-
-_SNIFF_LINES = 20
-_SNIFF_BYTES = 8 * 1024
-
-
-def _csv_rows(text: IO[str], limits: Limits) -> Iterator[tuple[int, list[str]]]:
-    # The delimiter is guessed from the opening lines only: csv.Sniffer's time grows faster than
-    # its sample (64 KB of one short line repeated took 3.4 s; 8 KB takes 0.4 s).
-    sample = "".join(islice(iter(lambda: text.readline(_SNIFF_BYTES), ""), _SNIFF_LINES))[:_SNIFF_BYTES]
-    text.seek(0)
-    try:
-        dialect: Any = csv.Sniffer().sniff(sample, delimiters=",;\t|")
-    except csv.Error:
-        dialect = csv.excel
-    reader = csv.reader(text, dialect)
-    number = 0
-    try:
-        for number, record in enumerate(reader, start=1):
-            if number > limits.max_rows:
-                raise limits.refuse(f"more than {limits.max_rows} rows", "max_rows")
-            if len(record) > limits.max_columns:  # before converting each of them
-                raise limits.refuse(f"row {number} has {len(record)} columns", "max_columns")
-            yield number, _checked_row(number, [cell_text(cell) for cell in record], limits)
-    except csv.Error as exc:
-        if "field larger than field limit" in str(exc):
-            raise limits.refuse(f"row {number + 1} holds a cell longer than {limits.max_cell_chars} "
-                                "characters", "max_cell_chars") from None
-        raise ValidationFailed([f"file: row {number + 1} is not valid CSV: {exc}"],
-                               message="the file is not valid CSV") from None
-
-
-def parse_csv(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None,
-              limits: Limits = Limits()) -> Questionnaire:
+def parse_questionnaire_csv(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None,
+                            limits: Limits = DEFAULT_LIMITS) -> Questionnaire:
     """A CSV questionnaire: UTF-8 (a BOM is dropped), else Windows-1252; `,` `;` tab or `|`."""
     if options.sheet:
         raise ValidationFailed(["sheet: a CSV file has no sheets"], message="the sheet was not found")
-    # The csv module's own bound (131,072 by default), set to ours: a longer cell stops the
-    # reader instead of being read whole first. (Process-wide; uploads parse in a worker.)
-    csv.field_size_limit(max(limits.max_cell_chars, 1))
-    for encoding in ("utf-8-sig", "cp1252"):
-        binary.seek(0)
-        text = io.TextIOWrapper(binary, encoding=encoding, errors="strict", newline="")
-        try:
-            return _parse_rows(_csv_rows(text, limits), options, None, progress, limits)
-        except UnicodeDecodeError:
-            continue
-        finally:
-            text.detach()
-    raise ValidationFailed(["file: the text is neither UTF-8 nor Windows-1252"],
-                           message="the file could not be read")
+
+    def questionnaire(records: Iterator[tuple[int, list[str]]]) -> Questionnaire:
+        rows = ((number, [cell_text(cell) for cell in cells]) for number, cells in records)
+        return _parse_rows(rows, options, None, progress, limits)
+
+    return uploads.read_csv(binary, limits, questionnaire, encodings=("utf-8-sig", "cp1252"))
 
 
 # -- XLSX -------------------------------------------------------------------------------------
@@ -493,7 +404,7 @@ def _sheet_rows(worksheet: Any, limits: Limits) -> Iterator[tuple[int, list[str]
             values = [""] * width
             for cell in cells:
                 values[cell["column"] - 1] = cell_text(cell["value"])
-            yield number, _checked_row(number, values, limits)
+            yield number, checked_row(number, values, limits)
 
 
 def _check_zip(binary: IO[bytes], limits: Limits) -> None:
@@ -527,7 +438,7 @@ def _check_zip(binary: IO[bytes], limits: Limits) -> None:
 
 
 def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None,
-               limits: Limits = Limits()) -> Questionnaire:
+               limits: Limits = DEFAULT_LIMITS) -> Questionnaire:
     """An XLSX questionnaire: the named sheet, else the first with a question-like header."""
     import zipfile
     from xml.etree.ElementTree import ParseError
@@ -588,7 +499,7 @@ def detect_format(head: bytes, media_type: str | None, filename: str | None) -> 
 
 def parse(binary: IO[bytes], options: ImportOptions, media_type: str | None = None,
           filename: str | None = None, progress: Progress | None = None,
-          limits: Limits = Limits()) -> Questionnaire:
+          limits: Limits = DEFAULT_LIMITS) -> Questionnaire:
     """A questionnaire from a seekable binary file of either format, within `limits`."""
     binary.seek(0)
     head = binary.read(8)
@@ -597,7 +508,7 @@ def parse(binary: IO[bytes], options: ImportOptions, media_type: str | None = No
         raise ValidationFailed(["file: the file is empty"], message="the file is empty")
     if detect_format(head, media_type, filename) == "xlsx":
         return parse_xlsx(binary, options, progress, limits)
-    return parse_csv(binary, options, progress, limits)
+    return parse_questionnaire_csv(binary, options, progress, limits)
 
 
 def parse_upload(data: bytes, options: ImportOptions, media_type: str | None, filename: str | None,

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import attrs
 
 from .. import db
+from . import audit
 from .convert import DETAIL_LEVELS, DetailLevel, NonBlank, structure
 from .errors import NotFound, UsageBlocked, ValidationFailed
 from .ids import new_id
 from .models import MemberRef
+from .tokens import Principal
 
 # A question's states, in order (SPEC 3); the pipeline moves it along them (answering/pipeline.py).
 STATES = ("new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete")
@@ -210,6 +213,81 @@ async def _replay(conn: asyncpg.Connection, member_id: str, key: str, ask: Ask) 
             ["Idempotency-Key: already used for a different question; use a new key"]
         )
     return previous["id"]
+
+
+class Reservations(Protocol):
+    """Where a question asked here can be answered at once (`answering.pipeline.Pipeline`)."""
+
+    def reserve(self, question_id: str) -> str | None: ...
+
+    def unreserve(self, question_id: str) -> None: ...
+
+
+@attrs.frozen(kw_only=True)
+class Asked:
+    """What `ask` did: `row` is the question as the response shows it; `stored` the question this
+    call stored and charged for (None: a replay of an earlier ask), leased to `lease_owner`
+    when the caller's pipeline reserved a place for it (run it with `Pipeline.adopt`)."""
+
+    row: Mapping[str, Any]
+    stored: asyncpg.Record | None
+    lease_owner: str | None
+
+
+async def ask(
+    conn: asyncpg.Connection, who: Principal, asked: Ask, key: str | None, *, cost: int,
+    lease_seconds: float, reservations: Reservations, actor: audit.Actor | None = None,
+) -> Asked:
+    """Ask a question for `who`, charged `cost` credits, idempotent per (member, `key`).
+
+    A key used before answers with that first response (the question as it was when accepted);
+    the same key for a different question is a 422. One statement stores and charges; a question
+    is stored leased to the caller's pipeline when it has room, else unleased for any process to
+    claim. With `actor`, the audit event commits with the question.
+    """
+    question_id = await _replay(conn, who.member_id, key, asked) if key else None
+    stored = None
+    owner = None
+    if question_id is None:
+        new_question = new_id("q")
+        owner = reservations.reserve(new_question)
+        try:
+            async with conn.transaction():
+                row = await ask_question(
+                    conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
+                    detail_level=asked.detail_level, custom_prompt=asked.custom_prompt,
+                    rfp_id=None, rfp_item_id=None, member_id=who.member_id, cost=cost,
+                    idempotency_key=key, request_hash=asked.fingerprint() if key else None,
+                    question_id=new_question, lease_owner=owner, lease_seconds=lease_seconds,
+                )
+                if actor is not None:
+                    await audit.record(conn, actor, "question.asked", record_id=new_question,
+                                       after={"credits": cost})
+        except asyncpg.UniqueViolationError:
+            reservations.unreserve(new_question)
+            owner = None
+            # The same key raced in from a concurrent retry: answer like a replay.
+            question_id = await _replay(conn, who.member_id, key or "", asked)
+            if question_id is None:
+                raise
+            row = await fetch_question(conn, question_id, who.account_id)
+        except BaseException:
+            # Refused (or cancelled, committed or not: a stored question's lease just expires and
+            # any process resumes it).
+            reservations.unreserve(new_question)
+            raise
+        else:
+            stored = row
+    else:
+        row = await fetch_question(conn, question_id, who.account_id)
+    shown: Mapping[str, Any] = row
+    if key and row["state"] != "new":
+        # A replay answers with the first response: the question as it was when accepted.
+        shown = {**dict(row), "state": "new", "answer": None, "confidence": None,
+                 "confidence_rationale": None, "requires_attention": False, "attention_points": None,
+                 "sufficient_context": None, "references": None, "verbatim_answer": False,
+                 "updated_at": row["created_at"]}
+    return Asked(row=shown, stored=stored, lease_owner=owner)
 
 
 async def create_question(

@@ -17,7 +17,7 @@ import asyncpg
 import attrs
 
 from .. import db
-from . import questionnaires, writeback
+from . import audit, questionnaires, webhooks, writeback
 from .convert import NonBlank, ReviewState, at_most, structure, unstructure
 from .errors import (
     NotFound,
@@ -25,9 +25,10 @@ from .errors import (
     UsageBlocked,
     ValidationFailed,
 )
-from .ids import new_id
+from .knowledge import save_reviewed_answer
+from .models import RfpItem, rfp_json
 from .questions import DetailLevel, create_question
-from .rfps import MAX_TEXT, MAX_TITLE, append_items
+from .rfps import MAX_TEXT, MAX_TITLE, append_items, fetch_rfp
 from .tokens import Principal
 
 
@@ -40,6 +41,26 @@ class ItemReview:
     answer: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
     state: ReviewState | None = None
     save_to_knowledge_base: bool = False
+
+
+async def import_items(
+    conn: asyncpg.Connection, actor: audit.Actor, account_id: str, rfp_id: str,
+    found: questionnaires.Questionnaire, kept: writeback.KeptFile | None = None,
+    *, filename: str | None = None,
+) -> tuple[dict[str, Any], int]:
+    """`import_questionnaire`, its audit event and its webhook (rfp.items_imported) in one
+    transaction: (the import report, how many webhook deliveries were queued)."""
+    async with conn.transaction():
+        report = await import_questionnaire(conn, account_id, rfp_id, found, kept)
+        await audit.record(conn, actor, "rfp.items_imported", record_id=rfp_id,
+                           account_id=account_id, after={
+                               "filename": filename, "sheet": report["sheet"],
+                               "imported": report["imported"],
+                               "first_position": report["first_position"],
+                               "skipped": report["skipped_count"],
+                           })
+        queued = await webhooks.emit(conn, account_id, "rfp.items_imported", rfp_id, report)
+    return report, queued
 
 
 async def import_questionnaire(
@@ -93,8 +114,71 @@ def import_options(query: Any) -> questionnaires.ImportOptions:
     )
 
 
+async def fetch_item(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, *, lock: bool = False
+) -> asyncpg.Record:
+    """One item of an account's RFP (locked for the caller's transaction with `lock`)."""
+    query = db.query("lock_rfp_item" if lock else "get_rfp_item")
+    row = await conn.fetchrow(query, item_id, rfp_id, account_id)
+    if row is None:
+        raise NotFound(f"no item {item_id} in RFP {rfp_id}")
+    return row
+
+
+@attrs.frozen(kw_only=True)
+class Reviewed:
+    """A reviewed item's stored row, and how many webhook deliveries its review queued."""
+
+    row: asyncpg.Record
+    queued: int = 0
+
+
+_REVIEW_AUDITED = ("question", "section", "answer", "state", "knowledge_item_id")
+
+
+async def review(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, fields: dict[str, Any],
+    member_id: str | None = None, *, actor: audit.Actor | None = None, web_base_url: str = "",
+) -> Reviewed:
+    """Review one item (PATCH): locked, merged, checked, stored and, when asked, saved to the
+    knowledge base, all in one transaction. With `actor`, the same transaction writes the audit
+    events (rfp_item.updated; rfp_item.approved and rfp.approved when the review approves the
+    item, or the last item of the RFP) and queues their webhooks (the RFP's `web_link` built
+    on `web_base_url`)."""
+    async with conn.transaction():
+        current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
+        changes_state = fields.get("state", current["state"]) != current["state"]
+        # The RFP's state before, when this review may change it (rfp.approved is sent once).
+        rfp_before = (
+            await fetch_rfp(conn, current["rfp_id"], account_id)
+            if actor is not None and changes_state else None
+        )
+        row = await review_item(conn, account_id, current, fields, member_id)
+        if actor is None:
+            return Reviewed(row=row)
+        queued = 0
+        await audit.record(conn, actor, "rfp_item.updated", record_id=row["id"],
+                           account_id=account_id,
+                           before={k: current[k] for k in _REVIEW_AUDITED},
+                           after={k: row[k] for k in _REVIEW_AUDITED})
+        if row["state"] == "approved" and current["state"] != "approved":
+            await audit.record(conn, actor, "rfp_item.approved", record_id=row["id"],
+                               account_id=account_id)
+            queued += await webhooks.emit(conn, account_id, "rfp_item.approved", row["id"],
+                                          unstructure(RfpItem.from_row(row)))
+        if rfp_before is not None and rfp_before["state"] != "approved":
+            rfp_after = await fetch_rfp(conn, current["rfp_id"], account_id)
+            if rfp_after["state"] == "approved":
+                await audit.record(conn, actor, "rfp.approved", record_id=rfp_after["id"],
+                                   account_id=account_id)
+                rfp = rfp_json(rfp_after, web_base_url, with_context=True)
+                queued += await webhooks.emit(conn, account_id, "rfp.approved", rfp["id"], rfp)
+    return Reviewed(row=row, queued=queued)
+
+
 async def review_item(
-    conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any]
+    conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any],
+    member_id: str | None = None,
 ) -> asyncpg.Record:
     """Apply a review to a locked item (in the caller's transaction) and return the stored row."""
     stored = {"question": current["question"], "section": current["section"], "answer": current["answer"]}
@@ -115,11 +199,11 @@ async def review_item(
         answer, state,
     )
     if review.save_to_knowledge_base:
-        kb_id = await conn.fetchval(
-            db.query("save_answer_to_knowledge_base"), new_id("kb"), account_id, row["question"],
-            answer, row["section"], f"rfp:{row['rfp_id']}", f"rfp_item:{row['id']}",
+        entry, _ = await save_reviewed_answer(
+            conn, account_id, question=row["question"], answer=answer, title=row["section"],
+            source=f"rfp:{row['rfp_id']}", external_id=f"rfp_item:{row['id']}", owner=member_id,
         )
-        row = await conn.fetchrow(db.query("link_rfp_item_to_knowledge_item"), row["id"], kb_id)
+        row = await conn.fetchrow(db.query("link_rfp_item_to_knowledge_item"), row["id"], entry.id)
     await conn.execute(db.query("touch_rfp"), row["rfp_id"])
     return row
 
@@ -231,12 +315,14 @@ class AnswerOptions:
 
 
 async def answer_pending_items(
-    conn: asyncpg.Connection, who: Principal, rfp_id: str, options: AnswerOptions, cost: int
+    conn: asyncpg.Connection, who: Principal, rfp_id: str, options: AnswerOptions, cost: int,
+    *, actor: audit.Actor | None = None,
 ) -> dict[str, int]:
     """Create one charged question per pending item not already being answered, in one transaction.
 
     All or nothing: without an active subscription or credits for every item, nothing is asked.
-    The RFP lock makes a concurrent second call wait and then find nothing left to start.
+    The RFP lock makes a concurrent second call wait and then find nothing left to start. With
+    `actor`, the audit event (rfp.answer_started) is written in the same transaction.
     """
     async with conn.transaction():
         if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, who.account_id) is None:
@@ -266,4 +352,26 @@ async def answer_pending_items(
         if items:
             await conn.execute(db.query("touch_rfp"), rfp_id)
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
-    return {"started": len(items), "in_flight": in_flight, "credits_charged": cost * len(items)}
+        answering = {"started": len(items), "in_flight": in_flight,
+                     "credits_charged": cost * len(items)}
+        if actor is not None:
+            await audit.record(conn, actor, "rfp.answer_started", record_id=rfp_id,
+                               account_id=who.account_id, after=answering)
+    return answering
+
+
+async def answering_progress(conn: asyncpg.Connection, account_id: str, rfp_id: str) -> dict[str, Any]:
+    """Where "answer all" has got to: the RFP's state and stats, and how many items are in flight."""
+    from .rfps import fetch_rfp
+
+    rfp = await fetch_rfp(conn, rfp_id, account_id)
+    in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
+    return {
+        "state": rfp["state"],
+        "in_flight": in_flight,
+        "total_items": rfp["total_items"],
+        "needs_input_items": rfp["needs_input_items"],
+        "auto_answered_items": rfp["auto_answered_items"],
+        "approved_items": rfp["approved_items"],
+        "overall_completion_percentage": rfp["overall_completion_percentage"],
+    }

@@ -9,6 +9,7 @@ import asyncpg
 import attrs
 
 from .. import db
+from . import audit
 from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, structure
 from .errors import NotFound, ParameterMissing
 from .ids import new_id
@@ -68,10 +69,12 @@ async def append_items(
     sections: Sequence[str | None],
     *,
     returning: bool = False,
+    actor: audit.Actor | None = None,
 ) -> tuple[int, list[asyncpg.Record]]:
     """Append items after the RFP's last one in one statement; the RFP lock orders positions.
 
-    Returns the first new position and, with `returning`, the stored rows.
+    Returns the first new position and, with `returning`, the stored rows. With `actor`, the
+    audit event (rfp_items.created) is written in the same transaction.
     """
     async with conn.transaction():
         if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, account_id) is None:
@@ -90,32 +93,42 @@ async def append_items(
         else:
             await conn.execute(db.query("insert_rfp_items"), *args)
         await conn.execute(db.query("touch_rfp"), rfp_id)
+        if actor is not None:
+            item_ids = [row["id"] for row in rows] if returning else args[1]
+            await audit.record(conn, actor, "rfp_items.created", record_id=rfp_id,
+                               account_id=account_id, after={"item_ids": item_ids})
     return start, rows
 
 
 async def create_rfp(
-    conn: asyncpg.Connection, *, account_id: str, owner_user_id: int, data: RfpCreate
+    conn: asyncpg.Connection, *, account_id: str, owner_user_id: int, data: RfpCreate,
+    actor: audit.Actor | None = None,
 ) -> str:
+    """Store a new RFP with its items; with `actor`, its audit event in the same transaction."""
     rfp_id = new_id("rfp")
     async with conn.transaction():
         await conn.execute(
             db.query("insert_rfp"),
-            rfp_id,
-            account_id,
-            owner_user_id,
-            data.title.strip(),
-            data.description,
-            data.deadline,
-            data.framework,
-            data.portal_url,
-            data.context,
+            rfp_id, account_id, owner_user_id, *_columns(data),
         )
         if data.items:
             await append_items(
                 conn, account_id, rfp_id,
                 [item.question for item in data.items], [item.section for item in data.items],
             )
+        if actor is not None:
+            await audit.record(conn, actor, "rfp.created", record_id=rfp_id, account_id=account_id,
+                               after={
+                                   "title": data.title.strip(), "framework": data.framework,
+                                   "deadline": data.deadline, "items": len(data.items),
+                               })
     return rfp_id
+
+
+def _columns(data: RfpInput) -> tuple[Any, ...]:
+    """An RFP's stored fields, in the order insert_rfp and update_rfp take them."""
+    return (data.title.strip(), data.description, data.deadline, data.framework, data.portal_url,
+            data.context)
 
 
 def _json_value(value: Any) -> Any:
@@ -144,9 +157,12 @@ async def search_rfps(conn: asyncpg.Connection, account_id: str, term: str, page
 
 
 async def update_rfp(
-    conn: asyncpg.Connection, account_id: str, rfp_id: str, fields: dict[str, Any]
-) -> None:
-    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values)."""
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, fields: dict[str, Any],
+    *, actor: audit.Actor | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Change the given fields of an RFP (a PATCH: absent fields keep their stored values);
+    returns the editable fields (before, after). With `actor`, the audit event (the changed
+    fields) is written in the same transaction."""
     async with conn.transaction():
         current = await conn.fetchrow(db.query("lock_rfp"), rfp_id, account_id)
         if current is None:
@@ -155,17 +171,14 @@ async def update_rfp(
         # Validate the merged record, so absent fields keep their stored values.
         merged = {name: _json_value(current[name]) for name in editable} | fields
         data = structure(merged, RfpInput, root="rfp")
-        await conn.execute(
-            db.query("update_rfp"),
-            rfp_id,
-            account_id,
-            data.title.strip(),
-            data.description,
-            data.deadline,
-            data.framework,
-            data.portal_url,
-            data.context,
-        )
+        await conn.execute(db.query("update_rfp"), rfp_id, account_id, *_columns(data))
+        before = {name: _json_value(current[name]) for name in editable}
+        after = {name: _json_value(getattr(data, name)) for name in editable}
+        after["title"] = data.title.strip()
+        if actor is not None:
+            await audit.record(conn, actor, "rfp.updated", record_id=rfp_id, account_id=account_id,
+                               before=before, after=after)
+    return before, after
 
 
 async def list_items(
@@ -176,3 +189,29 @@ async def list_items(
     total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
     rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset)
     return [RfpItem.from_row(row) for row in rows], total
+
+
+async def list_rfps(conn: asyncpg.Connection, account_id: str, page: Page) -> SearchResult:
+    """The account's RFPs, newest first (the web app's list when no term is given)."""
+    total = await conn.fetchval(db.query("count_rfps"), account_id)
+    rows = await conn.fetch(db.query("list_rfps"), account_id, page.size, page.offset)
+    return SearchResult(rows=rows, total=total, capped=False)
+
+
+# What the review page's filters keep: an item state each.
+REVIEW_FILTERS = {"needs_input": "needs_input", "review": "auto_answered", "approved": "approved"}
+
+
+async def review_items(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, state: str | None, page: Page
+) -> tuple[asyncpg.Record, list[asyncpg.Record], int]:
+    """The RFP, one page of its items with what their questions found, and how many items pass
+    `state` (one of REVIEW_FILTERS, or None for all)."""
+    rfp = await fetch_rfp(conn, rfp_id, account_id)
+    rows = await conn.fetch(
+        db.query("review_items_page"), rfp_id, REVIEW_FILTERS.get(state or ""), page.size, page.offset
+    )
+    total = rows[0]["total"] if rows else (
+        0 if page.number == 1 else await conn.fetchval(db.query("count_rfp_items"), rfp_id)
+    )
+    return rfp, rows, total

@@ -11,7 +11,9 @@ every drafted one) into those cells and changes nothing else:
   An answer cell with a Yes/No (list) data validation gets the option matching the answer's Yes/No
   lead, or stays empty when the answer has none. A cell holding a formula is left alone.
 - CSV: the original columns and order, the answer column filled (appended when the file had
-  none), in the file's own encoding and delimiter.
+  none), in the file's own encoding and delimiter; an answer starting like a formula (`=`, `+`,
+  `-`, `@`) gets a leading `'`, as in every CSV export (SECURITY.md). XLSX answers are inline
+  strings, never formulas.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ async def load(
 # -- CSV -----------------------------------------------------------------------------------------
 
 
-def write_csv(original: bytes, cells: Sequence[Cell], header_row: int | None = 1) -> bytes:
+def write_csv(original: bytes, cells: Sequence[Cell]) -> bytes:
     """The CSV with the answer cells filled; every other field, column and row as it was."""
     for encoding in ("utf-8-sig", "cp1252"):
         try:
@@ -163,11 +165,13 @@ def write_csv(original: bytes, cells: Sequence[Cell], header_row: int | None = 1
     widest = max((c.column for c in to_write), default=-1)
     if rows and widest >= len(rows[0]):
         rows[0] = rows[0] + [""] * (widest - len(rows[0])) + ["Answer"]  # the appended column
+    from .rfp_items import csv_cell  # here: rfp_items imports this module
+
     for cell in to_write:
         values = rows[cell.row - 1]
         if cell.column >= len(values):
             values.extend([""] * (cell.column + 1 - len(values)))
-        values[cell.column] = cell.text
+        values[cell.column] = csv_cell(cell.text)  # an answer never becomes a formula
     out = io.StringIO(newline="")
     writer = csv.writer(out, delimiter=dialect.delimiter, quotechar=dialect.quotechar or '"',
                         lineterminator=newline, quoting=csv.QUOTE_MINIMAL)
@@ -311,37 +315,40 @@ def _dropdown_value(answer: str, options: Sequence[str]) -> str | None:
     lead = yes_no_lead(answer)
     if lead is None:
         return None
-    wanted = "yes" if lead else "no"
+    wanted = ("yes", "y", "true") if lead else ("no", "n", "false")
     for option in options:
-        if option.lower() == wanted or option.lower().startswith(wanted + " "):
+        words = option.lower().replace(",", " ").replace("-", " ").split()
+        if words and words[0] in wanted:  # "Yes", "Y", "Yes - fully", "No, not yet"
             return option
     return None
 
 
-def _cell_xml(ref: str, attributes: str, text: str) -> str:
-    """An inline-string cell keeping the original cell's other attributes (its style above all)."""
+def _cell_xml(ref: str, attributes: str, text: str, p: str = "") -> str:
+    """An inline-string cell keeping the original cell's other attributes (its style above all);
+    `p` is the sheet's namespace prefix ("x:" in some generators' files, usually none)."""
     kept = re.sub(r'\s+(?:t|r)="[^"]*"', "", attributes)
     clean = _ILLEGAL_XML.sub("", text)
-    return (f'<c r="{ref}"{kept} t="inlineStr"><is><t xml:space="preserve">'
-            f"{escape(clean)}</t></is></c>")
+    return (f'<{p}c r="{ref}"{kept} t="inlineStr"><{p}is><{p}t xml:space="preserve">'
+            f"{escape(clean)}</{p}t></{p}is></{p}c>")
 
 
-_ROW = r'<row\b[^>]*?\br="{n}"[^>]*?(?:/>|>.*?</row>)'
-_CELLS = re.compile(r'<c\b([^>]*?)(/>|>.*?</c>)', re.DOTALL)
+def _row_pattern(number: int, p: str) -> str:
+    return rf'<{p}row\b[^>]*?\br="{number}"[^>]*?(?:/>|>.*?</{p}row>)'
 
 
-def _write_row(row_xml: str, number: int, writes: dict[int, str], dropdowns: Any) -> str:
+def _write_row(row_xml: str, number: int, writes: dict[int, str], dropdowns: Any, p: str = "") -> str:
+    close = f"</{p}row>"
     if row_xml.endswith("/>"):
-        row_xml = row_xml[:-2].rstrip() + "></row>"
+        row_xml = row_xml[:-2].rstrip() + ">" + close
     open_end = row_xml.index(">") + 1
-    head, body, tail = row_xml[:open_end], row_xml[open_end:-len("</row>")], "</row>"
+    head, body, tail = row_xml[:open_end], row_xml[open_end:-len(close)], close
     cells = []  # (column, xml, attributes, has formula)
-    for match in _CELLS.finditer(body):
+    for match in re.finditer(rf"<{p}c\b([^>]*?)(/>|>.*?</{p}c>)", body, re.DOTALL):
         attributes = match.group(1)
         ref = _attr(attributes, "r") or ""
         parsed = _CELL_REF.match(ref)
         column = column_index(parsed.group(1)) if parsed else -1
-        cells.append([column, match.group(0), attributes, "<f" in match.group(2)])
+        cells.append([column, match.group(0), attributes, f"<{p}f" in match.group(2)])
     if any(column < 0 for column, *_ in cells):
         return row_xml  # cells without references: positions implied; not written into
     by_column = {c[0]: c for c in cells}
@@ -353,11 +360,11 @@ def _write_row(row_xml: str, number: int, writes: dict[int, str], dropdowns: Any
         if column in by_column:
             if by_column[column][3]:
                 continue  # a formula cell keeps its formula
-            by_column[column][1] = _cell_xml(ref, by_column[column][2], value)
+            by_column[column][1] = _cell_xml(ref, by_column[column][2], value, p)
         else:
             style = _attr(head, "s") if _attr(head, "customFormat") == "1" else None
             attributes = f' s="{style}"' if style else ""
-            by_column[column] = [column, _cell_xml(ref, attributes, value), attributes, False]
+            by_column[column] = [column, _cell_xml(ref, attributes, value, p), attributes, False]
     new_body = "".join(by_column[c][1] for c in sorted(by_column))
     spans = _attr(head, "spans")
     if spans and writes:
@@ -370,7 +377,7 @@ def _write_row(row_xml: str, number: int, writes: dict[int, str], dropdowns: Any
 
 
 def _grow_dimension(sheet_xml: str, cells: Iterable[tuple[int, int]]) -> str:
-    match = re.search(r'<dimension\b[^>]*\bref="([^"]*)"', sheet_xml)
+    match = re.search(r'<(?:\w+:)?dimension\b[^>]*\bref="([^"]*)"', sheet_xml)
     if not match or not cells:
         return sheet_xml
     ranges = _ranges(match.group(1))
@@ -400,6 +407,9 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
             if path is None or path not in archive.namelist():
                 raise ValidationFailed([f"file: the kept workbook has no sheet {sheet!r}"])
             xml = archive.read(path).decode("utf-8")
+            # Excel writes the sheet unprefixed; some generators (the OpenXML SDK) as <x:row> …
+            found = re.search(r"<(\w+:)?sheetData\b", xml)
+            p = (found.group(1) or "") if found else ""
             validations = _list_validations(xml)
             resolved: dict[str, list[str]] = {}
 
@@ -417,11 +427,11 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
                 return text
 
             for number, writes in rows.items():
-                match = re.search(_ROW.format(n=number), xml, re.DOTALL)
+                match = re.search(_row_pattern(number, p), xml, re.DOTALL)
                 if match is None:
-                    xml = _insert_row(xml, number, writes, dropdown)
+                    xml = _insert_row(xml, number, writes, dropdown, p)
                     continue
-                new_row = _write_row(match.group(0), number, writes, dropdown)
+                new_row = _write_row(match.group(0), number, writes, dropdown, p)
                 xml = xml[:match.start()] + new_row + xml[match.end():]
             xml = _grow_dimension(xml, [(c, r) for r, w in rows.items() for c in w])
             changed[path] = xml.encode("utf-8")
@@ -435,15 +445,15 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
     return out.getvalue()
 
 
-def _insert_row(xml: str, number: int, writes: dict[int, str], dropdown: Any) -> str:
+def _insert_row(xml: str, number: int, writes: dict[int, str], dropdown: Any, p: str = "") -> str:
     """A row the sheet does not have yet (a question read from a merged area), in row order."""
-    row = _write_row(f'<row r="{number}"></row>', number, writes, dropdown)
-    for match in re.finditer(r'<row\b[^>]*?\br="(\d+)"', xml):
+    row = _write_row(f'<{p}row r="{number}"></{p}row>', number, writes, dropdown, p)
+    for match in re.finditer(rf'<{p}row\b[^>]*?\br="(\d+)"', xml):
         if int(match.group(1)) > number:
             return xml[:match.start()] + row + xml[match.start():]
-    end = xml.find("</sheetData>")
+    end = xml.find(f"</{p}sheetData>")
     if end < 0:
-        return xml.replace("<sheetData/>", f"<sheetData>{row}</sheetData>", 1)
+        return xml.replace(f"<{p}sheetData/>", f"<{p}sheetData>{row}</{p}sheetData>", 1)
     return xml[:end] + row + xml[end:]
 
 

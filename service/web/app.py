@@ -7,7 +7,8 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import aiohttp
 import aiojobs
@@ -20,9 +21,13 @@ from ..config import Config
 from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
-from .keys import CONFIG, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
+from .keys import CONFIG, DELIVERER, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
+from .pages import common as pages_common
+from .pages.routes import routes as page_routes
 from .telemetry import metrics_middleware
+from .views import audit as audit_views
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
+from .views import webhooks as webhook_views
 from .views.health import get_metrics
 
 log = logging.getLogger(__name__)
@@ -139,10 +144,44 @@ def routes() -> list[web.RouteDef]:
             "/api/v1/knowledge_base_items/{id}", knowledge.delete_item,
             name="delete_knowledge_base_item",
         ),
+        # -- webhooks and the audit log (issue 21) --
+        web.post(
+            "/api/v1/webhook_endpoints", webhook_views.post_endpoint, name="create_webhook_endpoint"
+        ),
+        web.get(
+            "/api/v1/webhook_endpoints", webhook_views.list_endpoints,
+            name="list_webhook_endpoints", allow_head=False,
+        ),
+        web.get(
+            "/api/v1/webhook_endpoints/{id}", webhook_views.get_endpoint,
+            name="get_webhook_endpoint", allow_head=False,
+        ),
+        web.patch(
+            "/api/v1/webhook_endpoints/{id}", webhook_views.patch_endpoint,
+            name="update_webhook_endpoint",
+        ),
+        web.delete(
+            "/api/v1/webhook_endpoints/{id}", webhook_views.delete_endpoint,
+            name="delete_webhook_endpoint",
+        ),
+        web.get(
+            "/api/v1/webhook_endpoints/{id}/deliveries", webhook_views.list_deliveries,
+            name="list_webhook_deliveries", allow_head=False,
+        ),
+        web.post(
+            "/api/v1/webhook_endpoints/{id}/deliveries/{delivery_id}/retry",
+            webhook_views.retry_delivery, name="retry_webhook_delivery",
+        ),
+        web.get(
+            "/api/v1/audit_events", audit_views.list_audit_events, name="list_audit_events",
+            allow_head=False,
+        ),
         web.get("/api/v1/openapi.json", openapi.get_openapi, name="openapi", allow_head=False),
         web.get("/docs", openapi.get_docs, name="docs", allow_head=False),
         web.get("/docs/init.js", openapi.get_docs_init, name="docs_init", allow_head=False),
         web.get("/docs/assets/{name}", openapi.get_docs_asset, name="docs_asset", allow_head=False),
+        # The web app behind web_link (service/web/pages): pages, not API; not in the OpenAPI.
+        *page_routes(),
     ]
 
 
@@ -158,10 +197,12 @@ def create_app(config: Config) -> web.Application:
     # Always present, so code may count unconditionally; exposed only when enabled.
     app[METRICS] = Metrics()
     app[OPEN_STREAMS] = collections.Counter()
+    pages_common.setup(app)  # the web app's templates
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)
     app.cleanup_ctx.append(rfp_items.parsers_context)
     app.cleanup_ctx.append(members.mail_sender_context)  # after _pool: it uses the pool
+    app.cleanup_ctx.append(webhook_views.deliverer_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
     app.cleanup_ctx.append(knowledge.library_context)  # after _pool: it uses the pool
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
@@ -214,6 +255,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     pipeline = Pipeline(
         pool, make_engine(app, session), config.questions, scheduler, embedder, app[METRICS]
     )
+    pipeline.web_base_url = config.server.web_base_url
     listen_url = db.session_url(config)
     if listen_url is None:
         log.warning(
@@ -223,6 +265,16 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         )
     events = QuestionEvents(listen_url, pipeline.wake)
     pipeline.on_commit = events.deliver  # this process's streams get its commits without a read
+    deliverer = app.get(DELIVERER)
+    if deliverer is not None:
+        # A completion committed its webhooks (question.completed, rfp.answered): send them now
+        # rather than at the deliverer's next poll.
+        def on_commit(question_id: str, row: Mapping[str, Any] | None) -> None:
+            events.deliver(question_id, row)
+            if row is not None and row["state"] == "complete":
+                deliverer.wake()
+
+        pipeline.on_commit = on_commit
     await events.connect()
     app[PIPELINE] = pipeline
     app[EVENTS] = events

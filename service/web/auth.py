@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import asyncpg
 import attrs
@@ -140,24 +141,28 @@ async def authorized(
         # Not held while a (possibly slow) client uploads a body, nor for a stream: release now,
         # and the handler acquires anew.
         async with acquire(request.app) as conn:
-            who, row = await authenticate_with(conn, token, query, args)
-        check(policy, who)
-        request[PRINCIPAL] = who
-        if keep is not None:
-            request[keep] = row
+            await _admit(request, conn, policy, token, query, args, keep)
         return await handler(request)
     # No body: keep the connection for the handler (db.connection), one acquire per request.
     async with acquire(request.app) as conn:
-        who, row = await authenticate_with(conn, token, query, args)
-        check(policy, who)
-        request[PRINCIPAL] = who
-        if keep is not None:
-            request[keep] = row
+        await _admit(request, conn, policy, token, query, args, keep)
         request[REQUEST_CONNECTION] = conn
         try:
             return await handler(request)
         finally:
             del request[REQUEST_CONNECTION]
+
+
+async def _admit(
+    request: web.Request, conn: asyncpg.Connection, policy: Policy, token: str, query: str,
+    args: tuple[Any, ...], keep: Any,
+) -> None:
+    """Authenticate and authorize the request, keeping its principal (and any prefetched row)."""
+    who, row = await authenticate_with(conn, token, query, args)
+    check(policy, who)
+    request[PRINCIPAL] = who
+    if keep is not None:
+        request[keep] = row
 
 
 def check(policy: Policy, who: Principal | None) -> None:
@@ -221,3 +226,16 @@ async def acquire(app: web.Application) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await pool.release(conn)
+
+
+@asynccontextmanager
+async def holding_connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
+    """One pooled connection held for a body-less request whose handler checks access itself
+    (the web app's pages: the session lookup and the page's queries share it); `connection`
+    hands it on, as for the API's requests."""
+    async with request.app[POOL].acquire() as conn:
+        request[REQUEST_CONNECTION] = conn
+        try:
+            yield conn
+        finally:
+            del request[REQUEST_CONNECTION]

@@ -78,6 +78,11 @@ def database_unavailable(exc: BaseException) -> bool:
         # went away): "cannot call …: the underlying connection is closed".
         if isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str(current):
             return True
+        # And what asyncpg's protocol raises when PgBouncer answers a statement half-sent with an
+        # error and closes (its server went away between Parse and Bind): "cannot switch to
+        # state 12; another operation (2) is in progress". The connection is gone with it.
+        if isinstance(current, asyncpg.InternalClientError) and "cannot switch to state" in str(current):
+            return True
         current, seen = current.__cause__ or current.__context__, seen + 1
     return False
 

@@ -91,6 +91,15 @@ def guarded_routes(routes: Iterable[web.RouteDef], config: Config) -> list[web.R
     ]
 
 
+def _wants_page(request: web.Request) -> bool:
+    """A browser asking for a page outside the API (the API's 404 stays JSON whatever is asked)."""
+    return (
+        request.method == "GET"
+        and not request.path.startswith("/api/")
+        and "text/html" in request.headers.get("Accept", "")
+    )
+
+
 @public
 async def no_route(request: web.Request) -> web.Response:
     """404, or 405 with Allow when the path is some route's with another method. (Registered
@@ -101,6 +110,10 @@ async def no_route(request: web.Request) -> web.Response:
         if resource is not request.match_info.route.resource:
             _, methods = await resource.resolve(request)
             allowed |= methods
+    if not allowed and _wants_page(request):
+        from .pages.common import not_found_page  # the web app's 404, in its look
+
+        return await not_found_page(request)
     if allowed:
         raise MethodNotAllowed(
             f"{request.method} is not allowed here; allowed: {', '.join(sorted(allowed))}",

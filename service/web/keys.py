@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..domain.isolation import IsolatedWorkers
     from ..domain.mail import MailSender
     from ..domain.passwords import Passwords
+    from ..domain.webhooks import Deliverer
     from ..metrics import Metrics
 
 CONFIG: web.AppKey[Config] = web.AppKey("config")
@@ -40,3 +41,5 @@ OPEN_STREAMS: web.AppKey[Counter[str]] = web.AppKey("open_streams")
 INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")
 # Library care (issue 20): the background duplicate runs in progress, by account id.
 LIBRARY_JOBS: web.AppKey[dict] = web.AppKey("library_jobs", dict)
+# This process's webhook deliverer (service/domain/webhooks.py).
+DELIVERER: web.AppKey[Deliverer] = web.AppKey("webhook_deliverer")

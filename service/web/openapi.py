@@ -114,15 +114,19 @@ _LIBRARY_ITEM_FIELDS = {
 }
 _KB_ENTRY = _object({"id": STRING, "question": _nullable(STRING), "answer": STRING},
                     ["id", "question", "answer"])
+# What a knowledge entry's create (KnowledgeBaseItemInput) and PATCH (KnowledgeBaseItemChange) take.
+_KB_INPUT_FIELDS: dict[str, Any] = {
+    "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
+    "question": _nullable({"type": "string", "maxLength": 10_000}),
+    "title": _nullable({"type": "string", "maxLength": 500}),
+    "tags": {"type": "array", "maxItems": 50,
+             "items": {"type": "string", "minLength": 1, "maxLength": 500}},
+    "source": _nullable({"type": "string", "maxLength": 500}),
+    "yes_no": _nullable({"type": "boolean"}),
+}
 LIBRARY_SCHEMAS: dict[str, Any] = {
     "KnowledgeBaseItemChange": _object({
-        "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
-        "question": _nullable({"type": "string", "maxLength": 10_000}),
-        "title": _nullable({"type": "string", "maxLength": 500}),
-        "tags": {"type": "array", "maxItems": 50,
-                 "items": {"type": "string", "minLength": 1, "maxLength": 500}},
-        "source": _nullable({"type": "string", "maxLength": 500}),
-        "yes_no": _nullable({"type": "boolean"}),
+        **_KB_INPUT_FIELDS,
         "owner_id": _nullable({"type": "string"}),
         "review_by": _DATE,
     }, closed=True, description="absent fields keep their values"),
@@ -334,13 +338,7 @@ SCHEMAS: dict[str, Any] = {
     }, ["id", "question", "answer", "title", "tags", "source", "external_id", "yes_no",
         "created_at", "updated_at", *_LIBRARY_ITEM_FIELDS]),
     "KnowledgeBaseItemInput": _object({
-        "answer": {"type": "string", "minLength": 1, "maxLength": 100_000},
-        "question": _nullable({"type": "string", "maxLength": 10_000}),
-        "title": _nullable({"type": "string", "maxLength": 500}),
-        "tags": {"type": "array", "maxItems": 50,
-                 "items": {"type": "string", "minLength": 1, "maxLength": 500}},
-        "source": _nullable({"type": "string", "maxLength": 500}),
-        "yes_no": _nullable({"type": "boolean"}),
+        **_KB_INPUT_FIELDS,
     }, ["answer"], closed=True),
     "ImportReport": _object({
         "imported": {"type": "integer", "minimum": 0},
@@ -567,7 +565,7 @@ def _library_paths() -> dict[str, Any]:
     """Library care (issue 20): review, versions, duplicates, merges."""
     kb = _error("no such knowledge base item in this account (not_found)")
     item = _ref("KnowledgeBaseItem")
-    return {
+    paths = {
         "/api/v1/knowledge_base_items/{id}": {
             "patch": _op("update_knowledge_base_item", "change an item (its previous version is "
                          "kept)", {"200": _json(item, "the changed item"), "404": kb,
@@ -602,6 +600,98 @@ def _library_paths() -> dict[str, Any]:
                 "200": _json(_ref("KnowledgeBaseDuplicates"), "the findings"),
                 "400": _error("refresh is not true or false (parameter_invalid)")},
             params=[_query("refresh", "true: start a new run now", {"enum": ["true", "false"]})])},
+    }
+    paths["/api/v1/knowledge_base_items/{id}/reviewed"]["post"]["requestBody"]["required"] = False
+    return paths
+
+
+def _webhook_audit_paths() -> dict[str, Any]:
+    """Webhook endpoints, their deliveries, and the audit log (issue 21; docs/webhooks.md)."""
+    from ..domain.webhooks import EVENT_TYPES
+
+    SCHEMAS.update({
+        "WebhookEndpoint": _object({
+            "id": STRING, "url": {"type": "string", "format": "uri"},
+            "event_types": {"type": "array", "items": {"enum": list(EVENT_TYPES)}},
+            "description": _nullable(STRING), "enabled": {"type": "boolean"},
+            "disabled_reason": _nullable({"type": "string", "description":
+                                          "why the service disabled it (persistent failure)"}),
+            "secret": {"type": "string", "description": "whsec_…; only in the 201 of create"},
+            "created_at": _DATE_TIME, "updated_at": _DATE_TIME,
+        }, ["id", "url", "event_types", "description", "enabled", "disabled_reason",
+            "created_at", "updated_at"]),
+        "WebhookEndpointInput": _object({"webhook_endpoint": _object({
+            "url": {"type": "string", "format": "uri", "maxLength": 2048},
+            "event_types": {"type": "array", "minItems": 1, "items": {"enum": list(EVENT_TYPES)}},
+            "description": _nullable({"type": "string", "maxLength": 500}),
+            "enabled": {"type": "boolean"},
+        }, closed=True)}, ["webhook_endpoint"]),
+        "WebhookDelivery": _object({
+            "id": {"type": "integer"}, "event_id": STRING, "event_type": {"enum": list(EVENT_TYPES)},
+            "record_id": STRING, "state": {"enum": ["pending", "delivered", "failed"]},
+            "attempts": {"type": "integer", "minimum": 0},
+            "next_attempt_at": _nullable(_DATE_TIME), "retry_until": _nullable(_DATE_TIME),
+            "last_attempt_at": _nullable(_DATE_TIME), "last_status": _nullable({"type": "integer"}),
+            "last_error": _nullable(STRING), "last_response": _nullable(STRING),
+            "delivered_at": _nullable(_DATE_TIME), "created_at": _DATE_TIME,
+        }, ["id", "event_id", "event_type", "record_id", "state", "attempts", "created_at"]),
+        "AuditEvent": _object({
+            "id": {"type": "integer"}, "occurred_at": _DATE_TIME,
+            "actor": _object({"type": {"enum": ["member", "operator", "anonymous"]},
+                              "id": _nullable(STRING), "label": _nullable(STRING)},
+                             ["type", "id", "label"]),
+            "action": STRING, "record_id": _nullable(STRING),
+            "client_address": _nullable(STRING), "request_id": _nullable(STRING),
+            "before": _nullable({"type": "object"}), "after": _nullable({"type": "object"}),
+        }, ["id", "occurred_at", "actor", "action", "record_id", "before", "after"]),
+    })
+    endpoint = _ref("WebhookEndpoint")
+    no_endpoint = _error("no such webhook endpoint in this account (not_found)")
+    body = _ref("WebhookEndpointInput")
+    page_invalid = _error("page is not a positive integer (parameter_invalid)")
+    delivery_id = {"name": "delivery_id", "in": "path", "required": True,
+                   "schema": {"type": "string", "pattern": "^[0-9]+$"}}
+    return {
+        "/api/v1/webhook_endpoints": {
+            "post": _op("create_webhook_endpoint", "register an endpoint (admin); its secret is "
+                        "shown only here", {
+                "201": _json(endpoint, "the endpoint, with its secret", _LOCATION),
+                "422": _error("a URL that is not http(s) or names a private address, or an "
+                              "unknown event type (validation_failed)")}, body=body),
+            "get": _op("list_webhook_endpoints", "the account's endpoints (admin)", {
+                "200": _json(_page_of("webhook_endpoints", "WebhookEndpoint"), "one page"),
+                "400": page_invalid}, params=[_PAGE]),
+        },
+        "/api/v1/webhook_endpoints/{id}": {
+            "get": _op("get_webhook_endpoint", "read an endpoint (admin)", {
+                "200": _json(endpoint, "the endpoint"), "404": no_endpoint}, params=[_ID]),
+            "patch": _op("update_webhook_endpoint", "change an endpoint; enabled: true resumes "
+                         "its deliveries", {
+                "200": _json(endpoint, "the endpoint"), "404": no_endpoint},
+                params=[_ID], body=body),
+            "delete": _op("delete_webhook_endpoint", "delete an endpoint and its deliveries", {
+                "204": {"description": "deleted"}, "404": no_endpoint}, params=[_ID]),
+        },
+        "/api/v1/webhook_endpoints/{id}/deliveries": {"get": _op(
+            "list_webhook_deliveries", "an endpoint's delivery log, newest first (admin)", {
+                "200": _json(_page_of("deliveries", "WebhookDelivery"), "one page"),
+                "400": page_invalid, "404": no_endpoint}, params=[_ID, _PAGE])},
+        "/api/v1/webhook_endpoints/{id}/deliveries/{delivery_id}/retry": {"post": _op(
+            "retry_webhook_delivery", "send a failed (or delivered) delivery again now", {
+                "202": _json(_ref("WebhookDelivery"), "pending again"),
+                "400": _error("the delivery id is not a number (parameter_invalid)"),
+                "404": _error("no such endpoint or delivery (not_found)"),
+                "409": _error("the delivery is still pending (conflict)")},
+            params=[_ID, delivery_id])},
+        "/api/v1/audit_events": {"get": _op("list_audit_events", "the audit log, newest first "
+                                            "(admin)", {
+            "200": _json(_page_of("audit_events", "AuditEvent"), "one page"),
+            "400": _error("page, since or until invalid (parameter_invalid)")},
+            params=[_query("actor", "member id (mbr_…) or operator name"),
+                    _query("record_id", "the record acted on"),
+                    _query("action", "e.g. rfp.created"),
+                    _query("since", "RFC 3339 time, inclusive", _DATE_TIME),
+                    _query("until", "RFC 3339 time, exclusive", _DATE_TIME), _PAGE])},
     }
 
 
@@ -801,7 +891,7 @@ def document() -> dict[str, Any]:
             "200": _text("text/plain", "Prometheus text format"),
             "404": _error("metrics are not enabled (not_found)")}, security=[])},
     }
-    for path, operations in _workflow_paths().items():
+    for path, operations in {**_workflow_paths(), **_webhook_audit_paths()}.items():
         paths[path] = {**paths.get(path, {}), **operations}
     for path, operations in _account_paths().items():
         paths[path] = {**paths.get(path, {}), **operations}

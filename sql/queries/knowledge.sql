@@ -43,33 +43,37 @@ RETURNING k.id, k.external_id, (xmax = 0) AS created;
 -- Move the full-text index's pending list into the index proper (after a bulk import).
 SELECT gin_clean_pending_list('knowledge_items_search'::regclass);
 
--- save_review_item --
--- The entry a review of question $6 saves: the entry an earlier review of that question, or of the
--- same question text, saved, updated in place; else a new entry (id $1). `created` says which.
+-- save_reviewed_answer --
+-- A reviewed answer as an entry (id $1 when new): the entry an earlier save of the same RFP item
+-- (external id $7) or of the same question (reviewed question $8, or the same question text among
+-- reviewed entries) made is updated in place, so saving again never duplicates. A new entry is owned
+-- by the reviewer ($9); an existing one keeps its owner, review date and, given no title $5, its
+-- title. No row: a concurrent first save won the insert; the caller runs this again to update it.
 WITH earlier AS (
     SELECT k.id
       FROM knowledge_items k
-     WHERE k.account_id = $2 AND k.reviewed_question IS NOT NULL
-       AND (k.reviewed_question = $6 OR lower(k.question) = lower($3))
-     ORDER BY k.reviewed_question = $6 DESC, k.created_at, k.id
+     WHERE k.account_id = $2
+       AND (k.external_id = $7::text
+            OR ($8::text IS NOT NULL AND k.reviewed_question IS NOT NULL
+                AND (k.reviewed_question = $8 OR lower(k.question) = lower($3))))
+     ORDER BY k.external_id IS NOT DISTINCT FROM $7 DESC, k.reviewed_question IS NOT DISTINCT FROM $8 DESC,
+              k.created_at, k.id
      LIMIT 1
      FOR UPDATE
 ), updated AS (
     UPDATE knowledge_items k
-       SET question = $3, answer = $4, source = $5, updated_at = now()
+       SET question = $3, answer = $4, title = coalesce($5, k.title), source = $6, updated_at = now()
       FROM earlier e
      WHERE k.id = e.id
     RETURNING k.*
 ), inserted AS (
-    -- Two first reviews of one question at once: the unique index makes the second an update.
-    INSERT INTO knowledge_items AS k (id, account_id, question, answer, source, reviewed_question)
-    SELECT $1, $2, $3, $4, $5, $6
+    INSERT INTO knowledge_items AS k (id, account_id, question, answer, title, source, external_id,
+                                      reviewed_question, owner_member_id)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
      WHERE NOT EXISTS (SELECT 1 FROM earlier)
-    ON CONFLICT (account_id, reviewed_question) WHERE reviewed_question IS NOT NULL DO UPDATE
-       SET question = excluded.question, answer = excluded.answer, source = excluded.source,
-           updated_at = now()
-    RETURNING k.*, (xmax = 0) AS created
+    ON CONFLICT DO NOTHING
+    RETURNING k.*
 )
 SELECT *, false AS created FROM updated
 UNION ALL
-SELECT * FROM inserted;
+SELECT *, true AS created FROM inserted;

@@ -37,15 +37,6 @@ UPDATE rfp_items
  WHERE id = $1
 RETURNING *;
 
--- save_answer_to_knowledge_base --
--- An approved item as a knowledge-base entry; saving the same item again updates that entry.
-INSERT INTO knowledge_items (id, account_id, question, answer, title, source, external_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (account_id, external_id) WHERE external_id IS NOT NULL
-DO UPDATE SET question = EXCLUDED.question, answer = EXCLUDED.answer, title = EXCLUDED.title,
-              source = EXCLUDED.source, updated_at = now()
-RETURNING id;
-
 -- link_rfp_item_to_knowledge_item --
 -- Remember which knowledge-base entry an item was saved as.
 UPDATE rfp_items SET knowledge_item_id = $2 WHERE id = $1 RETURNING *;

@@ -289,14 +289,16 @@ async def test_app__without_pgvector_starts_warns_once_and_answers_lexically(
     assert len(warnings) == 1
 
 
-async def test_check_available__refuses_without_the_table(conn):
-    # `eval --embeddings …` still refuses: measuring dense retrieval without it measures nothing.
+async def test_usable_embedder__without_the_table_none_and_one_warning(conn, caplog):
+    # `eval` too: with a backend configured on a server without pgvector it evaluates lexically.
     await conn.execute("DROP TABLE IF EXISTS knowledge_embeddings")
-    with pytest.raises(RuntimeError, match="pgvector"):
-        await embeddings.check_available(conn)
+    caplog.set_level("WARNING", logger="service.answering.embeddings")
+    embedder = OpenAIEmbedder(settings("http://127.0.0.1:9/v1"), session=None)  # never called
+    assert await embeddings.usable_embedder(conn, embedder) is None
+    assert [r.getMessage()[:32] for r in caplog.records] == ["pgvector is not installed on thi"]
 
 
-def test_decide__without_a_dense_model_the_lexical_decision_stands():
+def test_decide__dense_retrievals_are_decided_by_the_dense_model_lexical_by_the_lexical():
     import attrs
 
     from service.answering import decision as coverage
@@ -306,6 +308,10 @@ def test_decide__without_a_dense_model_the_lexical_decision_stands():
                     answer="Nightly copies.", source=None, score=0.3, question_match=0.5, coverage=0.6)
     dense = attrs.evolve(ref, dense=0.7)
     assert "dense" in coverage.features("How often are backups taken?", [dense])
-    assert coverage.DENSE_MODEL is None  # none shipped (docs/answer-quality.md)
-    assert coverage.decide("How often are backups taken?", [dense]) == coverage.decide(
+    # Both are shipped, each fitted by cross-validation on its kind of retrieval
+    # (docs/answer-quality.md).
+    assert coverage.DENSE_MODEL is not None and coverage.DENSE_MODEL.judges_dense
+    assert coverage.model_for([dense]) is coverage.DENSE_MODEL
+    assert coverage.model_for([ref]) is coverage.MODEL and not coverage.MODEL.judges_dense
+    assert coverage.decide("How often are backups taken?", [ref], coverage.MODEL) == coverage.decide(
         "How often are backups taken?", [ref])

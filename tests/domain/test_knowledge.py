@@ -175,3 +175,65 @@ async def test_cli_kb_import__json_prints_one_object(tmp_path, config, conn, adm
     assert report["rejected"] == [{"row": 3, "reason": "answer: must not be blank"}]
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items WHERE account_id = $1",
                                admin.account_id) == 1
+
+
+async def test_import_csv__nul_character_is_422_naming_the_cell_and_nothing_stored(client, admin, conn):
+    # The knowledge-base import reads through the questionnaires' CSV layer (domain/uploads.py):
+    # a NUL (PostgreSQL text cannot hold one) is refused whole, naming the cell.
+    body = "\ufeffquestion,answer\nQ1?,Fine.\nQ2?,Bro\x00ken\n".encode()
+    response = await client.post(
+        f"{ITEMS}/import", data=body, headers={**admin.headers, "Content-Type": "text/csv"}
+    )
+    assert response.status == 422, await response.text()
+    assert "cell B3 holds a NUL character" in (await response.json())["error"]["details"][0]
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
+
+
+async def test_import_csv__cell_past_the_upload_limit_is_413_naming_the_setting(
+    config, aiohttp_client, admin, conn
+):
+    from conftest import with_config
+
+    from service.web.app import create_app
+
+    client = await aiohttp_client(create_app(with_config(config, uploads={"max_cell_chars": 50})))
+    body = "question,answer\nQ?," + "x" * 51 + "\n"
+    response = await client.post(
+        f"{ITEMS}/import", data=body, headers={**admin.headers, "Content-Type": "text/csv"}
+    )
+    assert response.status == 413, await response.text()
+    assert "uploads.max_cell_chars = 50" in (await response.json())["error"]["message"]
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
+
+
+
+async def test_save_reviewed_answer__two_first_saves_at_once_make_one_entry(database_url, conn, admin):
+    # The second save waits on the first's uncommitted insert, then updates that entry.
+    import asyncio
+
+    import asyncpg
+    from conftest import CONNECT
+
+    from service.domain.knowledge import save_reviewed_answer
+
+    other = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        first = conn.transaction()
+        await first.start()
+        saved, created = await save_reviewed_answer(
+            conn, admin.account_id, question="Q?", answer="First.", source="rfp:r1",
+            external_id="rfp_item:i1",
+        )
+        assert created
+        second = asyncio.create_task(save_reviewed_answer(
+            other, admin.account_id, question="Q?", answer="Second.", source="rfp:r1",
+            external_id="rfp_item:i1",
+        ))
+        await asyncio.sleep(0.3)
+        assert not second.done()  # waiting on the first's row
+        await first.commit()
+        again, created_again = await asyncio.wait_for(second, 10)
+    finally:
+        await other.close()
+    assert (again.id, created_again, again.answer) == (saved.id, False, "Second.")
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 1

@@ -298,3 +298,30 @@ async def test_find_duplicates__a_second_run_replaces_the_first(conn, admin):
                                     conflict_similarity=0.5)
         assert run is not None and run.findings == 4
     assert await conn.fetchval("SELECT count(*) FROM knowledge_duplicates") == 4
+
+
+async def test_versions__a_reimport_keeps_the_imported_version_and_who_imported_it(client, admin,
+                                                                                   make_member):
+    colleague = await make_member(admin.account_id)
+    for actor, answer in ((admin, "Kept 30 days."), (colleague, "Kept 90 days.")):
+        response = await client.post(f"{ITEMS}/import", data=f"id,question,answer\nR1,Retention?,{answer}\n",
+                                     headers={**actor.headers, "Content-Type": "text/csv"})
+        assert response.status == 200
+    listed = (await (await client.get(ITEMS, headers=admin.headers)).json())["knowledge_base_items"]
+    versions = (await (await client.get(f"{ITEMS}/{listed[0]['id']}/versions",
+                                        headers=admin.headers)).json())["versions"]
+    assert [(v["version"], v["answer"], v["written_by"]) for v in versions] == [
+        (2, "Kept 90 days.", colleague.member_id), (1, "Kept 30 days.", admin.member_id)]
+
+
+async def test_review_period__from_config_for_every_write_path(aiohttp_client, config, conn, admin):
+    from conftest import with_config
+
+    from service.web.app import create_app
+
+    client = await aiohttp_client(create_app(with_config(config, library={"review_period_days": 30})))
+    item = await _create(client, admin, answer="API")
+    assert item["review_by"] == (today() + timedelta(days=30)).isoformat()
+    imported = await add_entry(conn, admin.account_id, "Q?", "written without the API")
+    review_by = await conn.fetchval("SELECT review_by FROM knowledge_items WHERE id = $1", imported)
+    assert review_by == today() + timedelta(days=30)

@@ -342,3 +342,57 @@ async def test_events__a_question_its_pipeline_lets_go_of_is_read_again(
         text = (await response.read()).decode()
     events = await read_events_text(text)
     assert events[-1][0] == "complete" and events[-1][1]["answer"] == "by hand"
+
+
+class _Places:
+    """A pipeline's reservations as `questions.ask` sees them: one place, handed out once."""
+
+    def __init__(self, free: int) -> None:
+        self.free, self.held, self.released = free, [], []
+
+    def reserve(self, question_id):
+        if len(self.held) >= self.free:
+            return None
+        self.held.append(question_id)
+        return "owner-1"
+
+    def unreserve(self, question_id):
+        self.released.append(question_id)
+
+
+async def test_ask_domain__stores_leased_then_replays_the_first_response_and_refusals_release(
+    conn, admin, make_account
+):
+    # Asking (charge, idempotency, lease) is one domain function; the view only parses and responds.
+    from service.domain.errors import UsageBlocked, ValidationFailed
+    from service.domain.questions import Ask, ask
+    from service.domain.tokens import Principal
+
+    who = Principal(member_id=admin.member_id, user_id=admin.user_id, account_id=admin.account_id,
+                    role="admin", scopes=frozenset({"read", "write"}), name="A", email=admin.email)
+    places = _Places(free=1)
+    question = Ask(question="Do you encrypt backups?", detail_level=1, custom_prompt=None)
+    first = await ask(conn, who, question, "k-1", cost=1, lease_seconds=30, reservations=places)
+    assert first.stored is not None and first.lease_owner == "owner-1"
+    assert first.row["id"] == first.stored["id"] == places.held[0]
+    await conn.execute("UPDATE questions SET state = 'complete', answer = 'Yes.' WHERE id = $1",
+                       first.row["id"])
+    again = await ask(conn, who, question, "k-1", cost=1, lease_seconds=30, reservations=places)
+    assert again.stored is None and again.row["id"] == first.row["id"]
+    assert (again.row["state"], again.row["answer"]) == ("new", None)  # as first accepted
+    assert await conn.fetchval("SELECT credits FROM accounts WHERE id = $1", admin.account_id) == 9
+    try:
+        await ask(conn, who, attrs.evolve(question, question="Other?"), "k-1", cost=1,
+                  lease_seconds=30, reservations=places)
+        raise AssertionError("a reused key for another question must be refused")
+    except ValidationFailed:
+        pass
+    poor = await make_account(credits=0)
+    broke = attrs.evolve(who, member_id=poor.member_id, user_id=poor.user_id, account_id=poor.account_id)
+    places.free = 2
+    try:
+        await ask(conn, broke, question, None, cost=1, lease_seconds=30, reservations=places)
+        raise AssertionError("out of credits must be refused")
+    except UsageBlocked:
+        pass
+    assert places.released == [places.held[1]]  # the refused question's place is given back

@@ -223,3 +223,28 @@ async def test_review__unknown_field_is_422(client, admin):
     response = await review(client, admin, rfp_id, item_id, confidence=1)
     assert response.status == 422
     assert (await response.json())["error"]["details"] == ["rfp_item: unknown field(s): confidence"]
+
+
+async def test_review__saved_entry_owned_by_reviewer_and_a_later_save_keeps_owner_and_review_date(
+    client, admin, make_member, conn
+):
+    # Both reviews (RFP item and question) save through knowledge.save_reviewed_answer: a new entry
+    # is owned by whoever approved it; saving again, by someone else, keeps the owner and review date
+    # the library set.
+    rfp_id = await new_rfp(client, admin, ["Do you rotate keys?"])
+    [item_id] = await item_ids(client, admin, rfp_id)
+    first = await review(client, admin, rfp_id, item_id, answer="Yearly.", state="approved",
+                         save_to_knowledge_base=True)
+    kb_id = (await first.json())["knowledge_item_id"]
+    kb = await conn.fetchrow("SELECT * FROM knowledge_items WHERE id = $1", kb_id)
+    assert (kb["owner_member_id"], kb["external_id"], kb["version"]) == (
+        admin.member_id, f"rfp_item:{item_id}", 1)
+    await conn.execute("UPDATE knowledge_items SET review_by = DATE '2031-01-01' WHERE id = $1", kb_id)
+    colleague = await make_member(admin.account_id, role="member")
+    again = await review(client, colleague, rfp_id, item_id, answer="Every 90 days.",
+                         save_to_knowledge_base=True)
+    assert (await again.json())["knowledge_item_id"] == kb_id
+    kb = await conn.fetchrow("SELECT * FROM knowledge_items WHERE id = $1", kb_id)
+    assert (kb["owner_member_id"], str(kb["review_by"]), kb["answer"], kb["title"]) == (
+        admin.member_id, "2031-01-01", "Every 90 days.", None)
+    assert kb["version"] == 3  # the review date change, then the second save: both versioned

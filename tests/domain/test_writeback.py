@@ -270,6 +270,16 @@ async def test_csv_writeback__original_columns_order_and_dialect_answer_filled(c
     )
 
 
+async def test_csv_writeback__a_formula_like_answer_stays_text(client, conn, admin):
+    rfp_id = await _rfp(client, admin)
+    await _import(client, admin, rfp_id, b"Question,Answer\nLink?,\n", "text/csv")
+    (item,) = await _items(conn, rfp_id)
+    await _review(client, admin, rfp_id, item["id"], answer='=HYPERLINK("http://x")', state="approved")
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    rows = list(csv.reader(io.StringIO((await response.read()).decode())))
+    assert rows[1] == ["Link?", '\'=HYPERLINK("http://x")']
+
+
 async def test_csv_writeback__without_an_answer_column_one_is_appended(client, conn, admin):
     rfp_id = await _rfp(client, admin)
     report = await _import(client, admin, rfp_id, b"Question,Category\nDo you encrypt?,Data\n", "text/csv")
@@ -279,3 +289,109 @@ async def test_csv_writeback__without_an_answer_column_one_is_appended(client, c
     response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
     rows = list(csv.reader(io.StringIO((await response.read()).decode())))
     assert rows == [["Question", "Category", "Answer"], ["Do you encrypt?", "Data", "Yes."]]
+
+
+def test_write_xlsx__a_sheet_written_with_a_namespace_prefix_is_written_alike():
+    import re
+
+    from service.domain.writeback import Cell, write_xlsx
+
+    parts = _zip_parts(questionnaire())
+    main = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+    sheet = parts["xl/worksheets/sheet3.xml"].decode()
+    # As the OpenXML SDK writes it: <x:worksheet xmlns:x="…main"><x:sheetData><x:row> …
+    sheet = re.sub(r"<(/?)([A-Za-z]\w*)(?=[\s>/])", r"<\1x:\2", sheet)
+    sheet = sheet.replace(f'xmlns="{main}"', f'xmlns:x="{main}"')
+    assert "<x:row" in sheet and "<row" not in sheet
+    parts["xl/worksheets/sheet3.xml"] = sheet.encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    original = out.getvalue()
+    result = write_xlsx(original, [
+        Cell(sheet="Access Control", row=3, column=2, text="No, not yet."),
+        Cell(sheet="Access Control", row=4, column=2, text="Passphrases"),
+        Cell(sheet="Access Control", row=12, column=1, text="a new row"),
+    ])
+    assert "<c r=" not in _zip_parts(result)["xl/worksheets/sheet3.xml"].decode()
+    _compare(original, result, {("Access Control", "C3"): "No", ("Access Control", "C4"): "Passphrases",
+                                ("Access Control", "B12"): "a new row"})
+
+
+def test_write_xlsx__a_formula_answer_cell_keeps_its_formula_and_new_cells_keep_row_order():
+    from service.domain.writeback import Cell, write_xlsx
+
+    original = questionnaire()
+    result = write_xlsx(original, [
+        Cell(sheet="Access Control", row=3, column=3, text="over the formula"),  # D3 holds =IF(…)
+        Cell(sheet="Access Control", row=4, column=6, text="past the last column"),  # G4: new cell
+        Cell(sheet="Access Control", row=9, column=2, text="a new row"),
+    ])
+    sheet = load_workbook(io.BytesIO(result))["Access Control"]
+    assert sheet["D3"].value == '=IF(C3="","missing","ok")'
+    assert sheet["G4"].value == "past the last column"
+    assert sheet["C9"].value == "a new row"
+    assert sheet["E4"].value == "reviewed by legal"
+
+
+async def test_cli__rfp_import_keeps_the_file_and_export_original_writes_it_back(
+    client, conn, admin, database_url, tmp_path
+):
+    import asyncio
+
+    from cli_runner import cli_json
+
+    rfp_id = await _rfp(client, admin)
+    source = tmp_path / "acme.xlsx"
+    source.write_bytes(questionnaire())
+    imported = await asyncio.to_thread(
+        cli_json, database_url, "rfp", "import", "--account", admin.account_id, "--rfp", rfp_id,
+        str(source), "--sheet", "Access Control")
+    assert imported["import"]["kept_for_export"] is True
+    mfa, *_ = await _items(conn, rfp_id)
+    await _review(client, admin, rfp_id, mfa["id"], answer="Yes, always.", state="approved")
+    output = tmp_path / "answered.xlsx"
+    exported = await asyncio.to_thread(
+        cli_json, database_url, "rfp", "export", "--account", admin.account_id, "--rfp", rfp_id,
+        "--format", "original", "--output", str(output))
+    assert exported["written"] == 1
+    _compare(source.read_bytes(), output.read_bytes(), {
+        ("Access Control", "C3"): "Yes", ("Access Control", "C4"): None, ("Access Control", "C5"): None})
+
+
+def test_dropdown_value__the_option_of_the_answers_yes_no_lead():
+    from service.domain.writeback import _dropdown_value
+
+    assert _dropdown_value("Yes, with AES-256.", ["Yes", "No", "N/A"]) == "Yes"
+    assert _dropdown_value("No. Not yet.", ["Y", "N"]) == "N"
+    assert _dropdown_value("Yes.", ["No, not yet", "Yes - fully"]) == "Yes - fully"
+    assert _dropdown_value("N/A", ["Yes", "No", "N/A"]) == "N/A"  # the whole answer is an option
+    assert _dropdown_value("We use AES-256.", ["Yes", "No"]) is None  # no lead: left empty
+
+
+async def test_xlsx_writeback__import_answer_approve_export_through_the_pipeline(client, conn, admin):
+    from helpers_questions import add_entry, wait_all_complete
+
+    await add_entry(conn, admin.account_id, "Do you enforce multi-factor authentication for all users?",
+                    "Yes. MFA is enforced for every user, with TOTP or WebAuthn.")
+    await add_entry(conn, admin.account_id, "Describe your password policy.",
+                    "Passwords have at least 12 characters and are checked against breach lists.")
+    original = questionnaire()
+    rfp_id = await _rfp(client, admin)
+    await _import(client, admin, rfp_id, original, XLSX, sheet="Access Control")
+    response = await client.post(f"/api/v1/rfps/{rfp_id}/answer", headers=admin.headers)
+    assert response.status == 202
+    await wait_all_complete(conn, 30)
+    items = await _items(conn, rfp_id)
+    for item in items[:2]:  # the two the knowledge base answers; AC-3 is left for a person
+        assert item["answer"], item["question"]
+        await _review(client, admin, rfp_id, item["id"], state="approved")
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    assert response.status == 200
+    approved = await _items(conn, rfp_id)
+    _compare(original, await response.read(), {
+        ("Access Control", "C3"): "Yes",  # the dropdown cell: the answer's Yes/No lead
+        ("Access Control", "C4"): approved[1]["answer"],
+        ("Access Control", "C5"): None,  # not approved
+    })

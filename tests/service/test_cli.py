@@ -213,12 +213,18 @@ def test_serve__first_start_prints_a_working_demo_token_and_stops_on_ctrl_c(empt
         wait_until_serving(port, proc)
         status, created = api(port, "/api/v1/rfps", token, {"rfp": {"title": "Acme"}})
         status_search, found = api(port, "/api/v1/rfps/search?query=acme", token)
+        # The printed password signs in (the web app's and POST /api/v1/tokens' rule).
+        password = re.search(r"with the password (\S+)", printed).group(1)
+        status_sign_in, _ = api(
+            port, "/api/v1/tokens", "", {"email": "admin@example.com", "password": password}
+        )
     finally:
         _, stderr = interrupt(proc)
     assert proc.returncode == 0, stderr
-    assert (status, status_search) == (201, 200)
+    assert (status, status_search, status_sign_in) == (201, 200, 201)
     assert [rfp["id"] for rfp in found["rfps"]] == [created["id"]]
     assert printed.count("curl ") == 2
+    assert f"http://localhost:{port}/signin" in printed
     assert f"http://localhost:{port}/api/v1/rfps" in printed
 
 

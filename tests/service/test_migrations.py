@@ -362,6 +362,11 @@ LANDED = {
     "0018_vocabulary_geographic": "17a879586039700e1994cbd9dff7c9142e19000251290d9d343f7ee652af81c5",
     "0019_vocabulary_seeded": "f4420db34dc1a0101d877caf094b8ab04411e9ab5e09e1c1fbcd2e2ef116ef96",
     "0020_accounts_hardening": "fcd2a59713bc4bbec6057532109d2f9ae24b5cfee11d80c98528657ff0ee8b20",
+    "0021_question_failed_attempts": "6e1d18b5e5a72e266b95db6f32e9b22143f3448c5ed1547bc98a2a9d42b7e1f3",
+    "0022_library": "7e724ad7ffff19958ab9edad5fc79c53a1818988b29d0f06879e2e408c64c497",
+    "0022_library_drop_trigram": "68303d1101bcad6017aa18bfa4d151a1b67b1208b78ef9ccc01214390ee49366",
+    "0023_webhooks_audit": "8dfea0da3e5b482a54247b0592188325c0a7112fdb05c30012cdab31e32e32f8",
+    "0024_web_sessions": "8de9416064e146fa3cb90d72c3f18df30a38da7c28540343d6944f2323ed55d2",
 }
 
 

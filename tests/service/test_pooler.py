@@ -118,3 +118,17 @@ def test_session_state__only_set_local_and_transaction_scoped_locks():
             ) or re.search(r"set_config\([^)]*,\s*false\s*\)", code):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_eval__behind_a_pooler_needs_direct_url(tmp_path):
+    # eval makes scratch databases and pools on them: through PgBouncer's cache-less, LISTEN-less
+    # sessions it would fail half-way; it says what to set instead.
+    from tests.cli_runner import cli
+
+    for name in ("kb.csv", "q.csv", "l.csv"):
+        (tmp_path / name).write_text("id\n")
+    result = cli("postgresql://nobody@127.0.0.1:1/none", "eval", "--kb", str(tmp_path / "kb.csv"),
+                 "--questions", str(tmp_path / "q.csv"), "--labels", str(tmp_path / "l.csv"),
+                 env={"RFP_DATABASE_POOLER": "pgbouncer-transaction", "DATABASE_DIRECT_URL": ""})
+    assert result.returncode == 2  # a configuration error, as for every other setting
+    assert "database.direct_url" in result.stderr

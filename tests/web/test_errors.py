@@ -244,6 +244,9 @@ def test_database_unavailable__a_connection_closed_under_asyncpg_counts():
         assert database_unavailable(exc)
     assert not database_unavailable(
         asyncpg.InterfaceError("cannot perform operation: another operation is in progress"))
+    # Alone, as a read got it when PgBouncer lost its server between Parse and Bind (soak-restart).
+    assert database_unavailable(asyncpg.InternalClientError(
+        "cannot switch to state 12; another operation (2) is in progress"))
 
 
 @pytest.mark.parametrize("depth", [65, 900])

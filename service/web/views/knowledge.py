@@ -8,32 +8,38 @@ from collections.abc import AsyncIterator, Mapping
 
 from aiohttp import web
 
-from ... import db
-from ...domain import library
+from ...domain import knowledge, library
 from ...domain.convert import structure, unstructure
-from ...domain.errors import NotFound, ParameterInvalid, UnsupportedMediaType, ValidationFailed
+from ...domain.errors import ParameterInvalid, UnsupportedMediaType, ValidationFailed
 from ...domain.knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
     ParsedCsv,
     create_item,
+    fetch_item,
     import_csv,
     parse_upload,
 )
 from ...domain.models import Page
+from ...domain.uploads import Limits
+from ..actors import actor
 from ..auth import acquire, connection, principal, requires
 from ..body import read_json, read_object, receive_upload
-from ..keys import CONFIG, INDEXER, LIBRARY_JOBS, PARSERS
+from ..keys import CONFIG, DELIVERER, INDEXER, LIBRARY_JOBS, PARSERS
 from ..responses import json_response
 
 log = logging.getLogger(__name__)
 
 
 def entries_written(app: web.Application) -> None:
-    """Knowledge-base entries were created or changed: wake the embeddings indexer, if any."""
+    """Knowledge-base entries were created or changed (committed): wake the embeddings indexer,
+    if any, and the webhook deliverer."""
     indexer = app.get(INDEXER)
     if indexer is not None:
         indexer.wake()
+    deliverer = app.get(DELIVERER)
+    if deliverer is not None:
+        deliverer.wake()
 
 
 _CSV_MEDIA_TYPES = ("text/csv", "application/csv", "text/plain")
@@ -49,7 +55,7 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     with upload.file:
         raw = upload.file.read()
-    return await request.app[PARSERS].run(parse_upload, raw)
+    return await request.app[PARSERS].run(parse_upload, raw, Limits.of(request.app[CONFIG].uploads))
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
@@ -61,7 +67,7 @@ async def post_item(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "knowledge_base_item")
     data = structure(fields, KnowledgeItemInput, root="knowledge_base_item")
     async with connection(request) as conn:
-        item = await create_item(conn, principal(request).account_id, data)
+        item = await create_item(conn, principal(request).account_id, data, actor=actor(request))
     entries_written(request.app)
     response = _item_response(item, status=201)
     response.headers["Location"] = f"/api/v1/knowledge_base_items/{item.id}"
@@ -101,25 +107,17 @@ def _flag(query: Mapping[str, str], name: str) -> bool:
 
 @requires("read")
 async def get_item(request: web.Request) -> web.Response:
-    item_id = request.match_info["id"]
     async with connection(request) as conn:
-        row = await conn.fetchrow(
-            db.query("get_knowledge_item"), item_id, principal(request).account_id
-        )
-    if row is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
-    return _item_response(KnowledgeItem.from_row(row))
+        item = await fetch_item(conn, principal(request).account_id, request.match_info["id"])
+    return _item_response(item)
 
 
 @requires("write", roles=("admin", "member"))
 async def delete_item(request: web.Request) -> web.Response:
     item_id = request.match_info["id"]
     async with connection(request) as conn:
-        deleted = await conn.fetchval(
-            db.query("delete_knowledge_item"), item_id, principal(request).account_id
-        )
-    if deleted is None:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
+        await knowledge.delete_item(conn, principal(request).account_id, item_id, actor=actor(request))
+    entries_written(request.app)
     return web.Response(status=204)
 
 
@@ -127,7 +125,7 @@ async def delete_item(request: web.Request) -> web.Response:
 async def import_items(request: web.Request) -> web.Response:
     parsed = await _read_csv_body(request)
     async with connection(request) as conn:
-        report = await import_csv(conn, principal(request).account_id, parsed)
+        report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)
     return json_response(unstructure(report))
 
@@ -142,7 +140,7 @@ async def patch_item(request: web.Request) -> web.Response:
     who = principal(request)
     async with connection(request) as conn:
         item = await library.update_item(
-            conn, who.account_id, request.match_info["id"], who.member_id, fields
+            conn, who.account_id, request.match_info["id"], who.member_id, fields, actor=actor(request)
         )
     entries_written(request.app)
     return _item_response(item)
@@ -161,7 +159,8 @@ async def post_reviewed(request: web.Request) -> web.Response:
     who = principal(request)
     async with connection(request) as conn:
         item = await library.mark_reviewed(
-            conn, who.account_id, request.match_info["id"], who.member_id, data.review_by
+            conn, who.account_id, request.match_info["id"], who.member_id, data.review_by,
+            actor=actor(request),
         )
     return _item_response(item)
 
@@ -229,7 +228,8 @@ async def post_merge(request: web.Request) -> web.Response:
     who = principal(request)
     async with connection(request) as conn:
         kept, repointed = await library.merge(
-            conn, who.account_id, request.match_info["id"], data.duplicate_id, who.member_id
+            conn, who.account_id, request.match_info["id"], data.duplicate_id, who.member_id,
+            actor=actor(request),
         )
     entries_written(request.app)
     return json_response({"knowledge_base_item": unstructure(kept), "merged_id": data.duplicate_id,

@@ -12,17 +12,18 @@ from typing import Any
 
 from aiohttp import web
 
+from ...domain import audit, tokens
 from ...domain import members as domain
-from ...domain import tokens
 from ...domain.convert import structure, unstructure
 from ...domain.errors import ParameterInvalid, ParameterMissing, ValidationFailed
 from ...domain.mail import MailSender
 from ...domain.models import Page
 from ...domain.passwords import Passwords, client_key
 from ...domain.tokens import hash_token
+from ..actors import actor
 from ..auth import connection, principal, public, requires
 from ..body import read_json, read_object
-from ..keys import CONFIG, MAIL_SENDER, PASSWORDS, POOL
+from ..keys import CONFIG, DELIVERER, MAIL_SENDER, PASSWORDS, POOL
 from ..responses import json_response
 
 
@@ -43,9 +44,10 @@ async def post_user(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "user")
     async with connection(request) as conn:
         member = await domain.create_user(
-            conn, request.app[CONFIG], principal(request).account_id, fields
+            conn, request.app[CONFIG], principal(request).account_id, fields, actor(request)
         )
     _mail_sent(request)
+    request.app[DELIVERER].wake()  # member.created, if an endpoint wants it
     return _created(member)
 
 
@@ -53,7 +55,7 @@ async def post_user(request: web.Request) -> web.Response:
 async def post_confirmation(request: web.Request) -> web.Response:
     data = structure(await read_json(request), domain.ConfirmationInput)
     row = await domain.confirm_email(
-        request.app[POOL], request.app[PASSWORDS], data.token, data.password
+        request.app[POOL], request.app[PASSWORDS], data.token, data.password, actor(request)
     )
     return json_response(domain.confirmed_body(row))
 
@@ -75,7 +77,9 @@ async def get_confirmation(request: web.Request) -> web.Response:
             f"     -d '{{\"token\": \"{token}\", \"password\": \"…\"}}'\n",
             content_type="text/plain",
         )
-    row = await domain.confirm_email(request.app[POOL], request.app[PASSWORDS], token, None)
+    row = await domain.confirm_email(
+        request.app[POOL], request.app[PASSWORDS], token, None, actor(request)
+    )
     return web.Response(
         text=f"Thank you: {row['email']} is confirmed. You can sign in now.\n",
         content_type="text/plain",
@@ -87,7 +91,7 @@ async def post_token(request: web.Request) -> web.Response:
     """Sign in with e-mail and password for an API token (throttling: domain.sign_in)."""
     issued = await domain.sign_in(
         request.app[POOL], request.app[PASSWORDS], request.app[CONFIG], await read_json(request),
-        _client(request),
+        _client(request), actor(request),
     )
     return _created(issued)
 
@@ -96,7 +100,9 @@ async def post_token(request: web.Request) -> web.Response:
 async def post_invitation(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "invitation")
     async with connection(request) as conn:
-        invitation = await domain.invite(conn, request.app[CONFIG], principal(request), fields)
+        invitation = await domain.invite(
+            conn, request.app[CONFIG], principal(request), fields, actor(request)
+        )
     _mail_sent(request)
     return _created(invitation)
 
@@ -113,8 +119,9 @@ async def get_invitation(request: web.Request) -> web.Response:
 async def accept_invitation(request: web.Request) -> web.Response:
     member = await domain.accept_invitation(
         request.app[POOL], request.app[PASSWORDS], request.app[CONFIG],
-        request.match_info["token"], await read_json(request), _client(request),
+        request.match_info["token"], await read_json(request), _client(request), actor(request),
     )
+    request.app[DELIVERER].wake()  # member.created, if an endpoint wants it
     return _created(member)
 
 
@@ -134,7 +141,8 @@ async def patch_member(request: web.Request) -> web.Response:
     data = structure(fields, domain.RoleChange, root="member")
     async with connection(request) as conn:
         member = await domain.change_role(
-            conn, principal(request).account_id, request.match_info["id"], data.role
+            conn, principal(request).account_id, request.match_info["id"], data.role,
+            actor(request),
         )
     return json_response(unstructure(member))
 
@@ -142,7 +150,9 @@ async def patch_member(request: web.Request) -> web.Response:
 @requires("write", roles=("admin",))
 async def delete_member(request: web.Request) -> web.Response:
     async with connection(request) as conn:
-        await domain.remove_member(conn, principal(request).account_id, request.match_info["id"])
+        await domain.remove_member(
+            conn, principal(request).account_id, request.match_info["id"], actor(request)
+        )
     return web.Response(status=204)
 
 
@@ -158,8 +168,9 @@ async def delete_token(request: web.Request) -> web.Response:
     raw = request.match_info["id"]
     if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
         raise ParameterInvalid(f"a token id is a number (see GET /api/v1/members/{{id}}/tokens); got {raw!r}")
-    async with connection(request) as conn:
+    async with connection(request) as conn, conn.transaction():
         revoked = await tokens.revoke_token(conn, principal(request), int(raw))
+        await audit.record(conn, actor(request), "token.revoked", record_id=str(revoked.id))
     return json_response(unstructure(revoked))
 
 
@@ -172,7 +183,7 @@ async def post_password(request: web.Request) -> web.Response:
     token = request.headers["Authorization"].partition(" ")[2].strip()
     await domain.change_password(
         request.app[POOL], request.app[PASSWORDS], request.app[CONFIG], principal(request), body,
-        _client(request), hash_token(token),
+        _client(request), hash_token(token), actor(request),
     )
     return json_response({"changed": True})
 
@@ -182,7 +193,7 @@ async def post_password_reset(request: web.Request) -> web.Response:
     """Ask for a reset link; 202 whether or not the address is known."""
     body = await read_json(request)
     async with connection(request) as conn:
-        await domain.request_password_reset(conn, request.app[CONFIG], body)
+        await domain.request_password_reset(conn, request.app[CONFIG], body, actor(request))
     _mail_sent(request)
     return json_response(
         {"requested": True, "message": "if this address has a sign-in, a reset link is on its way"},
@@ -192,7 +203,9 @@ async def post_password_reset(request: web.Request) -> web.Response:
 
 @public
 async def post_password_reset_complete(request: web.Request) -> web.Response:
-    await domain.reset_password(request.app[POOL], request.app[PASSWORDS], await read_json(request))
+    await domain.reset_password(
+        request.app[POOL], request.app[PASSWORDS], await read_json(request), actor(request)
+    )
     return json_response({"reset": True})
 
 

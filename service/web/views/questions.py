@@ -5,20 +5,15 @@
 
 from __future__ import annotations
 
-import asyncpg
+from collections.abc import Mapping
+from typing import Any
+
 from aiohttp import web
 
 from ...domain.convert import unstructure
 from ...domain.errors import ValidationFailed
-from ...domain.ids import new_id
-from ...domain.questions import (
-    MAX_IDEMPOTENCY_KEY,
-    Question,
-    _replay,
-    ask_question,
-    fetch_question,
-    parse_ask,
-)
+from ...domain.questions import MAX_IDEMPOTENCY_KEY, Question, ask, fetch_question, parse_ask
+from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_object
 from ..keys import CONFIG, METRICS, PIPELINE
@@ -36,7 +31,7 @@ def _idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-def _accepted(row: asyncpg.Record) -> web.Response:
+def _accepted(row: Mapping[str, Any]) -> web.Response:
     response = json_response(unstructure(Question.from_row(row)), status=202)
     response.headers["Location"] = f"/api/v1/questions/{row['id']}"
     return response
@@ -46,56 +41,22 @@ def _accepted(row: asyncpg.Record) -> web.Response:
 async def post_question(request: web.Request) -> web.Response:
     settings = request.app[CONFIG].questions
     fields, body = await read_object(request, "question")
-    ask = parse_ask(body, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
+    parsed = parse_ask(body, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
     key = _idempotency_key(request)
-    who = principal(request)
     pipeline = request.app[PIPELINE]
     async with connection(request) as conn:
-        question_id = await _replay(conn, who.member_id, key, ask) if key else None
-        if question_id is None:
-            # Handed straight to this process's pipeline when it has room: stored leased to it.
-            new_question = new_id("q")
-            owner = pipeline.reserve(new_question)
-            try:
-                # One statement: atomic without BEGIN/COMMIT round trips.
-                row = await ask_question(
-                    conn, account_id=who.account_id, user_id=who.user_id, text=ask.question,
-                    detail_level=ask.detail_level, custom_prompt=ask.custom_prompt,
-                    rfp_id=None, rfp_item_id=None, member_id=who.member_id,
-                    cost=settings.credits_per_question, idempotency_key=key,
-                    request_hash=ask.fingerprint() if key else None, question_id=new_question,
-                    lease_owner=owner, lease_seconds=settings.lease_seconds,
-                )
-            except asyncpg.UniqueViolationError:
-                pipeline.unreserve(new_question)
-                # The same key raced in from a concurrent retry: answer like a replay.
-                question_id = await _replay(conn, who.member_id, key or "", ask)
-                if question_id is None:
-                    raise
-                row = await fetch_question(conn, question_id, who.account_id)
-            except BaseException:
-                # Refused (or cancelled, committed or not: a stored question's lease just
-                # expires and any process resumes it).
-                pipeline.unreserve(new_question)
-                raise
+        asked = await ask(
+            conn, principal(request), parsed, key, cost=settings.credits_per_question,
+            lease_seconds=settings.lease_seconds, reservations=pipeline, actor=actor(request),
+        )
+        if asked.stored is not None:
+            if asked.lease_owner is not None:
+                await pipeline.adopt(asked.stored)
             else:
-                if owner is not None:
-                    await pipeline.adopt(row)
-                else:
-                    pipeline.wake()  # (other processes are woken by the question's announcement)
-                if settings.credits_per_question:  # counted once committed
-                    request.app[METRICS].credits_debited.labels("question").inc(
-                        settings.credits_per_question
-                    )
-        else:
-            row = await fetch_question(conn, question_id, who.account_id)
-    if key and row["state"] != "new":
-        # A replay answers with the first response: the question as it was when accepted.
-        row = {**dict(row), "state": "new", "answer": None, "confidence": None,
-               "confidence_rationale": None, "requires_attention": False, "attention_points": None,
-               "sufficient_context": None, "references": None, "verbatim_answer": False,
-               "updated_at": row["created_at"]}
-    return _accepted(row)
+                pipeline.wake()  # (other processes are woken by the question's announcement)
+            if settings.credits_per_question:  # counted once committed
+                request.app[METRICS].credits_debited.labels("question").inc(settings.credits_per_question)
+    return _accepted(asked.row)
 
 
 @requires("read")

@@ -5,7 +5,7 @@ question with the approved (or corrected) answer as a knowledge-base entry, so t
 asked again is answered verbatim with high confidence (service/coverage.py: an entry written for
 exactly this question). Reviewing it again, or reviewing the same question asked again, updates
 that entry (200) instead of adding another (201). The RFP item review's "save to knowledge base"
-can call `save_review`.
+saves through the same domain function (`knowledge.save_reviewed_answer`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from aiohttp import web
 from ...domain.convert import structure, unstructure
 from ...domain.errors import ValidationFailed
 from ...domain.knowledge import Review, save_review
+from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_json
 from ..responses import json_response
@@ -29,9 +30,11 @@ async def post_review(request: web.Request) -> web.Response:
     review = structure(body, Review)
     if not review.approved and review.answer is None:
         raise ValidationFailed(["approved: must be true, or give the corrected answer"])
+    who = principal(request)
     async with connection(request) as conn:
         item, created = await save_review(
-            conn, principal(request).account_id, request.match_info["id"], review.answer
+            conn, who.account_id, request.match_info["id"], review.answer, who.member_id,
+            actor=actor(request), approved=review.approved,
         )
     entries_written(request.app)
     response = json_response(unstructure(item), status=201 if created else 200)

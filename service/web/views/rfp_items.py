@@ -16,11 +16,9 @@ import asyncpg
 import attrs
 from aiohttp import hdrs, web
 
-from ... import db
-from ...domain import questionnaires, writeback
+from ...domain import audit, questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import (
-    NotFound,
     ValidationFailed,
 )
 from ...domain.isolation import IsolatedWorkers
@@ -34,16 +32,18 @@ from ...domain.rfp_items import (
     export_filename,
     export_format,
     export_rows,
+    fetch_item,
+    import_items,
     import_options,
-    import_questionnaire,
-    review_item,
+    review,
     spool_csv,
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
+from ..actors import actor
 from ..auth import connection, principal, requires
-from ..body import read_body, read_json, receive_upload
+from ..body import Upload, read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
-from ..keys import CONFIG, METRICS, PARSERS, PIPELINE
+from ..keys import CONFIG, DELIVERER, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
 
 # A CSV export is written to the client in pieces of this size, from a file that stays in
@@ -73,7 +73,7 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     async with connection(request) as conn:
         _, rows = await append_items(
             conn, who.account_id, rfp_id, [i.question.strip() for i in items],
-            [i.section for i in items], returning=True,
+            [i.section for i in items], returning=True, actor=actor(request),
         )
     created = [unstructure(RfpItem.from_row(row)) for row in rows]
     if single:
@@ -99,8 +99,19 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
+    upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
+    report = await import_upload(request, who.account_id, rfp_id, upload, options)
+    return json_response({"import": report}, status=201)
+
+
+async def import_upload(
+    request: web.Request, account_id: str, rfp_id: str, upload: Upload,
+    options: questionnaires.ImportOptions,
+) -> dict:
+    """Parse an uploaded questionnaire and store its rows as the RFP's items, audited and
+    announced to webhooks; the import report. The API's import and the web app's upload form
+    both come here."""
     config = request.app[CONFIG]
-    upload = await receive_upload(request, config.server.max_upload_bytes)
     with upload.file:
         data = upload.file.read()
     # In a child process with a time and memory limit (service/domain/isolation.py): a hostile
@@ -111,25 +122,20 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     )
     kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
     async with connection(request) as conn:
-        report = await import_questionnaire(conn, who.account_id, rfp_id, found, kept)
-    return json_response({"import": report}, status=201)
-
-
-async def _item(conn: asyncpg.Connection, request: web.Request, *, lock: bool) -> asyncpg.Record:
-    row = await conn.fetchrow(
-        db.query("lock_rfp_item" if lock else "get_rfp_item"),
-        request.match_info["item_id"], request.match_info["id"],
-        principal(request).account_id,
-    )
-    if row is None:
-        raise NotFound(f"no item {request.match_info['item_id']} in RFP {request.match_info['id']}")
-    return row
+        report, queued = await import_items(
+            conn, actor(request), account_id, rfp_id, found, kept, filename=upload.filename
+        )
+    if queued:
+        request.app[DELIVERER].wake()
+    return report
 
 
 @requires("read")
 async def get_rfp_item(request: web.Request) -> web.Response:
     async with connection(request) as conn:
-        row = await _item(conn, request, lock=False)
+        row = await fetch_item(
+            conn, principal(request).account_id, request.match_info["id"], request.match_info["item_id"]
+        )
     return json_response(unstructure(RfpItem.from_row(row)))
 
 
@@ -138,10 +144,27 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
-    async with connection(request) as conn, conn.transaction():
-        current = await _item(conn, request, lock=True)
-        row = await review_item(conn, principal(request).account_id, current, body["rfp_item"])
-    return json_response(unstructure(RfpItem.from_row(row)))
+    item = await review_and_announce(
+        request, request.match_info["id"], request.match_info["item_id"], body["rfp_item"]
+    )
+    return json_response(item)
+
+
+async def review_and_announce(
+    request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Review one item (domain rfp_items.review_item) with its audit events and webhooks
+    (rfp_item.approved; rfp.approved once the last item is); the item as the API shows it. The
+    API's PATCH and the web app's item buttons both come here."""
+    who = principal(request)
+    async with connection(request) as conn:
+        reviewed = await review(
+            conn, who.account_id, rfp_id, item_id, fields, who.member_id, actor=actor(request),
+            web_base_url=request.app[CONFIG].server.web_base_url,
+        )
+    if reviewed.queued:
+        request.app[DELIVERER].wake()
+    return unstructure(RfpItem.from_row(reviewed.row))
 
 
 @requires("read", hold_connection=False)
@@ -156,6 +179,9 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
     with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
         async with connection(request) as conn:
             rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
+            # Not a change, but data leaving the service: the audit log shows who took it.
+            await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
+                               after={"format": fmt})
             rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
             if rows is None:
                 await spool_csv(conn, rfp_id, spool)
@@ -184,6 +210,8 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
     account_id = principal(request).account_id
     async with connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, account_id)
+        await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
+                           after={"format": "original"})
         file, cells = await writeback.load(conn, account_id, rfp_id, options)
     body = await asyncio.to_thread(writeback.write, file, cells)
     name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
@@ -210,13 +238,8 @@ async def answer_rfp(request: web.Request) -> web.Response:
         options = attrs.evolve(options, custom_prompt=None)
     who = principal(request)
     rfp_id = request.match_info["id"]
-    cost = settings.credits_per_question
     async with connection(request) as conn:
-        answering = await answer_pending_items(conn, who, rfp_id, options, cost)
-        if answering["started"]:
-            request.app[PIPELINE].wake()
-        if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)
-            request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
+        answering = await start_answering(request, conn, rfp_id, options)
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     rfp = rfp_json(row, request.app[CONFIG].server.web_base_url, with_context=True)
     response = json_response(
@@ -224,3 +247,19 @@ async def answer_rfp(request: web.Request) -> web.Response:
     )
     response.headers["Location"] = f"/api/v1/rfps/{rfp_id}"
     return response
+
+
+async def start_answering(
+    request: web.Request, conn: asyncpg.Connection, rfp_id: str, options: AnswerOptions
+) -> dict[str, int]:
+    """Answer every pending item (domain answer_pending_items), audited, the pipeline woken and
+    the credits counted; what was started. The API's "answer all" and the web app's button."""
+    cost = request.app[CONFIG].questions.credits_per_question
+    answering = await answer_pending_items(
+        conn, principal(request), rfp_id, options, cost, actor=actor(request)
+    )
+    if answering["started"]:
+        request.app[PIPELINE].wake()
+    if answering["credits_charged"]:  # counted once committed (answer_pending_items commits)
+        request.app[METRICS].credits_debited.labels("rfp_item").inc(answering["credits_charged"])
+    return answering

@@ -15,6 +15,7 @@ from ...domain.rfps import (
     create_rfp,
     fetch_rfp,
 )
+from ..actors import actor
 from ..auth import Prefetch, connection, prefetched, principal, requires
 from ..body import read_object
 from ..keys import CONFIG
@@ -68,7 +69,8 @@ async def post_rfp(request: web.Request) -> web.Response:
     who = principal(request)
     async with connection(request) as conn:
         rfp_id = await create_rfp(
-            conn, account_id=who.account_id, owner_user_id=who.user_id, data=data
+            conn, account_id=who.account_id, owner_user_id=who.user_id, data=data,
+            actor=actor(request),
         )
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     response = _rfp_response(request, row, status=201)
@@ -82,7 +84,7 @@ async def patch_rfp(request: web.Request) -> web.Response:
     who = principal(request)
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
-        await rfps.update_rfp(conn, who.account_id, rfp_id, fields)
+        await rfps.update_rfp(conn, who.account_id, rfp_id, fields, actor=actor(request))
         row = await fetch_rfp(conn, rfp_id, who.account_id)
     return _rfp_response(request, row)
 

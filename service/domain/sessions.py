@@ -1,0 +1,61 @@
+"""Web app sessions: a browser signed in with e-mail and password (`members.sign_in`) holds a
+random cookie value; only its SHA-256 is stored (table web_sessions, migration 0024), next to the
+session's CSRF token. A session acts with both scopes; its member's role limits it as a token's
+would (service/web/auth.py `check`)."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+
+import asyncpg
+import attrs
+
+from .. import db
+from .tokens import Principal, hash_token
+
+# secrets.token_urlsafe(32): 43 characters. Anything else is refused without a query.
+_COOKIE_LENGTH = 43
+
+
+@attrs.frozen(kw_only=True)
+class Session:
+    principal: Principal
+    csrf_token: str
+
+
+async def start_session(conn: asyncpg.Connection, member_id: str, ttl_seconds: float) -> str:
+    """Store a new session of `member_id`; returns the cookie value (shown this once)."""
+    cookie = secrets.token_urlsafe(32)
+    await conn.execute(
+        db.query("insert_web_session"), hash_token(cookie), member_id, secrets.token_urlsafe(32),
+        float(ttl_seconds),
+    )
+    return cookie
+
+
+async def find_session(conn: asyncpg.Connection, cookie: str | None) -> Session | None:
+    """The live session behind a cookie value, or None (absent, malformed, ended, expired)."""
+    if not cookie or len(cookie) != _COOKIE_LENGTH or not cookie.isascii():
+        return None
+    row = await conn.fetchrow(db.query("principal_by_session_hash"), hash_token(cookie))
+    if row is None:
+        return None
+    return Session(
+        principal=Principal(
+            member_id=row["member_id"], user_id=row["user_id"], account_id=row["account_id"],
+            role=row["role"], scopes=frozenset(row["scopes"]), name=row["name"], email=row["email"],
+        ),
+        csrf_token=row["csrf_token"],
+    )
+
+
+def csrf_matches(session: Session, sent: str | None) -> bool:
+    return bool(sent) and hmac.compare_digest(session.csrf_token.encode(), str(sent).encode())
+
+
+async def end_session(conn: asyncpg.Connection, cookie: str | None) -> None:
+    """Sign-out: the session stops working on the server at once."""
+    if cookie and len(cookie) == _COOKIE_LENGTH and cookie.isascii():
+        await conn.execute(db.query("revoke_web_session"), hash_token(cookie))
+        await conn.execute(db.query("delete_old_web_sessions"))

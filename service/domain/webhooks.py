@@ -1,0 +1,438 @@
+"""Webhooks: an account's endpoints, the events written to an outbox in the transaction of the
+change they report (`emit`), and the deliverer that sends them following Standard Webhooks.
+
+Delivery is at least once: a delivery is claimed with `FOR UPDATE SKIP LOCKED` and a lease
+(`next_attempt_at` moves past the attempt's timeout), so several processes never send it at
+once and one whose process died is sent again when the lease runs out. Of one endpoint's
+deliveries about one record, only the oldest pending one is ever claimed, so each receiver sees
+a record's events in order. A failing delivery is retried with exponential backoff for
+`webhooks.retry_for_seconds` (a day); then it fails and its endpoint is disabled, with the reason
+on the endpoint. Signing is the `standardwebhooks` reference implementation (docs/webhooks.md
+shows how a receiver verifies).
+
+Safety (a tenant must not reach the service's own network): only http(s); unless
+`webhooks.allow_private_addresses`, a URL whose host is, or resolves to, a loopback, link-local,
+private or otherwise non-global address is refused. The check sits in the resolver the HTTP
+client connects through, so the address checked is the address connected to (no window for DNS
+rebinding between a check and the connection). Redirects are not followed, and at most
+`max_response_bytes` of a response are read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+import logging
+import secrets
+import socket
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import asyncpg
+import attrs
+import orjson
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+from standardwebhooks.webhooks import Webhook
+
+from .. import db
+from ..config import WebhooksConfig
+from .convert import HttpUrl, at_most, timestamp
+from .errors import NotFound, ValidationFailed
+from .ids import new_id
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPES = (
+    "question.completed",
+    "rfp.items_imported",
+    "rfp.answered",
+    "rfp_item.approved",
+    "rfp.approved",
+    "knowledge_base_item.created",
+    "knowledge_base_item.updated",
+    "knowledge_base_item.deleted",
+    "member.created",
+)
+MAX_URL = 2048
+SECRET_PREFIX = "whsec_"
+USER_AGENT = "rfp-service-webhooks/1"
+
+
+# -- addresses ---------------------------------------------------------------------------
+
+
+def address_is_public(address: str) -> bool:
+    """Whether an IP address is one a tenant's webhook may reach: globally routable, not
+    loopback, link-local, private, shared (CGNAT), reserved or multicast."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is not part of it
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def _ip_literal(host: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return None
+
+
+def url_problems(url: str, allow_private: bool) -> list[str]:
+    """Why `url` cannot be an endpoint (empty: it can). Host names are checked again, resolved,
+    on every delivery."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        return [f"webhook_endpoint.url: is not a valid URL; got {url!r}"]
+    if parts.scheme not in ("http", "https") or not host:
+        return [f"webhook_endpoint.url: must be an absolute http(s) URL; got {url!r}"]
+    if parts.username is not None or parts.password is not None:
+        return ["webhook_endpoint.url: must not carry a user name or password"]
+    if allow_private:
+        return []
+    name = host.rstrip(".").lower()  # `localhost.` is localhost
+    literal = _ip_literal(name)
+    if (literal is not None and not address_is_public(literal)) or name == "localhost" or \
+            name.endswith(".localhost"):
+        return [f"webhook_endpoint.url: {host} is a loopback, link-local or private address; "
+                "webhooks go to public addresses only"]
+    return []
+
+
+class AddressRefused(OSError):
+    """A host resolves to no address a webhook may reach."""
+
+
+class PublicAddressResolver(AbstractResolver):
+    """Resolves as usual, then keeps only public addresses (unless private ones are allowed);
+    aiohttp connects only to what its resolver returns."""
+
+    def __init__(self, allow_private: bool) -> None:
+        self._inner = DefaultResolver()
+        self._allow_private = allow_private
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._inner.resolve(host, port, family)
+        if self._allow_private:
+            return found
+        public = [r for r in found if address_is_public(r["host"])]
+        if not public:
+            refused = ", ".join(sorted({r["host"] for r in found}))
+            raise AddressRefused(f"refused: {host} resolves to {refused}, not a public address")
+        return public
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+# -- endpoints ---------------------------------------------------------------------------
+
+
+def _event_types(instance: object, attribute: attrs.Attribute, value: list[str]) -> None:
+    unknown = [t for t in value if t not in EVENT_TYPES]
+    if unknown:
+        raise ValueError(f"unknown event types {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(EVENT_TYPES)}")
+    if not value:
+        raise ValueError("must name at least one event type")
+
+
+@attrs.frozen(kw_only=True)
+class EndpointInput:
+    """An endpoint's editable fields; also a PATCH merged over the stored ones."""
+
+    url: HttpUrl = attrs.field(validator=at_most(MAX_URL))
+    event_types: list[str] = attrs.field(validator=_event_types)
+    description: str | None = attrs.field(default=None, validator=at_most(500))
+    enabled: bool = True
+
+
+def endpoint_json(row: Mapping[str, Any], secret: str | None = None) -> dict[str, Any]:
+    """An endpoint as the API shows it; the secret only when it was just made."""
+    out = {
+        "id": row["id"],
+        "url": row["url"],
+        "event_types": list(row["event_types"]),
+        "description": row["description"],
+        "enabled": row["enabled"],
+        "disabled_reason": row["disabled_reason"],
+        "created_at": timestamp(row["created_at"]),
+        "updated_at": timestamp(row["updated_at"]),
+    }
+    if secret is not None:
+        out["secret"] = secret
+    return out
+
+
+def new_secret() -> str:
+    """A Standard Webhooks secret: `whsec_` and base64 of 32 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def _check(data: EndpointInput, config: WebhooksConfig) -> None:
+    problems = url_problems(data.url, config.allow_private_addresses)
+    if problems:
+        raise ValidationFailed(problems)
+
+
+async def create_endpoint(
+    conn: asyncpg.Connection, account_id: str, data: EndpointInput, config: WebhooksConfig
+) -> tuple[asyncpg.Record, str]:
+    """Store a new endpoint: (its row, its secret, which is never shown again)."""
+    _check(data, config)
+    secret = new_secret()
+    row = await conn.fetchrow(
+        db.query("insert_webhook_endpoint"), new_id("whep"), account_id, data.url,
+        sorted(set(data.event_types)), data.description, secret, data.enabled,
+    )
+    return row, secret
+
+
+async def fetch_endpoint(
+    conn: asyncpg.Connection, endpoint_id: str, account_id: str, *, lock: bool = False
+) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        db.query("lock_webhook_endpoint" if lock else "get_webhook_endpoint"), endpoint_id,
+        account_id,
+    )
+    if row is None:
+        raise NotFound(f"no webhook endpoint {endpoint_id} in this account")
+    return row
+
+
+async def update_endpoint(
+    conn: asyncpg.Connection, account_id: str, endpoint_id: str, fields: dict[str, Any],
+    config: WebhooksConfig,
+) -> tuple[asyncpg.Record, asyncpg.Record]:
+    """Apply a PATCH in the caller's transaction: (the row before, the row after)."""
+    from .convert import structure
+
+    current = await fetch_endpoint(conn, endpoint_id, account_id, lock=True)
+    stored = {"url": current["url"], "event_types": list(current["event_types"]),
+              "description": current["description"], "enabled": current["enabled"]}
+    data = structure(stored | fields, EndpointInput, root="webhook_endpoint")
+    _check(data, config)
+    row = await conn.fetchrow(
+        db.query("update_webhook_endpoint"), endpoint_id, data.url, sorted(set(data.event_types)),
+        data.description, data.enabled,
+    )
+    return current, row
+
+
+def delivery_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    def ts(value: datetime | None) -> str | None:
+        return None if value is None else timestamp(value)
+
+    return {
+        "id": row["id"],
+        "event_id": row["event_id"],
+        "event_type": row["event_type"],
+        "record_id": row["record_id"],
+        "state": row["state"],
+        "attempts": row["attempts"],
+        "next_attempt_at": ts(row["next_attempt_at"]) if row["state"] == "pending" else None,
+        "retry_until": ts(row["retry_until"]),
+        "last_attempt_at": ts(row["last_attempt_at"]),
+        "last_status": row["last_status"],
+        "last_error": row["last_error"],
+        "last_response": row["last_response"],
+        "delivered_at": ts(row["delivered_at"]),
+        "created_at": ts(row["created_at"]),
+    }
+
+
+# -- the outbox --------------------------------------------------------------------------
+
+
+def event_body(event_type: str, data: Any, at: datetime | None = None) -> str:
+    """The JSON a receiver gets: type, timestamp and the record as the API returns it."""
+    payload = {"type": event_type, "timestamp": timestamp(at or datetime.now(UTC)), "data": data}
+    return orjson.dumps(payload, option=orjson.OPT_UTC_Z).decode()
+
+
+async def emit(
+    conn: asyncpg.Connection, account_id: str, event_type: str, record_id: str, data: Any
+) -> int:
+    """Queue an event for every enabled endpoint of the account that wants its type, in the
+    caller's transaction (the outbox); returns how many deliveries were queued."""
+    assert event_type in EVENT_TYPES, event_type
+    return await conn.fetchval(
+        db.query("enqueue_webhook_event"), new_id("msg"), account_id, event_type, record_id,
+        event_body(event_type, data),
+    )
+
+
+async def wanted(conn: asyncpg.Connection, account_id: str, event_type: str) -> bool:
+    """Whether some endpoint wants the type: ask before building an event that costs queries."""
+    return await conn.fetchval(db.query("webhook_type_wanted"), account_id, event_type)
+
+
+# -- delivery ----------------------------------------------------------------------------
+
+
+def sign(secret: str, msg_id: str, at: datetime, body: str) -> str:
+    """The `webhook-signature` header: `v1,` and base64 HMAC-SHA256 of `id.timestamp.body`."""
+    return Webhook(secret).sign(msg_id, at, body)
+
+
+def backoff_seconds(config: WebhooksConfig, attempts: int) -> float:
+    """The delay after `attempts` failed attempts: base, 2 * base, 4 * base … at most the max."""
+    return min(config.retry_max_interval_seconds,
+               config.retry_base_seconds * 2 ** min(max(0, attempts - 1), 40))
+
+
+@attrs.frozen
+class Outcome:
+    delivered: bool
+    status: int | None
+    response: str | None
+    error: str | None
+
+
+class Deliverer:
+    """Delivers due webhook deliveries until cancelled; `wake()` makes it look right away."""
+
+    def __init__(self, pool: asyncpg.Pool, config: WebhooksConfig) -> None:
+        self._pool = pool
+        self._config = config
+        self._wake = asyncio.Event()
+        # Longer than an attempt may take, so no other process claims a delivery in flight.
+        self.lease_seconds = config.timeout_seconds * 2 + 5
+        self._session: aiohttp.ClientSession | None = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                resolver=PublicAddressResolver(self._config.allow_private_addresses),
+                limit=max(10, self._config.concurrency * 2),
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=False,  # no proxy: it would connect for us
+                timeout=aiohttp.ClientTimeout(total=self._config.timeout_seconds),
+                headers={"User-Agent": USER_AGENT},
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def run(self) -> None:
+        try:
+            await asyncio.gather(*(self._worker() for _ in range(self._config.concurrency)))
+        finally:
+            await self.close()
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                attempted = await self.deliver_due()
+            except Exception:  # the database may be away for a while; the loop must survive it
+                log.exception("webhooks: delivery round failed; retrying")
+                attempted = False
+            if not attempted:
+                try:
+                    async with asyncio.timeout(self._config.poll_interval_seconds):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+
+    async def deliver_due(self) -> bool:
+        """Attempt deliveries due now, one claim at a time; whether any was attempted."""
+        attempted = False
+        while (row := await self._claim()) is not None:
+            attempted = True
+            await self._attempt(row)
+        return attempted
+
+    async def _claim(self) -> asyncpg.Record | None:
+        async with self._pool.acquire() as conn:
+            return await conn.fetchrow(
+                db.query("claim_webhook_delivery"), self.lease_seconds,
+                self._config.retry_for_seconds,
+            )
+
+    async def send(self, url: str, secret: str, msg_id: str, body: str) -> Outcome:
+        """One attempt: POST the signed body; never raises for the receiver's failures."""
+        config = self._config
+        host = urlsplit(url).hostname or ""
+        literal = _ip_literal(host)
+        # An IP literal never reaches the resolver, so it is checked here.
+        if literal is not None and not config.allow_private_addresses and \
+                not address_is_public(literal):
+            return Outcome(False, None, None, f"refused: {literal} is not a public address")
+        now = datetime.now(UTC)
+        headers = {
+            "Content-Type": "application/json",
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": sign(secret, msg_id, now, body),
+        }
+        try:
+            async with self.session().post(
+                url, data=body.encode(), headers=headers, allow_redirects=False,
+            ) as response:
+                start = await response.content.read(config.max_response_bytes)
+                text = start.decode("utf-8", "replace")
+                if 200 <= response.status < 300:
+                    return Outcome(True, response.status, text, None)
+                if 300 <= response.status < 400:
+                    where = response.headers.get("Location", "")
+                    error = f"HTTP {response.status}: redirect to {where!r} not followed"
+                else:
+                    error = f"HTTP {response.status}"
+                return Outcome(False, response.status, text, error)
+        except TimeoutError:
+            return Outcome(False, None, None, f"timed out after {config.timeout_seconds:g} s")
+        except aiohttp.ClientConnectorError as exc:
+            cause = exc.os_error if isinstance(exc.os_error, AddressRefused) else exc.__cause__
+            if isinstance(cause, AddressRefused):  # aiohttp's own message drops the reason
+                return Outcome(False, None, None, str(cause))
+            return Outcome(False, None, None, f"{type(exc).__name__}: {exc}"[:1000])
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            return Outcome(False, None, None, f"{type(exc).__name__}: {exc}"[:1000])
+
+    async def _attempt(self, row: asyncpg.Record) -> None:
+        outcome = await self.send(row["url"], row["secret"], row["event_id"], row["body"])
+        async with self._pool.acquire() as conn:
+            if outcome.delivered:
+                await conn.execute(
+                    db.query("mark_webhook_delivered"), row["id"], row["attempts"], outcome.status,
+                    outcome.response,
+                )
+                return
+            delay = backoff_seconds(self._config, row["attempts"])
+            async with conn.transaction():
+                state = await conn.fetchval(
+                    db.query("mark_webhook_failed"), row["id"], row["attempts"], outcome.status,
+                    outcome.response, outcome.error, delay,
+                )
+                if state == "failed":
+                    reason = (
+                        f"delivery {row['id']} ({row['type']}, {row['event_id']}) failed for "
+                        f"{self._config.retry_for_seconds:g} s over {row['attempts']} attempts; "
+                        f"last error: {outcome.error}"
+                    )
+                    await conn.execute(
+                        db.query("disable_webhook_endpoint"), row["endpoint_id"], reason
+                    )
+        if state == "failed":
+            log.error("webhook endpoint %s disabled: delivery %s failed: %s",
+                      row["endpoint_id"], row["id"], outcome.error)
+        else:
+            log.warning("webhook delivery %s to %s: attempt %d failed (%s); retrying in %.0f s",
+                        row["id"], row["endpoint_id"], row["attempts"], outcome.error, delay)

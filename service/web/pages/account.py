@@ -1,0 +1,104 @@
+"""Sign in and sign out: the API's sign-in rule (domain/members.py `sign_in`: confirmed users
+only, the same throttling), then a server-side session in a cookie."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ...domain import audit
+from ...domain.errors import ServiceError
+from ...domain.members import authenticate, signed_in_actor
+from ...domain.passwords import client_key
+from ...domain.sessions import end_session, start_session
+from ..actors import actor
+from ..auth import connection
+from ..keys import CONFIG, PASSWORDS, POOL
+from .common import COOKIE, SIGN_IN_COOKIE, error_page, new_sign_in_token, page, read_form, render, see_other
+
+
+def _safe_next(raw: str | None) -> str:
+    """Where to go after signing in: a path of this site only (never //elsewhere)."""
+    # No "//host", no backslash, no whitespace or control characters (a browser drops a tab or
+    # newline inside a URL, so "/\t/host" would become "//host").
+    if (raw and raw.startswith("/") and not raw.startswith("//") and "\\" not in raw
+            and raw.isprintable() and not any(ch.isspace() for ch in raw)):
+        return raw
+    return "/rfps"
+
+
+def _secure(request: web.Request) -> bool:
+    return request.secure or request.app[CONFIG].server.web_base_url.startswith("https://")
+
+
+def _sign_in_form(request: web.Request, *, email: str = "", error: str | None = None,
+                  status: int = 200) -> web.Response:
+    token = new_sign_in_token()
+    response = render(request, "signin.html", {
+        "sign_in_token": token, "email": email, "error": error,
+        "next": _safe_next(request.query.get("next")),
+    }, status=status)
+    response.set_cookie(
+        SIGN_IN_COOKIE, token, httponly=True, secure=_secure(request), samesite="Strict",
+        path="/signin", max_age=3600,
+    )
+    return response
+
+
+@page(signed_in=False)
+async def get_sign_in(request: web.Request) -> web.StreamResponse:
+    if request.get("web_session") is not None:
+        raise see_other("/rfps")
+    return _sign_in_form(request)
+
+
+@page(signed_in=False)
+async def post_sign_in(request: web.Request) -> web.StreamResponse:
+    form = await read_form(request)
+    email = str(form.get("email", ""))
+    password = str(form.get("password", ""))
+    sent = str(form.get("sign_in_token", ""))
+    cookie = request.cookies.get(SIGN_IN_COOKIE, "")
+    if not sent or sent != cookie:
+        return _sign_in_form(
+            request, email=email, status=403,
+            error="The sign-in form had expired or came from another site. Please sign in again.",
+        )
+    if not email.strip() or not password:
+        return _sign_in_form(request, email=email, status=422,
+                             error="Enter your e-mail address and your password.")
+    config = request.app[CONFIG]
+    try:
+        membership = await authenticate(
+            request.app[POOL], request.app[PASSWORDS], config, email=email, password=password,
+            account_id=None, client=client_key(request.remote), actor=actor(request, email),
+        )
+    except ServiceError as exc:
+        if exc.code in ("unauthorized", "email_unconfirmed", "rate_limited", "forbidden"):
+            response = _sign_in_form(request, email=email, error=exc.message,
+                                     status=401 if exc.code == "unauthorized" else 403
+                                     if exc.code != "rate_limited" else 429)
+            if "Retry-After" in exc.headers:
+                response.headers["Retry-After"] = exc.headers["Retry-After"]
+            return response
+        return error_page(request, exc)
+    ttl = config.web.session_ttl_hours * 3600
+    async with connection(request) as conn, conn.transaction():
+        cookie_value = await start_session(conn, membership["id"], ttl)
+        await audit.record(conn, signed_in_actor(actor(request, email), membership), "auth.signed_in",
+                           record_id=membership["id"], after={"session": "web"})
+    response = see_other(_safe_next(str(form.get("next", ""))))
+    response.set_cookie(
+        COOKIE, cookie_value, httponly=True, secure=_secure(request), samesite="Lax", path="/",
+        max_age=int(ttl),
+    )
+    response.del_cookie(SIGN_IN_COOKIE, path="/signin")
+    raise response
+
+
+@page()
+async def post_sign_out(request: web.Request) -> web.StreamResponse:
+    async with connection(request) as conn:
+        await end_session(conn, request.cookies.get(COOKIE))
+    response = see_other("/signin")
+    response.del_cookie(COOKIE, path="/")
+    raise response

@@ -1,0 +1,64 @@
+"""Ask one question and watch it move through its states to the answer."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ...domain.convert import unstructure
+from ...domain.questions import Question, ask_question, fetch_question, parse_ask
+from ..auth import connection
+from ..keys import CONFIG, METRICS, PIPELINE
+from ..responses import json_response
+from .common import band_of, page, principal, read_form, render, see_other
+
+# Anyone signed in may ask, as in the API (POST /api/v1/questions admits viewers).
+ASKERS = ("admin", "member", "viewer")
+
+
+@page()
+async def ask_form(request: web.Request) -> web.StreamResponse:
+    return render(request, "ask.html", {"question": None})
+
+
+@page(write=True, roles=ASKERS)
+async def ask(request: web.Request) -> web.StreamResponse:
+    form = await read_form(request)
+    settings = request.app[CONFIG].questions
+    fields = {"question": str(form.get("question") or "")}
+    level = str(form.get("detail_level") or "")
+    if level:
+        fields["answer_detail_level"] = int(level) if level.isdigit() else level
+    asked = parse_ask({}, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
+    who = principal(request)
+    async with connection(request) as conn:
+        row = await ask_question(
+            conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
+            detail_level=asked.detail_level, custom_prompt=asked.custom_prompt, rfp_id=None,
+            rfp_item_id=None, member_id=who.member_id, cost=settings.credits_per_question,
+            idempotency_key=None, request_hash=None,
+        )
+    request.app[PIPELINE].wake()
+    if settings.credits_per_question:
+        request.app[METRICS].credits_debited.labels("question").inc(settings.credits_per_question)
+    raise see_other(f"/ask/{row['id']}")
+
+
+async def _question(request: web.Request) -> Question:
+    async with connection(request) as conn:
+        row = await fetch_question(conn, request.match_info["id"], principal(request).account_id)
+    return Question.from_row(row)
+
+
+@page()
+async def question_page(request: web.Request) -> web.StreamResponse:
+    question = await _question(request)
+    band = (band_of(request, question.confidence, question.requires_attention)
+            if question.state == "complete" else None)
+    return render(request, "ask.html", {"question": question, "band": band})
+
+
+@page()
+async def question_state(request: web.Request) -> web.StreamResponse:
+    """Polled by the question page until the question is complete (static/app/app.js)."""
+    question = await _question(request)
+    return json_response({"state": question.state, "updated_at": unstructure(question.updated_at)})

@@ -1,0 +1,314 @@
+"""What every page shares: the session cookie, CSRF, the access policy (`page`), rendering, and
+failures shown as pages in the app's look (404, 403, the error page)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import secrets
+import tempfile
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from ...domain import bands
+from ...domain.errors import (
+    Forbidden,
+    InvalidMultipart,
+    PayloadTooLarge,
+    ServiceError,
+    Unauthorized,
+    ValidationFailed,
+)
+from ...domain.sessions import Session, csrf_matches, find_session
+from ...domain.tokens import ROLES, Principal
+from ..auth import PRINCIPAL, Handler, Policy, check, connection, holding_connection, public
+from ..body import Upload
+from ..body import _timed_out as timed_out
+from ..errors import database_unavailable, status_of
+from ..keys import CONFIG
+from ..telemetry import REQUEST_ID
+
+log = logging.getLogger(__name__)
+
+COOKIE = "rfp_session"
+# The sign-in form's own CSRF token (double submit): there is no session yet to hold one.
+SIGN_IN_COOKIE = "rfp_sign_in"
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "X-CSRF-Token"
+
+SESSION = web.RequestKey("web_session", Session)
+
+# Sent with every page: no framing, scripts and styles only from the service itself, forms only
+# to it; no referrer outside it (page URLs carry RFP ids).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; "
+        "base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def setup(app: web.Application) -> None:
+    env = aiohttp_jinja2.setup(
+        app,
+        loader=jinja2.PackageLoader("service.web.pages", "templates"),
+        autoescape=jinja2.select_autoescape(default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["band_labels"] = bands.LABELS
+
+
+def render(
+    request: web.Request, template: str, context: Mapping[str, Any] | None = None, *, status: int = 200
+) -> web.Response:
+    session = request.get(SESSION)
+    full = {
+        "who": session.principal if session else None,
+        "csrf": session.csrf_token if session else "",
+        "path": request.path,
+        **(context or {}),
+    }
+    text = aiohttp_jinja2.render_string(template, request, full)
+    return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+
+def principal(request: web.Request) -> Principal:
+    return request[SESSION].principal
+
+
+def may_write(who: Principal | None) -> bool:
+    """Whether the page shows write controls: the API's rule for RFPs, items and knowledge."""
+    return who is not None and who.role in ("admin", "member")
+
+
+def see_other(location: str) -> web.HTTPSeeOther:
+    return web.HTTPSeeOther(location)
+
+
+def _same_origin(request: web.Request) -> bool:
+    """A POST's Origin (or, without one, Referer) is this service: a cross-site form is refused
+    even before its missing CSRF token is noticed. No header at all passes (old clients); the
+    CSRF token still has to be right."""
+    sent = request.headers.get("Origin") or request.headers.get("Referer")
+    if not sent:
+        return True
+    parts = urlsplit(sent)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    base = urlsplit(request.app[CONFIG].server.web_base_url)
+    return origin in (f"{request.scheme}://{request.host}", f"{base.scheme}://{base.netloc}")
+
+
+async def read_form(request: web.Request) -> Any:
+    """A posted form (at most client_max_size), within server.body_timeout_seconds as every
+    body (service/web/body.py): a client sending a byte at a time must not hold a handler."""
+    seconds = request.app[CONFIG].server.body_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.post()
+    except TimeoutError:
+        raise timed_out(request, "the form", seconds) from None
+
+
+async def _sent_csrf(request: web.Request) -> str | None:
+    if CSRF_HEADER in request.headers:
+        return request.headers[CSRF_HEADER]
+    if request.content_type == "application/x-www-form-urlencoded":
+        form = await read_form(request)  # aiohttp keeps it: the handler's request.post() reuses it
+        value = form.get(CSRF_FIELD)
+        return value if isinstance(value, str) else None
+    return None
+
+
+def page(
+    *, roles: Iterable[str] = ROLES, write: bool = False, signed_in: bool = True,
+    multipart: bool = False,
+) -> Any:
+    """A page's access policy: a live session (else to the sign-in page, or 401 for a POST), the
+    member's role as in the API (`write` needs admin or member unless `roles` says otherwise),
+    and for every POST a same-origin request carrying the session's CSRF token (a `multipart`
+    page checks it itself, with `read_upload`). Failures become pages in the app's look."""
+    policy = Policy(scope="write" if write else "read", roles=frozenset(roles))
+
+    def mark(handler: Handler) -> Handler:
+        async def admitted(request: web.Request) -> web.StreamResponse:
+            async with connection(request) as conn:
+                session = await find_session(conn, request.cookies.get(COOKIE))
+            if session is not None:
+                request[SESSION] = session
+                # Also as the API's principal, so that a page may hand the request to an API
+                # view's function (the export is the API's).
+                request[PRINCIPAL] = session.principal
+            if signed_in:
+                if session is None:
+                    if request.method == "GET":
+                        raise see_other(f"/signin?next={quote(request.path_qs, safe='')}")
+                    raise Unauthorized("you are not signed in (or your session has ended)")
+                if request.method == "POST":
+                    if not _same_origin(request):
+                        raise Forbidden("this form was sent from another site; it was refused")
+                    if not multipart and not csrf_matches(session, await _sent_csrf(request)):
+                        raise Forbidden(
+                            "the form's security token is missing or stale; reload the page "
+                            "and try again"
+                        )
+                check(policy, session.principal)
+            return await handler(request)
+
+        @functools.wraps(handler)
+        async def run(request: web.Request) -> web.StreamResponse:
+            try:
+                if request.method == "GET":
+                    # One pooled connection for the session lookup and the page's queries, as
+                    # the API's body-less requests do (auth.connection hands it on); a POST
+                    # takes its own after its body, which may arrive slowly.
+                    async with holding_connection(request):
+                        response = await admitted(request)
+                else:
+                    response = await admitted(request)
+            except web.HTTPException as exc:
+                if exc.status >= 400:
+                    response = error_page(request, _service_error(exc))
+                else:
+                    raise
+            except ServiceError as exc:
+                response = error_page(request, exc)
+            except Exception as exc:
+                response = failure_page(request, exc)
+            if not response.prepared:
+                response.headers.update(SECURITY_HEADERS)
+            return response
+
+        return public(run)
+
+    return mark
+
+
+def _service_error(exc: web.HTTPException) -> ServiceError:
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge("the form is larger than the service accepts")
+    error = ServiceError(exc.reason or "request failed")
+    error.status = exc.status
+    return error
+
+
+_TITLES = {
+    400: "That request could not be used", 401: "Please sign in", 403: "Not allowed",
+    404: "Page not found", 409: "Conflict", 413: "Too large", 415: "Wrong kind of file",
+    422: "Please correct the form", 429: "Too many attempts", 503: "Temporarily unavailable",
+}
+
+
+def error_page(request: web.Request, error: ServiceError) -> web.Response:
+    status = status_of(error)
+    if status == 404:
+        # Whether the record is someone else's or nobody's, the page says the same.
+        return not_found(request)
+    response = render(request, "error.html", {
+        "status": status, "title": _TITLES.get(status, "Something went wrong"),
+        "message": error.message, "details": error.details or [],
+        "request_id": request.get(REQUEST_ID, ""),
+    }, status=status)
+    response.headers.update(error.headers)
+    response.headers.pop("WWW-Authenticate", None)  # a page, not a bearer challenge
+    return response
+
+
+def not_found(request: web.Request) -> web.Response:
+    return render(request, "not_found.html", {"request_id": request.get(REQUEST_ID, "")}, status=404)
+
+
+async def not_found_page(request: web.Request) -> web.Response:
+    """The 404 page for a path no route has (service/web/frontdoor.py no_route), with the
+    navigation when a session is signed in."""
+    async with connection(request) as conn:
+        session = await find_session(conn, request.cookies.get(COOKIE))
+    if session is not None:
+        request[SESSION] = session
+    response = not_found(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def failure_page(request: web.Request, exc: BaseException) -> web.Response:
+    if database_unavailable(exc):
+        status, message = 503, "The database is unavailable for a moment. Please try again shortly."
+        log.warning("database unavailable in page %s %s (request id %s): %r",
+                    request.method, request.path, request.get(REQUEST_ID), exc)
+    else:
+        status, message = 500, "Something went wrong on our side. It has been logged."
+        log.exception("unhandled error in page %s %s (request id %s)",
+                      request.method, request.path, request.get(REQUEST_ID), exc_info=exc)
+    return render(request, "error.html", {
+        "status": status, "title": _TITLES.get(status, "Something went wrong"), "message": message,
+        "details": [], "request_id": request.get(REQUEST_ID, ""),
+    }, status=status)
+
+
+async def read_upload(request: web.Request, limit: int) -> tuple[dict[str, str], Upload]:
+    """A multipart form with a file: its text fields and the file (spooled, at most `limit`
+    bytes, within server.upload_timeout_seconds as the API's uploads). The session's CSRF token
+    must arrive as a field before the file (the forms put it first), so nothing is read from a
+    forged upload past its first part."""
+    seconds = request.app[CONFIG].server.upload_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            return await _read_upload(request, limit)
+    except TimeoutError:
+        raise timed_out(request, "the upload", seconds) from None
+
+
+async def _read_upload(request: web.Request, limit: int) -> tuple[dict[str, str], Upload]:
+    if not request.content_type.startswith("multipart/"):
+        if not csrf_matches(request[SESSION], await _sent_csrf(request)):
+            raise Forbidden("the form's security token is missing or stale; reload the page")
+        raise ValidationFailed(["file: send the form as multipart/form-data"])
+    fields: dict[str, str] = {}
+    session = request[SESSION]
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                continue
+            if part.name == "file":
+                if not csrf_matches(session, fields.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)):
+                    raise Forbidden("the form's security token is missing or stale; reload the page")
+                spool = tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024)
+                size = 0
+                while chunk := await part.read_chunk(64 * 1024):
+                    size += len(chunk)
+                    if size > limit:
+                        spool.close()
+                        raise PayloadTooLarge(f"the file is larger than the {limit} bytes accepted")
+                    spool.write(chunk)
+                spool.seek(0)
+                media = part.headers.get("Content-Type")
+                return fields, Upload(spool, media.split(";")[0].strip() if media else None, part.filename)
+            if len(fields) < 20:
+                fields[part.name or ""] = (await part.read(decode=True))[:10_000].decode("utf-8", "replace")
+            else:
+                await part.release()
+    except (ValueError, HttpProcessingError) as exc:
+        raise InvalidMultipart(f"the form is malformed: {exc}") from None
+    if not csrf_matches(session, fields.get(CSRF_FIELD)):
+        raise Forbidden("the form's security token is missing or stale; reload the page")
+    raise ValidationFailed(["file: choose a file to upload"])
+
+
+def new_sign_in_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def band_of(request: web.Request, confidence: float | None, requires_attention: bool) -> str:
+    return bands.band(confidence, requires_attention, request.app[CONFIG].questions)

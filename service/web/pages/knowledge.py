@@ -1,0 +1,112 @@
+"""The knowledge base: search, add, edit, delete, and import a CSV with its report."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from aiohttp import web
+
+from ...domain import library
+from ...domain.convert import structure, unstructure
+from ...domain.knowledge import (
+    KnowledgeItemInput,
+    create_item,
+    delete_item,
+    fetch_item,
+    import_csv,
+    parse_upload,
+    search_items,
+)
+from ...domain.models import Page
+from ...domain.uploads import Limits
+from ..actors import actor
+from ..auth import connection
+from ..keys import CONFIG, PARSERS
+from ..views.knowledge import entries_written
+from .common import may_write, page, principal, read_form, read_upload, render, see_other
+
+WRITERS = ("admin", "member")
+
+
+def _entry_fields(form: Any) -> dict[str, Any]:
+    """A form's entry as the API's JSON object: tags one per line or separated by ';', yes_no
+    from a select (blank: none)."""
+    fields: dict[str, Any] = {}
+    for name in ("question", "answer", "title", "source"):
+        value = form.get(name)
+        if isinstance(value, str) and (value.strip() or name == "answer"):
+            fields[name] = value
+    tags = str(form.get("tags") or "")
+    fields["tags"] = [t.strip() for t in tags.replace("\n", ";").split(";") if t.strip()]
+    yes_no = form.get("yes_no")
+    fields["yes_no"] = {"yes": True, "no": False}.get(str(yes_no or ""))
+    return fields
+
+
+@page()
+async def kb_list(request: web.Request) -> web.StreamResponse:
+    term = request.query.get("q", "")
+    current = Page.from_query(request.query)
+    who = principal(request)
+    async with connection(request) as conn:
+        items, total = await search_items(conn, who.account_id, term, current)
+    return render(request, "kb.html", {
+        "items": items, "q": term, "page": current.number, "total": total,
+        "pages": math.ceil(total / current.size), "may_write": may_write(who),
+    })
+
+
+@page(write=True, roles=WRITERS)
+async def kb_create(request: web.Request) -> web.StreamResponse:
+    data = structure(_entry_fields(await read_form(request)), KnowledgeItemInput, root="knowledge_base_item")
+    async with connection(request) as conn:
+        item = await create_item(conn, principal(request).account_id, data, actor=actor(request))
+    entries_written(request.app)
+    raise see_other(f"/kb/{item.id}")
+
+
+@page()
+async def kb_entry(request: web.Request) -> web.StreamResponse:
+    who = principal(request)
+    async with connection(request) as conn:
+        item = await fetch_item(conn, who.account_id, request.match_info["id"])
+    return render(request, "kb_entry.html", {"item": item, "may_write": may_write(who)})
+
+
+@page(write=True, roles=WRITERS)
+async def kb_update(request: web.Request) -> web.StreamResponse:
+    """The API's PATCH of an entry (library.update_item: the previous version is kept)."""
+    fields = _entry_fields(await read_form(request))
+    who = principal(request)
+    item_id = request.match_info["id"]
+    async with connection(request) as conn:
+        item = await library.update_item(
+            conn, who.account_id, item_id, who.member_id, fields, actor=actor(request)
+        )
+    entries_written(request.app)
+    raise see_other(f"/kb/{item.id}")
+
+
+@page(write=True, roles=WRITERS)
+async def kb_delete(request: web.Request) -> web.StreamResponse:
+    async with connection(request) as conn:
+        await delete_item(
+            conn, principal(request).account_id, request.match_info["id"], actor=actor(request)
+        )
+    entries_written(request.app)
+    raise see_other("/kb")
+
+
+@page(write=True, roles=WRITERS, multipart=True)
+async def kb_import(request: web.Request) -> web.StreamResponse:
+    config = request.app[CONFIG]
+    _, upload = await read_upload(request, config.server.max_upload_bytes)
+    with upload.file:
+        raw = upload.file.read()
+    # As the API's import: parsed in a worker process within the upload limits.
+    parsed = await request.app[PARSERS].run(parse_upload, raw, Limits.of(config.uploads))
+    async with connection(request) as conn:
+        report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
+    entries_written(request.app)
+    return render(request, "kb_import.html", {"report": unstructure(report)})

@@ -1,0 +1,63 @@
+"""Members: the account's members for everyone, invitations for admins."""
+
+from __future__ import annotations
+
+import math
+
+from aiohttp import web
+
+from ...domain.convert import structure
+from ...domain.members import RoleChange, change_role, invite, list_members, remove_member
+from ...domain.models import Page
+from ..actors import actor
+from ..auth import connection
+from ..keys import CONFIG, MAIL_SENDER
+from .common import page, principal, read_form, render, see_other
+
+
+async def _members_page(request: web.Request, invited: str | None = None, status: int = 200) -> web.Response:
+    current = Page.from_query(request.query)
+    who = principal(request)
+    async with connection(request) as conn:
+        members, total = await list_members(conn, who.account_id, current)
+    return render(request, "members.html", {
+        "members": members, "page": current.number, "pages": math.ceil(total / current.size),
+        "total": total, "is_admin": who.role == "admin", "invited": invited, "me": who.member_id,
+    }, status=status)
+
+
+@page()
+async def members_page(request: web.Request) -> web.StreamResponse:
+    return await _members_page(request)
+
+
+@page(write=True, roles=("admin",))
+async def invite_member(request: web.Request) -> web.StreamResponse:
+    form = await read_form(request)
+    fields = {"email": str(form.get("email") or "")}
+    if form.get("role"):
+        fields["role"] = str(form.get("role"))
+    async with connection(request) as conn:
+        invitation = await invite(conn, request.app[CONFIG], principal(request), fields, actor(request))
+    request.app[MAIL_SENDER].wake()
+    return await _members_page(request, invited=invitation.email, status=201)
+
+
+@page(write=True, roles=("admin",))
+async def change_member_role(request: web.Request) -> web.StreamResponse:
+    """The API's PATCH /members/{id} (members.change_role: the owner and the last admin keep theirs)."""
+    form = await read_form(request)
+    data = structure({"role": str(form.get("role") or "")}, RoleChange, root="member")
+    async with connection(request) as conn:
+        await change_role(
+            conn, principal(request).account_id, request.match_info["id"], data.role, actor(request)
+        )
+    raise see_other("/members")
+
+
+@page(write=True, roles=("admin",))
+async def remove(request: web.Request) -> web.StreamResponse:
+    """The API's DELETE /members/{id}: the membership and its tokens and sessions go at once."""
+    async with connection(request) as conn:
+        await remove_member(conn, principal(request).account_id, request.match_info["id"], actor(request))
+    raise see_other("/members")

@@ -1,0 +1,202 @@
+"""The RFP list and one RFP's review page, with every per-item and whole-RFP action."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from aiohttp import web
+
+from ... import db
+from ...domain.convert import FRAMEWORKS, structure
+from ...domain.errors import ParameterInvalid, ValidationFailed
+from ...domain.models import Page
+from ...domain.rfp_items import (
+    AnswerOptions,
+    answering_progress,
+    import_options,
+)
+from ...domain.rfps import (
+    REVIEW_FILTERS,
+    RfpCreate,
+    create_rfp,
+    fetch_rfp,
+    list_rfps,
+    review_items,
+    search_rfps,
+)
+from ..actors import actor
+from ..auth import connection
+from ..keys import CONFIG
+from ..responses import json_response
+from ..views import rfp_items as rfp_items_views
+from ..views.rfp_items import import_upload, review_and_announce, start_answering
+from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
+
+WRITERS = ("admin", "member")
+
+
+def _page_number(request: web.Request) -> Page:
+    return Page.from_query(request.query)
+
+
+@page()
+async def home(request: web.Request) -> web.StreamResponse:
+    raise see_other("/rfps")
+
+
+@page()
+async def rfp_list(request: web.Request) -> web.StreamResponse:
+    term = request.query.get("q", "")
+    current = _page_number(request)
+    who = principal(request)
+    async with connection(request) as conn:
+        if term.strip():
+            found = await search_rfps(conn, who.account_id, term, current)
+        else:
+            found = await list_rfps(conn, who.account_id, current)
+    return render(request, "rfps.html", {
+        "rfps": found.rows, "q": term, "page": current.number,
+        "pages": math.ceil(found.total / current.size), "total": found.total,
+        "capped": found.capped, "may_write": may_write(who),
+        "frameworks": FRAMEWORKS,
+    })
+
+
+def _form_fields(form: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named form fields, a blank one left out (the record's default: none)."""
+    fields = {}
+    for name in names:
+        value = form.get(name)
+        if isinstance(value, str) and value.strip():
+            fields[name] = value
+    return fields
+
+
+@page(write=True, roles=WRITERS)
+async def create(request: web.Request) -> web.StreamResponse:
+    form = await read_form(request)
+    fields = _form_fields(
+        form, ("title", "description", "deadline", "framework", "portal_url", "context")
+    )
+    fields.setdefault("title", "")
+    data = structure(fields, RfpCreate, root="rfp")
+    who = principal(request)
+    async with connection(request) as conn:
+        rfp_id = await create_rfp(
+            conn, account_id=who.account_id, owner_user_id=who.user_id, data=data, actor=actor(request)
+        )
+    raise see_other(f"/rfps/{rfp_id}")
+
+
+def _references(raw: str | None) -> list[dict[str, Any]]:
+    if not raw:
+        return []
+    return [r for r in json.loads(raw) if r.get("used")]
+
+
+@page()
+async def rfp_page(request: web.Request) -> web.StreamResponse:
+    rfp_id = request.match_info["id"]
+    shown = request.query.get("state") or None
+    if shown is not None and shown not in REVIEW_FILTERS:
+        raise ParameterInvalid(f"state must be one of {', '.join(REVIEW_FILTERS)}; got {shown!r}")
+    size = request.app[CONFIG].web.items_per_page
+    current = Page.from_query(request.query, size=size)
+    who = principal(request)
+    async with connection(request) as conn:
+        rfp, rows, total = await review_items(conn, who.account_id, rfp_id, shown, current)
+        in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
+    sections: list[tuple[str | None, list[dict[str, Any]]]] = []
+    for row in rows:
+        item = {
+            "id": row["id"], "question": row["question"], "answer": row["answer"],
+            "state": row["state"], "position": row["position"], "section": row["section"],
+            "confidence": None if row["confidence"] is None else float(row["confidence"]),
+            "band": band_of(request, None if row["confidence"] is None else float(row["confidence"]),
+                            row["requires_attention"]) if row["state"] != "pending" else None,
+            "attention_points": row["attention_points"] or [],
+            "references": _references(row["references"]),
+            "in_flight": row["state"] == "pending" and row["question_id"] is not None,
+            "knowledge_item_id": row["knowledge_item_id"],
+        }
+        if not sections or sections[-1][0] != row["section"]:
+            sections.append((row["section"], []))
+        sections[-1][1].append(item)
+    return render(request, "rfp.html", {
+        "rfp": rfp, "sections": sections, "shown": shown or "", "filters": REVIEW_FILTERS,
+        "page": current.number, "pages": math.ceil(total / size), "total": total,
+        "in_flight": in_flight, "may_write": may_write(who),
+        "report": None,
+    })
+
+
+# What each button of an item's form asks of the review (views/rfp_items.py review_and_announce).
+def _review_fields(form: Any) -> dict[str, Any]:
+    action = form.get("action")
+    answer = form.get("answer")
+    fields: dict[str, Any] = {}
+    if isinstance(answer, str) and action in ("save", "approve", "save_to_kb"):
+        fields["answer"] = answer
+    if action == "save":
+        pass
+    elif action == "approve":
+        fields["state"] = "approved"
+    elif action == "save_to_kb":
+        fields["state"] = "approved"
+        fields["save_to_knowledge_base"] = True
+    elif action == "discard":
+        fields["state"] = "discarded"
+    elif action == "reopen":
+        fields["state"] = "pending"
+    else:
+        raise ValidationFailed(
+            [f"action: must be save, approve, save_to_kb, discard or reopen; got {action!r}"]
+        )
+    return fields
+
+
+@page(write=True, roles=WRITERS)
+async def review(request: web.Request) -> web.StreamResponse:
+    form = await read_form(request)
+    fields = _review_fields(form)
+    rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
+    await review_and_announce(request, rfp_id, item_id, fields)
+    back = str(form.get("back") or "")
+    query = back if back.startswith("?") else ""
+    raise see_other(f"/rfps/{rfp_id}{query}#item-{item_id}")
+
+
+@page(write=True, roles=WRITERS, multipart=True)
+async def upload(request: web.Request) -> web.StreamResponse:
+    who = principal(request)
+    rfp_id = request.match_info["id"]
+    async with connection(request) as conn:
+        rfp = await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
+    fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
+    report = await import_upload(request, who.account_id, rfp_id, file, import_options(fields))
+    return render(request, "import_report.html", {"rfp": rfp, "report": report}, status=201)
+
+
+@page(write=True, roles=WRITERS)
+async def answer_all(request: web.Request) -> web.StreamResponse:
+    rfp_id = request.match_info["id"]
+    async with connection(request) as conn:
+        answering = await start_answering(request, conn, rfp_id, AnswerOptions())
+    raise see_other(f"/rfps/{rfp_id}?answering={answering['started']}#progress")
+
+
+@page()
+async def progress(request: web.Request) -> web.StreamResponse:
+    """Polled by the RFP page while items are answered (static/app/app.js)."""
+    async with connection(request) as conn:
+        body = await answering_progress(conn, principal(request).account_id, request.match_info["id"])
+    return json_response(body)
+
+
+@page()
+async def export(request: web.Request) -> web.StreamResponse:
+    """The API's export itself (GET /api/v1/rfps/{id}/export: csv, xlsx or original), for the
+    session's member; its failures are shown as pages."""
+    return await rfp_items_views.export_rfp(request)

@@ -1,0 +1,40 @@
+"""The web app's routes (added to service/web/app.py routes(), so the front door guards them)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from . import account, ask, knowledge, members, rfps, static
+
+
+def routes() -> list[web.RouteDef]:
+    get = web.get
+    return [
+        get("/", rfps.home, name="page_home", allow_head=False),
+        get("/signin", account.get_sign_in, name="page_sign_in", allow_head=False),
+        web.post("/signin", account.post_sign_in, name="page_sign_in_post"),
+        web.post("/signout", account.post_sign_out, name="page_sign_out"),
+        get("/rfps", rfps.rfp_list, name="page_rfps", allow_head=False),
+        web.post("/rfps", rfps.create, name="page_create_rfp"),
+        get("/rfps/{id}", rfps.rfp_page, name="page_rfp", allow_head=False),
+        web.post("/rfps/{id}/items/{item_id}", rfps.review, name="page_review_item"),
+        web.post("/rfps/{id}/import", rfps.upload, name="page_import_items"),
+        web.post("/rfps/{id}/answer", rfps.answer_all, name="page_answer_rfp"),
+        get("/rfps/{id}/progress", rfps.progress, name="page_rfp_progress", allow_head=False),
+        get("/rfps/{id}/export", rfps.export, name="page_export_rfp", allow_head=False),
+        get("/kb", knowledge.kb_list, name="page_kb", allow_head=False),
+        web.post("/kb", knowledge.kb_create, name="page_kb_create"),
+        web.post("/kb/import", knowledge.kb_import, name="page_kb_import"),
+        get("/kb/{id}", knowledge.kb_entry, name="page_kb_entry", allow_head=False),
+        web.post("/kb/{id}", knowledge.kb_update, name="page_kb_update"),
+        web.post("/kb/{id}/delete", knowledge.kb_delete, name="page_kb_delete"),
+        get("/ask", ask.ask_form, name="page_ask", allow_head=False),
+        web.post("/ask", ask.ask, name="page_ask_post"),
+        get("/ask/{id}", ask.question_page, name="page_question", allow_head=False),
+        get("/ask/{id}/state", ask.question_state, name="page_question_state", allow_head=False),
+        get("/members", members.members_page, name="page_members", allow_head=False),
+        web.post("/members/invite", members.invite_member, name="page_invite"),
+        web.post("/members/{id}/role", members.change_member_role, name="page_change_role"),
+        web.post("/members/{id}/remove", members.remove, name="page_remove_member"),
+        get("/static/app/{name}", static.asset, name="page_asset", allow_head=False),
+    ]

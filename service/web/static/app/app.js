@@ -1,0 +1,53 @@
+// The web app's progressive enhancement: every page works without it (forms post and reload).
+// With it: "answer all" shows live progress, a question page follows its states, and deleting
+// asks first. Served from the package (no CDN); the pages' CSP allows only this origin's scripts.
+"use strict";
+
+function poll(url, every, onData) {
+  let stopped = false;
+  async function tick() {
+    if (stopped) return;
+    try {
+      const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+      if (response.ok && onData(await response.json()) === false) { stopped = true; return; }
+    } catch (e) { /* a missed poll is retried */ }
+    setTimeout(tick, every);
+  }
+  setTimeout(tick, every);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const box = document.getElementById("progress");
+  if (box && Number(box.dataset.inFlight) > 0) {
+    const bar = document.getElementById("answer-progress");
+    const text = document.getElementById("progress-text");
+    poll(`/rfps/${box.dataset.rfp}/progress`, 1000, (data) => {
+      bar.max = Math.max(1, data.total_items);
+      bar.value = data.total_items - data.in_flight;
+      for (const el of document.querySelectorAll("[data-stat]")) {
+        if (el.dataset.stat in data) el.textContent = data[el.dataset.stat];
+      }
+      document.getElementById("completion").value = data.overall_completion_percentage;
+      const state = document.getElementById("rfp-state");
+      state.textContent = data.state.replace(/_/g, " ");
+      if (data.in_flight === 0) {
+        text.textContent = "All items answered; loading the answers…";
+        window.location.replace(window.location.pathname + window.location.search.replace(/[?&]answering=\d+/, ""));
+        return false;
+      }
+      text.textContent = `${data.in_flight} item${data.in_flight === 1 ? "" : "s"} still being answered`;
+    });
+  }
+  const question = document.getElementById("question-view");
+  if (question && question.dataset.state !== "complete") {
+    poll(`/ask/${question.dataset.question}/state`, 700, (data) => {
+      document.getElementById("question-state").textContent = data.state.replace(/_/g, " ");
+      if (data.state === "complete") { window.location.reload(); return false; }
+    });
+  }
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
+});

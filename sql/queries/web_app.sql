@@ -1,0 +1,74 @@
+-- insert_web_session --
+-- A new session of member $2 (the cookie's hash $1), live for $4 seconds.
+INSERT INTO web_sessions (token_hash, member_id, csrf_token, expires_at)
+VALUES ($1, $2, $3, now() + make_interval(secs => $4));
+
+-- principal_by_session_hash --
+-- The member, account and user behind a live session (unrevoked, unexpired), as
+-- principal_by_token_hash returns them; a session holds both scopes (its member's role limits it).
+SELECT s.token_hash, ARRAY['read', 'write']::text[] AS scopes, s.csrf_token,
+       m.id AS member_id, m.account_id, m.role::text AS role,
+       u.id AS user_id, u.email,
+       display_name(u.first_name, u.last_name, u.email) AS name
+  FROM web_sessions s
+  JOIN members m ON m.id = s.member_id
+  JOIN users u ON u.id = m.user_id
+ WHERE s.token_hash = $1
+   AND s.revoked_at IS NULL
+   AND s.expires_at > now();
+
+-- revoke_web_session --
+-- Sign-out: the session ends on the server, whatever the browser keeps.
+UPDATE web_sessions SET revoked_at = now() WHERE token_hash = $1 AND revoked_at IS NULL;
+
+-- delete_old_web_sessions --
+-- Sessions past their end (or revoked) a day ago: nothing reads them any more.
+DELETE FROM web_sessions WHERE coalesce(revoked_at, expires_at) < now() - interval '1 day';
+
+-- list_rfps --
+-- One page of an account's RFPs, newest first, as search_rfps returns them (the web app's list
+-- without a search term).
+WITH page AS (
+    SELECT r.id, r.created_at
+      FROM rfps r
+     WHERE r.account_id = $1
+     ORDER BY r.created_at DESC, r.id DESC
+     LIMIT $2 OFFSET $3
+)
+SELECT o.id, o.title, o.description, o.deadline, o.framework, o.portal_url, o.created_at,
+       o.updated_at, o.owner_id, o.state, o.total_items, o.needs_input_items,
+       o.auto_answered_items, o.approved_items, o.overall_completion_percentage,
+       u.email AS owner_email, display_name(u.first_name, u.last_name, u.email) AS owner_name
+  FROM page
+  JOIN rfp_overview o ON o.id = page.id
+  JOIN users u ON u.id = o.owner_id
+ ORDER BY page.created_at DESC, page.id DESC;
+
+-- count_rfps --
+-- How many RFPs an account has.
+SELECT count(*)::integer FROM rfps WHERE account_id = $1;
+
+-- review_items_page --
+-- One page of an RFP's items in order for review, with what the question that answered each
+-- one found (attention points, references); $2 keeps only items in that state (null: every
+-- state). `total` is how many items pass the filter.
+SELECT i.id, i.question, i.answer, i.state::text AS state, i.confidence, i.section, i.position,
+       i.question_id, i.knowledge_item_id,
+       q.state AS question_state, coalesce(q.requires_attention, false) AS requires_attention,
+       q.attention_points, q.references,
+       count(*) OVER () AS total
+  FROM rfp_items i
+  LEFT JOIN questions q ON q.id = i.question_id
+ WHERE i.rfp_id = $1 AND ($2::text IS NULL OR i.state::text = $2)
+ ORDER BY i.position
+ LIMIT $3 OFFSET $4;
+
+-- search_knowledge_items --
+-- One page of an account's entries whose question, answer or title matches an ILIKE pattern
+-- (null: every entry), newest first; `total` counts the matches.
+SELECT k.*, count(*) OVER () AS total
+  FROM knowledge_items k
+ WHERE k.account_id = $1
+   AND ($2::text IS NULL OR k.question ILIKE $2 OR k.answer ILIKE $2 OR k.title ILIKE $2)
+ ORDER BY k.created_at DESC, k.id DESC
+ LIMIT $3 OFFSET $4;

@@ -1,0 +1,145 @@
+-- insert_webhook_endpoint --
+-- A new endpoint of account $2.
+INSERT INTO webhook_endpoints (id, account_id, url, event_types, description, secret, enabled)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING *;
+
+-- list_webhook_endpoints --
+-- An account's endpoints, oldest first; $2 rows from $3.
+SELECT * FROM webhook_endpoints WHERE account_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3;
+
+-- count_webhook_endpoints --
+-- How many endpoints an account has.
+SELECT count(*) FROM webhook_endpoints WHERE account_id = $1;
+
+-- get_webhook_endpoint --
+-- One endpoint of an account.
+SELECT * FROM webhook_endpoints WHERE id = $1 AND account_id = $2;
+
+-- lock_webhook_endpoint --
+-- One endpoint of an account, locked for a change.
+SELECT * FROM webhook_endpoints WHERE id = $1 AND account_id = $2 FOR UPDATE;
+
+-- update_webhook_endpoint --
+-- Store an admin's change; enabling clears the reason the service had disabled it for.
+UPDATE webhook_endpoints
+   SET url = $2, event_types = $3, description = $4, enabled = $5,
+       disabled_reason = CASE WHEN $5 THEN NULL ELSE disabled_reason END,
+       updated_at = now()
+ WHERE id = $1
+RETURNING *;
+
+-- delete_webhook_endpoint --
+-- Remove an endpoint (its deliveries go with it); returns its id when it existed.
+DELETE FROM webhook_endpoints WHERE id = $1 AND account_id = $2 RETURNING id;
+
+-- enqueue_webhook_event --
+-- The outbox: event $1 of account $2 ($3 type, $4 record, $5 body) and a delivery to each enabled
+-- endpoint of the account that wants the type. Nothing is written when no endpoint wants it.
+-- Returns how many deliveries were queued.
+WITH targets AS (
+    SELECT id FROM webhook_endpoints
+     WHERE account_id = $2 AND enabled AND $3 = ANY (event_types)
+), event AS (
+    INSERT INTO webhook_events (id, account_id, type, record_id, body)
+    SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM targets)
+    RETURNING id
+), queued AS (
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, record_id)
+    SELECT event.id, targets.id, $4 FROM event, targets
+    RETURNING id
+)
+SELECT count(*) FROM queued;
+
+-- webhook_type_wanted --
+-- Whether any enabled endpoint of account $1 wants event type $2 (before building a costly body).
+SELECT EXISTS (
+    SELECT 1 FROM webhook_endpoints WHERE account_id = $1 AND enabled AND $2 = ANY (event_types)
+);
+
+-- claim_webhook_delivery --
+-- Lease one due delivery for $1 seconds; its first attempt sets the retry window ($2 seconds). Rows another deliverer holds are skipped; so is a
+-- delivery with an earlier one still pending for the same endpoint and record (order per record),
+-- and any delivery to a disabled endpoint.
+UPDATE webhook_deliveries d
+   SET attempts = d.attempts + 1,
+       next_attempt_at = now() + make_interval(secs => $1),
+       last_attempt_at = now(),
+       retry_until = coalesce(d.retry_until, now() + make_interval(secs => $2))
+  FROM webhook_events e, webhook_endpoints p
+ WHERE d.id = (
+        SELECT c.id FROM webhook_deliveries c
+          JOIN webhook_endpoints ep ON ep.id = c.endpoint_id AND ep.enabled
+         WHERE c.state = 'pending' AND c.next_attempt_at <= now()
+           AND NOT EXISTS (
+                SELECT 1 FROM webhook_deliveries b
+                 WHERE b.endpoint_id = c.endpoint_id AND b.record_id = c.record_id
+                   AND b.state = 'pending' AND b.id < c.id)
+         ORDER BY c.next_attempt_at, c.id
+         LIMIT 1
+           FOR UPDATE OF c SKIP LOCKED
+       )
+   AND e.id = d.event_id AND p.id = d.endpoint_id
+RETURNING d.id, d.event_id, d.endpoint_id, d.attempts, d.retry_until, e.type, e.body,
+          p.url, p.secret, p.account_id;
+
+-- mark_webhook_delivered --
+-- The claimed attempt ($2) got a 2xx ($3, body start $4).
+UPDATE webhook_deliveries
+   SET state = 'delivered', delivered_at = now(), last_status = $3, last_response = $4,
+       last_error = NULL
+ WHERE id = $1 AND attempts = $2 AND state = 'pending'
+RETURNING id;
+
+-- mark_webhook_failed --
+-- The claimed attempt ($2) failed ($3 status or NULL, $4 body start, $5 error): retry after $6
+-- seconds, or give up when that would pass retry_until. Returns the new state.
+UPDATE webhook_deliveries
+   SET last_status = $3, last_response = $4, last_error = $5,
+       state = CASE WHEN now() + make_interval(secs => $6) > retry_until
+                    THEN 'failed'::webhook_delivery_state
+                    ELSE 'pending'::webhook_delivery_state END,
+       next_attempt_at = now() + make_interval(secs => $6)
+ WHERE id = $1 AND attempts = $2 AND state = 'pending'
+RETURNING state::text AS state;
+
+-- disable_webhook_endpoint --
+-- Persistent failure: the service turns the endpoint off and says why.
+UPDATE webhook_endpoints
+   SET enabled = false, disabled_reason = $2, updated_at = now()
+ WHERE id = $1 AND enabled
+RETURNING id;
+
+-- list_webhook_deliveries --
+-- An endpoint's deliveries, newest first; $2 rows from $3.
+SELECT d.id, d.event_id, e.type AS event_type, d.record_id, d.state::text AS state, d.attempts,
+       d.next_attempt_at, d.retry_until, d.last_attempt_at, d.last_status, d.last_error,
+       d.last_response, d.delivered_at, d.created_at
+  FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+ WHERE d.endpoint_id = $1
+ ORDER BY d.id DESC
+ LIMIT $2 OFFSET $3;
+
+-- count_webhook_deliveries --
+-- How many deliveries an endpoint has.
+SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1;
+
+-- retry_webhook_delivery --
+-- An admin's retry of a delivery that is not pending: due now, with a fresh retry window (set
+-- by its next attempt). A delivered one is sent again; receivers deduplicate by webhook-id.
+UPDATE webhook_deliveries
+   SET state = 'pending', next_attempt_at = now(), retry_until = NULL
+ WHERE id = $1 AND endpoint_id = $2 AND state <> 'pending'
+RETURNING id;
+
+-- get_webhook_delivery --
+-- One delivery of an endpoint.
+SELECT d.id, d.event_id, e.type AS event_type, d.record_id, d.state::text AS state, d.attempts,
+       d.next_attempt_at, d.retry_until, d.last_attempt_at, d.last_status, d.last_error,
+       d.last_response, d.delivered_at, d.created_at
+  FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+ WHERE d.id = $1 AND d.endpoint_id = $2;
+
+-- knowledge_items_by_ids --
+-- Entries of account $1 by id (the bodies of an import's webhooks).
+SELECT * FROM knowledge_items WHERE account_id = $1 AND id = ANY ($2::text[]) ORDER BY id;

@@ -1,0 +1,361 @@
+"""The web app in a real headless Chromium (Debian's chromium and chromium-driver, driven by
+Selenium), against the service on a real HTTP port and a real PostgreSQL: the issue's whole
+flow, a viewer's session, and a cross-site form. Skipped, saying why, only without Chromium.
+
+Set RFP_SCREENSHOTS=docs/screenshots to also save the RFP page's screenshots (README)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from conftest import with_config
+
+from service.domain.passwords import hasher
+from service.web.app import create_app
+
+pytestmark = pytest.mark.slow  # starts a browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else shutil.which(
+    "chromedriver"
+)
+if not (CHROMIUM and CHROMEDRIVER):
+    pytest.skip(
+        "Chromium is absent: apt-get install -y chromium chromium-driver (.ci/run does)",
+        allow_module_level=True,
+    )
+
+from selenium import webdriver  # noqa: E402  (only once the browser is known to be there)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+PASSWORD = "correct horse battery staple"
+
+
+def browser(profile: str, width: int = 1280, height: int = 900) -> webdriver.Chrome:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        "--disable-dev-shm-usage", f"--user-data-dir={profile}", f"--window-size={width},{height}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def site(config: Any) -> Any:
+    """The service on a real port, served from this test's loop while the browser runs in a thread."""
+    plain = with_config(config, server={"web_base_url": "http://localhost"})  # http: no Secure cookie
+    runner, base = await serve(create_app(plain))
+    yield base
+    await runner.cleanup()
+
+
+@pytest.fixture
+def profile() -> Any:
+    folder = tempfile.mkdtemp(prefix="rfp-chromium-")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+async def set_password(conn: Any, email: str) -> None:
+    await conn.execute(
+        "UPDATE users SET password_hash = $2, password_chosen_by_user = true"
+        " WHERE lower(email) = lower($1)",
+        email, hasher().hash(PASSWORD),
+    )
+
+
+def questionnaire(path: Path) -> Path:
+    """A realistic multi-sheet questionnaire: a cover sheet, then the questions under sections."""
+    from openpyxl import Workbook
+
+    book = Workbook()
+    cover = book.active
+    cover.title = "Cover"
+    cover.append(["Vendor security questionnaire 2030"])
+    cover.append(["Answer every question on the Questions sheet; one answer per row."])
+    sheet = book.create_sheet("Questions")
+    sheet.append(["Ref", "Domain", "Question", "Vendor answer", "Notes"])
+    rows = [
+        ("AC-1", "Access control", "Do you enforce multi-factor authentication for all staff?"),
+        ("AC-2", "", "Are user access rights reviewed at least quarterly?"),
+        ("DP-1", "Data protection", "Is customer data encrypted at rest?"),
+        ("DP-2", "", "Is data encrypted in transit with TLS 1.2 or later?"),
+        ("BC-1", "Continuity", "Do you test your disaster recovery plan every year?"),
+    ]
+    for ref, domain, question in rows:
+        sheet.append([ref, domain, question, "", ""])
+    book.create_sheet("Glossary").append(["MFA", "multi-factor authentication"])
+    book.save(path)
+    return path
+
+
+def wait(driver: webdriver.Chrome, condition: Callable[[Any], Any], seconds: float = 20) -> Any:
+    return WebDriverWait(driver, seconds, poll_frequency=0.1).until(condition)
+
+
+def text_of(driver: webdriver.Chrome, css: str) -> str:
+    return driver.find_element(By.CSS_SELECTOR, css).text
+
+
+def sign_in(driver: webdriver.Chrome, base: str, email: str) -> None:
+    driver.get(f"{base}/signin")
+    driver.find_element(By.ID, "email").send_keys(email)
+    driver.find_element(By.ID, "password").send_keys(PASSWORD)
+    driver.find_element(By.CSS_SELECTOR, "form[action='/signin'] button").click()
+    wait(driver, lambda d: d.current_url.endswith("/rfps"))
+
+
+def post_actions(driver: webdriver.Chrome) -> list[str]:
+    return [
+        f.get_attribute("action").split("/", 3)[3]
+        for f in driver.find_elements(By.CSS_SELECTOR, "form[method='post']")
+    ]
+
+
+def fetch(driver: webdriver.Chrome, path: str, method: str = "GET", body: str | None = None) -> dict:
+    """A request from the page, with its cookies: status and text."""
+    return driver.execute_async_script(
+        """const [path, method, body, done] = arguments;
+        const headers = body === null ? {} : {"Content-Type": "application/x-www-form-urlencoded"};
+        fetch(path, {method, body, headers, credentials: "same-origin", redirect: "manual"})
+          .then(async r => done({status: r.status, text: await r.text()}))
+          .catch(e => done({status: -1, text: String(e)}));""",
+        path, method, body,
+    )
+
+
+def whole_flow(base: str, profile: str, email: str, xlsx: Path, shots: str | None) -> dict[str, Any]:
+    driver = browser(profile)
+    seen: dict[str, Any] = {}
+    try:
+        sign_in(driver, base, email)
+        # Create an RFP.
+        driver.find_element(By.ID, "title").send_keys("Acme security review")
+        driver.find_element(By.ID, "deadline").send_keys("06302030")
+        driver.find_element(By.ID, "create-rfp").click()
+        wait(driver, lambda d: "/rfps/rfp_" in d.current_url)
+        rfp_url = driver.current_url
+        seen["rfp_id"] = rfp_url.rsplit("/", 1)[1]
+        assert driver.find_element(By.TAG_NAME, "h1").text == "Acme security review"
+        assert text_of(driver, "#rfp-state") == "new"
+        # Upload the questionnaire; the importer's report.
+        driver.find_element(By.CSS_SELECTOR, "details.upload summary").click()
+        driver.find_element(By.ID, "file").send_keys(str(xlsx))
+        driver.find_element(By.CSS_SELECTOR, "form[action$='/import'] button").click()
+        seen["report"] = wait(driver, lambda d: d.find_element(By.ID, "import-summary")).text
+        driver.find_element(By.ID, "back-to-rfp").click()
+        wait(driver, lambda d: d.current_url == rfp_url)
+        seen["sections"] = [h.text for h in driver.find_elements(By.CSS_SELECTOR, ".section h2")]
+        seen["state_before"] = text_of(driver, "#rfp-state")
+        # Answer all: the progress shows, then reaches the end (the page reloads with answers).
+        driver.find_element(By.ID, "answer-all").click()
+        wait(driver, lambda d: "answering=" in d.current_url or d.find_elements(By.CSS_SELECTOR, ".band"))
+        readings = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            bar = driver.execute_script(
+                "const b = document.getElementById('answer-progress');"
+                "return b ? [b.value, b.max, document.getElementById('progress').hidden] : null"
+            )
+            if bar:
+                readings.append(bar)
+            if not driver.find_elements(By.CSS_SELECTOR, ".band-working") and bar and bar[2]:
+                break
+            time.sleep(0.2)
+        seen["progress_readings"] = readings
+        seen["bands"] = [b.text for b in driver.find_elements(By.CSS_SELECTOR, ".item .band")]
+        seen["to_review"] = int(text_of(driver, "[data-stat='auto_answered_items']"))
+        seen["needs_input"] = int(text_of(driver, "[data-stat='needs_input_items']"))
+        if shots:
+            Path(shots).mkdir(parents=True, exist_ok=True)
+            height = driver.execute_script("return document.body.scrollHeight")
+            driver.set_window_size(1280, min(height + 120, 2400))
+            driver.save_screenshot(str(Path(shots) / "rfp-page-desktop.png"))
+            driver.set_window_size(390, 1600)
+            driver.save_screenshot(str(Path(shots) / "rfp-page-narrow.png"))
+            driver.set_window_size(1280, 900)
+        # Edit and approve every item; the stats and the state change as they go.
+        first = True
+        while forms := driver.find_elements(By.CSS_SELECTOR, "form.review"):
+            form = next((f for f in forms if f.find_elements(By.CSS_SELECTOR, "button[value='approve']")),
+                        None)
+            if form is None:
+                break
+            box = form.find_element(By.TAG_NAME, "textarea")
+            if first or not box.get_attribute("value").strip():
+                box.clear()
+                box.send_keys("Yes: enforced for every account, reviewed quarterly." if first
+                              else "Yes, as described in our security policy.")
+            form.find_element(By.CSS_SELECTOR, "button[value='approve']").click()
+            wait(driver, lambda d, f=form: not _attached(f))
+            if first:
+                seen["approved_after_one"] = int(text_of(driver, "[data-stat='approved_items']"))
+                seen["state_after_one"] = text_of(driver, "#rfp-state")
+                first = False
+        seen["state_after_all"] = text_of(driver, "#rfp-state")
+        seen["completion"] = text_of(driver, "[data-stat='overall_completion_percentage']")
+        # Export, fetched as the page's export link would download it.
+        link = driver.find_element(By.ID, "export-csv").get_attribute("href")
+        seen["export"] = fetch(driver, link)
+        xlsx_link = driver.find_element(By.ID, "export-xlsx").get_attribute("href")
+        seen["export_xlsx_status"] = fetch(driver, xlsx_link)["status"]
+        # Sign out: the RFP page now refuses (back to sign-in), even with the old URL.
+        driver.find_element(By.CSS_SELECTOR, "form.signout button").click()
+        wait(driver, lambda d: "/signin" in d.current_url)
+        driver.get(rfp_url)
+        seen["after_sign_out_url"] = driver.current_url
+        seen["after_sign_out_title"] = driver.title
+        return seen
+    finally:
+        driver.quit()
+
+
+def _attached(element: Any) -> bool:
+    try:
+        element.is_enabled()
+        return True
+    except Exception:
+        return False
+
+
+async def test_browser__the_whole_flow(site, profile, admin, conn, tmp_path):
+    await set_password(conn, admin.email)
+    await conn.execute("UPDATE users SET first_name = 'Ada', last_name = 'Lovelace'")
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer, title) VALUES "
+        "('kb_mfa', $1, 'Do you enforce multi-factor authentication?', "
+        "'Yes. MFA is enforced for every staff account.', 'MFA policy'), "
+        "('kb_enc', $1, 'Is customer data encrypted at rest?', "
+        "'Yes. Customer data is encrypted at rest with AES-256.', 'Encryption at rest')",
+        admin.account_id,
+    )
+    xlsx = questionnaire(tmp_path / "acme-questionnaire.xlsx")
+    seen = await asyncio.to_thread(
+        whole_flow, site, profile, admin.email, xlsx, os.environ.get("RFP_SCREENSHOTS")
+    )
+    assert "5 items added" in seen["report"] and "Questions" in seen["report"]
+    assert seen["sections"] == ["Access control", "Data protection", "Continuity"]
+    assert seen["state_before"] == "items generated"
+    # The progress reached the end: the last reading (before the reload) or the page after it.
+    assert seen["to_review"] + seen["needs_input"] == 5
+    assert all(value <= high for value, high, _ in seen["progress_readings"])
+    assert len(seen["bands"]) == 5
+    # Each band says its name (and confidence), not colour alone.
+    assert all(b.split(" · ")[0] in ("Auto-answer", "Review", "Needs input") for b in seen["bands"])
+    assert seen["approved_after_one"] == 1
+    assert seen["state_after_one"] in ("items generated", "needs input")
+    assert seen["state_after_all"] == "approved" and seen["completion"] == "100"
+    assert seen["export"]["status"] == 200
+    assert "Yes: enforced for every account, reviewed quarterly." in seen["export"]["text"]
+    assert seen["export_xlsx_status"] == 200
+    assert "/signin?next=" in seen["after_sign_out_url"]
+    assert seen["after_sign_out_title"].startswith("Sign in")
+    states = await conn.fetch("SELECT state::text FROM rfp_items WHERE rfp_id = $1", seen["rfp_id"])
+    assert {r["state"] for r in states} == {"approved"}
+
+
+def viewer_flow(base: str, profile: str, email: str, rfp_id: str) -> dict[str, Any]:
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        seen: dict[str, Any] = {"rfps_posts": post_actions(driver)}
+        driver.get(f"{base}/rfps/{rfp_id}")
+        seen["rfp_posts"] = post_actions(driver)
+        seen["buttons"] = [b.text for b in driver.find_elements(By.CSS_SELECTOR, "main button")]
+        seen["textareas"] = len(driver.find_elements(By.TAG_NAME, "textarea"))
+        seen["export_links"] = len(driver.find_elements(By.ID, "export-csv"))
+        csrf = driver.find_element(
+            By.CSS_SELECTOR, "form.signout input[name='csrf_token']"
+        ).get_attribute("value")
+        # Forged from the viewer's own session, with its valid CSRF token: the role still says no.
+        seen["forged_answer"] = fetch(driver, f"/rfps/{rfp_id}/answer", "POST", f"csrf_token={csrf}")
+        seen["forged_approve"] = fetch(
+            driver, f"/rfps/{rfp_id}/items/item_v1", "POST",
+            f"csrf_token={csrf}&action=approve&answer=Yes",
+        )
+        for path in ("/kb", "/members"):
+            driver.get(base + path)
+            seen[f"{path}_posts"] = post_actions(driver)
+        return seen
+    finally:
+        driver.quit()
+
+
+async def test_browser__a_viewer_sees_no_write_control_and_a_forged_post_is_refused(
+    site, profile, admin, make_member, make_rfp, conn
+):
+    viewer = await make_member(admin.account_id, role="viewer")
+    await set_password(conn, viewer.email)
+    rfp_id = await make_rfp(admin, "Acme review")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer, confidence) "
+        "VALUES ('item_v1', $1, 'Do you encrypt backups?', 1, 'auto_answered', 'Yes.', 0.9)", rfp_id,
+    )
+    seen = await asyncio.to_thread(viewer_flow, site, profile, viewer.email, rfp_id)
+    for key in ("rfps_posts", "rfp_posts", "/kb_posts", "/members_posts"):
+        assert seen[key] == ["signout"], key
+    assert seen["buttons"] == [] and seen["textareas"] == 0
+    assert seen["export_links"] == 1  # reading is a viewer's right
+    assert seen["forged_answer"]["status"] == 403
+    assert seen["forged_approve"]["status"] == 403 and "Not allowed" in seen["forged_approve"]["text"]
+    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = 'item_v1'") == "auto_answered"
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 0
+
+
+def cross_site_flow(base: str, evil: str, profile: str, email: str) -> dict[str, Any]:
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        driver.get(f"{evil}/")
+        driver.find_element(By.ID, "go").click()
+        wait(driver, lambda d: d.current_url.startswith(base))
+        return {"status_title": driver.title, "body": driver.find_element(By.TAG_NAME, "main").text}
+    finally:
+        driver.quit()
+
+
+async def test_browser__a_cross_site_post_without_the_csrf_token_is_refused(site, profile, admin, conn):
+    await set_password(conn, admin.email)
+    # Another site (another origin) whose page posts a form to the service.
+    page = f"""<!doctype html><title>Win a prize</title>
+<form method="post" action="{site}/rfps"><input name="title" value="Forged RFP">
+<button id="go">Claim</button></form>"""
+
+    async def evil_page(request: web.Request) -> web.Response:
+        return web.Response(text=page, content_type="text/html")
+
+    evil_app = web.Application()
+    evil_app.router.add_get("/", evil_page)
+    runner, evil = await serve(evil_app)
+    try:
+        evil = evil.replace("127.0.0.1", "localhost")  # another host name: another site
+        seen = await asyncio.to_thread(cross_site_flow, site, evil, profile, admin.email)
+    finally:
+        await runner.cleanup()
+    assert seen["status_title"].startswith("Not allowed") or "Please sign in" in seen["status_title"]
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 0

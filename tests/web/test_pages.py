@@ -1,0 +1,505 @@
+"""The web app's pages (service/web/pages) over real HTTP against a real PostgreSQL: sessions,
+CSRF, roles, the RFP list and page, review actions, import, export, the knowledge base, asking
+and members. The browser tests (tests/web/test_browser.py) drive the same pages in Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from conftest import with_config
+
+from service.domain.passwords import hasher
+from service.web.app import create_app
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def aiohttp_client_cls() -> type[TestClient]:
+    """Pages are HTML for browsers, not API: no OpenAPI check on these clients' responses (the
+    API's own tests keep theirs)."""
+    return TestClient
+
+
+@pytest.fixture
+async def app_client(aiohttp_client: Any, config: Any) -> TestClient:
+    """Served over plain http (as the test client speaks it), so the cookie is not Secure."""
+    plain = with_config(config, server={"web_base_url": "http://localhost"})
+    return await aiohttp_client(create_app(plain))
+
+
+async def set_password(conn: Any, email: str, password: str = PASSWORD) -> None:
+    await conn.execute(
+        "UPDATE users SET password_hash = $2, password_chosen_by_user = true"
+        " WHERE lower(email) = lower($1)",
+        email, hasher().hash(password),
+    )
+
+
+def field(html: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert found, f"no {name} field in the page"
+    return found.group(1)
+
+
+def post_actions(html: str) -> list[str]:
+    return re.findall(r'<form[^>]*\bmethod="post"[^>]*\baction="([^"]+)"', html)
+
+
+async def sign_in(client: TestClient, email: str, password: str = PASSWORD) -> str:
+    """Sign in through the form; returns the session's CSRF token (from the next page)."""
+    form = await client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    response = await client.post(
+        "/signin", data={"email": email, "password": password, "sign_in_token": token, "next": "/rfps"},
+        allow_redirects=False,
+    )
+    assert response.status == 303, await response.text()
+    assert response.headers["Location"] == "/rfps"
+    page = await client.get("/rfps")
+    assert page.status == 200
+    return field(await page.text(), "csrf_token")
+
+
+async def test_sign_in__session_cookie_flags_and_sign_out_ends_it_on_the_server(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    form = await app_client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    response = await app_client.post(
+        "/signin", data={"email": admin.email, "password": PASSWORD, "sign_in_token": token},
+        allow_redirects=False,
+    )
+    assert response.status == 303
+    cookie = response.headers.getall("Set-Cookie")
+    session_cookie = next(c for c in cookie if c.startswith("rfp_session="))
+    assert "HttpOnly" in session_cookie and "SameSite=Lax" in session_cookie
+    assert "Secure" not in session_cookie  # served over http
+    value = session_cookie.split(";")[0].split("=", 1)[1]
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 1
+    page = await app_client.get("/rfps")
+    csrf = field(await page.text(), "csrf_token")
+    out = await app_client.post("/signout", data={"csrf_token": csrf}, allow_redirects=False)
+    assert out.status == 303 and out.headers["Location"] == "/signin"
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 0
+    # The old cookie, replayed, no longer works: the server ended the session.
+    app_client.session.cookie_jar.clear()
+    replay = await app_client.get("/rfps", cookies={"rfp_session": value}, allow_redirects=False)
+    assert replay.status == 303 and replay.headers["Location"].startswith("/signin")
+
+
+async def test_sign_in__wrong_password_unconfirmed_and_throttled_as_the_api(
+    app_client, admin, conn, config
+):
+    await set_password(conn, admin.email)
+    form = await app_client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    wrong = await app_client.post(
+        "/signin", data={"email": admin.email, "password": "not the password", "sign_in_token": token}
+    )
+    assert wrong.status == 401
+    assert "wrong e-mail address or password" in await wrong.text()
+    await conn.execute("UPDATE users SET confirmed_at = NULL WHERE lower(email) = lower($1)", admin.email)
+    token = field(await wrong.text(), "sign_in_token")
+    unconfirmed = await app_client.post(
+        "/signin", data={"email": admin.email, "password": PASSWORD, "sign_in_token": token}
+    )
+    assert unconfirmed.status == 403 and "confirm your e-mail address" in await unconfirmed.text()
+    # The API's per-address bucket (members.sign_in_per_email): the page's failures count in it.
+    limit = config.members.sign_in_per_email.limit
+    for _ in range(limit):
+        token = field(await (await app_client.get("/signin")).text(), "sign_in_token")
+        await app_client.post(
+            "/signin", data={"email": admin.email, "password": "nope", "sign_in_token": token}
+        )
+    api = await app_client.post("/api/v1/tokens", json={"email": admin.email, "password": "nope"})
+    assert api.status == 429
+
+
+async def test_sign_in__without_the_form_token_is_refused(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    response = await app_client.post("/signin", data={"email": admin.email, "password": PASSWORD})
+    assert response.status == 403
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions") == 0
+
+
+async def test_pages__need_a_session(app_client, admin, make_rfp):
+    rfp_id = await make_rfp(admin)
+    for path in ("/rfps", f"/rfps/{rfp_id}", "/kb", "/ask", "/members"):
+        response = await app_client.get(path, allow_redirects=False)
+        assert response.status == 303, path
+        assert response.headers["Location"].startswith("/signin?next=")
+    refused = await app_client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False)
+    assert refused.status == 401 and "text/html" in refused.headers["Content-Type"]
+
+
+async def test_csrf__a_post_without_the_token_or_from_another_site_is_refused(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    missing = await app_client.post("/rfps", data={"title": "Forged"})
+    assert missing.status == 403
+    stale = await app_client.post("/rfps", data={"title": "Forged", "csrf_token": "x" * 43})
+    assert stale.status == 403
+    cross = await app_client.post(
+        "/rfps", data={"title": "Forged", "csrf_token": csrf}, headers={"Origin": "https://evil.example"}
+    )
+    assert cross.status == 403
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
+    made = await app_client.post("/rfps", data={"title": "Real", "csrf_token": csrf}, allow_redirects=False)
+    assert made.status == 303 and made.headers["Location"].startswith("/rfps/rfp_")
+
+
+async def test_viewer__sees_no_write_control_and_a_forged_post_is_refused(
+    app_client, admin, make_member, make_rfp, conn
+):
+    viewer = await make_member(admin.account_id, role="viewer")
+    await set_password(conn, viewer.email)
+    rfp_id = await make_rfp(admin, "Acme review")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) "
+        "VALUES ('item_v1', $1, 'Do you encrypt?', 1, 'auto_answered', 'Yes.')", rfp_id,
+    )
+    csrf = await sign_in(app_client, viewer.email)
+    listing = await (await app_client.get("/rfps")).text()
+    assert "Create RFP" not in listing
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert "Do you encrypt?" in page
+    # No form posts anywhere but sign-out; no answer box, no item buttons.
+    assert post_actions(page) == ["/signout"]
+    assert "<textarea" not in page and 'name="action"' not in page
+    forged = await app_client.post(
+        f"/rfps/{rfp_id}/items/item_v1", data={"csrf_token": csrf, "action": "approve", "answer": "Yes."}
+    )
+    assert forged.status == 403
+    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = 'item_v1'") == "auto_answered"
+    for path in ("/rfps", "/kb", "/members"):
+        assert post_actions(await (await app_client.get(path)).text()) == ["/signout"], path
+
+
+async def test_rfp_page__another_accounts_rfp_is_the_404_page(
+    app_client, admin, make_account, make_rfp, conn
+):
+    other = await make_account("Other")
+    theirs = await make_rfp(other, "Their secret RFP")
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    response = await app_client.get(f"/rfps/{theirs}")
+    assert response.status == 404
+    text = await response.text()
+    assert "Page not found" in text and "Their secret RFP" not in text
+    assert (await app_client.get("/rfps/rfp_nope")).status == 404
+
+
+async def test_sign_in__the_cookie_is_secure_when_served_over_https(aiohttp_client, config, admin, conn):
+    client = await aiohttp_client(create_app(config))  # web_base_url https://app.example.test
+    await set_password(conn, admin.email)
+    form = await client.get("/signin")
+    response = await client.post(
+        "/signin", allow_redirects=False,
+        data={
+            "email": admin.email, "password": PASSWORD,
+            "sign_in_token": field(await form.text(), "sign_in_token"),
+        },
+        # the test client speaks http and would not send the form's Secure cookie back: send it
+        cookies={"rfp_sign_in": field(await form.text(), "sign_in_token")},
+    )
+    assert response.status == 303
+    cookies = response.headers.getall("Set-Cookie")
+    session_cookie = next(c for c in cookies if c.startswith("rfp_session="))
+    assert "Secure" in session_cookie and "HttpOnly" in session_cookie
+    assert "SameSite=Lax" in session_cookie
+
+
+def questionnaire_xlsx() -> bytes:
+    """A realistic questionnaire: an instructions sheet first, then the questions with sections."""
+    from openpyxl import Workbook
+
+    book = Workbook()
+    notes = book.active
+    notes.title = "Instructions"
+    notes.append(["Please answer every question in the Questions sheet."])
+    sheet = book.create_sheet("Questions")
+    sheet.append(["ID", "Category", "Question", "Vendor response"])
+    sheet.append(["AC-1", "Access control", "Do you enforce multi-factor authentication?", ""])
+    sheet.append(["AC-2", "", "Are access reviews performed quarterly?", ""])
+    sheet.append(["", "", "", ""])
+    sheet.append(["DP-1", "Data protection", "Is customer data encrypted at rest?", ""])
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+async def upload(client: TestClient, rfp_id: str, csrf: str, body: bytes, name: str) -> Any:
+    from aiohttp import FormData
+
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    form.add_field("file", body, filename=name)
+    return await client.post(f"/rfps/{rfp_id}/import", data=form)
+
+
+async def test_rfp_page__import_answer_review_export(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer, title) VALUES "
+        "('kb_mfa', $1, 'Do you enforce multi-factor authentication?', "
+        "'Yes, MFA is enforced for every account.', 'MFA policy')", admin.account_id,
+    )
+    csrf = await sign_in(app_client, admin.email)
+    made = await app_client.post(
+        "/rfps", data={"title": "Acme security review", "deadline": "2030-06-30", "csrf_token": csrf},
+        allow_redirects=False,
+    )
+    rfp_id = made.headers["Location"].rsplit("/", 1)[1]
+    forged = await upload(app_client, rfp_id, "not-the-token", questionnaire_xlsx(), "acme.xlsx")
+    assert forged.status == 403
+    report = await upload(app_client, rfp_id, csrf, questionnaire_xlsx(), "acme.xlsx")
+    text = await report.text()
+    assert report.status == 201, text
+    assert "3 items added" in text and "Questions" in text
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert page.index("Access control") < page.index("Data protection")
+    answered = await app_client.post(
+        f"/rfps/{rfp_id}/answer", data={"csrf_token": csrf}, allow_redirects=False
+    )
+    assert answered.status == 303
+    for _ in range(100):
+        progress = await (await app_client.get(f"/rfps/{rfp_id}/progress")).json()
+        if progress["in_flight"] == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert progress["in_flight"] == 0 and progress["total_items"] == 3
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert 'href="/kb/kb_mfa"' in page  # the reference links to its entry
+    # The band in words as well as colour.
+    assert re.search(r'class="band band-(auto_answer|review|needs_input)">(Auto-answer|Review|Needs input)',
+                     page)
+    item_id = await conn.fetchval("SELECT id FROM rfp_items WHERE rfp_id = $1 AND position = 1", rfp_id)
+    approved = await app_client.post(
+        f"/rfps/{rfp_id}/items/{item_id}", allow_redirects=False,
+        data={"csrf_token": csrf, "action": "save_to_kb", "answer": "Yes: MFA everywhere."},
+    )
+    assert approved.status == 303 and approved.headers["Location"].endswith(f"#item-{item_id}")
+    row = await conn.fetchrow(
+        "SELECT state::text, answer, knowledge_item_id FROM rfp_items WHERE id = $1", item_id
+    )
+    assert row["state"] == "approved" and row["answer"] == "Yes: MFA everywhere."
+    assert row["knowledge_item_id"] is not None
+    approved_only = await (await app_client.get(f"/rfps/{rfp_id}?state=approved")).text()
+    assert "Yes: MFA everywhere." in approved_only and "encrypted at rest" not in approved_only
+    api = await app_client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)
+    assert (await api.json())["stats"]["approved_items"] == 1
+    empty = await app_client.post(
+        f"/rfps/{rfp_id}/items/{item_id}", data={"csrf_token": csrf, "action": "approve", "answer": " "}
+    )
+    assert empty.status == 422 and "needs an answer" in await empty.text()
+    csv_export = await app_client.get(f"/rfps/{rfp_id}/export?format=csv")
+    assert csv_export.status == 200 and "Yes: MFA everywhere." in await csv_export.text()
+    xlsx = await app_client.get(f"/rfps/{rfp_id}/export?format=xlsx")
+    assert xlsx.status == 200 and (await xlsx.read())[:2] == b"PK"
+    assert (await app_client.get(f"/rfps/{rfp_id}/export?format=pdf")).status == 400
+    # The imported questionnaire with the approved answer written back into its cells.
+    original = await app_client.get(f"/rfps/{rfp_id}/export?format=original")
+    assert original.status == 200, await original.text()
+    from openpyxl import load_workbook
+
+    book = load_workbook(io.BytesIO(await original.read()))
+    assert "Yes: MFA everywhere." in [c.value for row in book["Questions"].iter_rows() for c in row]
+
+
+async def test_knowledge_pages__add_search_edit_import_delete(app_client, admin, conn):
+    from aiohttp import FormData
+
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    added = await app_client.post("/kb", allow_redirects=False, data={
+        "csrf_token": csrf, "answer": "Backups run nightly.", "title": "Backups", "tags": "ops; dr",
+    })
+    assert added.status == 303
+    kb_id = added.headers["Location"].rsplit("/", 1)[1]
+    found = await (await app_client.get("/kb?q=nightly")).text()
+    assert "Backups" in found
+    assert "Backups" not in await (await app_client.get("/kb?q=zzz")).text()
+    invalid = await app_client.post(f"/kb/{kb_id}", data={"csrf_token": csrf, "answer": " "})
+    assert invalid.status == 422 and "answer" in await invalid.text()
+    edited = await app_client.post(f"/kb/{kb_id}", allow_redirects=False, data={
+        "csrf_token": csrf, "answer": "Backups run hourly.", "title": "Backups", "yes_no": "yes",
+    })
+    assert edited.status == 303
+    row = await conn.fetchrow("SELECT answer, yes_no, tags FROM knowledge_items WHERE id = $1", kb_id)
+    assert row["answer"] == "Backups run hourly." and row["yes_no"] is True and row["tags"] == []
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    form.add_field("file", b"question,answer\nIs there a DPO?,Yes.\nNo answer here,\n", filename="kb.csv")
+    report = await app_client.post("/kb/import", data=form)
+    text = await report.text()
+    assert report.status == 200 and "1 row imported" in text and "1 rejected" in text
+    deleted = await app_client.post(
+        f"/kb/{kb_id}/delete", data={"csrf_token": csrf}, allow_redirects=False
+    )
+    assert deleted.status == 303
+    assert (await app_client.get(f"/kb/{kb_id}")).status == 404
+
+
+async def test_ask_page__the_question_reaches_complete(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    asked = await app_client.post(
+        "/ask", data={"csrf_token": csrf, "question": "Do you have a DPO?"}, allow_redirects=False
+    )
+    assert asked.status == 303
+    path = asked.headers["Location"]
+    for _ in range(100):
+        state = (await (await app_client.get(path + "/state")).json())["state"]
+        if state == "complete":
+            break
+        await asyncio.sleep(0.1)
+    assert state == "complete"
+    page = await (await app_client.get(path)).text()
+    assert 'aria-current="step" class="current">complete' in page
+    assert re.search(r'class="band band-[a-z_]+">', page)
+
+
+async def test_members_page__admin_invites_a_member_sees_no_invite_form(
+    app_client, admin, make_member, conn
+):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    invited = await app_client.post(
+        "/members/invite", data={"csrf_token": csrf, "email": "grace@example.test", "role": "viewer"}
+    )
+    assert invited.status == 201 and "Invitation sent to grace@example.test" in await invited.text()
+    role = await conn.fetchval("SELECT role::text FROM invitations WHERE email = 'grace@example.test'")
+    assert role == "viewer"
+    assert await conn.fetchval("SELECT count(*) FROM mail_outbox") == 1
+    member = await make_member(admin.account_id, role="member")
+    await set_password(conn, member.email)
+    await app_client.post("/signout", data={"csrf_token": csrf})
+    member_csrf = await sign_in(app_client, member.email)
+    page = await (await app_client.get("/members")).text()
+    assert member.email in page and "/members/invite" not in page
+    refused = await app_client.post(
+        "/members/invite", data={"csrf_token": member_csrf, "email": "x@example.test"}
+    )
+    assert refused.status == 403
+
+
+async def test_unknown_page__is_the_404_page_for_a_browser_and_json_for_the_api(app_client):
+    page = await app_client.get("/no/such/page", headers={"Accept": "text/html"})
+    assert page.status == 404 and "Page not found" in await page.text()
+    api = await app_client.get("/api/v1/nothing", headers={"Accept": "text/html"})
+    assert api.status == 404 and (await api.json())["error"]["code"] == "not_found"
+
+
+async def test_members_page__admin_changes_a_role_and_removes_a_member_whose_session_ends(
+    aiohttp_client, config, admin, make_member, conn
+):
+    plain = with_config(config, server={"web_base_url": "http://localhost"})
+    admin_client = await aiohttp_client(create_app(plain))
+    member_client = await aiohttp_client(create_app(plain))
+    member = await make_member(admin.account_id, role="member")
+    for who in (admin, member):
+        await set_password(conn, who.email)
+    csrf = await sign_in(admin_client, admin.email)
+    await sign_in(member_client, member.email)
+    page = await (await admin_client.get("/members")).text()
+    assert f'/members/{member.member_id}/role' in page and f'/members/{admin.member_id}/remove' not in page
+    changed = await admin_client.post(
+        f"/members/{member.member_id}/role", data={"csrf_token": csrf, "role": "viewer"},
+        allow_redirects=False,
+    )
+    assert changed.status == 303
+    # The member's open session has the new role at once: no write control any more.
+    assert post_actions(await (await member_client.get("/rfps")).text()) == ["/signout"]
+    owner = await admin_client.post(
+        f"/members/{admin.member_id}/role", data={"csrf_token": csrf, "role": "viewer"}
+    )
+    assert owner.status == 403  # the owner keeps the admin role (members.change_role)
+    removed = await admin_client.post(
+        f"/members/{member.member_id}/remove", data={"csrf_token": csrf}, allow_redirects=False
+    )
+    assert removed.status == 303
+    gone = await member_client.get("/rfps", allow_redirects=False)
+    assert gone.status == 303 and gone.headers["Location"].startswith("/signin")
+
+
+def test_sign_in__goes_back_only_to_a_page_of_this_site():
+    from service.web.pages.account import _safe_next
+
+    assert _safe_next("/rfps/rfp_1?state=review") == "/rfps/rfp_1?state=review"
+    for unsafe in ("https://evil.example/", "//evil.example", "/\\evil.example", "/\t/evil.example",
+                   "/\n/evil.example", "", None, "rfps"):
+        assert _safe_next(unsafe) == "/rfps", unsafe
+
+
+async def test_csrf__every_post_route_refuses_a_request_without_the_token(app_client, admin, conn, make_rfp):
+    """Every state-changing page route (service/web/pages/routes.py), as a signed-in admin who
+    may do all of them, refuses the request without the session's CSRF token."""
+    from service.web.pages.routes import routes
+
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    rfp_id = await make_rfp(admin, "Target")
+    ids = {"id": rfp_id, "item_id": "item_x"}
+    before = await conn.fetchval("SELECT count(*) FROM rfps")
+    posts = [r for r in routes() if r.method == "POST" and r.path != "/signin"]
+    assert len(posts) >= 12
+    for route in posts:
+        path = route.path.format(**ids)
+        plain = await app_client.post(path, data={"title": "x", "answer": "x", "action": "approve"})
+        assert plain.status == 403, path
+        from aiohttp import FormData
+
+        form = FormData()
+        form.add_field("file", b"question\nIs it?\n", filename="q.csv")
+        upload = await app_client.post(path, data=form)
+        assert upload.status == 403, path
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == before
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 1
+
+
+async def test_csrf__every_form_of_every_page_carries_the_token(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    made = await app_client.post("/rfps", data={"title": "Forms", "csrf_token": csrf}, allow_redirects=False)
+    rfp_path = made.headers["Location"]
+    rfp_id = rfp_path.rsplit("/", 1)[1]
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) VALUES "
+        "('item_f1', $1, 'Q1?', 1, 'auto_answered', 'A1'), ('item_f2', $1, 'Q2?', 2, 'discarded', 'A2')",
+        rfp_id,
+    )
+    kb = await app_client.post("/kb", data={"csrf_token": csrf, "answer": "A"}, allow_redirects=False)
+    pages = ["/rfps", rfp_path, "/kb", kb.headers["Location"], "/ask", "/members"]
+    for path in pages:
+        html = await (await app_client.get(path)).text()
+        forms = re.findall(r"<form[^>]*method=\"post\"[^>]*>.*?</form>", html, re.S)
+        assert forms, path
+        for form in forms:
+            assert f'name="csrf_token" value="{csrf}"' in form, (path, form[:200])
+
+
+async def test_pages__writes_are_audited_as_the_apis_are(app_client, admin, conn):
+    """The pages go through the API's steps: the same audit events for the same changes."""
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    made = await app_client.post(
+        "/rfps", data={"title": "Audited", "csrf_token": csrf}, allow_redirects=False
+    )
+    rfp_id = made.headers["Location"].rsplit("/", 1)[1]
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) "
+        "VALUES ('item_a1', $1, 'Q?', 1, 'auto_answered', 'A.')", rfp_id,
+    )
+    await app_client.post(f"/rfps/{rfp_id}/items/item_a1", data={"csrf_token": csrf, "action": "approve",
+                                                                 "answer": "A."})
+    kb = await app_client.post("/kb", data={"csrf_token": csrf, "answer": "B."}, allow_redirects=False)
+    kb_id = kb.headers["Location"].rsplit("/", 1)[1]
+    await app_client.post(f"/kb/{kb_id}/delete", data={"csrf_token": csrf})
+    actions = {r["action"] for r in await conn.fetch("SELECT action FROM audit_events")}
+    assert {"auth.signed_in", "rfp.created", "rfp_item.updated", "rfp_item.approved", "rfp.approved",
+            "knowledge_base_item.created", "knowledge_base_item.deleted"} <= actions

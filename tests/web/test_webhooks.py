@@ -1,0 +1,287 @@
+"""Webhook endpoints (admin CRUD, the secret shown once, URL safety) and delivery to a real
+receiver on loopback: Standard Webhooks headers, signatures that verify as docs/webhooks.md
+says, order per record, retries, disabling, the delivery log and a manual retry."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import free_port, with_config
+from standardwebhooks.webhooks import Webhook
+from webhook_receiver import Receiver, fast_webhooks, verify
+
+from service.web.app import create_app
+
+ENDPOINTS = "/api/v1/webhook_endpoints"
+
+
+@pytest.fixture
+async def receiver():
+    server = Receiver(free_port())
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def hook_client(aiohttp_client, config):
+    """A client whose app may deliver to loopback, with quick retries."""
+    return await aiohttp_client(create_app(with_config(config, webhooks=fast_webhooks())))
+
+
+async def register(client, actor, url, types=("knowledge_base_item.created",), **extra):
+    response = await client.post(ENDPOINTS, headers=actor.headers, json={
+        "webhook_endpoint": {"url": url, "event_types": list(types), **extra}})
+    return response, await response.json()
+
+
+async def poll(read, done, within_seconds: float = 10.0):
+    """`await read()` until `done(value)`; the value."""
+    async with asyncio.timeout(within_seconds):
+        while True:
+            value = await read()
+            if done(value):
+                return value
+            await asyncio.sleep(0.05)
+
+
+async def add_entry(client, actor, answer="We enforce MFA."):
+    response = await client.post("/api/v1/knowledge_base_items", headers=actor.headers,
+                                 json={"knowledge_base_item": {"answer": answer}})
+    assert response.status == 201
+    return await response.json()
+
+
+async def test_create__secret_shown_once_then_never(hook_client, admin, receiver):
+    response, body = await register(hook_client, admin, receiver.url)
+    assert response.status == 201
+    assert response.headers["Location"] == f"{ENDPOINTS}/{body['id']}"
+    assert body["secret"].startswith("whsec_") and body["enabled"] is True
+    read = await (await hook_client.get(f"{ENDPOINTS}/{body['id']}", headers=admin.headers)).json()
+    listed = await (await hook_client.get(ENDPOINTS, headers=admin.headers)).json()
+    assert "secret" not in read and "secret" not in listed["webhook_endpoints"][0]
+    assert listed["pagination"]["total_count"] == 1
+
+
+async def test_endpoints__admin_only_and_per_account(hook_client, admin, make_member, make_account,
+                                                     receiver):
+    member = await make_member(admin.account_id, "member")
+    response, _ = await register(hook_client, member, receiver.url)
+    assert response.status == 403
+    _, body = await register(hook_client, admin, receiver.url)
+    other = await make_account("Other")
+    response = await hook_client.get(f"{ENDPOINTS}/{body['id']}", headers=other.headers)
+    assert response.status == 404
+
+
+async def test_create__unknown_event_type_and_bad_url_are_422(hook_client, admin):
+    response, body = await register(hook_client, admin, "ftp://example.com/x")
+    assert response.status == 422 and "http(s)" in body["error"]["details"][0]
+    response, body = await register(hook_client, admin, "https://example.com/x", ["rfp.exploded"])
+    assert response.status == 422 and "rfp.exploded" in body["error"]["details"][0]
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:9/x", "http://[::1]/x", "http://169.254.169.254/latest/meta-data",
+    "http://10.0.0.5/x", "http://192.168.1.1/x", "http://localhost:8080/x",
+    "http://[::ffff:127.0.0.1]/x", "http://100.64.0.1/x", "http://LOCALHOST./x",
+])
+async def test_create__private_addresses_refused_by_default(client, admin, url):
+    response, body = await register(client, admin, url)
+    assert response.status == 422, body
+    assert "public addresses only" in body["error"]["details"][0]
+
+
+async def test_patch_and_delete(hook_client, admin, receiver):
+    _, created = await register(hook_client, admin, receiver.url)
+    path = f"{ENDPOINTS}/{created['id']}"
+    response = await hook_client.patch(path, headers=admin.headers, json={"webhook_endpoint": {
+        "event_types": ["rfp.approved", "member.created"], "enabled": False}})
+    body = await response.json()
+    assert response.status == 200
+    assert body["event_types"] == ["member.created", "rfp.approved"] and body["enabled"] is False
+    assert body["url"] == receiver.url
+    assert (await hook_client.delete(path, headers=admin.headers)).status == 204
+    assert (await hook_client.get(path, headers=admin.headers)).status == 404
+
+
+async def test_delivery__standard_webhooks_headers_and_signature_verify(hook_client, admin, receiver):
+    _, endpoint = await register(hook_client, admin, receiver.url)
+    entry = await add_entry(hook_client, admin)
+    [got] = await receiver.wait_for(1)
+    # The documented procedure (docs/webhooks.md) and the reference library both accept it.
+    assert verify(endpoint["secret"], got.headers, got.body)
+    assert Webhook(endpoint["secret"]).verify(got.body, got.headers) == got.event
+    assert got.headers["webhook-id"].startswith("msg_")
+    assert got.event["type"] == "knowledge_base_item.created"
+    assert got.event["timestamp"].endswith("Z")
+    assert got.event["data"] == entry  # the shape the API returns
+    # A tampered body or another secret does not verify.
+    assert not verify(endpoint["secret"], got.headers, got.body.replace(b"MFA", b"SSO"))
+    _, other = await register(hook_client, admin, receiver.url)
+    assert not verify(other["secret"], got.headers, got.body)
+
+
+async def test_delivery__only_wanted_types_and_enabled_endpoints(hook_client, admin, receiver):
+    await register(hook_client, admin, receiver.url, ["member.created"])
+    _, off = await register(hook_client, admin, receiver.url, enabled=False)
+    await add_entry(hook_client, admin)
+    await asyncio.sleep(0.5)
+    assert receiver.received == []
+    log = await (await hook_client.get(f"{ENDPOINTS}/{off['id']}/deliveries",
+                                       headers=admin.headers)).json()
+    assert log["deliveries"] == []
+
+
+async def test_delivery__receiver_down_then_up_gets_each_event_once_in_order(
+    hook_client, admin, receiver
+):
+    await register(hook_client, admin, receiver.url, ["knowledge_base_item.created",
+                                                      "knowledge_base_item.deleted"])
+    receiver.fail_with = 503
+    entries = [await add_entry(hook_client, admin, f"Answer {n}") for n in range(3)]
+    for entry in entries:
+        response = await hook_client.delete(f"/api/v1/knowledge_base_items/{entry['id']}",
+                                            headers=admin.headers)
+        assert response.status == 204
+    await asyncio.sleep(1.0)  # several failed attempts
+    assert receiver.received == []
+    receiver.fail_with = None
+    got = await receiver.wait_for(6)
+    await asyncio.sleep(0.5)
+    assert len(receiver.received) == 6
+    assert len({r.headers["webhook-id"] for r in got}) == 6  # each once
+    for entry in entries:  # per record: created before deleted
+        types = [r.event["type"] for r in got if r.event["data"]["id"] == entry["id"]]
+        assert types == ["knowledge_base_item.created", "knowledge_base_item.deleted"]
+
+
+async def test_delivery__log_shows_failures_and_manual_retry_redelivers(
+    aiohttp_client, config, admin, receiver
+):
+    app = create_app(with_config(config, webhooks=fast_webhooks(retry_for_seconds=0.3)))
+    client = await aiohttp_client(app)
+    _, endpoint = await register(client, admin, receiver.url)
+    receiver.fail_with = 500
+    await add_entry(client, admin)
+    path = f"{ENDPOINTS}/{endpoint['id']}"
+    async def read():
+        return await (await client.get(path, headers=admin.headers)).json()
+
+    disabled = await poll(read, lambda e: not e["enabled"])
+    assert "failed" in disabled["disabled_reason"] and "HTTP 500" in disabled["disabled_reason"]
+    log = await (await client.get(f"{path}/deliveries", headers=admin.headers)).json()
+    [delivery] = log["deliveries"]
+    assert delivery["state"] == "failed" and delivery["attempts"] >= 2
+    assert delivery["last_status"] == 500 and delivery["last_response"] == "not now"
+
+    receiver.fail_with = None
+    response = await client.post(f"{path}/deliveries/{delivery['id']}/retry", headers=admin.headers)
+    assert response.status == 202
+    await asyncio.sleep(0.3)
+    assert receiver.received == []  # the endpoint is still disabled: nothing goes out
+    response = await client.patch(path, headers=admin.headers,
+                                  json={"webhook_endpoint": {"enabled": True}})
+    assert (await response.json())["disabled_reason"] is None
+    await receiver.wait_for(1)
+    log = await (await client.get(f"{path}/deliveries", headers=admin.headers)).json()
+    assert log["deliveries"][0]["state"] == "delivered"
+    again = await client.post(f"{path}/deliveries/999999/retry", headers=admin.headers)
+    assert again.status == 404
+    bad = await client.post(f"{path}/deliveries/abc/retry", headers=admin.headers)
+    assert bad.status == 400
+
+
+async def test_delivery__redirect_not_followed_and_body_read_up_to_limit(
+    aiohttp_client, config, admin, receiver
+):
+    app = create_app(with_config(config, webhooks=fast_webhooks(max_response_bytes=10)))
+    client = await aiohttp_client(app)
+    _, endpoint = await register(client, admin, receiver.url)
+    receiver.extra["pad"] = 100_000
+    await add_entry(client, admin)
+    await receiver.wait_for(1)
+    path = f"{ENDPOINTS}/{endpoint['id']}/deliveries"
+    async def read():
+        return await (await client.get(path, headers=admin.headers)).json()
+
+    log = await poll(read, lambda log: log["deliveries"][0]["state"] == "delivered")
+    assert log["deliveries"][0]["last_response"] == "ok xxxxxxx"  # 10 bytes kept
+
+    receiver.extra = {"redirect": "http://169.254.169.254/latest/meta-data"}
+    await add_entry(client, admin, "second")
+    log = await poll(read, lambda log: log["deliveries"][0]["last_status"] is not None)
+    latest = log["deliveries"][0]
+    assert latest["state"] == "pending" and latest["last_status"] == 302
+    assert "not followed" in latest["last_error"]
+
+
+@pytest.mark.parametrize(("address", "public"), [
+    ("8.8.8.8", True), ("2606:4700:4700::1111", True), ("127.0.0.1", False), ("::1", False),
+    ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.0.1", False), ("169.254.169.254", False),
+    ("fe80::1", False), ("fc00::1", False), ("100.64.0.1", False), ("0.0.0.0", False),
+    ("::ffff:10.0.0.1", False), ("224.0.0.1", False),
+])
+def test_address_is_public(address, public):
+    from service.domain.webhooks import address_is_public
+
+    assert address_is_public(address) is public
+
+
+async def test_delivery__host_resolving_to_loopback_refused_at_connect(client, admin, conn, receiver):
+    """DNS rebinding: a name that passed registration but now resolves to loopback (here
+    `localhost`, stored directly) is refused by the resolver the deliverer connects through, and
+    an IP literal is refused before any connection; the receiver on loopback gets nothing."""
+    # (0x7f000001 is 127.0.0.1 to the system resolver, though not an IP literal to a URL parser.)
+    urls = [f"http://localhost:{receiver.port}/hooks", receiver.url,
+            f"http://0x7f000001:{receiver.port}/hooks"]
+    for n, url in enumerate(urls):
+        await conn.execute(
+            "INSERT INTO webhook_endpoints (id, account_id, url, event_types, secret)"
+            " VALUES ($1, $2, $3, '{knowledge_base_item.created}', 'whsec_AAAA')",
+            f"whep_rebind{n}", admin.account_id, url)
+    await add_entry(client, admin)
+
+    async def errors():
+        return await conn.fetch("SELECT last_error FROM webhook_deliveries WHERE last_error IS NOT"
+                                " NULL ORDER BY endpoint_id")
+
+    rows = await poll(errors, lambda rows: len(rows) == 3)
+    assert "refused: localhost resolves to" in rows[0]["last_error"]
+    assert "not a public address" in rows[0]["last_error"]
+    assert rows[1]["last_error"] == "refused: 127.0.0.1 is not a public address"
+    assert rows[2]["last_error"] == "refused: 0x7f000001 resolves to 127.0.0.1, not a public address"
+    assert receiver.received == []
+
+
+async def test_delivery__knowledge_import_sends_created_then_updated(hook_client, admin, receiver):
+    await register(hook_client, admin, receiver.url,
+                   ["knowledge_base_item.created", "knowledge_base_item.updated"])
+    for answer in ("Yes MFA.", "Yes MFA everywhere."):
+        response = await hook_client.post(
+            "/api/v1/knowledge_base_items/import", data=f"id,answer\nmfa-1,{answer}\n".encode(),
+            headers={**admin.headers, "Content-Type": "text/csv"})
+        assert response.status == 200
+    got = await receiver.wait_for(2)
+    assert [r.event["type"] for r in got] == ["knowledge_base_item.created",
+                                             "knowledge_base_item.updated"]
+    assert got[1].event["data"]["answer"] == "Yes MFA everywhere."
+    assert got[0].event["data"]["id"] == got[1].event["data"]["id"]
+
+
+async def test_delivery__question_completed_sent_at_once_not_at_the_next_poll(
+    aiohttp_client, config, admin, receiver
+):
+    # A poll interval far longer than the wait below: only the completion's wake-up sends it.
+    app = create_app(with_config(config, webhooks=fast_webhooks(poll_interval_seconds=60)))
+    client = await aiohttp_client(app)
+    await register(client, admin, receiver.url, ["question.completed"])
+    await asyncio.sleep(0.2)  # the deliverer's first (empty) round is over; it sleeps now
+    response = await client.post("/api/v1/questions", headers=admin.headers,
+                                 json={"question": {"question": "Do you enforce MFA?"}})
+    assert response.status == 202
+    question = await response.json()
+    [got] = await receiver.wait_for(1, within_seconds=20)
+    assert got.event["type"] == "question.completed"
+    assert got.event["data"]["id"] == question["id"] and got.event["data"]["state"] == "complete"
