@@ -436,7 +436,10 @@ async def test_invitation__operator_made_user_keeps_their_cli_token(mail_client,
 async def test_demo_token_expires_after_cli_token_ttl_days(empty_database_url, config):
     from service.cli import bootstrap_demo
 
-    demo = await bootstrap_demo(empty_database_url, with_config(config, auth={"cli_token_ttl_days": 30}))
+    # The empty database is reached directly (no pooler), whichever server the tests run on.
+    direct = with_config(config, auth={"cli_token_ttl_days": 30},
+                         database={"url": empty_database_url, "pooler": "none", "direct_url": ""})
+    demo = await bootstrap_demo(empty_database_url, direct)
     conn = await asyncpg.connect(empty_database_url)
     try:
         row = await conn.fetchrow("SELECT source, expires_at - now() AS left FROM api_tokens")
