@@ -22,6 +22,7 @@ import asyncpg
 
 from .. import db
 from ..config import MailConfig
+from .outbox import OutboxSender
 
 log = logging.getLogger(__name__)
 
@@ -48,41 +49,20 @@ def backoff_seconds(config: MailConfig, attempts: int) -> float:
 RECORD_MARGIN_SECONDS = 5.0
 
 
-class MailSender:
+class MailSender(OutboxSender):
     """Delivers due outbox messages until cancelled; `wake()` makes it look right away."""
 
+    what = "mail sender"
+
     def __init__(self, pool: asyncpg.Pool, config: MailConfig) -> None:
+        super().__init__(config.poll_interval_seconds)
         self._pool = pool
         self._config = config
-        self._wake = asyncio.Event()
         # Long enough that a slow SMTP exchange ends before another sender may claim the row.
         self.lease_seconds = config.timeout_seconds * 2 + 30
 
-    def wake(self) -> None:
-        self._wake.set()
-
     async def run(self) -> None:
-        while True:
-            try:
-                delivered_any = await self.deliver_due()
-            except Exception:  # the database may be away for a while; the loop must survive it
-                log.exception("mail sender: delivery round failed; retrying")
-                delivered_any = False
-            if not delivered_any:
-                try:
-                    async with asyncio.timeout(self._config.poll_interval_seconds):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
-                self._wake.clear()
-
-    async def deliver_due(self) -> bool:
-        """Attempt every message due now, one claim at a time; whether any was attempted."""
-        attempted = False
-        while (row := await self._claim()) is not None:
-            attempted = True
-            await self._attempt(row)
-        return attempted
+        await self._loop()
 
     async def _claim(self) -> asyncpg.Record | None:
         async with self._pool.acquire() as conn:

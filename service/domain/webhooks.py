@@ -44,6 +44,7 @@ from ..config import WebhooksConfig
 from .convert import HttpUrl, at_most, timestamp
 from .errors import NotFound, ValidationFailed
 from .ids import new_id
+from .outbox import OutboxSender
 
 log = logging.getLogger(__name__)
 
@@ -298,19 +299,18 @@ class Outcome:
     error: str | None
 
 
-class Deliverer:
+class Deliverer(OutboxSender):
     """Delivers due webhook deliveries until cancelled; `wake()` makes it look right away."""
 
+    what = "webhooks"
+
     def __init__(self, pool: asyncpg.Pool, config: WebhooksConfig) -> None:
+        super().__init__(config.poll_interval_seconds)
         self._pool = pool
         self._config = config
-        self._wake = asyncio.Event()
         # Longer than an attempt may take, so no other process claims a delivery in flight.
         self.lease_seconds = config.timeout_seconds * 2 + 5
         self._session: aiohttp.ClientSession | None = None
-
-    def wake(self) -> None:
-        self._wake.set()
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -332,32 +332,9 @@ class Deliverer:
 
     async def run(self) -> None:
         try:
-            await asyncio.gather(*(self._worker() for _ in range(self._config.concurrency)))
+            await asyncio.gather(*(self._loop() for _ in range(self._config.concurrency)))
         finally:
             await self.close()
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                attempted = await self.deliver_due()
-            except Exception:  # the database may be away for a while; the loop must survive it
-                log.exception("webhooks: delivery round failed; retrying")
-                attempted = False
-            if not attempted:
-                try:
-                    async with asyncio.timeout(self._config.poll_interval_seconds):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
-                self._wake.clear()
-
-    async def deliver_due(self) -> bool:
-        """Attempt deliveries due now, one claim at a time; whether any was attempted."""
-        attempted = False
-        while (row := await self._claim()) is not None:
-            attempted = True
-            await self._attempt(row)
-        return attempted
 
     async def _claim(self) -> asyncpg.Record | None:
         async with self._pool.acquire() as conn:
