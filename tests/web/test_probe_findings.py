@@ -64,10 +64,10 @@ async def signed_in(client: TestClient, email: str) -> str:
 # -- sessions ------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="finding: a password reset leaves web sessions signed in")
 async def test_password_reset__ends_the_users_web_sessions(app_client, admin, conn):
-    """Finding: a reset (the owner's way back after a stolen password) revoked the API tokens but
-    left every web session signed in, so whoever signed in with the stolen password stayed in."""
+    """Finding (fixed): a reset (the owner's way back after a stolen password) revoked the API
+    tokens but left every web session signed in, so whoever signed in with the stolen password
+    stayed in."""
     await set_password(conn, admin.email)
     await signed_in(app_client, admin.email)
     token = secrets.token_urlsafe(32)
@@ -82,9 +82,8 @@ async def test_password_reset__ends_the_users_web_sessions(app_client, admin, co
     assert after.status == 303 and after.headers["Location"].startswith("/signin")
 
 
-@pytest.mark.xfail(strict=True, reason="finding: a password change leaves web sessions signed in")
 async def test_password_change__ends_the_users_web_sessions(app_client, aiohttp_client, config, admin, conn):
-    """Finding (same cause): changing the password through the API left the web sessions live."""
+    """Finding (fixed, same cause): changing the password through the API left the web sessions live."""
     await set_password(conn, admin.email)
     await signed_in(app_client, admin.email)
     changed = await app_client.post(
