@@ -226,9 +226,8 @@ async def test_pages__another_accounts_records_are_404(app_client, admin, make_a
     "2002:a9fe:a9fe::1",      # 6to4 of 169.254.169.254
     "2002:c0a8:1::1",         # 6to4 of 192.168.0.1
 ])
-@pytest.mark.xfail(strict=True, reason="finding: NAT64/6to4/IPv4-compatible forms count as public")
 def test_webhooks__ipv6_forms_embedding_a_private_ipv4_are_not_public(address):
-    """Finding: IPv6 addresses that carry an IPv4 one (IPv4-compatible, NAT64, 6to4) counted as
+    """Finding (fixed): IPv6 addresses that carry an IPv4 one (IPv4-compatible, NAT64, 6to4) counted as
     public whatever IPv4 address they carry; behind a NAT64 gateway (IPv6-only clouds) they reach
     the private network, the metadata service included."""
     from service.domain.webhooks import address_is_public, url_problems
