@@ -387,3 +387,33 @@ async def test_export_original__answers_and_mark_never_become_formulas(client, a
     theirs = await client.get(f"/api/v1/rfps/{rfp_id}/export", headers=other.headers,
                               params={"format": "original"})
     assert theirs.status == 404
+
+
+def test_export_original__xlsx_answers_are_text_never_formulas():
+    from openpyxl import Workbook, load_workbook
+
+    from service.domain.writeback import Cell, write_xlsx
+
+    book = Workbook()
+    sheet = book.active
+    sheet.title = "Questions"
+    sheet.append(["Question", "Answer"])
+    for n in range(len(FORMULAS)):
+        sheet.append([f"Question {n}?", None])
+    raw = io.BytesIO()
+    book.save(raw)
+    answers = [*FORMULAS[:-1], "<x/>]]></t></is><f>1+1</f><is><t>"]
+    cells = [Cell(sheet="Questions", row=n + 2, column=1, text=text) for n, text in enumerate(answers)]
+    written = load_workbook(io.BytesIO(write_xlsx(raw.getvalue(), cells)))["Questions"]
+    for n, text in enumerate(answers):
+        cell = written.cell(row=n + 2, column=2)
+        assert cell.data_type == "s", (text, cell.data_type)
+        assert cell.value == text.replace("\r", "") or cell.value == text
+
+
+async def test_rfp__a_portal_url_is_never_a_script_link(client, admin):
+    for url in ("javascript:alert(document.cookie)", "data:text/html,<script>1</script>",
+                "JaVaScRiPt:alert(1)", " javascript:alert(1)"):
+        response = await client.post("/api/v1/rfps", headers=admin.headers,
+                                     json={"rfp": {"title": "T", "portal_url": url}})
+        assert response.status == 422, url
