@@ -420,9 +420,8 @@ async def test_rfp__a_portal_url_is_never_a_script_link(client, admin):
         assert response.status == 422, url
 
 
-@pytest.mark.xfail(strict=True, reason="finding: answer_column pads every CSV row to any column")
 async def test_export_original__a_far_answer_column_is_refused_not_padded(client, admin):
-    """Finding: `answer_column` took any three letters (ZZZ: column 18,278) and a CSV
+    """Finding (fixed): `answer_column` took any three letters (ZZZ: column 18,278) and a CSV
     write-back padded every answered row out to it, in the service process: a small upload of
     10,000 questions became ~180 MB of commas and over a gigabyte of lists, for any reader."""
     made = await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {"title": "Far"}})
