@@ -439,3 +439,18 @@ async def test_export_original__a_far_answer_column_is_refused_not_padded(client
     within = await client.get(f"/api/v1/rfps/{rfp_id}/export", headers=admin.headers,
                               params={"format": "original", "answer_column": "C", "unanswered": "n/a"})
     assert within.status == 200  # the column right after the file's last one is still fine
+
+
+async def test_session__a_lowered_role_applies_at_once_and_the_api_ignores_the_cookie(
+    app_client, admin, make_member, conn
+):
+    member = await make_member(admin.account_id, role="member")
+    await set_password(conn, member.email)
+    csrf = await signed_in(app_client, member.email)
+    await conn.execute("UPDATE members SET role = 'viewer' WHERE id = $1", member.member_id)
+    response = await app_client.post("/rfps", data={"title": "After", "csrf_token": csrf})
+    assert response.status == 403
+    # The session cookie is no credential for the JSON API (which has no CSRF check).
+    api = await app_client.post("/api/v1/rfps", json={"rfp": {"title": "Via API"}})
+    assert api.status == 401
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
