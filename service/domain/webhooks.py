@@ -67,12 +67,38 @@ USER_AGENT = "rfp-service-webhooks/1"
 # -- addresses ---------------------------------------------------------------------------
 
 
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits (a NAT64 gateway connects to it),
+# and NAT64's local-use prefix, whose translation the network decides (RFC 8215): refused.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries: IPv4-compatible (::a.b.c.d), NAT64
+    (64:ff9b::a.b.c.d), 6to4 (2002:aabb:ccdd::) and Teredo (its server and client)."""
+    found = []
+    if ip.packed[:12] == bytes(12) or ip in _NAT64:
+        found.append(ipaddress.IPv4Address(ip.packed[12:]))
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
+
+
 def address_is_public(address: str) -> bool:
     """Whether an IP address is one a tenant's webhook may reach: globally routable, not
-    loopback, link-local, private, shared (CGNAT), reserved or multicast."""
+    loopback, link-local, private, shared (CGNAT), reserved or multicast; an IPv6 address that
+    carries an IPv4 one (mapped, compatible, NAT64, 6to4, Teredo) only if that one is public
+    too, since a gateway may connect to it."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is not part of it
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _NAT64_LOCAL:
+            return False
+        if not all(v4.is_global and not v4.is_multicast for v4 in _embedded_ipv4(ip)):
+            return False
     return ip.is_global and not ip.is_multicast
 
 

@@ -38,6 +38,7 @@ from .library import yes_no_lead
 from .questionnaires import XLSX_MEDIA_TYPE, Questionnaire, column_index, column_letter, detect_format
 
 MAX_MARK = 200  # the `unanswered` marker's length
+MAX_COLUMN = 16383  # XFD, a spreadsheet's last column (0-based)
 
 
 # -- keeping the file at import ------------------------------------------------------------------
@@ -100,6 +101,8 @@ def write_options(query: Mapping[str, str]) -> WriteOptions:
         if not re.fullmatch(r"[A-Za-z]{1,3}", column):
             raise ParameterInvalid(f"answer_column must be a column letter (A, B, … XFD); got {column!r}")
         index = column_index(column)
+        if index > MAX_COLUMN:
+            raise ParameterInvalid(f"answer_column must be at most XFD (the last column); got {column!r}")
     return WriteOptions(drafted=answers == "drafted", unanswered=mark or None, answer_column=index)
 
 
@@ -163,6 +166,15 @@ def write_csv(original: bytes, cells: Sequence[Cell]) -> bytes:
     newline = "\r\n" if "\r\n" in text else "\n"
     to_write = [c for c in cells if c.text is not None]
     widest = max((c.column for c in to_write), default=-1)
+    width = max((len(row) for row in rows), default=0)
+    if widest > width:
+        # Every answered row would be padded out to it: answers go into one of the file's
+        # columns or the one after its last.
+        raise ValidationFailed(
+            [f"answer_column: the file has {width} columns; name one of them or the next "
+             f"({column_letter(width)})"],
+            message="the answer column is outside the file",
+        )
     if rows and widest >= len(rows[0]):
         rows[0] = rows[0] + [""] * (widest - len(rows[0])) + ["Answer"]  # the appended column
     from .rfp_items import csv_cell  # here: rfp_items imports this module

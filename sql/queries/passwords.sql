@@ -37,7 +37,14 @@ WITH used AS (
 SELECT user_id FROM used;
 
 -- revoke_user_tokens --
--- Revoke every live token of a user, in every account, except the one whose hash is $2.
+-- Revoke every live token of a user, in every account, except the one whose hash is $2, and
+-- end every web session of the user (a session is signed in with the password being replaced).
+WITH sessions AS (
+    UPDATE web_sessions s
+       SET revoked_at = now()
+      FROM members m
+     WHERE m.id = s.member_id AND m.user_id = $1 AND s.revoked_at IS NULL
+)
 UPDATE api_tokens t
    SET revoked_at = now()
   FROM members m

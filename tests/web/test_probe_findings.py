@@ -1,0 +1,456 @@
+"""Security probes of what the web app, webhooks, the audit log, library care and write-back
+added: each test is an attack that must fail. Findings fixed in the service keep their test here."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import re
+import secrets
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from conftest import with_config
+
+from service.domain.passwords import hasher
+from service.domain.tokens import hash_token
+from service.web.app import create_app
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def aiohttp_client_cls() -> type[TestClient]:
+    return TestClient
+
+
+@pytest.fixture
+async def app_client(aiohttp_client: Any, config: Any) -> TestClient:
+    plain = with_config(config, server={"web_base_url": "http://localhost"})
+    return await aiohttp_client(create_app(plain))
+
+
+async def set_password(conn: Any, email: str, password: str = PASSWORD) -> None:
+    await conn.execute(
+        "UPDATE users SET password_hash = $2, password_chosen_by_user = true"
+        " WHERE lower(email) = lower($1)",
+        email, hasher().hash(password),
+    )
+
+
+def field(html: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert found, f"no {name} field in the page"
+    return found.group(1)
+
+
+async def sign_in(client: TestClient, email: str, password: str = PASSWORD, next_: str = "/rfps") -> Any:
+    form = await client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    return await client.post(
+        "/signin", data={"email": email, "password": password, "sign_in_token": token, "next": next_},
+        allow_redirects=False,
+    )
+
+
+async def signed_in(client: TestClient, email: str) -> str:
+    response = await sign_in(client, email)
+    assert response.status == 303, await response.text()
+    return field(await (await client.get("/rfps")).text(), "csrf_token")
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+async def test_password_reset__ends_the_users_web_sessions(app_client, admin, conn):
+    """Finding (fixed): a reset (the owner's way back after a stolen password) revoked the API
+    tokens but left every web session signed in, so whoever signed in with the stolen password
+    stayed in."""
+    await set_password(conn, admin.email)
+    await signed_in(app_client, admin.email)
+    token = secrets.token_urlsafe(32)
+    await conn.execute(
+        "INSERT INTO password_resets (user_id, token_hash, expires_at)"
+        " VALUES ($1, $2, now() + interval '1 hour')", admin.user_id, hash_token(token),
+    )
+    done = await app_client.post("/api/v1/users/password/reset/complete",
+                                 json={"token": token, "password": "a brand new secret"})
+    assert done.status in (200, 204), await done.text()
+    after = await app_client.get("/rfps", allow_redirects=False)
+    assert after.status == 303 and after.headers["Location"].startswith("/signin")
+
+
+async def test_password_change__ends_the_users_web_sessions(app_client, aiohttp_client, config, admin, conn):
+    """Finding (fixed, same cause): changing the password through the API left the web sessions live."""
+    await set_password(conn, admin.email)
+    await signed_in(app_client, admin.email)
+    changed = await app_client.post(
+        "/api/v1/users/password", headers=admin.headers,
+        json={"current_password": PASSWORD, "new_password": "another long secret"},
+    )
+    assert changed.status in (200, 204), await changed.text()
+    after = await app_client.get("/rfps", allow_redirects=False)
+    assert after.status == 303 and after.headers["Location"].startswith("/signin")
+
+
+@pytest.mark.parametrize("target", [
+    "//evil.example/", "/\\evil.example", "/\t/evil.example", "https://evil.example/",
+    "/%0a/evil.example\n", "javascript:alert(1)", "\\\\evil.example", " //evil.example",
+    "/\u3000/evil.example",
+])
+async def test_sign_in__next_never_leaves_the_site(app_client, admin, conn, target):
+    await set_password(conn, admin.email)
+    response = await sign_in(app_client, admin.email, next_=target)
+    assert response.status == 303
+    location = response.headers["Location"]
+    assert location.startswith("/") and not location.startswith(("//", "/\\")), location
+    assert "evil" not in location or location.startswith("/%"), location
+
+
+async def test_session__a_forged_cookie_or_cross_site_post_changes_nothing(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    csrf = await signed_in(app_client, admin.email)
+    for headers in ({"Origin": "null"}, {"Origin": "http://localhost.evil.example"},
+                    {"Referer": "http://evil.example/http://localhost/"}):
+        response = await app_client.post("/rfps", data={"title": "x", "csrf_token": csrf},
+                                         headers=headers)
+        assert response.status == 403, headers
+    # The token in a header instead of the field, from another site: still refused.
+    response = await app_client.post("/rfps", data={"title": "x"},
+                                     headers={"X-CSRF-Token": csrf, "Origin": "https://evil.example"})
+    assert response.status == 403
+    # A JSON body carries no field: refused without the header.
+    response = await app_client.post("/rfps", json={"title": "x", "csrf_token": csrf})
+    assert response.status == 403
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
+
+
+# -- roles and tenants on the pages --------------------------------------------------------------
+
+
+async def _seed(conn: Any, who: Any, make_rfp: Any, tag: str) -> tuple[str, str, str]:
+    rfp_id = await make_rfp(who, f"{tag} RFP")
+    item_id = f"item_{tag}"
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) "
+        "VALUES ($1, $2, 'Do you encrypt?', 1, 'auto_answered', 'Yes.')", item_id, rfp_id,
+    )
+    kb_id = f"kb_{tag}"
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer, title) "
+        "VALUES ($1, $2, 'Do you encrypt?', 'Yes, AES-256.', 'Encryption')", kb_id, who.account_id,
+    )
+    return rfp_id, item_id, kb_id
+
+
+async def test_viewer__every_page_write_is_refused(app_client, admin, make_member, make_rfp, conn):
+    viewer = await make_member(admin.account_id, role="viewer")
+    other = await make_member(admin.account_id, role="member")
+    await set_password(conn, viewer.email)
+    rfp_id, item_id, kb_id = await _seed(conn, admin, make_rfp, "mine")
+    csrf = await signed_in(app_client, viewer.email)
+    posts = [
+        ("/rfps", {"title": "Viewer RFP"}),
+        (f"/rfps/{rfp_id}/items/{item_id}", {"action": "approve", "answer": "No."}),
+        (f"/rfps/{rfp_id}/answer", {}),
+        ("/kb", {"question": "Q?", "answer": "A."}),
+        (f"/kb/{kb_id}", {"question": "Changed?", "answer": "Changed."}),
+        (f"/kb/{kb_id}/delete", {}),
+        ("/members/invite", {"email": "friend@example.test", "role": "admin"}),
+        (f"/members/{other.member_id}/role", {"role": "admin"}),
+        (f"/members/{viewer.member_id}/role", {"role": "admin"}),
+        (f"/members/{other.member_id}/remove", {}),
+    ]
+    for path, data in posts:
+        response = await app_client.post(path, data={**data, "csrf_token": csrf}, allow_redirects=False)
+        assert response.status == 403, path
+    from aiohttp import FormData
+
+    for path in (f"/rfps/{rfp_id}/import", "/kb/import"):
+        form = FormData()
+        form.add_field("csrf_token", csrf)
+        form.add_field("file", b"Question\nDo you?\n", filename="q.csv")
+        assert (await app_client.post(path, data=form)).status == 403, path
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 1
+    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = $1", item_id) == "auto_answered"
+    question = await conn.fetchval("SELECT question FROM knowledge_items WHERE id = $1", kb_id)
+    assert question == "Do you encrypt?"
+    assert await conn.fetchval("SELECT role::text FROM members WHERE id = $1", viewer.member_id) == "viewer"
+    assert await conn.fetchval("SELECT count(*) FROM invitations") == 0
+
+
+async def test_pages__another_accounts_records_are_404(app_client, admin, make_account, make_rfp, conn):
+    theirs = await make_account("Other")
+    their_member = theirs.member_id
+    await set_password(conn, admin.email)
+    mine, _, _ = await _seed(conn, admin, make_rfp, "mine")
+    rfp_id, item_id, kb_id = await _seed(conn, theirs, make_rfp, "theirs")
+    csrf = await signed_in(app_client, admin.email)
+    for path in (f"/kb/{kb_id}", f"/rfps/{rfp_id}", f"/rfps/{rfp_id}/progress",
+                 f"/rfps/{rfp_id}/export", f"/rfps/{rfp_id}/export?format=original",
+                 f"/rfps/{rfp_id}/export?format=xlsx"):
+        response = await app_client.get(path, allow_redirects=False)
+        assert response.status == 404, path
+        assert "Yes, AES-256" not in await response.text()
+    posts = [
+        (f"/rfps/{rfp_id}/items/{item_id}", {"action": "approve", "answer": "Pwned."}),
+        (f"/rfps/{mine}/items/{item_id}", {"action": "approve", "answer": "Pwned."}),
+        (f"/rfps/{rfp_id}/answer", {}),
+        (f"/kb/{kb_id}", {"question": "Pwned?", "answer": "Pwned."}),
+        (f"/kb/{kb_id}/delete", {}),
+        (f"/members/{their_member}/role", {"role": "viewer"}),
+        (f"/members/{their_member}/remove", {}),
+    ]
+    for path, data in posts:
+        response = await app_client.post(path, data={**data, "csrf_token": csrf}, allow_redirects=False)
+        assert response.status in (404, 422), path
+    assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = $1", item_id) == "Yes."
+    question = await conn.fetchval("SELECT question FROM knowledge_items WHERE id = $1", kb_id)
+    assert question == "Do you encrypt?"
+    assert await conn.fetchval("SELECT count(*) FROM members WHERE id = $1", their_member) == 1
+
+
+# -- webhooks ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", [
+    "::127.0.0.1",            # IPv4-compatible
+    "::a9fe:a9fe",            # IPv4-compatible 169.254.169.254
+    "64:ff9b::7f00:1",        # NAT64 well-known prefix → 127.0.0.1
+    "64:ff9b::a00:1",         # NAT64 → 10.0.0.1
+    "64:ff9b::a9fe:a9fe",     # NAT64 → 169.254.169.254
+    "64:ff9b:1::a00:1",       # NAT64 local-use prefix
+    "2002:7f00:1::1",         # 6to4 of 127.0.0.1
+    "2002:a9fe:a9fe::1",      # 6to4 of 169.254.169.254
+    "2002:c0a8:1::1",         # 6to4 of 192.168.0.1
+])
+def test_webhooks__ipv6_forms_embedding_a_private_ipv4_are_not_public(address):
+    """Finding (fixed): IPv6 addresses that carry an IPv4 one (IPv4-compatible, NAT64, 6to4) counted as
+    public whatever IPv4 address they carry; behind a NAT64 gateway (IPv6-only clouds) they reach
+    the private network, the metadata service included."""
+    from service.domain.webhooks import address_is_public, url_problems
+
+    assert address_is_public(address) is False
+    assert url_problems(f"http://[{address}]/hook", False) != []
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111"])
+def test_webhooks__ipv6_forms_embedding_a_public_ipv4_stay_public(address):
+    from service.domain.webhooks import address_is_public
+
+    assert address_is_public(address) is True
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1/", "http://[::ffff:127.0.0.1]/", "http://[::ffff:7f00:1]/", "http://[::1]/",
+    "http://169.254.169.254/latest/meta-data", "http://[fe80::1%25eth0]/", "http://0.0.0.0/",
+    "http://localhost./", "http://a.localhost/", "http://10.0.0.1/", "http://[fd00::1]/",
+    "http://100.64.0.1/", "http://user:pw@example.com/", "file:///etc/passwd", "gopher://example.com/",
+])
+async def test_webhooks__private_literal_urls_are_refused_at_registration(client, admin, url):
+    response = await client.post("/api/v1/webhook_endpoints", headers=admin.headers, json={
+        "webhook_endpoint": {"url": url, "event_types": ["rfp.approved"]}})
+    assert response.status == 422, url
+
+
+@pytest.mark.parametrize("url", [
+    "http://2130706433:{port}/", "http://0177.0.0.1:{port}/", "http://0x7f.1:{port}/",
+    "http://127.1:{port}/", "http://127.0.0.1.:{port}/", "http://[::ffff:127.0.0.1]:{port}/",
+    "http://localhost:{port}/",
+])
+async def test_webhooks__decimal_octal_and_short_forms_are_refused_at_delivery(config, url):
+    """These pass registration (not IP literals to a URL parser) and must be refused when the
+    deliverer connects: the system resolver turns them into 127.0.0.1."""
+    from aiohttp import web
+
+    from service.domain.webhooks import Deliverer
+
+    hits: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    deliverer = Deliverer(None, config.webhooks)  # type: ignore[arg-type]
+    try:
+        outcome = await deliverer.send(url.format(port=port), "whsec_" + "A" * 44, "msg_1", "{}")
+    finally:
+        await deliverer.close()
+        await runner.cleanup()
+    assert hits == [], url
+    assert not outcome.delivered, outcome
+
+
+# -- audit log -----------------------------------------------------------------------------------
+
+
+async def test_audit__admin_only_per_account_and_no_secrets(client, admin, make_member, make_account):
+    member = await make_member(admin.account_id, role="member")
+    viewer = await make_member(admin.account_id, role="viewer")
+    for who in (member, viewer):
+        assert (await client.get("/api/v1/audit_events", headers=who.headers)).status == 403
+    assert (await client.get("/api/v1/audit_events")).status == 401
+    made = await client.post("/api/v1/webhook_endpoints", headers=admin.headers, json={
+        "webhook_endpoint": {"url": "https://hooks.example.com/x", "event_types": ["rfp.approved"]}})
+    assert made.status == 201
+    secret = (await made.json())["secret"]
+    await client.post("/api/v1/users", headers=admin.headers, json={
+        "user": {"email": "new@example.test", "first_name": "N", "last_name": "U",
+                 "password": "an admin chosen password"}})
+    other = await make_account("Other")
+    theirs = await client.get("/api/v1/audit_events", headers=other.headers,
+                              params={"record_id": (await made.json())["id"]})
+    assert (await theirs.json())["audit_events"] == []
+    listed = await client.get("/api/v1/audit_events", headers=admin.headers, params={"per_page": 100})
+    text = await listed.text()
+    assert secret not in text and secret.removeprefix("whsec_") not in text
+    assert "an admin chosen password" not in text and admin.token not in text
+    ids = {e["id"] for e in (await listed.json())["audit_events"]}
+    theirs_all = await client.get("/api/v1/audit_events", headers=other.headers)
+    assert ids.isdisjoint({e["id"] for e in (await theirs_all.json())["audit_events"]})
+
+
+# -- library care --------------------------------------------------------------------------------
+
+
+async def test_library__versions_and_duplicates_of_another_account_stay_hidden(
+    client, admin, make_account, conn
+):
+    other = await make_account("Other")
+    for who, tag in ((admin, "mine"), (other, "theirs")):
+        for n in (1, 2):
+            await conn.execute(
+                "INSERT INTO knowledge_items (id, account_id, question, answer, title) VALUES "
+                "($1, $2, 'Do you encrypt customer data at rest?', 'Yes, with AES-256.', 'Enc')",
+                f"kb_{tag}{n}", who.account_id,
+            )
+    edit = await client.patch("/api/v1/knowledge_base_items/kb_theirs1", headers=other.headers,
+                              json={"knowledge_base_item": {"answer": "Secret older answer."}})
+    assert edit.status == 200, await edit.text()
+    versions = await client.get("/api/v1/knowledge_base_items/kb_theirs1/versions", headers=admin.headers)
+    assert versions.status == 404
+    assert "Secret" not in await versions.text()
+    report: dict = {}
+    for _ in range(100):
+        report = await (await client.get("/api/v1/knowledge_base_items/duplicates",
+                                         headers=admin.headers)).json()
+        if report["state"] == "fresh" and not report["running"]:
+            break
+        await asyncio.sleep(0.1)
+    seen = {item["id"] for pair in report["pairs"] for item in pair["items"]}
+    assert {"kb_mine1", "kb_mine2"} <= seen, report  # the run finished and found our own pair
+    assert not any(i.startswith("kb_theirs") for i in seen), seen
+    merge = await client.post("/api/v1/knowledge_base_items/kb_mine1/merge", headers=admin.headers,
+                              json={"duplicate_id": "kb_theirs2"})
+    assert merge.status in (404, 422)
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items WHERE id = 'kb_theirs2'") == 1
+
+
+# -- write-back ----------------------------------------------------------------------------------
+
+FORMULAS = ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1+1",
+            "\r=1+1"]
+
+
+async def test_export_original__answers_and_mark_never_become_formulas(client, admin, make_account):
+    made = await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {"title": "WB"}})
+    rfp_id = (await made.json())["id"]
+    questionnaire = "Question,Answer\n" + "".join(f"Question {n}?,\n" for n in range(len(FORMULAS) + 1))
+    imported = await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import",
+                                 data=questionnaire.encode(),
+                                 headers={**admin.headers, "Content-Type": "text/csv"})
+    assert imported.status == 201, await imported.text()
+    items = (await (await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items",
+                                     headers=admin.headers)).json())["rfp_items"]
+    for item, answer in zip(items, FORMULAS, strict=False):
+        response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{item['id']}",
+                                      headers=admin.headers,
+                                      json={"rfp_item": {"answer": answer, "state": "approved"}})
+        assert response.status == 200, await response.text()
+    export = await client.get(f"/api/v1/rfps/{rfp_id}/export", headers=admin.headers,
+                              params={"format": "original", "unanswered": "=cmd|' /C calc'!A0"})
+    assert export.status == 200, await export.text()
+    rows = list(csv.reader(io.StringIO((await export.read()).decode("utf-8-sig"), newline="")))
+    written = [row[1] for row in rows[1:] if len(row) > 1]
+    assert len(written) == len(FORMULAS) + 1, rows
+    for cell in written:
+        assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), written
+    other = await make_account("Other")
+    theirs = await client.get(f"/api/v1/rfps/{rfp_id}/export", headers=other.headers,
+                              params={"format": "original"})
+    assert theirs.status == 404
+
+
+def test_export_original__xlsx_answers_are_text_never_formulas():
+    from openpyxl import Workbook, load_workbook
+
+    from service.domain.writeback import Cell, write_xlsx
+
+    book = Workbook()
+    sheet = book.active
+    sheet.title = "Questions"
+    sheet.append(["Question", "Answer"])
+    for n in range(len(FORMULAS)):
+        sheet.append([f"Question {n}?", None])
+    raw = io.BytesIO()
+    book.save(raw)
+    answers = [*FORMULAS[:-1], "<x/>]]></t></is><f>1+1</f><is><t>"]
+    cells = [Cell(sheet="Questions", row=n + 2, column=1, text=text) for n, text in enumerate(answers)]
+    written = load_workbook(io.BytesIO(write_xlsx(raw.getvalue(), cells)))["Questions"]
+    for n, text in enumerate(answers):
+        cell = written.cell(row=n + 2, column=2)
+        assert cell.data_type == "s", (text, cell.data_type)
+        assert cell.value == text.replace("\r", "") or cell.value == text
+
+
+async def test_rfp__a_portal_url_is_never_a_script_link(client, admin):
+    for url in ("javascript:alert(document.cookie)", "data:text/html,<script>1</script>",
+                "JaVaScRiPt:alert(1)", " javascript:alert(1)"):
+        response = await client.post("/api/v1/rfps", headers=admin.headers,
+                                     json={"rfp": {"title": "T", "portal_url": url}})
+        assert response.status == 422, url
+
+
+async def test_export_original__a_far_answer_column_is_refused_not_padded(client, admin):
+    """Finding (fixed): `answer_column` took any three letters (ZZZ: column 18,278) and a CSV
+    write-back padded every answered row out to it, in the service process: a small upload of
+    10,000 questions became ~180 MB of commas and over a gigabyte of lists, for any reader."""
+    made = await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {"title": "Far"}})
+    rfp_id = (await made.json())["id"]
+    questionnaire = "Question,Answer\n" + "".join(f"Question {n}?,\n" for n in range(50))
+    imported = await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import", data=questionnaire.encode(),
+                                 headers={**admin.headers, "Content-Type": "text/csv"})
+    assert imported.status == 201
+    for column in ("ZZZ", "XFE", "AAA"):
+        export = await client.get(f"/api/v1/rfps/{rfp_id}/export", headers=admin.headers,
+                                  params={"format": "original", "answer_column": column,
+                                          "unanswered": "n/a"})
+        assert export.status in (400, 422), (column, export.status)
+        assert len(await export.read()) < 10_000
+    within = await client.get(f"/api/v1/rfps/{rfp_id}/export", headers=admin.headers,
+                              params={"format": "original", "answer_column": "C", "unanswered": "n/a"})
+    assert within.status == 200  # the column right after the file's last one is still fine
+
+
+async def test_session__a_lowered_role_applies_at_once_and_the_api_ignores_the_cookie(
+    app_client, admin, make_member, conn
+):
+    member = await make_member(admin.account_id, role="member")
+    await set_password(conn, member.email)
+    csrf = await signed_in(app_client, member.email)
+    await conn.execute("UPDATE members SET role = 'viewer' WHERE id = $1", member.member_id)
+    response = await app_client.post("/rfps", data={"title": "After", "csrf_token": csrf})
+    assert response.status == 403
+    # The session cookie is no credential for the JSON API (which has no CSRF check).
+    api = await app_client.post("/api/v1/rfps", json={"rfp": {"title": "Via API"}})
+    assert api.status == 401
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
