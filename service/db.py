@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import graphlib
 import hashlib
 import logging
@@ -155,7 +156,9 @@ class TimedPool(asyncpg.Pool):
 
     def acquire(self, *, timeout: float | None = None) -> _Acquire:  # type: ignore[override]
         timeout = self.acquire_timeout if timeout is None else timeout
-        return _Acquire(super().acquire(timeout=timeout), timeout)
+        # The timeout is ours (asyncio.timeout), not asyncpg's: on Python 3.11 asyncpg's wraps
+        # every acquire in wait_for, which starts a task per request.
+        return _Acquire(super().acquire(), timeout)
 
 
 class _Acquire:
@@ -178,7 +181,8 @@ class _Acquire:
 
     async def _translated(self, acquiring: object) -> asyncpg.Connection:
         try:
-            return await acquiring  # type: ignore[misc]
+            async with asyncio.timeout(self._timeout):
+                return await acquiring  # type: ignore[misc]
         except TimeoutError as exc:
             raise PoolTimeout(f"no database connection became free within {self._timeout} s") from exc
         except ConnectionError:
