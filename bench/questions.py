@@ -337,8 +337,6 @@ async def main() -> int:
     if indexing:
         print(json.dumps({"indexing": indexing}) if args.json else f"indexing: {indexing}", flush=True)
     config = (f"[database]\npool_max_size = {args.pool}\n"
-              # One member's clients hold an event stream each (the default allows 20).
-              "[server]\nmax_streams_per_member = 1000\n"
               "[logging]\nlevel = \"WARNING\"\n"
               # One member's clients follow their questions' streams: more than the per-member cap.
               f"[server]\nmax_streams_per_member = {max(20, 2 * args.clients)}\n"
