@@ -1,4 +1,5 @@
-"""The knowledge base: search, add, edit, delete, and import a CSV with its report."""
+"""The knowledge base: search, add, edit, delete, import a CSV with its report, and the library's
+care (entries past their review date, duplicates and conflicts)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from ...domain.models import Page
 from ...domain.uploads import Limits
 from ..actors import actor
 from ..auth import connection
-from ..keys import CONFIG, PARSERS
-from ..views.knowledge import entries_written
+from ..keys import CONFIG, LIBRARY_JOBS, PARSERS
+from ..views.knowledge import entries_written, start_duplicate_run
 from .common import may_write, page, principal, read_form, read_upload, render, see_other
 
 WRITERS = ("admin", "member")
@@ -110,3 +111,34 @@ async def kb_import(request: web.Request) -> web.StreamResponse:
         report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)
     return render(request, "kb_import.html", {"report": unstructure(report)})
+
+
+@page()
+async def kb_care(request: web.Request) -> web.StreamResponse:
+    """What the API's `?stale=true` and `/duplicates` show: entries past their review date (most
+    overdue first) and the last duplicate/conflict findings (a run starts when they are stale)."""
+    current = Page.from_query(request.query)
+    who = principal(request)
+    async with connection(request) as conn:
+        total, stale = await library.list_items(
+            conn, who.account_id, stale=True, owner=None, size=current.size, offset=current.offset
+        )
+        report = await library.duplicate_report(conn, who.account_id)
+    if report["state"] != "fresh":
+        start_duplicate_run(request.app, who.account_id)
+    return render(request, "kb_care.html", {
+        "stale": stale, "total": total, "page": current.number,
+        "pages": math.ceil(total / current.size), "report": report,
+        "running": who.account_id in request.app[LIBRARY_JOBS], "may_write": may_write(who),
+    })
+
+
+@page(write=True, roles=WRITERS)
+async def kb_reviewed(request: web.Request) -> web.StreamResponse:
+    """The API's POST …/reviewed: the entry's next review is one review period away."""
+    who = principal(request)
+    async with connection(request) as conn:
+        await library.mark_reviewed(
+            conn, who.account_id, request.match_info["id"], who.member_id, None, actor=actor(request)
+        )
+    raise see_other("/kb/care")

@@ -25,6 +25,8 @@ def routes() -> list[web.RouteDef]:
         get("/kb", knowledge.kb_list, name="page_kb", allow_head=False),
         web.post("/kb", knowledge.kb_create, name="page_kb_create"),
         web.post("/kb/import", knowledge.kb_import, name="page_kb_import"),
+        get("/kb/care", knowledge.kb_care, name="page_kb_care", allow_head=False),
+        web.post("/kb/{id}/reviewed", knowledge.kb_reviewed, name="page_kb_reviewed"),
         get("/kb/{id}", knowledge.kb_entry, name="page_kb_entry", allow_head=False),
         web.post("/kb/{id}", knowledge.kb_update, name="page_kb_update"),
         web.post("/kb/{id}/delete", knowledge.kb_delete, name="page_kb_delete"),
