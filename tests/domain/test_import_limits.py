@@ -221,8 +221,10 @@ async def test_isolated_worker__busy_past_the_time_limit_is_503():
 async def test_knowledge_csv_import__parsed_in_a_worker_with_its_time_limit(config, aiohttp_client, admin):
     """The knowledge-base CSV was parsed in the request's own process, blocking every request
     meanwhile; now in a parse worker, killed at uploads.parse_timeout_seconds."""
-    client = await aiohttp_client(create_app(with_config(config, uploads={"parse_timeout_seconds": 0.1})))
-    body = b"question,answer\n" + b"".join(b"Q%d?,Answer number %d.\n" % (i, i) for i in range(9_000))
+    # Enough rows that no machine parses them within the limit (9,000 once did, on a quiet one).
+    limits = {"parse_timeout_seconds": 0.05, "max_rows": 1_000_000, "max_items": 1_000_000}
+    client = await aiohttp_client(create_app(with_config(config, uploads=limits)))
+    body = b"question,answer\n" + b"".join(b"Q%d?,Answer number %d.\n" % (i, i) for i in range(300_000))
     response = await client.post("/api/v1/knowledge_base_items/import", data=body,
                                  headers={**admin.headers, "Content-Type": "text/csv"})
     assert response.status == 413
