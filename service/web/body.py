@@ -7,7 +7,8 @@ import asyncio
 import json
 import re
 import tempfile
-from typing import IO, Any
+from collections.abc import Awaitable
+from typing import IO, Any, TypeVar
 
 import attrs
 from aiohttp import BodyPartReader, hdrs, web
@@ -23,6 +24,8 @@ from ..domain.errors import (
 )
 from .keys import CONFIG
 
+T = TypeVar("T")
+
 
 def _timed_out(request: web.Request, what: str, seconds: float) -> RequestTimeout:
     # The rest of the body is not waited for: the response closes the connection (after
@@ -31,15 +34,22 @@ def _timed_out(request: web.Request, what: str, seconds: float) -> RequestTimeou
                           headers={"Connection": "close"})
 
 
-async def read_body(request: web.Request) -> bytes:
-    """The whole body (at most client_max_size), within server.body_timeout_seconds: a client
-    sending a byte at a time must not keep a connection and a handler for minutes."""
-    seconds = request.app[CONFIG].server.body_timeout_seconds
+async def arriving(request: web.Request, receiving: Awaitable[T], what: str, *, upload: bool = False) -> T:
+    """`receiving` (a body being read) within server.body_timeout_seconds, or for an upload
+    server.upload_timeout_seconds: a client sending a byte at a time must not keep a connection
+    and a handler for minutes. Past it, 408 and the connection closes."""
+    server = request.app[CONFIG].server
+    seconds = server.upload_timeout_seconds if upload else server.body_timeout_seconds
     try:
         async with asyncio.timeout(seconds):
-            return await request.read()
+            return await receiving
     except TimeoutError:
-        raise _timed_out(request, "the request body", seconds) from None
+        raise _timed_out(request, what, seconds) from None
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body (at most client_max_size), within server.body_timeout_seconds."""
+    return await arriving(request, request.read(), "the request body")
 
 
 async def read_json(request: web.Request) -> Any:
@@ -122,12 +132,7 @@ class Upload:
 async def receive_upload(request: web.Request, limit: int) -> Upload:
     """The uploaded file, raw body or multipart field `file`, spooled; 413 past `limit` bytes,
     408 when it has not arrived whole within server.upload_timeout_seconds."""
-    seconds = request.app[CONFIG].server.upload_timeout_seconds
-    try:
-        async with asyncio.timeout(seconds):
-            return await _receive_upload(request, limit)
-    except TimeoutError:
-        raise _timed_out(request, "the upload", seconds) from None
+    return await arriving(request, _receive_upload(request, limit), "the upload", upload=True)
 
 
 async def _receive_upload(request: web.Request, limit: int) -> Upload:

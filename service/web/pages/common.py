@@ -3,7 +3,6 @@ failures shown as pages in the app's look (404, 403, the error page)."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import secrets
@@ -29,8 +28,7 @@ from ...domain.errors import (
 from ...domain.sessions import Session, csrf_matches, find_session
 from ...domain.tokens import ROLES, Principal
 from ..auth import PRINCIPAL, Handler, Policy, check, connection, holding_connection, public
-from ..body import Upload
-from ..body import _timed_out as timed_out
+from ..body import Upload, arriving
 from ..errors import database_unavailable, status_of
 from ..keys import CONFIG
 from ..telemetry import REQUEST_ID
@@ -113,12 +111,7 @@ def _same_origin(request: web.Request) -> bool:
 async def read_form(request: web.Request) -> Any:
     """A posted form (at most client_max_size), within server.body_timeout_seconds as every
     body (service/web/body.py): a client sending a byte at a time must not hold a handler."""
-    seconds = request.app[CONFIG].server.body_timeout_seconds
-    try:
-        async with asyncio.timeout(seconds):
-            return await request.post()
-    except TimeoutError:
-        raise timed_out(request, "the form", seconds) from None
+    return await arriving(request, request.post(), "the form")
 
 
 async def _sent_csrf(request: web.Request) -> str | None:
@@ -261,12 +254,7 @@ async def read_upload(request: web.Request, limit: int) -> tuple[dict[str, str],
     bytes, within server.upload_timeout_seconds as the API's uploads). The session's CSRF token
     must arrive as a field before the file (the forms put it first), so nothing is read from a
     forged upload past its first part."""
-    seconds = request.app[CONFIG].server.upload_timeout_seconds
-    try:
-        async with asyncio.timeout(seconds):
-            return await _read_upload(request, limit)
-    except TimeoutError:
-        raise timed_out(request, "the upload", seconds) from None
+    return await arriving(request, _read_upload(request, limit), "the upload", upload=True)
 
 
 async def _read_upload(request: web.Request, limit: int) -> tuple[dict[str, str], Upload]:
