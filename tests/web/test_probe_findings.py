@@ -6,44 +6,17 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import re
 import secrets
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from conftest import with_config
 
-from service.domain.passwords import hasher
+# The shared page fixtures are imported to register them; tests take them as arguments by name.
+# ruff: noqa: F811
+from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password  # noqa: F401
+
 from service.domain.tokens import hash_token
-from service.web.app import create_app
-
-PASSWORD = "correct horse battery staple"
-
-
-@pytest.fixture
-def aiohttp_client_cls() -> type[TestClient]:
-    return TestClient
-
-
-@pytest.fixture
-async def app_client(aiohttp_client: Any, config: Any) -> TestClient:
-    plain = with_config(config, server={"web_base_url": "http://localhost"})
-    return await aiohttp_client(create_app(plain))
-
-
-async def set_password(conn: Any, email: str, password: str = PASSWORD) -> None:
-    await conn.execute(
-        "UPDATE users SET password_hash = $2, password_chosen_by_user = true"
-        " WHERE lower(email) = lower($1)",
-        email, hasher().hash(password),
-    )
-
-
-def field(html: str, name: str) -> str:
-    found = re.search(rf'name="{name}" value="([^"]*)"', html)
-    assert found, f"no {name} field in the page"
-    return found.group(1)
 
 
 async def sign_in(client: TestClient, email: str, password: str = PASSWORD, next_: str = "/rfps") -> Any:
