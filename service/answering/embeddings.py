@@ -268,20 +268,3 @@ async def embed_question(embedder: Embedder, text: str) -> list[float] | None:
         log.warning("question not embedded, retrieval is lexical only: %s", exc)
         return None
     return vector
-
-
-async def similarities(
-    conn: asyncpg.Connection,
-    model: str,
-    account_id: str,
-    vector: Sequence[float],
-    nearest: int,
-    also: Sequence[str],
-) -> dict[str, float]:
-    """{entry id: cosine similarity to `vector`} for the `nearest` entries of the account (model
-    `model`) and the entries `also`."""
-    rows = await conn.fetch(
-        query_sql("embeddings_dense", len(vector)),
-        account_id, model, vector_literal(vector), nearest, list(also),
-    )
-    return {row["item_id"]: float(row["similarity"]) for row in rows}

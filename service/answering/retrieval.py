@@ -172,24 +172,16 @@ async def find_references(
         # One statement, one round trip (sql/migrations/0013_retrieval_one_statement.sql, 0016).
         rows = await _retrieve(conn, account_id, text, [])
         return await _rank(conn, account_id, rows, limit, {})
-    async with conn.transaction():
-        # HNSW returns at most ef_search rows (default 40) before the account filter; iterative
-        # scans go on until DENSE_NEAREST of this account's entries are found.
-        await conn.execute(
-            f"SET LOCAL hnsw.ef_search = {2 * DENSE_NEAREST}; "
-            "SET LOCAL hnsw.iterative_scan = relaxed_order"
-        )
-        # The nearest entries join the lexical candidates; the lexical candidates' similarities
-        # then complete the dense ranking (it ranks both).
-        dense = await embeddings.similarities(
-            conn, embedder.model, account_id, question_vector, DENSE_NEAREST, []
-        )
-        rows = await _retrieve(conn, account_id, text, sorted(dense))
-        rest = sorted({row["id"] for row in rows[1:]} - set(dense))
-        if rest:
-            dense |= await embeddings.similarities(
-                conn, embedder.model, account_id, question_vector, 0, rest
-            )
+    # One statement (sql/functions/knowledge_retrieve_dense.sql): the DENSE_NEAREST entries
+    # nearest to the question join the lexical candidates, and every candidate comes with its
+    # similarity, which the dense ranking orders (it ranks both).
+    rows = await conn.fetch(
+        db.query("knowledge_retrieve_dense"),
+        account_id, text, CANDIDATE_BUDGET, CANDIDATE_LIMIT, RERANK,
+        embedder.model, embeddings.vector_literal(question_vector), len(question_vector),
+        DENSE_NEAREST, 2 * DENSE_NEAREST,
+    )
+    dense = {row["id"]: row["similarity"] for row in rows[1:] if row["similarity"] is not None}
     return await _rank(conn, account_id, rows, limit, dense)
 
 

@@ -45,20 +45,6 @@ ON CONFLICT (item_id, model) DO UPDATE
    SET content_hash = excluded.content_hash, dimensions = excluded.dimensions,
        embedding = excluded.embedding;
 
--- embeddings_dense --
--- The $4 entries of account $1 nearest to the question's vector $3 (model $2, {dims} dimensions,
--- written into the text: the HNSW index is on the cast to that size), and the similarity of the
--- given entries $5 (the lexical candidates). Similarity is 1 - cosine distance.
-(SELECT e.item_id, 1 - (e.embedding::vector({dims}) <=> $3::vector({dims})) AS similarity
-   FROM knowledge_embeddings e
-  WHERE e.account_id = $1 AND e.model = $2 AND e.dimensions = {dims}
-  ORDER BY e.embedding::vector({dims}) <=> $3::vector({dims})
-  LIMIT $4)
-UNION
-SELECT e.item_id, 1 - (e.embedding::vector({dims}) <=> $3::vector({dims}))
-  FROM knowledge_embeddings e
- WHERE e.account_id = $1 AND e.model = $2 AND e.dimensions = {dims} AND e.item_id = ANY($5::text[]);
-
 -- embeddings_hnsw_index --
 -- The HNSW index for vectors of {dims} dimensions (384 is created by the migration). Indexers in
 -- several processes meet a new model's dimension together, and CREATE INDEX IF NOT EXISTS run
