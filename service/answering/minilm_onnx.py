@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 MODEL = "all-MiniLM-L6-v2-onnx-int8"  # stored with every vector (the package's own MODEL_ID)
+# The same model on integer kernels (minilm_integer.py): its vectors differ a little, so they are
+# stored under a name of their own.
+MODEL_INTEGER = MODEL + "-integer"
 DIMENSIONS = 384
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model, [CLS] and [SEP] included
 VOCAB_PATH = Path(__file__).with_name("minilm") / "vocab.txt"
@@ -153,9 +156,9 @@ class OnnxEmbedder:
     first use (about a second); encoding runs in this embedder's own two threads, never on the
     event loop."""
 
-    model = MODEL
-
-    def __init__(self) -> None:
+    def __init__(self, integer_kernels: bool = False) -> None:
+        self.integer_kernels = integer_kernels
+        self.model = MODEL_INTEGER if integer_kernels else MODEL
         self._session: Any = None
         self._tokeniser: WordPiece | None = None
         self._load_lock = threading.Lock()
@@ -194,14 +197,27 @@ class OnnxEmbedder:
                 # measurable cost in CPU.
                 options.enable_cpu_mem_arena = False
                 self._tokeniser = WordPiece()
+                model: str | bytes = str(model_file())
+                if self.integer_kernels:
+                    from .minilm_integer import integer_kernels
+
+                    model = integer_kernels(Path(model).read_bytes())
                 self._session = onnxruntime.InferenceSession(
-                    str(model_file()), options, providers=["CPUExecutionProvider"]
+                    model, options, providers=["CPUExecutionProvider"]
                 )
         assert self._tokeniser is not None
         return self._session, self._tokeniser
 
     def tokenise(self, texts: Sequence[str]) -> list[list[int]]:
         return [self._load()[1].encode(text) for text in texts]
+
+    def calls_for(self, ids: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Indexes of `ids` per onnxruntime call: `chunks`, or one text a call on integer kernels,
+        whose activations are quantised with one scale per call: a text's vector would depend on
+        the texts it shares a call with (cosine ~0.99 to itself alone)."""
+        if self.integer_kernels:
+            return [[i] for i in range(len(ids))]
+        return self.chunks(ids)
 
     @staticmethod
     def chunks(ids: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -242,7 +258,7 @@ class OnnxEmbedder:
         """Vectors for `texts` in their order (blocking)."""
         ids = self.tokenise(texts)
         vectors: list[list[float]] = [[] for _ in texts]
-        for call in self.chunks(ids):
+        for call in self.calls_for(ids):
             for i, vector in zip(call, self.run([ids[i] for i in call]), strict=True):
                 vectors[i] = vector
         return vectors
@@ -256,7 +272,7 @@ class OnnxEmbedder:
         ids = await loop.run_in_executor(self._executor, self.tokenise, list(texts))
         vectors: list[list[float]] = [[] for _ in texts]
         # Each call its own job, so a question's embedding can run between two of the indexer's.
-        for call in self.chunks(ids):
+        for call in self.calls_for(ids):
             done = await loop.run_in_executor(self._executor, self.run, [ids[i] for i in call])
             for i, vector in zip(call, done, strict=True):
                 vectors[i] = vector
@@ -285,7 +301,7 @@ class OnnxEmbedder:
             # In the order asked (none waits behind later ones), while the call stays in budget.
             batch, width = [waiting[0]], len(waiting[0][0])
             for item in waiting[1:]:
-                if (len(batch) + 1) * max(width, len(item[0])) > CHUNK_TOKENS:
+                if self.integer_kernels or (len(batch) + 1) * max(width, len(item[0])) > CHUNK_TOKENS:
                     break
                 batch.append(item)
                 width = max(width, len(item[0]))
