@@ -48,7 +48,7 @@ from service_process import ServiceProcess  # noqa: E402
 
 from service import db  # noqa: E402 (after the path set-up above)
 from service.answering.embeddings import Indexer  # noqa: E402
-from service.answering.minilm_onnx import MODEL, OnnxEmbedder  # noqa: E402
+from service.answering.minilm_onnx import MODEL, MODEL_INTEGER, OnnxEmbedder  # noqa: E402
 from service.config import EmbeddingsConfig  # noqa: E402
 from service.domain import accounts  # noqa: E402
 from service.domain.ids import new_id  # noqa: E402
@@ -124,7 +124,7 @@ SELECT k.id, $1, k.account_id, md5(concat_ws(E'\\n', k.question, k.title, k.answ
 """
 
 
-async def embed_entries(url: str, vectors: str) -> dict:
+async def embed_entries(url: str, vectors: str, integer_kernels: bool = False) -> dict:
     """Every entry's vector before the services start (else their indexers would compete with
     the measurement): by the real indexer and model (timed), or random ones."""
     started = time.perf_counter()
@@ -132,13 +132,15 @@ async def embed_entries(url: str, vectors: str) -> dict:
     if vectors == "random":
         conn = await asyncpg.connect(url)
         try:
-            stored = int((await conn.execute(RANDOM_VECTORS, MODEL)).split()[-1])
+            model = MODEL_INTEGER if integer_kernels else MODEL
+            stored = int((await conn.execute(RANDOM_VECTORS, model)).split()[-1])
         finally:
             await conn.close()
     else:
         pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
         try:
-            stored = await Indexer(pool, OnnxEmbedder(), EmbeddingsConfig()).catch_up()
+            embedder = OnnxEmbedder(integer_kernels=integer_kernels)
+            stored = await Indexer(pool, embedder, EmbeddingsConfig()).catch_up()
         finally:
             await pool.close()
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -149,7 +151,8 @@ async def embed_entries(url: str, vectors: str) -> dict:
     finally:
         await conn.close()
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"vectors": vectors, "entries_embedded": stored, "seconds": round(took, 1),
+    return {"vectors": vectors, "integer_kernels": integer_kernels, "entries_embedded": stored,
+            "seconds": round(took, 1),
             "entries_per_second": round(stored / took, 1), "client_cpu_seconds": round(cpu, 1),
             "client_peak_rss_mib": round(after.ru_maxrss / 1024, 1)}
 
@@ -322,6 +325,8 @@ async def main() -> int:
                         help="the services' embeddings.backend (default: the service's, onnx)")
     parser.add_argument("--vectors", choices=("model", "random"), default="model",
                         help="entries' vectors: embedded by the model, timed (default), or random")
+    parser.add_argument("--onnx-kernels", choices=("float", "integer"), default="float",
+                        help="the services' embeddings.onnx_kernels (default: the service's, float)")
     parser.add_argument("--floor", action="store_true",
                         help="then the same runs with lexical retrieval only, on the same data")
     args = parser.parse_args()
@@ -333,7 +338,8 @@ async def main() -> int:
         embedded = db.EmbeddedPostgres(ROOT / "var" / "bench")
         server_url = embedded.url()
     url, token, asked = await prepare(server_url, args.entries)
-    indexing = await embed_entries(url, args.vectors) if args.embeddings == "onnx" else None
+    integer = args.onnx_kernels == "integer"
+    indexing = await embed_entries(url, args.vectors, integer) if args.embeddings == "onnx" else None
     if indexing:
         print(json.dumps({"indexing": indexing}) if args.json else f"indexing: {indexing}", flush=True)
     config = (f"[database]\npool_max_size = {args.pool}\n"
@@ -352,7 +358,9 @@ async def main() -> int:
     backends = [args.embeddings] + (["none"] if args.floor and args.embeddings != "none" else [])
     try:
         for backend in backends:
-            services = [ServiceProcess(service_url, config, tmp, embeddings=backend)
+            # Both settings in the file (ServiceProcess then sets no RFP_EMBEDDINGS).
+            embeddings = f"[embeddings]\nbackend = \"{backend}\"\nonnx_kernels = \"{args.onnx_kernels}\"\n"
+            services = [ServiceProcess(service_url, config + embeddings, tmp, embeddings=backend)
                         for _ in range(args.processes)]
             for service in services:
                 service.env.update(pooler_env)
@@ -372,6 +380,7 @@ async def main() -> int:
                 peaks = [peak_rss_mib(service.process.pid) for service in services]
                 for run in runs:
                     run |= {"embeddings": backend, "service_peak_rss_mib": peaks,
+                            "onnx_kernels": args.onnx_kernels if backend == "onnx" else None,
                             "load_average_now": " ".join(f"{x:.2f}" for x in os.getloadavg())}
                 results += runs
             finally:

@@ -128,8 +128,8 @@ class ModelEmbedder:
     """The real model, timed on an English question instead of the synthetic one (see above);
     the vector it returns is random, like the entries'."""
 
-    def __init__(self) -> None:
-        self.onnx = OnnxEmbedder()
+    def __init__(self, integer_kernels: bool = False) -> None:
+        self.onnx = OnnxEmbedder(integer_kernels=integer_kernels)
         self.model = RandomEmbedder.model
         self.turn = 0
 
@@ -148,7 +148,7 @@ SELECT k.id, 'bench-random', k.account_id, '', 384,
 
 
 async def run(server_url: str, n: int, queries: int, naive: bool, dense: bool = False,
-              keep_pending: bool = False) -> dict:
+              keep_pending: bool = False, integer_kernels: bool = False) -> dict:
     name = f"rfp_bench_{secrets.token_hex(4)}"
     admin = await asyncpg.connect(server_url)
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -188,7 +188,8 @@ async def run(server_url: str, n: int, queries: int, naive: bool, dense: bool = 
                 await conn.execute(RANDOM_VECTORS)
                 await conn.execute("ANALYZE knowledge_embeddings")
                 result["dense_load_seconds"] = round(time.perf_counter() - started, 1)
-                model = ModelEmbedder()
+                model = ModelEmbedder(integer_kernels)
+                result["onnx_kernels"] = "integer" if integer_kernels else "float"
                 for label, embedder in (("fused_db_ms", RandomEmbedder()), ("fused_model_ms", model)):
                     for question in questions[:20]:
                         await find_references(conn, account_id, question, embedder=embedder)
@@ -221,6 +222,8 @@ def main() -> None:
     parser.add_argument("--naive", action="store_true")
     parser.add_argument("--no-dense", dest="dense", action="store_false",
                         help="lexical retrieval only (embeddings.backend = \"none\")")
+    parser.add_argument("--onnx-kernels", choices=("float", "integer"), default="float",
+                        help="the model's embeddings.onnx_kernels (default: the service's, float)")
     parser.add_argument("--keep-pending", action="store_true",
                         help="leave the GIN pending list as the load left it (no merge, as before 0013)")
     args = parser.parse_args()
@@ -232,7 +235,7 @@ def main() -> None:
               f"{time.strftime('%Y-%m-%d')}")
         for n in args.sizes:
             result = asyncio.run(run(server.url(), n, args.queries, args.naive, args.dense,
-                                     args.keep_pending))
+                                     args.keep_pending, args.onnx_kernels == "integer"))
             print(json.dumps(result), flush=True)
     finally:
         server.stop()
