@@ -545,6 +545,11 @@ def _print_figures(title: str, figures: dict[str, Any]) -> None:
           f"accuracy {figures['decision_accuracy']} ({figures['decisions_right']}/"
           f"{figures['questions']})  confidence ≥ 0.8: {figures['confident_right']}/"
           f"{figures['confident_answers']} right")
+    if "repeated" in figures:
+        spread = figures["repeated"]
+        print(f"  {'':28} decisions right over {spread['splits']} fold assignments: mean "
+              f"{spread['mean']} of {spread['questions']} (lowest {spread['low']}, highest "
+              f"{spread['high']})")
 
 
 def _print_calibration(title: str, figures: dict[str, Any]) -> None:
@@ -656,6 +661,9 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
                   f"{review['reviewed_after_hit_at_1']}, the others "
                   f"{review['others_before_hit_at_1']} -> {review['others_after_hit_at_1']}; "
                   f"entries added {review['entries_added']}")
+    if cross and "all" in cross:
+        print("\nall sets:")
+        _print_figures(f"cross-validated ({evaluation.FOLDS}-fold)", cross["all"])
     print("\n(hit@1 and hit@5 are the same in-sample and cross-validated: no fitted parameter "
           "touches the ranking; the decision and its confidence are what is fitted.)")
     if cross:

@@ -227,7 +227,7 @@ async def _rank(
     unknown_peak = max(missing, default=0.0) / max(t.weight for t in lexical)
 
     scored = _bm25f(terms, candidates)
-    scored.sort(key=lambda s: (-s[0], s[3]["id"]))
+    scored.sort(key=lambda s: (-s[0], *_tie(s[3])))
     if dense:
         scored = _fuse(scored, dense)
     top = scored[:limit]
@@ -317,7 +317,7 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
                     anywhere += weight
         scored.append([bm25, in_question, anywhere, row])
     # Proximity, the costly part (positions parsed and sorted), re-orders the best by BM25F.
-    for best in sorted(scored, key=lambda s: (-s[0], s[3]["id"]))[:PROXIMITY_RERANK]:
+    for best in sorted(scored, key=lambda s: (-s[0], *_tie(s[3])))[:PROXIMITY_RERANK]:
         vector = best[3]["vector"]
         occurrences = [
             (int(p.rstrip("ABC")), index, p[-1] if p[-1] in "ABC" else "D")
@@ -355,16 +355,40 @@ def _proximity(occurrences: list[tuple[int, int, str]], weights: Sequence[float]
 
 def _fuse(lexical: list[_Scored], dense: dict[str, float]) -> list[_Scored]:
     """Reciprocal-rank fusion: each entry scores 1/(RRF_K + rank) in the lexical order (given)
-    and in the dense order (similarity, highest first); entries are re-ordered by the sum."""
-    by_similarity = sorted(dense, key=lambda i: (-dense[i], i))
-    dense_rank = {item_id: rank for rank, item_id in enumerate(by_similarity, 1)}
+    and in the dense order (similarity, highest first); entries are re-ordered by the sum.
+
+    Entries that score the same share a rank (the best of theirs): many entries of a knowledge
+    base tie (the same short answer, "No."), and ranking them one after another by their ids made
+    the fused order, and so the first reference, depend on ids that differ from one import of the
+    same knowledge base to the next."""
+    lexical_rank = _shared_ranks({s[3]["id"]: s[0] for s in lexical if s[0] > 0})
+    dense_rank = _shared_ranks(dense)
     # An entry only dense retrieval found shares no term: it has no lexical rank at all.
     fused = {
-        s[3]["id"]: (LEXICAL_WEIGHT / (RRF_K + rank) if s[0] > 0 else 0.0)
-        + (1 / (RRF_K + dense_rank[s[3]["id"]]) if s[3]["id"] in dense_rank else 0.0)
-        for rank, s in enumerate(lexical, 1)
+        item_id: (LEXICAL_WEIGHT / (RRF_K + lexical_rank[item_id]) if item_id in lexical_rank else 0.0)
+        + (1 / (RRF_K + dense_rank[item_id]) if item_id in dense_rank else 0.0)
+        for item_id in (s[3]["id"] for s in lexical)
     }
-    return sorted(lexical, key=lambda s: (-fused[s[3]["id"]], s[3]["id"]))
+    return sorted(lexical, key=lambda s: (-fused[s[3]["id"]], -s[0], *_tie(s[3])))
+
+
+def _tie(row: asyncpg.Record) -> tuple[str, str]:
+    """The order of entries that score the same: by their external id (the customer's, the same
+    in every import of a knowledge base; the internal id is random), then the internal id."""
+    return (row["external_id"] or "", row["id"])
+
+
+def _shared_ranks(scores: dict[str, float]) -> dict[str, int]:
+    """Each id's rank by score, highest first; equal scores (to 6 decimals, past the float noise
+    of one vector computed in two batches) share the best rank of theirs ("1, 2, 2, 4")."""
+    ranks: dict[str, int] = {}
+    previous = None
+    for position, item_id in enumerate(sorted(scores, key=lambda i: -scores[i]), 1):
+        value = round(scores[item_id], 6)
+        if value != previous:
+            rank, previous = position, value
+        ranks[item_id] = rank
+    return ranks
 
 
 async def _resolve_pointers(

@@ -384,3 +384,31 @@ async def test_knowledge_retrieve__words_come_from_postgresql_parser(conn, admin
     assert {("Naïve", "naïv"), ("third-party", "third-parti"), ("party", "parti"), ("e.g", "e.g"),
             ("aren", "aren"), ("logins", "login")} <= words
     assert not any(word == "2FA" for word, _ in words)  # letters and digits keep their weight
+
+
+async def test_find_references__entries_that_tie_come_in_external_id_order_in_every_import(
+    conn, admin, make_account
+):
+    # Internal ids are random: ordering ties by them made the first reference differ from one
+    # import of the same knowledge base to the next.
+    text = ("id,question,answer\n"
+            "Z-9,Are backups encrypted?,No.\nA-1,Are backups encrypted?,No.\n"
+            "M-5,Are backups encrypted?,No.\n")
+    for _ in range(4):
+        other = await make_account()
+        await _load(conn, other.account_id, text)
+        found = await find_references(conn, other.account_id, "Do you encrypt backups?")
+        assert [ref.external_id for ref in found] == ["A-1", "M-5", "Z-9"]
+
+
+def test_shared_ranks__equal_scores_share_the_best_rank():
+    ranks = retrieval._shared_ranks({"a": 0.5, "b": 0.9, "c": 0.5, "d": 0.1, "e": 0.50000001})
+    assert ranks == {"b": 1, "a": 2, "c": 2, "e": 2, "d": 5}
+
+
+def test_fuse__tied_lexical_entries_get_the_same_lexical_share():
+    rows = [(0.8, 0, 0, {"id": i, "external_id": e}) for i, e in (("x1", "B"), ("x2", "A"))]
+    # Equal lexical scores: the dense similarity alone decides, whatever order they came in.
+    for order in (rows, rows[::-1]):
+        fused = retrieval._fuse(list(order), {"x1": 0.7, "x2": 0.6})
+        assert [s[3]["external_id"] for s in fused] == ["B", "A"]
