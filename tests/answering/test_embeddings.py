@@ -234,6 +234,36 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
 
 
 @pytest.mark.pgvector
+async def test_find_references__dense_in_one_statement_leaves_the_callers_settings_alone(
+    fake, session, conn, database_url, admin
+):
+    # Dense retrieval is one call of knowledge_retrieve_dense, whose own SET clauses hold its HNSW
+    # settings: a caller's transaction keeps its own (SET LOCAL in a savepoint outlived it).
+    _, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    embedder = OpenAIEmbedder(settings(url), session)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
+    try:
+        await Indexer(pool, embedder, settings(url)).catch_up()
+    finally:
+        await pool.close()
+    question = "How often are backup copies restored?"
+    async with conn.transaction():
+        await conn.execute("SET LOCAL hnsw.ef_search = 17")
+        found = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
+        assert await conn.fetchval("SHOW hnsw.ef_search") == "17"
+        assert await conn.fetchval("SHOW hnsw.iterative_scan") == "off"
+    # Every entry is near (four of them): each has its similarity, as pgvector computes it.
+    by_id = {ref.external_id: ref.dense for ref in found}
+    assert set(by_id) == {"END-1", "ENC-1", "BAK-1", "HR-1"}
+    for line in KB.splitlines()[1:]:
+        external_id, entry_question, answer = line.split(",", 2)
+        entry = fake_vector(f"{entry_question}\n{answer}")
+        expected = sum(a * b for a, b in zip(fake_vector(question), entry, strict=True))
+        assert by_id[external_id] == pytest.approx(expected, abs=1e-4), external_id
+
+
+@pytest.mark.pgvector
 async def test_find_references__backend_down_means_lexical_only(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
