@@ -325,8 +325,8 @@ async def main() -> int:
                         help="the services' embeddings.backend (default: the service's, onnx)")
     parser.add_argument("--vectors", choices=("model", "random"), default="model",
                         help="entries' vectors: embedded by the model, timed (default), or random")
-    parser.add_argument("--onnx-kernels", choices=("float", "integer"), default="float",
-                        help="the services' embeddings.onnx_kernels (default: the service's, float)")
+    parser.add_argument("--onnx-kernels", choices=("float", "integer"), default="integer",
+                        help="the services' embeddings.onnx_kernels (default: the service's, integer)")
     parser.add_argument("--floor", action="store_true",
                         help="then the same runs with lexical retrieval only, on the same data")
     args = parser.parse_args()

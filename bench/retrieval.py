@@ -222,8 +222,8 @@ def main() -> None:
     parser.add_argument("--naive", action="store_true")
     parser.add_argument("--no-dense", dest="dense", action="store_false",
                         help="lexical retrieval only (embeddings.backend = \"none\")")
-    parser.add_argument("--onnx-kernels", choices=("float", "integer"), default="float",
-                        help="the model's embeddings.onnx_kernels (default: the service's, float)")
+    parser.add_argument("--onnx-kernels", choices=("float", "integer"), default="integer",
+                        help="the model's embeddings.onnx_kernels (default: the service's, integer)")
     parser.add_argument("--keep-pending", action="store_true",
                         help="leave the GIN pending list as the load left it (no merge, as before 0013)")
     args = parser.parse_args()

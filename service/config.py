@@ -248,11 +248,13 @@ class EmbeddingsConfig:
     # only), "openai" (any OpenAI-compatible /v1/embeddings server; `model` names its model) or
     # "local" (the same MiniLM on torch; needs pip install '.[local-embeddings]').
     backend: Literal["onnx", "none", "openai", "local"] = "onnx"
-    # The onnx backend's matrix products: "float" (the model's int8 weights widened to float32
-    # when it loads) or "integer" (int8 kernels, service/answering/minilm_integer.py: a question
-    # in ~2.2 ms of CPU instead of ~5.3, vectors ~0.99 instead of ~0.999 cosine to the reference
-    # model; stored under their own model name, so switching embeds the knowledge base again).
-    onnx_kernels: Literal["float", "integer"] = "float"
+    # The onnx backend's matrix products: "integer" (int8 kernels, service/answering/
+    # minilm_integer.py: a question in ~3 ms of CPU instead of ~5.5, an entry ~6 instead of ~10,
+    # vectors ~0.99 instead of ~0.999 cosine to the reference model, and both development sets
+    # answered as well or better: docs/answer-quality.md) or "float" (the model's int8 weights
+    # widened to float32 when it loads). Each is stored under its own model name, so switching
+    # embeds the knowledge base again.
+    onnx_kernels: Literal["float", "integer"] = "integer"
     base_url: str = attrs.field(default="https://api.openai.com/v1", validator=_http_url)
     # The model name is stored with every vector: changing it embeds the knowledge base again.
     model: str = "text-embedding-3-small"

@@ -129,7 +129,8 @@ async def test_onnx__encoding_never_blocks_the_event_loop(embedder):
 
 def test_default_backend_is_onnx():
     assert Config().embeddings.backend == "onnx"
-    assert make_embedder(Config().embeddings, None).model == MODEL
+    assert Config().embeddings.onnx_kernels == "integer"
+    assert make_embedder(Config().embeddings, None).model == MODEL_INTEGER
 
 
 # -- integer kernels (embeddings.onnx_kernels = "integer", service/answering/minilm_integer.py) ---
@@ -199,7 +200,9 @@ async def test_app__default_backend_embeds_entries_and_questions(aiohttp_client,
             "knowledge_base_item": {"question": question, "answer": answer}})
         assert response.status == 201
     for _ in range(600):  # the indexer was woken by the writes; the model loads first (~1 s)
-        if await conn.fetchval("SELECT count(*) FROM knowledge_embeddings WHERE model = $1", MODEL) == 2:
+        if await conn.fetchval(
+            "SELECT count(*) FROM knowledge_embeddings WHERE model = $1", MODEL_INTEGER
+        ) == 2:
             break
         await asyncio.sleep(0.1)
     response = await ask(client, admin.headers, "Do company laptops have virus protection?")
