@@ -751,6 +751,36 @@ def cmd_kb_stale(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def cmd_kb_prune_embeddings(args: argparse.Namespace, config: Config) -> int:
+    """Delete the vectors of embedding models other than the configured one, once it covers every
+    entry (after a change of embeddings backend, model or onnx_kernels)."""
+    from .answering import embeddings
+
+    model = embeddings.configured_model(config.embeddings)
+    if model is None:
+        print("error: embeddings.backend is \"none\": no model's vectors to keep", file=sys.stderr)
+        return 2
+
+    async def work(conn: asyncpg.Connection) -> tuple[int, int] | None:
+        if not await conn.fetchval(db.query("embeddings_available")):
+            return None
+        return await embeddings.prune_other_models(conn, model)
+
+    result = run_with_connection(config, work)
+    if result is None:
+        print("error: this database has no embeddings (pgvector is not installed)", file=sys.stderr)
+        return 2
+    missing, deleted = result
+    if missing:
+        print(f"error: {missing} entr{'y has' if missing == 1 else 'ies have'} no current vector of "
+              f"{model} yet: nothing deleted (let the service's indexer finish, then run this again)",
+              file=sys.stderr)
+        return 1
+    emit(args, {"model": model, "deleted": deleted},
+         f"deleted {deleted} vector(s) of models other than {model}")
+    return 0
+
+
 def cmd_kb_duplicates(args: argparse.Namespace, config: Config) -> int:
     """Find near-duplicate and conflicting entries now, and print them (library care, issue 20)."""
     from .domain import library
@@ -892,6 +922,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = command("stale", cmd_kb_stale, group, help="entries past their review date")
     p.add_argument("--account", required=True)
+    p.add_argument("--json", action="store_true")
+    p = command("prune-embeddings", cmd_kb_prune_embeddings, group,
+                help="delete other models' vectors once the configured model covers every entry")
     p.add_argument("--json", action="store_true")
     p = command("duplicates", cmd_kb_duplicates, group,
                 help="find near-duplicate and conflicting entries now")

@@ -32,7 +32,7 @@ import asyncpg
 
 from .. import db
 from ..config import EmbeddingsConfig
-from .minilm_onnx import OnnxEmbedder
+from .minilm_onnx import MODEL, MODEL_INTEGER, OnnxEmbedder
 from .openai_http import Retryable, post_with_retries
 
 log = logging.getLogger(__name__)
@@ -257,6 +257,32 @@ class Indexer:
                 log.warning("could not embed knowledge-base entries: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.config.poll_seconds)
+
+
+def configured_model(config: EmbeddingsConfig) -> str | None:
+    """The model name the configured backend stores its vectors under (None: no backend)."""
+    if config.backend == "onnx":
+        return MODEL_INTEGER if config.onnx_kernels == "integer" else MODEL
+    if config.backend == "local":
+        return LOCAL_MODEL
+    if config.backend == "openai":
+        return config.model
+    return None
+
+
+async def prune_other_models(conn: asyncpg.Connection, model: str) -> tuple[int, int]:
+    """Delete the vectors of every model but `model` (left by a change of backend, model or
+    onnx_kernels: they slow every search, BENCHMARKS.md), only once every entry has a current
+    vector of `model`, so no entry loses dense retrieval under this configuration. Returns
+    (entries still without one: nothing deleted then, vectors deleted). Processes still running
+    with the old setting lose their dense retrieval: run it once every process has the new one."""
+    missing = await conn.fetchval(db.query("embeddings_missing"), model)
+    if missing:
+        return missing, 0
+    deleted = int((await conn.execute(db.query("embeddings_prune"), model)).split()[-1])
+    if deleted:
+        await conn.execute(db.query("embeddings_vacuum"))
+    return 0, deleted
 
 
 async def embed_question(embedder: Embedder, text: str) -> list[float] | None:

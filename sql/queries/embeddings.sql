@@ -45,6 +45,24 @@ ON CONFLICT (item_id, model) DO UPDATE
    SET content_hash = excluded.content_hash, dimensions = excluded.dimensions,
        embedding = excluded.embedding;
 
+-- embeddings_missing --
+-- Entries (of every account) with no current vector of model $1: none embedded yet, or its text
+-- changed since (the same hash as embeddings_pending).
+SELECT count(*)
+  FROM knowledge_items k
+  LEFT JOIN knowledge_embeddings e ON e.item_id = k.id AND e.model = $1
+ WHERE e.item_id IS NULL OR e.content_hash <> md5(concat_ws(E'\n', k.question, k.title, k.answer));
+
+-- embeddings_prune --
+-- The vectors and indexing claims of every model but $1 (vectors of a model no longer configured:
+-- they share the HNSW index of their dimension, and every search walks past them).
+WITH claims AS (DELETE FROM knowledge_embedding_claims WHERE model <> $1)
+DELETE FROM knowledge_embeddings WHERE model <> $1;
+
+-- embeddings_vacuum --
+-- After a prune: HNSW drops deleted rows from its graph only when vacuumed.
+VACUUM (ANALYZE) knowledge_embeddings;
+
 -- embeddings_hnsw_index --
 -- The HNSW index for vectors of {dims} dimensions (384 is created by the migration). Indexers in
 -- several processes meet a new model's dimension together, and CREATE INDEX IF NOT EXISTS run

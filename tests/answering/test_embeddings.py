@@ -345,3 +345,37 @@ def test_decide__dense_retrievals_are_decided_by_the_dense_model_lexical_by_the_
     assert coverage.model_for([ref]) is coverage.MODEL and not coverage.MODEL.judges_dense
     assert coverage.decide("How often are backups taken?", [ref], coverage.MODEL) == coverage.decide(
         "How often are backups taken?", [ref])
+
+
+STORE = """
+INSERT INTO knowledge_embeddings (item_id, model, account_id, content_hash, dimensions, embedding)
+SELECT k.id, $1, k.account_id, md5(concat_ws(E'\\n', k.question, k.title, k.answer)), 3, '[1,0,0]'
+  FROM knowledge_items k WHERE k.external_id = ANY($2::text[])
+"""
+
+
+@pytest.mark.pgvector
+async def test_prune_other_models__only_once_the_configured_model_covers_every_entry(conn, admin):
+    # Switching model (or onnx_kernels) leaves the old vectors in the shared HNSW index, where every
+    # search walks past them.
+    await import_csv(conn, admin.account_id, KB)
+    every = ["END-1", "ENC-1", "BAK-1", "HR-1"]
+    await conn.execute(STORE, "old-model", every)
+    await conn.execute(STORE, "new-model", every[:3])
+    assert await embeddings.prune_other_models(conn, "new-model") == (1, 0)  # HR-1 not yet
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_embeddings") == 7
+    await conn.execute(STORE, "new-model", every[3:])
+    assert await embeddings.prune_other_models(conn, "new-model") == (0, 4)
+    assert await conn.fetch("SELECT DISTINCT model FROM knowledge_embeddings") == [("new-model",)]
+    assert await embeddings.prune_other_models(conn, "new-model") == (0, 0)
+
+
+def test_configured_model__the_name_each_backend_stores_vectors_under():
+    from service.answering.minilm_onnx import MODEL, MODEL_INTEGER
+
+    model = embeddings.configured_model
+    assert model(EmbeddingsConfig(backend="onnx", onnx_kernels="integer")) == MODEL_INTEGER
+    assert model(EmbeddingsConfig(backend="onnx", onnx_kernels="float")) == MODEL
+    assert embeddings.configured_model(EmbeddingsConfig(backend="openai", model="m")) == "m"
+    assert embeddings.configured_model(EmbeddingsConfig(backend="local")) == embeddings.LOCAL_MODEL
+    assert embeddings.configured_model(EmbeddingsConfig(backend="none")) is None
