@@ -204,6 +204,17 @@ async def test_indexer__a_failed_batch_is_released_at_once(fake, session, conn, 
         await pool.close()
 
 
+async def _indexed(url: str, session, database_url: str) -> OpenAIEmbedder:
+    """The fake server's embedder, once every entry of the database is embedded with it."""
+    embedder = OpenAIEmbedder(settings(url), session)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
+    try:
+        await Indexer(pool, embedder, settings(url)).catch_up()
+    finally:
+        await pool.close()
+    return embedder
+
+
 @pytest.mark.pgvector
 async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     fake, session, conn, database_url, admin, make_account
@@ -212,12 +223,7 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     other = await make_account("Other")
     await import_csv(conn, admin.account_id, KB)
     await import_csv(conn, other.account_id, KB.replace("END-1", "OTHER-END"))
-    embedder = OpenAIEmbedder(settings(url), session)
-    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
-    try:
-        await Indexer(pool, embedder, settings(url)).catch_up()
-    finally:
-        await pool.close()
+    embedder = await _indexed(url, session, database_url)
     question = "Do company laptops have safeguards?"  # no word in common with END-1
 
     assert await find_references(conn, admin.account_id, question) == []
@@ -241,12 +247,7 @@ async def test_find_references__dense_in_one_statement_leaves_the_callers_settin
     # settings: a caller's transaction keeps its own (SET LOCAL in a savepoint outlived it).
     _, url = fake
     await import_csv(conn, admin.account_id, KB)
-    embedder = OpenAIEmbedder(settings(url), session)
-    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
-    try:
-        await Indexer(pool, embedder, settings(url)).catch_up()
-    finally:
-        await pool.close()
+    embedder = await _indexed(url, session, database_url)
     question = "How often are backup copies restored?"
     async with conn.transaction():
         await conn.execute("SET LOCAL hnsw.ef_search = 17")
