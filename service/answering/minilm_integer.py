@@ -11,13 +11,13 @@ per-channel), but over the file's own int8 weights and scales, unchanged:
     Cast(to float) * (x_scale * W_scale) -> the MatMul's output
 
 which onnxruntime fuses into one integer matrix product (DynamicQuantizeMatMul). A 15-token
-question then costs ~2.2 ms of CPU instead of ~5.3, vectors agree with the reference model to a
-cosine of ~0.99 instead of ~0.999 (tests/answering/test_embeddings_onnx.py), and the rankings of
-the development sets move a little (BENCHMARKS.md, "Dense retrieval, faster").
+question then costs ~2.5 to 3.5 ms of CPU instead of ~5.5, vectors agree with the reference model
+to a cosine of ~0.99 instead of ~0.999 (tests/answering/test_embeddings_onnx.py), and both
+development sets are answered as well or a little better (docs/answer-quality.md).
 
 The rewrite works on the protobuf wire format directly, touching only the graph's node list:
 the `onnx` package (and the sympy its quantisation tools import) would add ~110 MB to every
-install for what is a few dozen lines here. It runs on each load (a few milliseconds for the
+install for what is a few dozen lines here. It runs on each load (~0.2 s of CPU for the
 23 MB file) and nothing is written to disk.
 """
 

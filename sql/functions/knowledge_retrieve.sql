@@ -115,7 +115,8 @@ BEGIN
     ), best AS (
         SELECT c.*
           FROM cand c
-         ORDER BY ts_rank('{0.1, 0.2, 0.4, 1.0}', c.search_vector, ranking_query) DESC, c.id
+         ORDER BY ts_rank('{0.1, 0.2, 0.4, 1.0}', c.search_vector, ranking_query) DESC,
+                  coalesce(c.external_id, ''), c.id  -- ties as retrieval.py orders them
          LIMIT rerank
     ), chosen AS (
         SELECT * FROM best

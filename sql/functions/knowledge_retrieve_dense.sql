@@ -9,16 +9,13 @@
 -- similarities, COMMIT: bench/retrieval.py), and the question's vector parsed once.
 --
 -- HNSW returns at most hnsw.ef_search rows (default 40) before the account filter; iterative
--- scans go on until `nearest` of this account's entries are found. The SET clauses make both
--- settings (and the set_config below) last only for this call, so they never leak into the
--- caller's transaction.
+-- scans (pgvector 0.8 and later) go on until `nearest` of this account's entries are found. Both
+-- settings are set for the nearest-entries query only and then put back as the caller had them,
+-- so they never leak into the caller's transaction. They are not the function's own SET clauses:
+-- PostgreSQL checks those when the function is created, and a role that is not a superuser may
+-- not attach a setting of an extension not loaded yet in its connection (every start re-creates
+-- the functions), so the service would not start on a managed server.
 --
--- Each candidate's similarity is a subquery (one primary-key lookup per row): as a join, the
--- planner, expecting 1,000 rows of the function, read every vector of the table into a hash.
---
--- The vector statements are EXECUTEd: `vector` does not exist on a server without pgvector (this
--- function is then created but never called), and the HNSW index of each dimension is on the cast
--- to that size, which the query must repeat as a literal.
 CREATE OR REPLACE FUNCTION knowledge_retrieve_dense(
     p_account text, p_question text, budget integer, candidate_limit integer, rerank integer,
     p_model text, p_vector text, dims integer, nearest integer, ef_search integer
@@ -28,15 +25,21 @@ CREATE OR REPLACE FUNCTION knowledge_retrieve_dense(
     lexemes text[], dfs integer[], items integer, concepts text[], covered text[], words text[],
     similarity double precision
 )
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE  -- it changes settings, for the duration of one query
 SET plan_cache_mode = force_custom_plan
-SET hnsw.ef_search = 40
-SET hnsw.iterative_scan = relaxed_order
 AS $$
 DECLARE
     near text[];
+    caller_ef_search text;
+    caller_iterative_scan text;
 BEGIN
+    EXECUTE 'SELECT NULL::vector(1)';  -- loads pgvector, so that its settings exist here
+    caller_ef_search := current_setting('hnsw.ef_search');
+    caller_iterative_scan := current_setting('hnsw.iterative_scan', true);  -- NULL before 0.8
     PERFORM set_config('hnsw.ef_search', ef_search::text, true);
+    IF caller_iterative_scan IS NOT NULL THEN
+        PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
+    END IF;
     EXECUTE format(
         $q$SELECT array_agg(n.item_id)
              FROM (SELECT e.item_id
@@ -45,6 +48,11 @@ BEGIN
                     ORDER BY e.embedding::vector(%1$s) <=> $3::vector(%1$s)
                     LIMIT $4) AS n$q$, dims::integer)
       INTO near USING p_account, p_model, p_vector, nearest;
+    -- An error needs no such care: it undoes the settings with the (sub)transaction.
+    PERFORM set_config('hnsw.ef_search', caller_ef_search, true);
+    IF caller_iterative_scan IS NOT NULL THEN
+        PERFORM set_config('hnsw.iterative_scan', caller_iterative_scan, true);
+    END IF;
     RETURN QUERY EXECUTE format(
         $q$SELECT r.id, r.external_id, r.title, r.question, r.answer, r.source, r.yes_no, r.vector,
                   r.question_lexemes, r.answer_lexemes, r.matched, r.lexemes, r.dfs, r.items,

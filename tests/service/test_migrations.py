@@ -381,3 +381,60 @@ async def test_vocabulary__every_seeded_phrase_parses_to_a_query(conn):
         "SELECT concept, phrase FROM knowledge_vocabulary WHERE seeded AND numnode(phrase_query) = 0") == []
     seeded = await conn.fetchval("SELECT count(*) FROM knowledge_vocabulary WHERE seeded")
     assert seeded == len(db.vocabulary())
+
+
+async def test_migrate__a_database_owner_that_is_no_superuser_migrates_again_and_retrieves(
+    server_url, empty_database_url
+):
+    # Managed PostgreSQL: the service's role owns its database but is no superuser, and pgvector
+    # was installed by the provider's. Every start re-creates the functions; a function carrying
+    # an extension's setting (SET hnsw.ef_search) was refused then, so the service did not start.
+    role = f"rfp_owner_{new_id('r')[-8:].lower()}"
+    admin = await asyncpg.connect(empty_database_url)
+    try:
+        name = await admin.fetchval("SELECT current_database()")
+        if not await admin.fetchval("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"):
+            pytest.skip("this server has no pgvector")
+        await admin.execute("CREATE EXTENSION vector")
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+        await admin.execute(f'ALTER DATABASE "{name}" OWNER TO "{role}"')
+        await admin.execute(f'ALTER SCHEMA public OWNER TO "{role}"')
+    finally:
+        await admin.close()
+    try:
+        for _ in range(2):
+            conn = await asyncpg.connect(empty_database_url, user=role)
+            try:
+                assert not await conn.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+                await db.migrate(conn)
+            finally:
+                await conn.close()
+        conn = await asyncpg.connect(empty_database_url, user=role)
+        try:
+            account = new_id("acc")
+            await conn.execute("INSERT INTO accounts (id, name) VALUES ($1, 'A')", account)
+            async with conn.transaction():
+                await conn.execute("SET LOCAL hnsw.ef_search = 17")
+                rows = await conn.fetch(
+                    "SELECT * FROM knowledge_retrieve_dense($1, 'Are backups encrypted?', 300, 400,"
+                    " 200, 'm', $2, 3, 50, 100)", account, "[1,0,0]")
+                # The question's row (no entries yet), and the caller's setting as it was.
+                assert len(rows) == 1 and rows[0]["id"] is None
+                assert await conn.fetchval("SHOW hnsw.ef_search") == "17"
+        finally:
+            await conn.close()
+    finally:
+        await _drop_role(server_url, empty_database_url, role)
+
+
+async def _drop_role(server_url: str, database_url: str, role: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(f'REASSIGN OWNED BY "{role}" TO CURRENT_USER; DROP OWNED BY "{role}"')
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+    finally:
+        await conn.close()
