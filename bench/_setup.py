@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
+import secrets
 import signal
 import socket
 import subprocess
@@ -55,6 +57,22 @@ async def fresh_database(admin_url: str, name: str, migrate: bool = True) -> str
     if migrate:
         await db.migrate_url(url)
     return url
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(admin_url: str):  # -> AsyncIterator[asyncpg.Connection]
+    """A connection to a new migrated database of its own, dropped afterwards."""
+    name = f"rfp_bench_{secrets.token_hex(4)}"
+    conn = await asyncpg.connect(await fresh_database(admin_url, name))
+    try:
+        yield conn
+    finally:
+        await conn.close()
+        admin = await asyncpg.connect(admin_url)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
 
 
 async def create_account(url: str, name: str) -> dict:

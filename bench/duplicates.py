@@ -16,11 +16,9 @@ import asyncio
 import json
 import platform
 import random
-import secrets
 import time
 
 import _setup  # puts the checkout on sys.path
-import asyncpg
 from retrieval import sampler, words
 
 from service import db
@@ -54,57 +52,46 @@ def library(n: int, rng: random.Random) -> tuple[list[tuple[str, str]], dict[str
 
 
 async def run(server_url: str, n: int, runs: int) -> dict:
-    name = f"rfp_bench_{secrets.token_hex(4)}"
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        conn = await asyncpg.connect(db.with_database(server_url, name))
-        try:
-            await db.migrate(conn)
-            account_id = (await accounts.create_account(conn, "Bench", "b@example.invalid"))["account"]["id"]
-            entries, planted = library(n, random.Random(7))
-            ids = [new_id("kb") for _ in entries]
+    async with _setup.scratch_database(server_url) as conn:
+        account_id = (await accounts.create_account(conn, "Bench", "b@example.invalid"))["account"]["id"]
+        entries, planted = library(n, random.Random(7))
+        ids = [new_id("kb") for _ in entries]
+        started = time.perf_counter()
+        for start in range(0, len(entries), 5_000):
+            chunk = entries[start:start + 5_000]
+            await conn.execute(
+                db.query("upsert_knowledge_items"), account_id, ids[start:start + 5_000],
+                [q for q, _ in chunk], [a for _, a in chunk], [None] * len(chunk),
+                ["[]"] * len(chunk), [None] * len(chunk), [None] * len(chunk), [None] * len(chunk),
+            )
+        await knowledge.merge_pending_index(conn)
+        await conn.execute("ANALYZE")
+        load_s = time.perf_counter() - started
+        seconds = []
+        for _ in range(runs):
             started = time.perf_counter()
-            for start in range(0, len(entries), 5_000):
-                chunk = entries[start:start + 5_000]
-                await conn.execute(
-                    db.query("upsert_knowledge_items"), account_id, ids[start:start + 5_000],
-                    [q for q, _ in chunk], [a for _, a in chunk], [None] * len(chunk),
-                    ["[]"] * len(chunk), [None] * len(chunk), [None] * len(chunk), [None] * len(chunk),
-                )
-            await knowledge.merge_pending_index(conn)
-            await conn.execute("ANALYZE")
-            load_s = time.perf_counter() - started
-            seconds = []
-            for _ in range(runs):
-                started = time.perf_counter()
-                result = await find_duplicates(conn, account_id, duplicate_similarity=0.8,
-                                               conflict_similarity=0.6)
-                seconds.append(round(time.perf_counter() - started, 2))
-                assert result is not None
-            rows = await conn.fetch("SELECT item_a, item_b, kind, reason FROM knowledge_duplicates")
-            index = {item_id: i for i, item_id in enumerate(ids)}
-            found = {(max(index[r["item_a"]], index[r["item_b"]]), r["kind"], r["reason"]) for r in rows}
-            recall = {
-                "duplicate": sum(1 for i, k, _ in found if k == "duplicate" and i in planted["duplicate"]),
-                "yes_no": sum(1 for i, k, r in found if k == "conflict" and "Yes by" in r
-                              and i in planted["yes_no"]),
-                "numbers": sum(1 for i, k, r in found if k == "conflict" and "numbers" in r
-                               and i in planted["numbers"]),
-            }
-            return {
-                "entries": len(entries), "load_seconds": round(load_s, 1), "find_seconds": seconds,
-                "pairs": len(rows),
-                "duplicates": sum(1 for r in rows if r["kind"] == "duplicate"),
-                "conflicts": sum(1 for r in rows if r["kind"] == "conflict"),
-                "planted": {kind: len(copies) for kind, copies in planted.items()},
-                "planted_found": recall,
-            }
-        finally:
-            await conn.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+            result = await find_duplicates(conn, account_id, duplicate_similarity=0.8,
+                                           conflict_similarity=0.6)
+            seconds.append(round(time.perf_counter() - started, 2))
+            assert result is not None
+        rows = await conn.fetch("SELECT item_a, item_b, kind, reason FROM knowledge_duplicates")
+        index = {item_id: i for i, item_id in enumerate(ids)}
+        found = {(max(index[r["item_a"]], index[r["item_b"]]), r["kind"], r["reason"]) for r in rows}
+        recall = {
+            "duplicate": sum(1 for i, k, _ in found if k == "duplicate" and i in planted["duplicate"]),
+            "yes_no": sum(1 for i, k, r in found if k == "conflict" and "Yes by" in r
+                          and i in planted["yes_no"]),
+            "numbers": sum(1 for i, k, r in found if k == "conflict" and "numbers" in r
+                           and i in planted["numbers"]),
+        }
+        return {
+            "entries": len(entries), "load_seconds": round(load_s, 1), "find_seconds": seconds,
+            "pairs": len(rows),
+            "duplicates": sum(1 for r in rows if r["kind"] == "duplicate"),
+            "conflicts": sum(1 for r in rows if r["kind"] == "conflict"),
+            "planted": {kind: len(copies) for kind, copies in planted.items()},
+            "planted_found": recall,
+        }
 
 
 def main() -> None:

@@ -29,11 +29,11 @@ import json
 import platform
 import random
 import resource
-import secrets
 import statistics
 import time
 from pathlib import Path
 
+import _setup  # the scratch database; puts the checkout on sys.path
 import asyncpg
 
 from service import db
@@ -149,70 +149,59 @@ SELECT k.id, 'bench-random', k.account_id, '', 384,
 
 async def run(server_url: str, n: int, queries: int, naive: bool, dense: bool = False,
               keep_pending: bool = False, integer_kernels: bool = False) -> dict:
-    name = f"rfp_bench_{secrets.token_hex(4)}"
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        conn = await asyncpg.connect(db.with_database(server_url, name))
-        try:
-            await db.migrate(conn)
-            account_id = (await accounts.create_account(conn, "Bench", "b@example.invalid"))["account"]["id"]
-            rng = random.Random(7)
-            text = sampler(rng, words(rng))
-            started = time.perf_counter()
-            await load(conn, account_id, n, text)
-            if not keep_pending:  # what an import does (knowledge.import_csv)
-                await knowledge.merge_pending_index(conn)
-            await conn.execute("ANALYZE")
-            load_s = time.perf_counter() - started
-            questions = [text(random.randint(8, 25)) + "?" for _ in range(queries)]
-            for question in questions[:20]:  # warm the caches
-                await find_references(conn, account_id, question)
-            timings, found = [], 0
-            for question in questions:
+    async with _setup.scratch_database(server_url) as conn:
+        account_id = (await accounts.create_account(conn, "Bench", "b@example.invalid"))["account"]["id"]
+        rng = random.Random(7)
+        text = sampler(rng, words(rng))
+        started = time.perf_counter()
+        await load(conn, account_id, n, text)
+        if not keep_pending:  # what an import does (knowledge.import_csv)
+            await knowledge.merge_pending_index(conn)
+        await conn.execute("ANALYZE")
+        load_s = time.perf_counter() - started
+        questions = [text(random.randint(8, 25)) + "?" for _ in range(queries)]
+        for question in questions[:20]:  # warm the caches
+            await find_references(conn, account_id, question)
+        timings, found = [], 0
+        for question in questions:
+            t0 = time.perf_counter()
+            refs = await find_references(conn, account_id, question)
+            timings.append((time.perf_counter() - t0) * 1000)
+            found += bool(refs)
+        result = {"entries": n, "queries": queries, "load_seconds": round(load_s, 1),
+                  "answered": found, "find_references_ms": percentiles(timings)}
+        if naive:
+            naive_timings = []
+            for question in questions[:50]:
                 t0 = time.perf_counter()
-                refs = await find_references(conn, account_id, question)
-                timings.append((time.perf_counter() - t0) * 1000)
-                found += bool(refs)
-            result = {"entries": n, "queries": queries, "load_seconds": round(load_s, 1),
-                      "answered": found, "find_references_ms": percentiles(timings)}
-            if naive:
-                naive_timings = []
-                for question in questions[:50]:
+                await conn.fetch(NAIVE, account_id, question)
+                naive_timings.append((time.perf_counter() - t0) * 1000)
+            result["naive_or_ts_rank_cd_ms"] = percentiles(naive_timings)
+        if dense:
+            started = time.perf_counter()
+            await conn.execute(RANDOM_VECTORS)
+            await conn.execute("ANALYZE knowledge_embeddings")
+            result["dense_load_seconds"] = round(time.perf_counter() - started, 1)
+            model = ModelEmbedder(integer_kernels)
+            result["onnx_kernels"] = "integer" if integer_kernels else "float"
+            for label, embedder in (("fused_db_ms", RandomEmbedder()), ("fused_model_ms", model)):
+                for question in questions[:20]:
+                    await find_references(conn, account_id, question, embedder=embedder)
+                dense_timings = []
+                for question in questions:
                     t0 = time.perf_counter()
-                    await conn.fetch(NAIVE, account_id, question)
-                    naive_timings.append((time.perf_counter() - t0) * 1000)
-                result["naive_or_ts_rank_cd_ms"] = percentiles(naive_timings)
-            if dense:
-                started = time.perf_counter()
-                await conn.execute(RANDOM_VECTORS)
-                await conn.execute("ANALYZE knowledge_embeddings")
-                result["dense_load_seconds"] = round(time.perf_counter() - started, 1)
-                model = ModelEmbedder(integer_kernels)
-                result["onnx_kernels"] = "integer" if integer_kernels else "float"
-                for label, embedder in (("fused_db_ms", RandomEmbedder()), ("fused_model_ms", model)):
-                    for question in questions[:20]:
-                        await find_references(conn, account_id, question, embedder=embedder)
-                    dense_timings = []
-                    for question in questions:
-                        t0 = time.perf_counter()
-                        await find_references(conn, account_id, question, embedder=embedder)
-                        dense_timings.append((time.perf_counter() - t0) * 1000)
-                    result[label] = percentiles(dense_timings)
-                embed_timings = []
-                for i in range(queries):
-                    t0 = time.perf_counter()
-                    await model.onnx.embed([ENGLISH[i % len(ENGLISH)]])
-                    embed_timings.append((time.perf_counter() - t0) * 1000)
-                result["embed_ms"] = percentiles(embed_timings)
-            result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-            result["load_average"] = [round(x, 2) for x in __import__("os").getloadavg()]
-            return result
-        finally:
-            await conn.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+                    await find_references(conn, account_id, question, embedder=embedder)
+                    dense_timings.append((time.perf_counter() - t0) * 1000)
+                result[label] = percentiles(dense_timings)
+            embed_timings = []
+            for i in range(queries):
+                t0 = time.perf_counter()
+                await model.onnx.embed([ENGLISH[i % len(ENGLISH)]])
+                embed_timings.append((time.perf_counter() - t0) * 1000)
+            result["embed_ms"] = percentiles(embed_timings)
+        result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        result["load_average"] = [round(x, 2) for x in __import__("os").getloadavg()]
+        return result
 
 
 def main() -> None:
