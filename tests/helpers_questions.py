@@ -56,3 +56,25 @@ async def wait_all_complete(conn: asyncpg.Connection, seconds: float) -> None:
     async with asyncio.timeout(seconds):
         while await conn.fetchval(unfinished):  # noqa: ASYNC110 (polls the database, not an event)
             await asyncio.sleep(0.05)
+
+
+async def answers_lexically_warning_once(
+    aiohttp_client: Any, config: Any, conn: asyncpg.Connection, admin: Any, caplog: Any,
+    embeddings: dict, asks: int = 1,
+) -> None:
+    """On a server without pgvector (no knowledge_embeddings table), the service configured with
+    `embeddings` starts, answers `asks` questions from lexical retrieval, and says why once."""
+    from service.web.app import create_app
+    from tests.conftest import with_config
+
+    await conn.execute("DROP TABLE IF EXISTS knowledge_embeddings")
+    await add_entry(conn, admin.account_id, "How often are backups taken?", "Nightly, kept 30 days.")
+    caplog.set_level("WARNING", logger="service.answering.embeddings")
+    client = await aiohttp_client(create_app(with_config(config, embeddings=embeddings)))
+    for _ in range(asks):
+        response = await ask(client, admin.headers, "How often are backups taken?")
+        assert response.status == 202, await response.text()
+        body = await wait_complete(client, (await response.json())["id"], admin.headers)
+        assert body["references"], "answered lexically from the knowledge base"
+    warnings = [r for r in caplog.records if "pgvector is not installed" in r.getMessage()]
+    assert len(warnings) == 1

@@ -302,22 +302,12 @@ async def test_app__without_pgvector_starts_warns_once_and_answers_lexically(
     fake, aiohttp_client, config, conn, admin, caplog
 ):
     # As on a server without the extension: migration 0011 left no embeddings table.
-    await conn.execute("DROP TABLE IF EXISTS knowledge_embeddings")
-    from service.web.app import create_app
-    from tests.conftest import with_config
-    from tests.helpers_questions import add_entry, ask, wait_complete
+    from tests.helpers_questions import answers_lexically_warning_once
 
-    await add_entry(conn, admin.account_id, "How often are backups taken?", "Nightly, kept 30 days.")
     _server, url = fake
-    caplog.set_level("WARNING", logger="service.answering.embeddings")
-    client = await aiohttp_client(create_app(with_config(
-        config, embeddings={"backend": "openai", "base_url": url, "model": "fake-embed"})))
-    response = await ask(client, admin.headers, "How often are backups taken?")
-    assert response.status == 202, await response.text()
-    body = await wait_complete(client, (await response.json())["id"], admin.headers)
-    assert body["references"], "answered lexically from the knowledge base"
-    warnings = [r for r in caplog.records if "pgvector is not installed" in r.getMessage()]
-    assert len(warnings) == 1
+    await answers_lexically_warning_once(
+        aiohttp_client, config, conn, admin, caplog,
+        {"backend": "openai", "base_url": url, "model": "fake-embed"})
 
 
 async def test_usable_embedder__without_the_table_none_and_one_warning(conn, caplog):
