@@ -309,3 +309,15 @@ def aiohttp_client_cls() -> type[TestClient]:
     from openapi_check import ValidatingClient
 
     return ValidatingClient
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Any]:
+    """A Standard Webhooks receiver on a free loopback port (tests/webhook_receiver.py)."""
+    from webhook_receiver import Receiver
+
+    server = Receiver(free_port())
+    await server.start()
+    yield server
+    await server.stop()
+

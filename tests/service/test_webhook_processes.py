@@ -7,7 +7,6 @@ import asyncio
 
 import aiohttp
 import pytest
-from conftest import free_port
 from service_process import ServiceProcess
 from webhook_receiver import Receiver
 
@@ -35,14 +34,6 @@ def services(database_url, tmp_path):
     yield make
     for service in started:
         service.stop()
-
-
-@pytest.fixture
-async def receiver():
-    server = Receiver(free_port())
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def _register(url: str, headers: dict, receiver: Receiver) -> None:

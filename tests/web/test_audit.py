@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
 from cli_runner import cli, cli_json
-from conftest import free_port, with_config
+from conftest import with_config
 from helpers_questions import add_entry, wait_all_complete
-from webhook_receiver import Receiver, fast_webhooks, verify
+from webhook_receiver import fast_webhooks, verify
 
 from service.web.app import create_app
 
@@ -27,14 +26,6 @@ async def audit_events(client, reader, **query) -> dict:
     response = await client.get("/api/v1/audit_events", params=query, headers=reader.headers)
     assert response.status == 200, await response.text()
     return await response.json()
-
-
-@pytest.fixture
-async def receiver():
-    server = Receiver(free_port())
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def test_workflow__audit_trail_complete_and_webhooks_received(

@@ -7,21 +7,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import free_port, with_config
+from conftest import with_config
 from standardwebhooks.webhooks import Webhook
-from webhook_receiver import Receiver, fast_webhooks, verify
+from webhook_receiver import fast_webhooks, verify
 
 from service.web.app import create_app
 
 ENDPOINTS = "/api/v1/webhook_endpoints"
-
-
-@pytest.fixture
-async def receiver():
-    server = Receiver(free_port())
-    await server.start()
-    yield server
-    await server.stop()
 
 
 @pytest.fixture
