@@ -16,6 +16,14 @@
 -- tsquery) reads every entry of the account through the account index instead of the few the GIN
 -- index finds; planning each time costs well under a millisecond.
 --
+-- enable_seqscan, enable_indexscan off: the candidates are the first `candidate_limit` matches in
+-- the order the scan meets them, so the plan must not choose which. With a common word among the
+-- lexemes the planner expected the limit to come soon and read the table in order (a sequential
+-- scan testing every entry's tsvector: 6,000 of 10,000 read for 400 found, ~2 ms of the ~8 of a
+-- retrieval, bench/questions.py), or walked an unrelated index in its order. Bitmap scans leave
+-- it the GIN index, whose matches come in table order like a sequential scan's (the same
+-- candidates), and the small lookups (terms, vocabulary, `also`) lose nothing measurable.
+--
 -- A change of its arguments or result columns cannot be a CREATE OR REPLACE: a migration drops
 -- the old function first (as 0016 did), and statements prepared on the old one are re-prepared.
 CREATE OR REPLACE FUNCTION knowledge_retrieve(
@@ -28,6 +36,8 @@ CREATE OR REPLACE FUNCTION knowledge_retrieve(
 )
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET enable_indexscan = off
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -39,7 +39,8 @@ async def test_find_references__leaves_no_session_setting_behind(conn, admin):
         assert (await find_references(conn, admin.account_id, "encryption"))[0].answer
     assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
     assert await conn.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'knowledge_retrieve'") == [
-        "plan_cache_mode=force_custom_plan"]
+        "plan_cache_mode=force_custom_plan", "enable_seqscan=off", "enable_indexscan=off"]
+    assert await conn.fetchval("SHOW enable_seqscan") == "on"
 
 
 async def test_find_references__any_text_is_safe_and_stop_words_find_nothing(conn, admin):
@@ -52,3 +53,36 @@ async def test_find_references__any_text_is_safe_and_stop_words_find_nothing(con
     for text in ("O'Brien's key: rotated?", "key & | ! :* ( ) <-> \\ '' \"", "ключ rotated"):
         found = await find_references(conn, admin.account_id, text)
         assert found and found[0].question == "Isn't O'Brien's key rotated?", text
+
+
+async def test_find_references__candidates_come_in_table_order_from_a_bitmap_scan(conn, admin):
+    # The candidates are the first matches in the order the scan meets them, so the plan must not
+    # choose which: never an index's order. Nor a sequential scan, which tests every entry's
+    # tsvector; many entries sharing common words are what made the planner prefer one.
+    topics = ["backup retention", "disaster recovery", "access reviews", "data deletion",
+              "key management", "incident response", "vendor risk", "code review"]
+    units = ["production", "staging", "corporate", "partner integrations", "mobile apps"]
+    rows = [
+        (new_id("kb"), admin.account_id, f"How do you handle {topics[i % 8]} {i % 7} across {units[i % 5]}?",
+         f"Our {topics[i % 8]} policy for {units[i % 5]} data is reviewed yearly (ref {i}).")
+        for i in range(3000)
+    ]
+    await conn.copy_records_to_table(
+        "knowledge_items", records=rows, columns=["id", "account_id", "question", "answer"]
+    )
+    await conn.execute("ANALYZE knowledge_items")
+    plans: list[str] = []
+    conn.add_log_listener(lambda _, message: plans.append(message.message))
+    async with conn.transaction():
+        await conn.execute("LOAD 'auto_explain'")
+        await conn.execute(
+            "SET LOCAL auto_explain.log_min_duration = 0; SET LOCAL auto_explain.log_nested_statements = on;"
+            " SET LOCAL auto_explain.log_level = notice; SET LOCAL client_min_messages = notice"
+        )
+        found = await find_references(
+            conn, admin.account_id, "How do you handle backup retention across partner integrations?"
+        )
+    assert found and "backup retention" in found[0].question
+    [candidates] = [plan for plan in plans if "LIMIT candidate_limit" in plan]
+    scans = [line.strip() for line in candidates.splitlines() if "Scan" in line and " on knowledge_items " in line]
+    assert scans and all(scan.startswith("->  Bitmap Heap Scan") for scan in scans), scans
