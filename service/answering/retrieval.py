@@ -109,20 +109,43 @@ def lexeme_positions(vector: str, lexeme: str) -> list[str]:
     letter is the weight, A question, B title, C answer, none D); [] when absent, [""] when
     present without positions (a stripped vector). A substring search, not a parse: only the
     question's few lexemes are looked up."""
-    key = "'" + lexeme.replace("'", "''") + "'"
-    start = vector.find(key + ":")
+    text = _positions(vector, _quoted(lexeme))
+    return [] if text is None else text.split(",")
+
+
+def term_frequencies(vector: str, lexeme: str) -> tuple[int, int]:
+    """How often the lexeme occurs in the entry's question or title (weights A, B) and in the rest
+    (C, D) by a tsvector's text; a lexeme without positions (a stripped vector) counts once in
+    the rest."""
+    return _frequencies(_positions(vector, _quoted(lexeme)))
+
+
+def _quoted(lexeme: str) -> str:
+    return "'" + lexeme.replace("'", "''") + "'"
+
+
+def _positions(vector: str, key: str) -> str | None:
+    """The positions text of the lexeme quoted as `key` ("1A,4"); "" when it has none, None when
+    it is absent."""
+    colon = key + ":"
+    start = vector.find(colon)
     while start > 0 and vector[start - 1] != " ":
-        start = vector.find(key + ":", start + 1)
+        start = vector.find(colon, start + 1)
     if start < 0:
-        return [] if vector.find(key) < 0 or not _bare(vector, key) else [""]
-    end = vector.find(" ", start + len(key))
-    return vector[start + len(key) + 1 : end if end >= 0 else None].split(",")
+        return "" if key in vector and _bare(vector, key) else None
+    end = vector.find(" ", start + len(colon))
+    return vector[start + len(colon) : end if end >= 0 else None]
 
 
-def lexeme_weights(vector: str, lexeme: str) -> str:
-    """One letter per position of the lexeme: A question, B title, C answer, D none ("" when
-    absent)."""
-    return "".join(p[-1] if p and p[-1] in "ABC" else "D" for p in lexeme_positions(vector, lexeme))
+def _frequencies(positions: str | None) -> tuple[int, int]:
+    """(question/title, rest) occurrences from a positions text (see _positions): counted on the
+    text, each position being digits and at most one weight letter."""
+    if positions is None:
+        return 0, 0
+    if not positions:
+        return 0, 1
+    in_question = positions.count("A") + positions.count("B")
+    return in_question, positions.count(",") + 1 - in_question
 
 
 def _bare(vector: str, key: str) -> bool:
@@ -281,7 +304,7 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
     mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
     mean_answer = sum(row["answer_lexemes"] for row in candidates) / len(candidates) or 1.0
     # Per query, not per candidate: each lexeme as it is quoted in a tsvector's text.
-    lexical = [("'" + t.key.replace("'", "''") + "'", t.key, t.weight) for t in terms if not t.is_concept]
+    lexical = [(_quoted(t.key), t.key, t.weight) for t in terms if not t.is_concept]
     concepts = [(t.key, t.weight) for t in terms if t.is_concept]
     weights_by_index = [weight for _, _, weight in lexical]
     # Each field's saturation term is < 1, so 2·total bounds the BM25F sum; each lexeme's
@@ -297,11 +320,9 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
         for key, lexeme, weight in lexical:
             if key not in vector:  # most of a question's lexemes are not in a given entry
                 continue
-            weights = lexeme_weights(vector, lexeme)
-            if not weights:
+            tf_question, tf_answer = _frequencies(_positions(vector, key))
+            if not tf_question + tf_answer:
                 continue
-            tf_question = weights.count("A") + weights.count("B")
-            tf_answer = len(weights) - tf_question
             bm25 += weight * (
                 tf_question / (tf_question + saturation_question)
                 + tf_answer / (tf_answer + saturation_answer)

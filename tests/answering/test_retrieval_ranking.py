@@ -4,7 +4,7 @@ from service.answering import decision as coverage
 from service.answering import retrieval
 from service.answering import words as english
 from service.answering.decision import decide
-from service.answering.retrieval import Reference, find_references, lexeme_positions, lexeme_weights
+from service.answering.retrieval import Reference, find_references, lexeme_positions, term_frequencies
 from service.domain.knowledge import import_csv
 
 KB = (
@@ -237,13 +237,15 @@ def test_proximity__neighbours_count_by_inverse_square_distance():
     assert adjacent < retrieval._proximity(alternating, weights) < bound
 
 
-def test_lexeme_weights__reads_positions_of_one_lexeme():
-    vector = "'key':1A,7C 'monkey':2A 'it''s':3B 'bare'"
-    assert lexeme_weights(vector, "key") == "AC"
-    assert lexeme_weights(vector, "it's") == "B"
-    assert lexeme_weights(vector, "bare") == "D"
-    assert lexeme_weights(vector, "monk") == ""
-    assert lexeme_positions(vector, "key") == ["1A", "7C"]
+def test_term_frequencies__count_one_lexemes_positions_by_field():
+    vector = "'key':1A,7C,9 'monkey':2A 'it''s':3B,4B 's':5C 'bare' 'end':12,14A"
+    assert term_frequencies(vector, "key") == (1, 2)  # A question; C answer, no letter: D
+    assert term_frequencies(vector, "it's") == (2, 0)
+    assert term_frequencies(vector, "s") == (0, 1)  # not the end of 'it''s'
+    assert term_frequencies(vector, "bare") == (0, 1)  # a stripped vector: once, not in a field
+    assert term_frequencies(vector, "end") == (1, 1)  # the last lexeme
+    assert term_frequencies(vector, "monk") == (0, 0) and term_frequencies(vector, "key'") == (0, 0)
+    assert lexeme_positions(vector, "key") == ["1A", "7C", "9"]
     assert lexeme_positions(vector, "bare") == [""] and lexeme_positions(vector, "monk") == []
 
 
