@@ -5,6 +5,7 @@ webhook deliverer (webhooks.py); each says how to claim a row and what an attemp
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 
 import asyncpg
@@ -19,10 +20,39 @@ class OutboxSender:
 
     def __init__(self, poll_interval_seconds: float) -> None:
         self._poll_interval_seconds = poll_interval_seconds
-        self._wake = asyncio.Event()
+        # A wake wakes one sleeping loop, not all: it announces a row or two (a completion's
+        # webhooks, a mail), and every loop woken would claim, N claims for one row or none.
+        # A loop that claims a row goes on claiming until none is due, so a burst of rows still
+        # reaches every loop through their wakes.
+        self._sleeping: collections.deque[asyncio.Future[None]] = collections.deque()
+        # A wake that found no loop asleep (they were all claiming or attempting): the next loop
+        # to go to sleep looks once more instead, so a row committed just after a loop's empty
+        # claim does not wait for the poll interval.
+        self._woken = False
 
     def wake(self) -> None:
-        self._wake.set()
+        while self._sleeping:
+            sleeper = self._sleeping.popleft()
+            if not sleeper.done():
+                sleeper.set_result(None)
+                return
+        self._woken = True
+
+    async def _sleep(self) -> None:
+        """Until woken or until the poll interval passes."""
+        if self._woken:
+            self._woken = False
+            return
+        sleeper = asyncio.get_running_loop().create_future()
+        self._sleeping.append(sleeper)
+        try:
+            async with asyncio.timeout(self._poll_interval_seconds):
+                await sleeper
+        except TimeoutError:
+            pass
+        finally:
+            if sleeper in self._sleeping:
+                self._sleeping.remove(sleeper)
 
     async def _loop(self) -> None:
         while True:
@@ -32,12 +62,7 @@ class OutboxSender:
                 log.exception("%s: delivery round failed; retrying", self.what)
                 attempted = False
             if not attempted:
-                try:
-                    async with asyncio.timeout(self._poll_interval_seconds):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
-                self._wake.clear()
+                await self._sleep()
 
     async def deliver_due(self) -> bool:
         """Attempt every row due now, one claim at a time; whether any was attempted."""
