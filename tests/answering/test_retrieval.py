@@ -86,3 +86,19 @@ async def test_find_references__candidates_come_in_table_order_from_a_bitmap_sca
     [candidates] = [plan for plan in plans if "LIMIT candidate_limit" in plan]
     scans = [line.strip() for line in candidates.splitlines() if "Scan" in line and " on knowledge_items " in line]
     assert scans and all(scan.startswith("->  Bitmap Heap Scan") for scan in scans), scans
+
+
+async def test_knowledge_retrieve__a_candidate_carries_the_questions_lexemes_with_every_position(conn, admin):
+    # The ranking reads positions and weights of the question's lexemes only: the rest of an
+    # entry's vector is not sent.
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES ($1, $2, $3, $4)",
+        new_id("kb"), admin.account_id, "Do you encrypt backups at rest?",
+        "Yes: every backup is encrypted with AES-256, and backups are tested yearly.",
+    )
+    rows = await conn.fetch("SELECT * FROM knowledge_retrieve($1, $2, 300, 400, 200, '{}')",
+                            admin.account_id, "Are the backups encrypted?")
+    [candidate] = rows[1:]
+    assert rows[0]["lexemes"] == ["backup", "encrypt"]
+    assert candidate["vector"] == "'backup':4A,9C,16C 'encrypt':3A,11C"
+    assert (candidate["question_lexemes"], candidate["answer_lexemes"]) == (3, 8)  # of the whole entry
