@@ -104,12 +104,16 @@ _POINTER = re.compile(
 )
 
 
+# A lexeme of a tsvector's text and its positions: 'lex':1A,4 or 'lex' alone (a stripped vector).
+# Inside the quotes a quote is doubled (and a backslash).
+_LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-C,]+))?")
+
+
 def lexeme_positions(vector: str, lexeme: str) -> list[str]:
     """A lexeme's positions in a tsvector's text ('lex':1A,4 …) as written there: "1A", "4" (the
     letter is the weight, A question, B title, C answer, none D); [] when absent, [""] when
-    present without positions (a stripped vector). A substring search, not a parse: only the
-    question's few lexemes are looked up."""
-    text = _positions(vector, _quoted(lexeme))
+    present without positions (a stripped vector)."""
+    text = _lexemes(vector).get(_escaped(lexeme))
     return [] if text is None else text.split(",")
 
 
@@ -117,28 +121,20 @@ def term_frequencies(vector: str, lexeme: str) -> tuple[int, int]:
     """How often the lexeme occurs in the entry's question or title (weights A, B) and in the rest
     (C, D) by a tsvector's text; a lexeme without positions (a stripped vector) counts once in
     the rest."""
-    return _frequencies(_positions(vector, _quoted(lexeme)))
+    return _frequencies(_lexemes(vector).get(_escaped(lexeme)))
 
 
-def _quoted(lexeme: str) -> str:
-    return "'" + lexeme.replace("'", "''") + "'"
+def _lexemes(vector: str) -> dict[str, str]:
+    """{lexeme as written between the quotes: its positions text ("1A,4"; "" without)}."""
+    return dict(_LEXEME.findall(vector))
 
 
-def _positions(vector: str, key: str) -> str | None:
-    """The positions text of the lexeme quoted as `key` ("1A,4"); "" when it has none, None when
-    it is absent."""
-    colon = key + ":"
-    start = vector.find(colon)
-    while start > 0 and vector[start - 1] != " ":
-        start = vector.find(colon, start + 1)
-    if start < 0:
-        return "" if key in vector and _bare(vector, key) else None
-    end = vector.find(" ", start + len(colon))
-    return vector[start + len(colon) : end if end >= 0 else None]
+def _escaped(lexeme: str) -> str:
+    return lexeme.replace("\\", "\\\\").replace("'", "''")
 
 
 def _frequencies(positions: str | None) -> tuple[int, int]:
-    """(question/title, rest) occurrences from a positions text (see _positions): counted on the
+    """(question/title, rest) occurrences from a positions text (see _lexemes): counted on the
     text, each position being digits and at most one weight letter."""
     if positions is None:
         return 0, 0
@@ -146,17 +142,6 @@ def _frequencies(positions: str | None) -> tuple[int, int]:
         return 0, 1
     in_question = positions.count("A") + positions.count("B")
     return in_question, positions.count(",") + 1 - in_question
-
-
-def _bare(vector: str, key: str) -> bool:
-    """Whether the lexeme occurs without positions (stripped vectors): 'lex' then space or end."""
-    index = vector.find(key)
-    while index >= 0:
-        after = index + len(key)
-        if (index == 0 or vector[index - 1] == " ") and (after == len(vector) or vector[after] == " "):
-            return True
-        index = vector.find(key, index + 1)
-    return False
 
 
 def pointer_target(answer: str) -> str | None:
@@ -303,26 +288,26 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
     total = sum(t.weight for t in terms)
     mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
     mean_answer = sum(row["answer_lexemes"] for row in candidates) / len(candidates) or 1.0
-    # Per query, not per candidate: each lexeme as it is quoted in a tsvector's text.
-    lexical = [(_quoted(t.key), t.key, t.weight) for t in terms if not t.is_concept]
+    # Per query, not per candidate: each lexeme as it is written in a tsvector's text.
+    lexical = [(_escaped(t.key), t.weight) for t in terms if not t.is_concept]
     concepts = [(t.key, t.weight) for t in terms if t.is_concept]
-    weights_by_index = [weight for _, _, weight in lexical]
+    weights_by_index = [weight for _, weight in lexical]
     # Each field's saturation term is < 1, so 2·total bounds the BM25F sum; each lexeme's
     # proximity term is below min(1, weight)·(k1 + 1).
     bound = 2 * total + PROXIMITY_WEIGHT * (BM25_K1 + 1) * sum(min(1.0, w) for w in weights_by_index)
     scored: list[list] = []
     for row in candidates:
-        vector = row["vector"]
+        # The candidate's vector holds the question's lexemes only (knowledge_retrieve): a few.
+        found = _lexemes(row["vector"])
         hits = row["matched"]
         in_question = anywhere = bm25 = 0.0
         saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
         saturation_answer = BM25_K1 * (1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer)
-        for key, lexeme, weight in lexical:
-            if key not in vector:  # most of a question's lexemes are not in a given entry
+        for key, weight in lexical:
+            positions = found.get(key)
+            if positions is None:
                 continue
-            tf_question, tf_answer = _frequencies(_positions(vector, key))
-            if not tf_question + tf_answer:
-                continue
+            tf_question, tf_answer = _frequencies(positions)
             bm25 += weight * (
                 tf_question / (tf_question + saturation_question)
                 + tf_answer / (tf_answer + saturation_answer)
@@ -336,18 +321,18 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
                     bm25 += weight * 2 * CONCEPT_TF
                     in_question += weight
                     anywhere += weight
-        scored.append([bm25, in_question, anywhere, row])
+        scored.append([bm25, in_question, anywhere, row, found])
     # Proximity, the costly part (positions parsed and sorted), re-orders the best by BM25F.
     for best in sorted(scored, key=lambda s: (-s[0], *_tie(s[3])))[:PROXIMITY_RERANK]:
-        vector = best[3]["vector"]
+        found = best[4]
         occurrences = [
             (int(p.rstrip("ABC")), index, p[-1] if p[-1] in "ABC" else "D")
-            for index, (key, lexeme, _) in enumerate(lexical) if key in vector
-            for p in lexeme_positions(vector, lexeme) if p
+            for index, (key, _) in enumerate(lexical) if found.get(key)
+            for p in found[key].split(",")
         ]
         best[0] += PROXIMITY_WEIGHT * _proximity(occurrences, weights_by_index)
     return [(bm25 / bound, in_question / total, anywhere / total, row)
-            for bm25, in_question, anywhere, row in scored]
+            for bm25, in_question, anywhere, row, _ in scored]
 
 
 def _proximity(occurrences: list[tuple[int, int, str]], weights: Sequence[float]) -> float:
