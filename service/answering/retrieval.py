@@ -4,12 +4,14 @@ The interface (`find_references`, `Reference`) is what the pipeline and the engi
 the ranking behind it can change.
 
 Two stages, both driven from PostgreSQL's full-text data:
-1. Candidates (SQL, GIN index, one statement: `knowledge_retrieve`, migrations 0013 and 0016,
-   which also returns the question's term statistics and each candidate's concepts): entries
-   containing the question's *rarest* lexemes (per-account document frequencies in
-   `knowledge_terms`) or a phrase of a vocabulary concept the question mentions
-   (`knowledge_vocabulary`), capped, then cut to the best RERANK by weighted ts_rank. A
-   retrieval never ranks every entry that shares a common word.
+1. Candidates (SQL, GIN index, one statement: `knowledge_retrieve`, sql/functions/, which also
+   returns the question's term statistics and each candidate's concepts): entries containing the
+   question's *rarest* lexemes (per-account document frequencies in `knowledge_terms`) or a
+   phrase of a vocabulary concept the question mentions (`knowledge_vocabulary`), capped, then
+   cut to the best RERANK by weighted ts_rank. A retrieval never ranks every entry that shares a
+   common word. With dense retrieval a second statement (`knowledge_retrieve_nearest`, once the
+   question's vector is there) adds the DENSE_NEAREST entries nearest in meaning and every
+   candidate's similarity.
 2. Ranking (Python, on the candidates' tsvectors): BM25F over two fields, the entry's own
    question/title (question-to-question) and its answer, with the standard k1 and b, and each
    vocabulary concept the question mentions counted as one more term, so "2FA" finds
@@ -21,6 +23,7 @@ Two stages, both driven from PostgreSQL's full-text data:
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import re
@@ -174,32 +177,39 @@ async def find_references(
     """The entries that may answer `text`, best first. With an `embedder`, the DENSE_NEAREST
     entries nearest in meaning join the lexical candidates and the order is the reciprocal-rank
     fusion of the lexical (BM25F) and the dense ranking; without one, the lexical order."""
-    # The question's vector first, so no transaction waits on the embedding backend.
-    question_vector = await embeddings.embed_question(embedder, text) if embedder else None
-    if embedder is None or question_vector is None:
-        # One statement, one round trip (sql/migrations/0013_retrieval_one_statement.sql, 0016).
-        rows = await _retrieve(conn, account_id, text, [])
+    if embedder is None:
+        return await _rank(conn, account_id, await _retrieve(conn, account_id, text), limit, {})
+    # The lexical statement runs while the question is embedded (in the backend's thread, or
+    # remotely): a retrieval waits for the longer of the two. No transaction waits on the backend.
+    embedding = asyncio.ensure_future(embeddings.embed_question(embedder, text))
+    try:
+        rows = await _retrieve(conn, account_id, text)
+    except BaseException:
+        embedding.cancel()
+        raise
+    question_vector = await embedding
+    question = rows[0]
+    if question_vector is None or not question["items"] or not question["lexemes"]:
         return await _rank(conn, account_id, rows, limit, {})
-    # One statement (sql/functions/knowledge_retrieve_dense.sql): the DENSE_NEAREST entries
-    # nearest to the question join the lexical candidates, and every candidate comes with its
-    # similarity, which the dense ranking orders (it ranks both).
-    rows = await conn.fetch(
-        db.query("knowledge_retrieve_dense"),
-        account_id, text, CANDIDATE_BUDGET, CANDIDATE_LIMIT, RERANK,
-        embedder.model, embeddings.vector_literal(question_vector), len(question_vector),
-        DENSE_NEAREST, 2 * DENSE_NEAREST,
+    # sql/functions/knowledge_retrieve_nearest.sql: the nearest entries that are not candidates
+    # yet join them, and every one has its similarity, which the dense ranking orders.
+    nearest = await conn.fetch(
+        db.query("knowledge_retrieve_nearest"),
+        account_id, embedder.model, embeddings.vector_literal(question_vector), len(question_vector),
+        DENSE_NEAREST, 2 * DENSE_NEAREST, [row["id"] for row in rows[1:]], question["lexemes"],
+        question["concepts"],
     )
-    dense = {row["id"]: row["similarity"] for row in rows[1:] if row["similarity"] is not None}
-    return await _rank(conn, account_id, rows, limit, dense)
+    dense = {row["id"]: row["similarity"] for row in nearest if row["similarity"] is not None}
+    return await _rank(conn, account_id, [*rows, *(row for row in nearest if row["joins"])], limit, dense)
 
 
-async def _retrieve(
-    conn: asyncpg.Connection, account_id: str, text: str, also: Sequence[str]
-) -> list[asyncpg.Record]:
-    """knowledge_retrieve's rows: the question's (term statistics, concepts), then candidates."""
+async def _retrieve(conn: asyncpg.Connection, account_id: str, text: str) -> list[asyncpg.Record]:
+    """knowledge_retrieve's rows: the question's (term statistics, concepts), then candidates.
+    (Its last argument, entries to add, is for processes of the previous version during a rolling
+    upgrade: their knowledge_retrieve_dense calls it so.)"""
     return await conn.fetch(
         db.query("knowledge_retrieve"),
-        account_id, text, CANDIDATE_BUDGET, CANDIDATE_LIMIT, RERANK, list(also),
+        account_id, text, CANDIDATE_BUDGET, CANDIDATE_LIMIT, RERANK, [],
     )
 
 

@@ -240,11 +240,11 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
 
 
 @pytest.mark.pgvector
-async def test_find_references__dense_in_one_statement_leaves_the_callers_settings_alone(
+async def test_find_references__dense_leaves_the_callers_settings_alone(
     fake, session, conn, database_url, admin
 ):
-    # Dense retrieval is one call of knowledge_retrieve_dense, whose own SET clauses hold its HNSW
-    # settings: a caller's transaction keeps its own (SET LOCAL in a savepoint outlived it).
+    # knowledge_retrieve_nearest sets its HNSW settings and puts the caller's back: a caller's
+    # transaction keeps its own (SET LOCAL in a savepoint once outlived it).
     _, url = fake
     await import_csv(conn, admin.account_id, KB)
     embedder = await _indexed(url, session, database_url)

@@ -416,10 +416,10 @@ async def test_migrate__a_database_owner_that_is_no_superuser_migrates_again_and
             async with conn.transaction():
                 await conn.execute("SET LOCAL hnsw.ef_search = 17")
                 rows = await conn.fetch(
-                    "SELECT * FROM knowledge_retrieve_dense($1, 'Are backups encrypted?', 300, 400,"
-                    " 200, 'm', $2, 3, 50, 100)", account, "[1,0,0]")
-                # The question's row (no entries yet), and the caller's setting as it was.
-                assert len(rows) == 1 and rows[0]["id"] is None
+                    "SELECT * FROM knowledge_retrieve_nearest($1, 'm', $2, 3, 50, 100, '{}',"
+                    " '{backup}', '{}')", account, "[1,0,0]")
+                # Nothing near (no entries yet), and the caller's setting as it was.
+                assert rows == []
                 assert await conn.fetchval("SHOW hnsw.ef_search") == "17"
         finally:
             await conn.close()

@@ -1,0 +1,83 @@
+-- Dense retrieval's part (service/answering/retrieval.py), after knowledge_retrieve has found
+-- the lexical candidates: the `nearest` entries of the account nearest in meaning to the
+-- question's vector `p_vector` (model `p_model`, `dims` dimensions, pgvector's text form), and
+-- each entry's cosine similarity to the question. Two statements rather than one so that the
+-- lexical one runs while the question is being embedded (a retrieval waits for the longer of the
+-- two, not for both: ~2-3 ms of a ~17 ms retrieval).
+--
+-- Rows:
+-- - one per entry of `candidates` (the lexical candidates' ids) and of the nearest: `joins`
+--   false, only `id` and `similarity` (NULL for an entry not embedded yet);
+-- - one per nearest entry that is not among the candidates: `joins` true, with the columns a
+--   candidate of knowledge_retrieve has (its tsvector reduced to the question's `lexemes`, the
+--   field lengths, the concepts of `concepts` whose phrases it contains) and its similarity.
+--
+-- HNSW returns at most hnsw.ef_search rows (default 40) before the account filter; iterative
+-- scans (pgvector 0.8 and later) go on until `nearest` of this account's entries are found. Both
+-- settings are set for the nearest-entries query only and then put back as the caller had them,
+-- so they never leak into the caller's transaction. They are not the function's own SET clauses:
+-- PostgreSQL checks those when the function is created, and a role that is not a superuser may
+-- not attach a setting of an extension not loaded yet in its connection (every start re-creates
+-- the functions), so the service would not start on a managed server.
+CREATE OR REPLACE FUNCTION knowledge_retrieve_nearest(
+    p_account text, p_model text, p_vector text, dims integer, nearest integer, ef_search integer,
+    candidates text[], lexemes text[], concepts text[]
+) RETURNS TABLE (
+    joins boolean, id text, external_id text, title text, question text, answer text, source text,
+    yes_no boolean, vector text, question_lexemes integer, answer_lexemes integer, matched text[],
+    similarity double precision
+)
+LANGUAGE plpgsql VOLATILE  -- it changes settings, for the duration of one query
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    near text[];
+    caller_ef_search text;
+    caller_iterative_scan text;
+BEGIN
+    EXECUTE 'SELECT NULL::vector(1)';  -- loads pgvector, so that its settings exist here
+    caller_ef_search := current_setting('hnsw.ef_search');
+    caller_iterative_scan := current_setting('hnsw.iterative_scan', true);  -- NULL before 0.8
+    PERFORM set_config('hnsw.ef_search', ef_search::text, true);
+    IF caller_iterative_scan IS NOT NULL THEN
+        PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
+    END IF;
+    EXECUTE format(
+        $q$SELECT array_agg(n.item_id)
+             FROM (SELECT e.item_id
+                     FROM knowledge_embeddings e
+                    WHERE e.account_id = $1 AND e.model = $2 AND e.dimensions = %1$s
+                    ORDER BY e.embedding::vector(%1$s) <=> $3::vector(%1$s)
+                    LIMIT $4) AS n$q$, dims::integer)
+      INTO near USING p_account, p_model, p_vector, nearest;
+    -- An error needs no such care: it undoes the settings with the (sub)transaction.
+    PERFORM set_config('hnsw.ef_search', caller_ef_search, true);
+    IF caller_iterative_scan IS NOT NULL THEN
+        PERFORM set_config('hnsw.iterative_scan', caller_iterative_scan, true);
+    END IF;
+    near := coalesce(near, '{}'::text[]);
+    RETURN QUERY EXECUTE format(
+        $q$WITH phrases AS MATERIALIZED (
+               SELECT v.concept, v.phrase_query
+                 FROM knowledge_vocabulary v
+                WHERE (v.account_id IS NULL OR v.account_id = $1) AND numnode(v.phrase_query) > 0
+                  AND v.concept = ANY($5)
+           )
+           SELECT false, i.id, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
+                  NULL::boolean, NULL::text, NULL::integer, NULL::integer, NULL::text[],
+                  (SELECT 1 - (e.embedding::vector(%1$s) <=> $6::vector(%1$s))
+                     FROM knowledge_embeddings e
+                    WHERE e.item_id = i.id AND e.model = $7 AND e.dimensions = %1$s)
+             FROM (SELECT unnest($2) UNION SELECT unnest($3)) AS i(id)
+           UNION ALL
+           SELECT true, k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no,
+                  -- as knowledge_retrieve's candidates: the question's lexemes only
+                  ts_delete(k.search_vector, tsvector_to_array(ts_delete(k.search_vector, $4)))::text,
+                  length(ts_filter(k.search_vector, '{a,b}')), length(ts_filter(k.search_vector, '{c,d}')),
+                  ARRAY(SELECT DISTINCT p.concept FROM phrases p WHERE k.search_vector @@ p.phrase_query),
+                  NULL::double precision
+             FROM knowledge_items k
+            WHERE k.account_id = $1 AND k.id = ANY($3) AND NOT k.id = ANY($2)$q$, dims::integer)
+      USING p_account, candidates, near, lexemes, concepts, p_vector, p_model;
+END
+$$;
