@@ -253,6 +253,13 @@ async def ask(
         owner = reservations.reserve(new_question)
         try:
             async with conn.transaction():
+                # The audit event first: the ask's debit locks the account's row, which every
+                # question of the account waits for, and each round trip while it is held (on a
+                # busy event loop, milliseconds) lowers how many questions an account can ask a
+                # second. A refused ask rolls the event back with the rest.
+                if actor is not None:
+                    await audit.record(conn, actor, "question.asked", record_id=new_question,
+                                       after={"credits": cost})
                 row = await ask_question(
                     conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
                     detail_level=asked.detail_level, custom_prompt=asked.custom_prompt,
@@ -260,9 +267,6 @@ async def ask(
                     idempotency_key=key, request_hash=asked.fingerprint() if key else None,
                     question_id=new_question, lease_owner=owner, lease_seconds=lease_seconds,
                 )
-                if actor is not None:
-                    await audit.record(conn, actor, "question.asked", record_id=new_question,
-                                       after={"credits": cost})
         except asyncpg.UniqueViolationError:
             reservations.unreserve(new_question)
             owner = None

@@ -104,6 +104,16 @@ async def test_ask__out_of_credits_is_usage_blocked_and_stores_nothing(client, c
     assert (await response.json())["error"]["code"] == "usage_blocked"
     assert await conn.fetchval("SELECT count(*) FROM questions") == 0
     assert await balance_and_ledger(conn, poor.account_id) == (0, 0)
+    # Its audit event, written before the debit in the same transaction, went with it.
+    assert await conn.fetchval("SELECT count(*) FROM audit_events WHERE action = 'question.asked'") == 0
+
+
+async def test_ask__is_audited_with_the_question(client, conn, admin):
+    body = await (await ask(client, admin.headers, "Do you encrypt backups?")).json()
+    rows = await conn.fetch(
+        "SELECT record_id, actor_id, after FROM audit_events WHERE action = 'question.asked'"
+    )
+    assert [(r["record_id"], r["actor_id"]) for r in rows] == [(body["id"], admin.member_id)]
 
 
 async def test_ask__inactive_subscription_is_usage_blocked(client, conn, admin):
