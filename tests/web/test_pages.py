@@ -334,6 +334,9 @@ async def test_ask_page__the_question_reaches_complete(app_client, admin, conn):
     page = await (await app_client.get(path)).text()
     assert 'aria-current="step" class="current">complete' in page
     assert re.search(r'class="band band-[a-z_]+">', page)
+    # Asked as through the API: charged, and audited as the signed-in member.
+    audited = await conn.fetch("SELECT record_id, actor_id FROM audit_events WHERE action = 'question.asked'")
+    assert [(r["record_id"], r["actor_id"]) for r in audited] == [(path.rsplit("/", 1)[1], admin.member_id)]
 
 
 async def test_members_page__admin_invites_a_member_sees_no_invite_form(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...domain.convert import unstructure
-from ...domain.questions import Question, ask_question, fetch_question, parse_ask
+from ...domain.questions import Question, ask, fetch_question, parse_ask
+from ..actors import actor
 from ..auth import connection
 from ..keys import CONFIG, METRICS, PIPELINE
 from ..responses import json_response
@@ -21,26 +22,29 @@ async def ask_form(request: web.Request) -> web.StreamResponse:
 
 
 @page(write=True, roles=ASKERS)
-async def ask(request: web.Request) -> web.StreamResponse:
+async def ask_page(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     settings = request.app[CONFIG].questions
     fields = {"question": str(form.get("question") or "")}
     level = str(form.get("detail_level") or "")
     if level:
         fields["answer_detail_level"] = int(level) if level.isdigit() else level
-    asked = parse_ask({}, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
-    who = principal(request)
+    parsed = parse_ask({}, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
+    pipeline = request.app[PIPELINE]
+    # The API's ask (views/questions.py): the same charge, audit event and hand-off.
     async with connection(request) as conn:
-        row = await ask_question(
-            conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
-            detail_level=asked.detail_level, custom_prompt=asked.custom_prompt, rfp_id=None,
-            rfp_item_id=None, member_id=who.member_id, cost=settings.credits_per_question,
-            idempotency_key=None, request_hash=None,
+        asked = await ask(
+            conn, principal(request), parsed, None, cost=settings.credits_per_question,
+            lease_seconds=settings.lease_seconds, reservations=pipeline, actor=actor(request),
         )
-    request.app[PIPELINE].wake()
-    if settings.credits_per_question:
-        request.app[METRICS].credits_debited.labels("question").inc(settings.credits_per_question)
-    raise see_other(f"/ask/{row['id']}")
+        if asked.stored is not None:
+            if asked.lease_owner is not None:
+                await pipeline.adopt(asked.stored)
+            else:
+                pipeline.wake()
+            if settings.credits_per_question:
+                request.app[METRICS].credits_debited.labels("question").inc(settings.credits_per_question)
+    raise see_other(f"/ask/{asked.row['id']}")
 
 
 async def _question(request: web.Request) -> Question:

@@ -31,7 +31,7 @@ def routes() -> list[web.RouteDef]:
         web.post("/kb/{id}", knowledge.kb_update, name="page_kb_update"),
         web.post("/kb/{id}/delete", knowledge.kb_delete, name="page_kb_delete"),
         get("/ask", ask.ask_form, name="page_ask", allow_head=False),
-        web.post("/ask", ask.ask, name="page_ask_post"),
+        web.post("/ask", ask.ask_page, name="page_ask_post"),
         get("/ask/{id}", ask.question_page, name="page_question", allow_head=False),
         get("/ask/{id}/state", ask.question_state, name="page_question_state", allow_head=False),
         get("/members", members.members_page, name="page_members", allow_head=False),
