@@ -109,12 +109,28 @@ async def record(
 ) -> None:
     """Write one audit event in the caller's transaction. `account_id` defaults to the actor's;
     with both `before` and `after` only the changed fields are kept (see `changes`)."""
+    await conn.execute(
+        db.query("insert_audit_event"),
+        *values(actor, action, record_id=record_id, account_id=account_id, before=before, after=after),
+    )
+
+
+def values(
+    actor: Actor,
+    action: str,
+    *,
+    record_id: str | None = None,
+    account_id: str | None = None,
+    before: Mapping[str, Any] | None = None,
+    after: Mapping[str, Any] | None = None,
+) -> tuple[Any, ...]:
+    """An event's columns in insert_audit_event's order (also for a statement that writes its
+    event itself, such as the ask's)."""
     if before is not None and after is not None:
         before, after = changes(before, after)
     else:
         before, after = _public(before), _public(after)
-    await conn.execute(
-        db.query("insert_audit_event"),
+    return (
         account_id or actor.account_id, actor.type, actor.id, actor.label, action, record_id,
         actor.client_address, actor.request_id,
         None if before is None else json.dumps(before),

@@ -180,16 +180,24 @@ async def ask_question(
     question_id: str | None = None,
     lease_owner: str | None = None,
     lease_seconds: float = 0.0,
+    actor: audit.Actor | None = None,
 ) -> asyncpg.Record:
     """`create_question`, returning the stored question as `get_question` reads it.
 
-    One statement (debit, question, ledger entry), atomic with or without a caller's transaction.
-    With `lease_owner` the question is stored leased to that pipeline (`Pipeline.reserve`).
+    One statement (debit, question, ledger entry and, with `actor`, the question.asked audit
+    event), atomic with or without a caller's transaction. With `lease_owner` the question is
+    stored leased to that pipeline (`Pipeline.reserve`).
     """
+    question_id = question_id or new_id("q")
+    event = (
+        audit.values(actor, "question.asked", record_id=question_id, account_id=account_id,
+                     after={"credits": cost})
+        if actor is not None else (None,) * 10
+    )
     row = await conn.fetchrow(
-        db.query("ask_question"), question_id or new_id("q"), account_id, user_id, member_id,
+        db.query("ask_question"), question_id, account_id, user_id, member_id,
         rfp_id, rfp_item_id, text, custom_prompt, detail_level, cost, idempotency_key,
-        request_hash, lease_owner, lease_seconds,
+        request_hash, lease_owner, lease_seconds, *event,
     )
     if row is not None:
         return row
@@ -252,21 +260,18 @@ async def ask(
         new_question = new_id("q")
         owner = reservations.reserve(new_question)
         try:
-            async with conn.transaction():
-                # The audit event first: the ask's debit locks the account's row, which every
-                # question of the account waits for, and each round trip while it is held (on a
-                # busy event loop, milliseconds) lowers how many questions an account can ask a
-                # second. A refused ask rolls the event back with the rest.
-                if actor is not None:
-                    await audit.record(conn, actor, "question.asked", record_id=new_question,
-                                       after={"credits": cost})
-                row = await ask_question(
-                    conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
-                    detail_level=asked.detail_level, custom_prompt=asked.custom_prompt,
-                    rfp_id=None, rfp_item_id=None, member_id=who.member_id, cost=cost,
-                    idempotency_key=key, request_hash=asked.fingerprint() if key else None,
-                    question_id=new_question, lease_owner=owner, lease_seconds=lease_seconds,
-                )
+            # One statement committing on its own, audit event included: the ask's debit locks
+            # the account's row, which every question of the account waits for, and each round
+            # trip while it was held (a transaction's next statement, its COMMIT; on a busy event
+            # loop, milliseconds each) lowered how many questions an account could ask a second.
+            row = await ask_question(
+                conn, account_id=who.account_id, user_id=who.user_id, text=asked.question,
+                detail_level=asked.detail_level, custom_prompt=asked.custom_prompt,
+                rfp_id=None, rfp_item_id=None, member_id=who.member_id, cost=cost,
+                idempotency_key=key, request_hash=asked.fingerprint() if key else None,
+                question_id=new_question, lease_owner=owner, lease_seconds=lease_seconds,
+                actor=actor,
+            )
         except asyncpg.UniqueViolationError:
             reservations.unreserve(new_question)
             owner = None

@@ -1,8 +1,9 @@
 -- ask_question --
--- Charge $10 credits and store a new question in state `new`, with its ledger entry: one statement,
--- so the account row (the lock that orders concurrent asks of an account) is held for one round
--- trip, not one per statement. The debit matches only an active account with enough credits; no
--- row back means nothing was written (`account_standing` then says why). $13, when set, is the
+-- Charge $10 credits and store a new question in state `new`, with its ledger entry and (with an
+-- actor) its audit event: one statement, so the account row (the lock that orders concurrent asks
+-- of an account) is held for no round trip to the client when it commits on its own. The debit
+-- matches only an active account with enough credits; no row back means nothing was written
+-- (`account_standing` then says why). $13, when set, is the
 -- asking process's pipeline: the question is born leased to it for $14 seconds (no claim needed,
 -- no announcement: see 0014_question_handoff.sql). Returns the question with its asker, as
 -- get_question does.
@@ -25,6 +26,15 @@ WITH debit AS (
 ), ledger AS (
     INSERT INTO credit_ledger (account_id, amount, reason, subject_id)
     SELECT q.account_id, -q.charged_credits, 'question', q.id FROM question q WHERE q.charged_credits > 0
+), audited AS (
+    -- $15–$24: the audit event (audit.values: account, actor type, id, label, action, record,
+    -- client address, request id, before, after), when there is an actor ($16 set).
+    INSERT INTO audit_events (account_id, actor_type, actor_id, actor_label, action, record_id,
+                              client_address, request_id, before, after)
+    SELECT $15::text, $16::text, $17::text, $18::text, $19::text, $20::text, $21::text, $22::text,
+           $23::jsonb, $24::jsonb
+      FROM question q
+     WHERE $16::text IS NOT NULL
 )
 SELECT q.*, q.state::text AS state, u.email AS user_email,
        display_name(u.first_name, u.last_name, u.email) AS user_name
