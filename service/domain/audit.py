@@ -97,22 +97,9 @@ def changes(
     return {k: old.get(k) for k in changed}, {k: new[k] for k in changed}
 
 
-async def record(
-    conn: asyncpg.Connection,
-    actor: Actor,
-    action: str,
-    *,
-    record_id: str | None = None,
-    account_id: str | None = None,
-    before: Mapping[str, Any] | None = None,
-    after: Mapping[str, Any] | None = None,
-) -> None:
-    """Write one audit event in the caller's transaction. `account_id` defaults to the actor's;
-    with both `before` and `after` only the changed fields are kept (see `changes`)."""
-    await conn.execute(
-        db.query("insert_audit_event"),
-        *values(actor, action, record_id=record_id, account_id=account_id, before=before, after=after),
-    )
+async def record(conn: asyncpg.Connection, actor: Actor, action: str, **fields: Any) -> None:
+    """Write one audit event in the caller's transaction; `fields` as `values` takes them."""
+    await conn.execute(db.query("insert_audit_event"), *values(actor, action, **fields))
 
 
 def values(
@@ -125,7 +112,8 @@ def values(
     after: Mapping[str, Any] | None = None,
 ) -> tuple[Any, ...]:
     """An event's columns in insert_audit_event's order (also for a statement that writes its
-    event itself, such as the ask's)."""
+    event itself, such as the ask's). `account_id` defaults to the actor's; with both `before`
+    and `after` only the changed fields are kept (see `changes`)."""
     if before is not None and after is not None:
         before, after = changes(before, after)
     else:

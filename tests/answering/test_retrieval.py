@@ -84,11 +84,14 @@ async def test_find_references__candidates_come_in_table_order_from_a_bitmap_sca
         )
     assert found and "backup retention" in found[0].question
     [candidates] = [plan for plan in plans if "LIMIT candidate_limit" in plan]
-    scans = [line.strip() for line in candidates.splitlines() if "Scan" in line and " on knowledge_items " in line]
+    scans = [line.strip() for line in candidates.splitlines()
+             if "Scan" in line and " on knowledge_items " in line]
     assert scans and all(scan.startswith("->  Bitmap Heap Scan") for scan in scans), scans
 
 
-async def test_knowledge_retrieve__a_candidate_carries_the_questions_lexemes_with_every_position(conn, admin):
+async def test_knowledge_retrieve__a_candidate_carries_the_questions_lexemes_with_every_position(
+    conn, admin
+):
     # The ranking reads positions and weights of the question's lexemes only: the rest of an
     # entry's vector is not sent.
     await conn.execute(

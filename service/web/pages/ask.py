@@ -5,11 +5,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...domain.convert import unstructure
-from ...domain.questions import Question, ask, fetch_question, parse_ask
-from ..actors import actor
+from ...domain.questions import Question, fetch_question, parse_ask
 from ..auth import connection
-from ..keys import CONFIG, METRICS, PIPELINE
+from ..keys import CONFIG
 from ..responses import json_response
+from ..views.questions import ask_and_start
 from .common import band_of, page, principal, read_form, render, see_other
 
 # Anyone signed in may ask, as in the API (POST /api/v1/questions admits viewers).
@@ -30,20 +30,7 @@ async def ask_page(request: web.Request) -> web.StreamResponse:
     if level:
         fields["answer_detail_level"] = int(level) if level.isdigit() else level
     parsed = parse_ask({}, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
-    pipeline = request.app[PIPELINE]
-    # The API's ask (views/questions.py): the same charge, audit event and hand-off.
-    async with connection(request) as conn:
-        asked = await ask(
-            conn, principal(request), parsed, None, cost=settings.credits_per_question,
-            lease_seconds=settings.lease_seconds, reservations=pipeline, actor=actor(request),
-        )
-        if asked.stored is not None:
-            if asked.lease_owner is not None:
-                await pipeline.adopt(asked.stored)
-            else:
-                pipeline.wake()
-            if settings.credits_per_question:
-                request.app[METRICS].credits_debited.labels("question").inc(settings.credits_per_question)
+    asked = await ask_and_start(request, parsed, None)  # as the API asks: charged, audited
     raise see_other(f"/ask/{asked.row['id']}")
 
 

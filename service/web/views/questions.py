@@ -12,7 +12,15 @@ from aiohttp import web
 
 from ...domain.convert import unstructure
 from ...domain.errors import ValidationFailed
-from ...domain.questions import MAX_IDEMPOTENCY_KEY, Question, ask, fetch_question, parse_ask
+from ...domain.questions import (
+    MAX_IDEMPOTENCY_KEY,
+    Ask,
+    Asked,
+    Question,
+    ask,
+    fetch_question,
+    parse_ask,
+)
 from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_object
@@ -42,21 +50,29 @@ async def post_question(request: web.Request) -> web.Response:
     settings = request.app[CONFIG].questions
     fields, body = await read_object(request, "question")
     parsed = parse_ask(body, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
-    key = _idempotency_key(request)
+    asked = await ask_and_start(request, parsed, _idempotency_key(request))
+    return _accepted(asked.row)
+
+
+async def ask_and_start(request: web.Request, parsed: Ask, key: str | None) -> Asked:
+    """Ask for the request's member (charged, audited) and start answering: handed to this
+    process's pipeline when it has room, else announced to any process. The web app's ask page
+    asks through this too."""
+    settings = request.app[CONFIG].questions
     pipeline = request.app[PIPELINE]
     async with connection(request) as conn:
         asked = await ask(
             conn, principal(request), parsed, key, cost=settings.credits_per_question,
             lease_seconds=settings.lease_seconds, reservations=pipeline, actor=actor(request),
         )
-        if asked.stored is not None:
-            if asked.lease_owner is not None:
-                await pipeline.adopt(asked.stored)
-            else:
-                pipeline.wake()  # (other processes are woken by the question's announcement)
-            if settings.credits_per_question:  # counted once committed
-                request.app[METRICS].credits_debited.labels("question").inc(settings.credits_per_question)
-    return _accepted(asked.row)
+    if asked.stored is not None:
+        if asked.lease_owner is not None:
+            await pipeline.adopt(asked.stored)
+        else:
+            pipeline.wake()  # (other processes are woken by the question's announcement)
+        if settings.credits_per_question:  # counted once committed
+            request.app[METRICS].credits_debited.labels("question").inc(settings.credits_per_question)
+    return asked
 
 
 @requires("read")
