@@ -112,33 +112,23 @@ _POINTER = re.compile(
 _LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-C,]+))?")
 
 
-def lexeme_positions(vector: str, lexeme: str) -> list[str]:
-    """A lexeme's positions in a tsvector's text ('lex':1A,4 …) as written there: "1A", "4" (the
-    letter is the weight, A question, B title, C answer, none D); [] when absent, [""] when
-    present without positions (a stripped vector)."""
-    text = _lexemes(vector).get(_escaped(lexeme))
-    return [] if text is None else text.split(",")
-
-
-def term_frequencies(vector: str, lexeme: str) -> tuple[int, int]:
-    """How often the lexeme occurs in the entry's question or title (weights A, B) and in the rest
-    (C, D) by a tsvector's text; a lexeme without positions (a stripped vector) counts once in
-    the rest."""
-    return _frequencies(_lexemes(vector).get(_escaped(lexeme)))
-
-
-def _lexemes(vector: str) -> dict[str, str]:
-    """{lexeme as written between the quotes: its positions text ("1A,4"; "" without)}."""
+def lexemes_of(vector: str) -> dict[str, str]:
+    """A tsvector's text as {lexeme as written between the quotes (see `escaped`): its positions
+    text}: "1A,4", the letter the weight (A question, B title, C answer, none D); "" for a lexeme
+    without positions (a stripped vector)."""
     return dict(_LEXEME.findall(vector))
 
 
-def _escaped(lexeme: str) -> str:
+def escaped(lexeme: str) -> str:
+    """A lexeme as a tsvector's text writes it between its quotes."""
     return lexeme.replace("\\", "\\\\").replace("'", "''")
 
 
-def _frequencies(positions: str | None) -> tuple[int, int]:
-    """(question/title, rest) occurrences from a positions text (see _lexemes): counted on the
-    text, each position being digits and at most one weight letter."""
+def field_frequencies(positions: str | None) -> tuple[int, int]:
+    """How often a lexeme occurs in the entry's question or title (weights A, B) and in the rest
+    (C, D), from its positions text (`lexemes_of`; None: absent): counted on the text, each
+    position being digits and at most one weight letter. Without positions it counts once in the
+    rest."""
     if positions is None:
         return 0, 0
     if not positions:
@@ -299,7 +289,7 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
     mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
     mean_answer = sum(row["answer_lexemes"] for row in candidates) / len(candidates) or 1.0
     # Per query, not per candidate: each lexeme as it is written in a tsvector's text.
-    lexical = [(_escaped(t.key), t.weight) for t in terms if not t.is_concept]
+    lexical = [(escaped(t.key), t.weight) for t in terms if not t.is_concept]
     concepts = [(t.key, t.weight) for t in terms if t.is_concept]
     weights_by_index = [weight for _, weight in lexical]
     # Each field's saturation term is < 1, so 2·total bounds the BM25F sum; each lexeme's
@@ -308,7 +298,7 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
     scored: list[list] = []
     for row in candidates:
         # The candidate's vector holds the question's lexemes only (knowledge_retrieve): a few.
-        found = _lexemes(row["vector"])
+        found = lexemes_of(row["vector"])
         hits = row["matched"]
         in_question = anywhere = bm25 = 0.0
         saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
@@ -317,7 +307,7 @@ def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list
             positions = found.get(key)
             if positions is None:
                 continue
-            tf_question, tf_answer = _frequencies(positions)
+            tf_question, tf_answer = field_frequencies(positions)
             bm25 += weight * (
                 tf_question / (tf_question + saturation_question)
                 + tf_answer / (tf_answer + saturation_answer)

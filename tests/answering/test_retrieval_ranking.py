@@ -4,7 +4,13 @@ from service.answering import decision as coverage
 from service.answering import retrieval
 from service.answering import words as english
 from service.answering.decision import decide
-from service.answering.retrieval import Reference, find_references, lexeme_positions, term_frequencies
+from service.answering.retrieval import (
+    Reference,
+    escaped,
+    field_frequencies,
+    find_references,
+    lexemes_of,
+)
 from service.domain.knowledge import import_csv
 
 KB = (
@@ -237,16 +243,21 @@ def test_proximity__neighbours_count_by_inverse_square_distance():
     assert adjacent < retrieval._proximity(alternating, weights) < bound
 
 
-def test_term_frequencies__count_one_lexemes_positions_by_field():
+def test_field_frequencies__count_one_lexemes_positions_by_field():
     vector = "'key':1A,7C,9 'monkey':2A 'it''s':3B,4B 's':5C 'bare' 'end':12,14A"
-    assert term_frequencies(vector, "key") == (1, 2)  # A question; C answer, no letter: D
-    assert term_frequencies(vector, "it's") == (2, 0)
-    assert term_frequencies(vector, "s") == (0, 1)  # not the end of 'it''s'
-    assert term_frequencies(vector, "bare") == (0, 1)  # a stripped vector: once, not in a field
-    assert term_frequencies(vector, "end") == (1, 1)  # the last lexeme
-    assert term_frequencies(vector, "monk") == (0, 0) and term_frequencies(vector, "key'") == (0, 0)
-    assert lexeme_positions(vector, "key") == ["1A", "7C", "9"]
-    assert lexeme_positions(vector, "bare") == [""] and lexeme_positions(vector, "monk") == []
+    found = lexemes_of(vector)
+
+    def term_frequencies(lexeme: str) -> tuple[int, int]:
+        return field_frequencies(found.get(escaped(lexeme)))
+
+    assert term_frequencies("key") == (1, 2)  # A question; C answer, no letter: D
+    assert term_frequencies("it's") == (2, 0)
+    assert term_frequencies("s") == (0, 1)  # not the end of 'it''s'
+    assert term_frequencies("bare") == (0, 1)  # a stripped vector: once, not in a field
+    assert term_frequencies("end") == (1, 1)  # the last lexeme
+    assert term_frequencies("monk") == (0, 0) and term_frequencies("key'") == (0, 0)
+    assert found["key"].split(",") == ["1A", "7C", "9"]
+    assert found["bare"] == "" and "monk" not in found
 
 
 def test_decide__nothing_found_is_not_sufficient():
