@@ -9,10 +9,8 @@
 -- `budget`; every lexeme when the account has at most `candidate_limit` entries) or a phrase of
 -- a mentioned concept, at most `candidate_limit`, cut to the best `rerank` by a weighted ts_rank
 -- over every lexeme; then the entries `also` (dense retrieval's) that are not among them. Each
--- carries its tsvector as text, reduced to the question's lexemes (their positions and weights
--- are all the ranking reads: an entry's whole text cost more to print, send and search than to
--- cut here, ~3 ms of ~17 a retrieval on long entries), its field lengths in distinct lexemes and
--- the mentioned concepts it contains (`matched`).
+-- carries its tsvector reduced to the question's lexemes (knowledge_candidate_vector), its field
+-- lengths in distinct lexemes and the mentioned concepts it contains (`matched`).
 --
 -- plan_cache_mode: after five runs a cached generic plan (not knowing the account or the
 -- tsquery) reads every entry of the account through the account index instead of the few the GIN
@@ -139,8 +137,7 @@ BEGIN
            AND k.id NOT IN (SELECT b.id FROM best b)
     )
     SELECT c.id, c.external_id, c.title, c.question, c.answer, c.source, c.yes_no,
-           -- the vector less its lexemes that are not the question's
-           ts_delete(c.search_vector, tsvector_to_array(ts_delete(c.search_vector, all_lexemes)))::text,
+           knowledge_candidate_vector(c.search_vector, all_lexemes),
            length(ts_filter(c.search_vector, '{a,b}')), length(ts_filter(c.search_vector, '{c,d}')),
            ARRAY(SELECT DISTINCT p.concept
                    FROM unnest(phrase_concepts, phrase_queries) AS p(concept, query)

@@ -9,7 +9,7 @@
 -- - one per entry of `candidates` (the lexical candidates' ids) and of the nearest: `joins`
 --   false, only `id` and `similarity` (NULL for an entry not embedded yet);
 -- - one per nearest entry that is not among the candidates: `joins` true, with the columns a
---   candidate of knowledge_retrieve has (its tsvector reduced to the question's `lexemes`, the
+--   candidate of knowledge_retrieve has (knowledge_candidate_vector of the question's `lexemes`, the
 --   field lengths, the concepts of `concepts` whose phrases it contains) and its similarity.
 --
 -- HNSW returns at most hnsw.ef_search rows (default 40) before the account filter; iterative
@@ -71,8 +71,7 @@ BEGIN
              FROM (SELECT unnest($2) UNION SELECT unnest($3)) AS i(id)
            UNION ALL
            SELECT true, k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no,
-                  -- as knowledge_retrieve's candidates: the question's lexemes only
-                  ts_delete(k.search_vector, tsvector_to_array(ts_delete(k.search_vector, $4)))::text,
+                  knowledge_candidate_vector(k.search_vector, $4),
                   length(ts_filter(k.search_vector, '{a,b}')), length(ts_filter(k.search_vector, '{c,d}')),
                   ARRAY(SELECT DISTINCT p.concept FROM phrases p WHERE k.search_vector @@ p.phrase_query),
                   NULL::double precision
