@@ -268,27 +268,33 @@ def rfp_item_state(work: Work, config: QuestionsConfig) -> str:
 async def persist(
     conn: asyncpg.Connection, owner: str, before: Work, after: Work, lease_seconds: float,
     metrics: Metrics | None = None, config: QuestionsConfig | None = None,
-    web_base_url: str = "http://localhost:8080",
+    web_base_url: str = "http://localhost:8080", queued: Callable[[], None] | None = None,
 ) -> asyncpg.Record | None:
     """Store `after` if `before` is still what the database holds and we hold the lease.
 
-    A refund (engine failure) and the answer of a linked RFP item commit with the transition;
-    the refund is also guarded in SQL, so it happens at most once per question.
+    A refund (engine failure), the answer of a linked RFP item and the webhook deliveries of a
+    completion (question.completed, rfp.answered) commit with the transition; the refund is also
+    guarded in SQL, so it happens at most once per question. `queued` is called once that commit
+    has queued deliveries (the deliverer's wake).
     Returns the question as stored (as `get_question` reads it), or None when another worker
     moved it: drop it then.
     """
     config = config or QuestionsConfig()
     answers_item = after.state == "complete" and after.rfp_item_id is not None
-    # A completion writes its webhooks (question.completed, rfp.answered) in its transaction.
-    if after.engine_failure is None and after.state != "complete":
-        # One statement commits on its own: no BEGIN/COMMIT round trips for the common case.
-        args = _advance_args(owner, before, after, lease_seconds)
-        return await conn.fetchrow(db.query("advance_question"), *args)
+    args = _advance_args(owner, before, after, lease_seconds)
+    if after.engine_failure is None and not answers_item:
+        # One statement commits on its own: a step's output, or a completion that no endpoint
+        # wants (most), with no BEGIN, enqueue and COMMIT round trips and no deliverer wake.
+        unwanted = "question.completed" if after.state == "complete" else None
+        moved = await conn.fetchrow(db.query("advance_question"), *args, unwanted)
+        if moved is not None or unwanted is None:
+            return moved
+        # Not stored: an endpoint wants the event (or another worker moved the question, which
+        # the guarded update below finds again).
     refund = None
+    deliveries = 0
     async with conn.transaction():
-        moved = await conn.fetchrow(
-            db.query("advance_question"), *_advance_args(owner, before, after, lease_seconds)
-        )
+        moved = await conn.fetchrow(db.query("advance_question"), *args, None)
         if moved is None:
             return None
         if after.engine_failure is not None:
@@ -307,23 +313,26 @@ async def persist(
                 # The RFP row lock just taken orders the completions of its items: the last
                 # one sees no other in flight, and says so once.
                 if await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id) == 0:
-                    await _rfp_answered(conn, after.account_id, rfp_id, web_base_url)
+                    deliveries += await _rfp_answered(conn, after.account_id, rfp_id, web_base_url)
         if after.state == "complete":
-            await webhooks.emit(conn, after.account_id, "question.completed", after.id,
-                                unstructure(Question.from_row(moved)))
+            deliveries += await webhooks.emit(conn, after.account_id, "question.completed",
+                                              after.id, unstructure(Question.from_row(moved)))
     if refund and metrics is not None:  # counted once committed
         metrics.credits_refunded.labels("engine_failure").inc(refund)
+    if deliveries and queued is not None:
+        queued()
     return moved
 
 
 async def _rfp_answered(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, web_base_url: str
-) -> None:
-    """rfp.answered: every item of an answer-all run has its draft."""
-    if await webhooks.wanted(conn, account_id, "rfp.answered"):
-        row = await conn.fetchrow(db.query("get_rfp"), rfp_id, account_id)
-        await webhooks.emit(conn, account_id, "rfp.answered", rfp_id,
-                            rfp_json(row, web_base_url, with_context=True))
+) -> int:
+    """rfp.answered: every item of an answer-all run has its draft. Returns the deliveries queued."""
+    if not await webhooks.wanted(conn, account_id, "rfp.answered"):
+        return 0
+    row = await conn.fetchrow(db.query("get_rfp"), rfp_id, account_id)
+    return await webhooks.emit(conn, account_id, "rfp.answered", rfp_id,
+                               rfp_json(row, web_base_url, with_context=True))
 
 
 # -- the runner ----------------------------------------------------------------------------------
@@ -360,6 +369,9 @@ class Pipeline:
         # Called with each row this pipeline commits, and with None when it lets go of a question
         # unfinished (QuestionEvents.deliver: this process's event streams).
         self.on_commit: Callable[[str, Mapping[str, Any] | None], None] | None = None
+        # Called after a commit that queued webhook deliveries (Deliverer.wake: sent now rather
+        # than at the deliverer's next poll).
+        self.on_webhooks: Callable[[], None] | None = None
         self.stopping = False
         self._wake = asyncio.Event()
         # The base of the RFP web_link in webhook bodies (server.web_base_url; set by the app).
@@ -469,7 +481,7 @@ class Pipeline:
                 async with self.pool.acquire() as conn:
                     stored = await persist(
                         conn, self.owner, work, after, self.config.lease_seconds, self.metrics,
-                        self.config, self.web_base_url,
+                        self.config, self.web_base_url, self.on_webhooks,
                     )
                 if stored is None:
                     log.info("question %s was moved by another worker; leaving it", work.id)
@@ -511,7 +523,8 @@ class Pipeline:
             log.error("question %s failed in state %s %s times; completing it unanswered",
                       work.id, work.state, attempts, exc_info=exc)
             stored = await persist(conn, self.owner, work, given_up(work, attempts, exc),
-                                   self.config.lease_seconds, self.metrics)
+                                   self.config.lease_seconds, self.metrics, self.config,
+                                   self.web_base_url, self.on_webhooks)
         if stored is not None:
             self.committed[work.id] = stored
             if self.on_commit is not None:

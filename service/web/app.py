@@ -7,8 +7,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator
 
 import aiohttp
 import aiojobs
@@ -267,14 +266,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
     pipeline.on_commit = events.deliver  # this process's streams get its commits without a read
     deliverer = app.get(DELIVERER)
     if deliverer is not None:
-        # A completion committed its webhooks (question.completed, rfp.answered): send them now
-        # rather than at the deliverer's next poll.
-        def on_commit(question_id: str, row: Mapping[str, Any] | None) -> None:
-            events.deliver(question_id, row)
-            if row is not None and row["state"] == "complete":
-                deliverer.wake()
-
-        pipeline.on_commit = on_commit
+        pipeline.on_webhooks = deliverer.wake
     await events.connect()
     app[PIPELINE] = pipeline
     app[EVENTS] = events

@@ -99,6 +99,10 @@ RETURNING failed_attempts;
 -- after it, only if the question is still in the expected state and leased to us. No row back
 -- means another worker moved it. Returns the question as get_question reads it (this process's
 -- event streams take it from here instead of reading it again).
+--
+-- $18, an event type or NULL: store nothing (no row back) when an endpoint of the account wants
+-- that event (webhook_wanted). A completion no endpoint wants then commits in this one statement;
+-- one that is wanted is stored again in a transaction that queues the event with it (persist).
 UPDATE questions q
    SET state = $4::question_state,
        context = $5,
@@ -119,6 +123,7 @@ UPDATE questions q
        updated_at = now()
   FROM users u
  WHERE q.id = $1 AND q.state = $2::question_state AND q.lease_owner = $3 AND u.id = q.user_id
+   AND ($18::text IS NULL OR NOT webhook_wanted(q.account_id, $18))
 RETURNING q.*, q.state::text AS state, u.email AS user_email,
           display_name(u.first_name, u.last_name, u.email) AS user_name;
 

@@ -53,9 +53,7 @@ SELECT count(*) FROM queued;
 
 -- webhook_type_wanted --
 -- Whether any enabled endpoint of account $1 wants event type $2 (before building a costly body).
-SELECT EXISTS (
-    SELECT 1 FROM webhook_endpoints WHERE account_id = $1 AND enabled AND $2 = ANY (event_types)
-);
+SELECT webhook_wanted($1, $2);
 
 -- claim_webhook_delivery --
 -- Lease one due delivery for $1 seconds; its first attempt sets the retry window ($2 seconds). Rows another deliverer holds are skipped; so is a

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiojobs
 import asyncpg
@@ -66,6 +67,64 @@ async def test_persist__engine_failure_refunds_exactly_once(conn, admin):
     )
     assert [r["amount"] for r in refunds] == [1]
     assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
+
+
+async def _answered(conn, account, user_id) -> tuple[Work, Work]:
+    """A question leased to "me" just before its completion, and that completion."""
+    question_id = await _question(conn, account, user_id)
+    await conn.execute(
+        "UPDATE questions SET lease_owner = 'me', state = 'confidence_calculated' WHERE id = $1",
+        question_id,
+    )
+    before = await _work(conn, question_id)
+    return before, attrs.evolve(before, state="complete", answer="Yes.", confidence=0.5)
+
+
+async def _endpoint(conn, account, event_types, enabled=True) -> None:
+    await conn.execute(
+        "INSERT INTO webhook_endpoints (id, account_id, url, event_types, secret, enabled)"
+        " VALUES ($1, $2, 'https://hooks.example.com/in', $3, 'whsec_AAAA', $4)",
+        f"whep_{len(event_types)}{enabled}", account, event_types, enabled,
+    )
+
+
+async def test_persist__a_completion_no_endpoint_wants_is_one_statement_and_queues_nothing(conn, admin):
+    # An endpoint that wants another type, and a disabled one that wants this type, want nothing.
+    await _endpoint(conn, admin.account_id, ["knowledge_base_item.created"])
+    await _endpoint(conn, admin.account_id, ["question.completed"], enabled=False)
+    before, after = await _answered(conn, admin.account_id, admin.user_id)
+    statements, wakes = [], []
+
+    def logged(record):
+        statements.append(record.query)
+
+    conn.add_query_logger(logged)
+    try:
+        moved = await persist(conn, "me", before, after, 30, queued=lambda: wakes.append(1))
+        await asyncio.sleep(0)  # asyncpg calls its query loggers soon after, not during
+    finally:
+        conn.remove_query_logger(logged)
+    assert moved["state"] == "complete" and moved["answer"] == "Yes."
+    assert len(statements) == 1  # no BEGIN, no COMMIT, no enqueue
+    assert wakes == []
+    assert await conn.fetchval("SELECT count(*) FROM webhook_events") == 0
+    assert not await persist(conn, "me", before, after, 30)  # stored once
+
+
+async def test_persist__a_completion_an_endpoint_wants_commits_with_its_delivery(conn, admin):
+    await _endpoint(conn, admin.account_id, ["question.completed"])
+    before, after = await _answered(conn, admin.account_id, admin.user_id)
+    assert not await persist(conn, "someone-else", before, after, 30)
+    wakes = []
+    moved = await persist(conn, "me", before, after, 30, queued=lambda: wakes.append(1))
+    assert moved["state"] == "complete"
+    events = await conn.fetch("SELECT type, record_id, body FROM webhook_events")
+    assert [(e["type"], e["record_id"]) for e in events] == [("question.completed", before.id)]
+    assert json.loads(events[0]["body"])["data"]["answer"] == "Yes."
+    assert await conn.fetchval("SELECT count(*) FROM webhook_deliveries") == 1
+    assert wakes == [1]  # the deliverer is woken once the delivery is committed
+    assert not await persist(conn, "me", before, after, 30)
+    assert await conn.fetchval("SELECT count(*) FROM webhook_deliveries") == 1
 
 
 @pytest.fixture
