@@ -146,7 +146,6 @@ async def fetch_references(ctx: StepContext, work: Work) -> Work:
         found = await find_references(
             conn, work.account_id, work.question, ctx.config.references_limit, ctx.embedder
         )
-        found = await staleness.mark_references(conn, found)  # versions; stale entries (issue 20)
     return attrs.evolve(work, references=tuple(found))
 
 

@@ -93,7 +93,8 @@ class Reference:
     # long the question around it (the share above dilutes it). Also a property of the question.
     unknown_peak: float = 0.0
     # Library care (service/answering/staleness.py): the entry's version when it was retrieved
-    # (a question keeps pointing at what it used), and its review date when that had passed.
+    # (a question keeps pointing at what it used), and its review date when that had passed
+    # (ISO date). Both are read with the candidates (knowledge_retrieve).
     kb_version: int | None = None
     stale_since: str | None = None
 
@@ -257,6 +258,8 @@ async def _rank(
                 yes_no=row["yes_no"],
                 unknown=round(unknown, 4),
                 unknown_peak=round(unknown_peak, 4),
+                kb_version=row["version"],
+                stale_since=row["review_by"].isoformat() if row["stale"] else None,
             )
             for score, question_match, coverage, row in top
         ],

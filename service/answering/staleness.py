@@ -1,32 +1,18 @@
 """Stale knowledge entries (past their review date, service/domain/library.py) in answering.
 
-The references a question drew on are marked with the entry's version and, when it is stale, its
-review date; an answer drawn from a stale entry then asks for attention and its confidence is
-capped under the auto-answer band, so `bands.band` never puts it (or its RFP item) there.
+The references a question drew on carry the entry's version and, when it is stale, its review
+date (`Reference.kb_version` and `stale_since`, read with the candidates); an answer drawn from a
+stale entry then asks for attention and its confidence is capped under the auto-answer band, so
+`bands.band` never puts it (or its RFP item) there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import asyncpg
-import attrs
-
 from ..config import QuestionsConfig
-from ..domain.library import reference_marks, stale_attention_point
+from ..domain.library import stale_attention_point
 from .retrieval import Reference
-
-
-async def mark_references(conn: asyncpg.Connection, references: Sequence[Reference]) -> list[Reference]:
-    marks = await reference_marks(conn, [ref.kb_item_id for ref in references])
-    marked = []
-    for ref in references:
-        mark = marks.get(ref.kb_item_id)
-        if mark is not None:
-            ref = attrs.evolve(ref, kb_version=mark.version,
-                               stale_since=mark.review_by.isoformat() if mark.stale else None)
-        marked.append(ref)
-    return marked
 
 
 def stale_points(references: Sequence[Reference], used: Sequence[str]) -> tuple[str, ...]:

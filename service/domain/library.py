@@ -197,24 +197,6 @@ async def versions(conn: asyncpg.Connection, account_id: str, item_id: str) -> l
 # -- what a question drew on -------------------------------------------------------------------
 
 
-@attrs.frozen(kw_only=True)
-class ReferenceMark:
-    version: int
-    review_by: date
-    stale: bool
-
-
-async def reference_marks(conn: asyncpg.Connection, item_ids: Sequence[str]) -> dict[str, ReferenceMark]:
-    """The version and staleness of each entry a question drew on."""
-    if not item_ids:
-        return {}
-    rows = await conn.fetch(db.query("reference_marks"), list(item_ids))
-    return {
-        row["id"]: ReferenceMark(version=row["version"], review_by=row["review_by"], stale=row["stale"])
-        for row in rows
-    }
-
-
 def stale_attention_point(item_id: str, review_by: str | None) -> str:
     when = f" (review by {review_by})" if review_by else ""
     return (f"Drawn from knowledge-base entry {item_id}, which is past its review date{when}: "

@@ -10,7 +10,9 @@
 -- a mentioned concept, at most `candidate_limit`, cut to the best `rerank` by a weighted ts_rank
 -- over every lexeme; then the entries `also` (dense retrieval's) that are not among them. Each
 -- carries its tsvector reduced to the question's lexemes (knowledge_candidate_vector), its field
--- lengths in distinct lexemes and the mentioned concepts it contains (`matched`).
+-- lengths in distinct lexemes, the mentioned concepts it contains (`matched`) and, for the
+-- references of an answer (service/answering/staleness.py), its `version`, its review date
+-- (`review_by`) and whether that has passed (`stale`).
 --
 -- plan_cache_mode: after five runs a cached generic plan of the candidates' query (not knowing
 -- the account or the tsquery) reads every entry of the account through the account index instead
@@ -34,7 +36,8 @@ CREATE OR REPLACE FUNCTION knowledge_retrieve(
 ) RETURNS TABLE (
     id text, external_id text, title text, question text, answer text, source text, yes_no boolean,
     vector text, question_lexemes integer, answer_lexemes integer, matched text[],
-    lexemes text[], dfs integer[], items integer, concepts text[], covered text[], words text[]
+    lexemes text[], dfs integer[], items integer, concepts text[], covered text[], words text[],
+    version integer, review_by date, stale boolean
 )
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
@@ -93,7 +96,8 @@ BEGIN
                                                  'hword_asciipart', 'hword_part', 'file'),
                                      unnest(CASE t.alias WHEN 'file' THEN ARRAY[lower(p.token)]
                                                  ELSE ts_lexize('english_stem', p.token) END)
-                                       AS l(lexeme));
+                                       AS l(lexeme)),
+                        NULL::integer, NULL::date, NULL::boolean;
     IF n = 0 OR all_lexemes IS NULL THEN
         RETURN;
     END IF;
@@ -121,7 +125,8 @@ BEGIN
     PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
     RETURN QUERY
     WITH cand AS MATERIALIZED (
-        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector
+        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector,
+               k.version, k.review_by
           FROM knowledge_items k
          WHERE k.account_id = p_account AND k.search_vector @@ candidate_query
          LIMIT candidate_limit
@@ -134,7 +139,8 @@ BEGIN
     ), chosen AS (
         SELECT * FROM best
         UNION ALL
-        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector
+        SELECT k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no, k.search_vector,
+               k.version, k.review_by
           FROM knowledge_items k
          WHERE k.account_id = p_account AND k.id = ANY(also)
            AND k.id NOT IN (SELECT b.id FROM best b)
@@ -145,7 +151,8 @@ BEGIN
            ARRAY(SELECT DISTINCT p.concept
                    FROM unnest(phrase_concepts, phrase_queries) AS p(concept, query)
                   WHERE c.search_vector @@ p.query),
-           NULL::text[], NULL::integer[], NULL::integer, NULL::text[], NULL::text[], NULL::text[]
+           NULL::text[], NULL::integer[], NULL::integer, NULL::text[], NULL::text[], NULL::text[],
+           c.version, c.review_by, c.review_by < (now() AT TIME ZONE 'UTC')::date
       FROM chosen c;
     -- An error needs no such care: it undoes the setting with the (sub)transaction.
     PERFORM set_config('plan_cache_mode', caller_plan_cache_mode, true);

@@ -10,7 +10,8 @@
 --   false, only `id` and `similarity` (NULL for an entry not embedded yet);
 -- - one per nearest entry that is not among the candidates: `joins` true, with the columns a
 --   candidate of knowledge_retrieve has (knowledge_candidate_vector of the question's `lexemes`, the
---   field lengths, the concepts of `concepts` whose phrases it contains) and its similarity.
+--   field lengths, the concepts of `concepts` whose phrases it contains, its version, review
+--   date and staleness).
 --
 -- HNSW returns at most hnsw.ef_search rows (default 40) before the account filter; iterative
 -- scans (pgvector 0.8 and later) go on until `nearest` of this account's entries are found. Both
@@ -25,7 +26,7 @@ CREATE OR REPLACE FUNCTION knowledge_retrieve_nearest(
 ) RETURNS TABLE (
     joins boolean, id text, external_id text, title text, question text, answer text, source text,
     yes_no boolean, vector text, question_lexemes integer, answer_lexemes integer, matched text[],
-    similarity double precision
+    similarity double precision, version integer, review_by date, stale boolean
 )
 LANGUAGE plpgsql VOLATILE  -- it changes settings, for the duration of one query
 SET plan_cache_mode = force_custom_plan
@@ -67,14 +68,16 @@ BEGIN
                   NULL::boolean, NULL::text, NULL::integer, NULL::integer, NULL::text[],
                   (SELECT 1 - (e.embedding::vector(%1$s) <=> $6::vector(%1$s))
                      FROM knowledge_embeddings e
-                    WHERE e.item_id = i.id AND e.model = $7 AND e.dimensions = %1$s)
+                    WHERE e.item_id = i.id AND e.model = $7 AND e.dimensions = %1$s),
+                  NULL::integer, NULL::date, NULL::boolean
              FROM (SELECT unnest($2) UNION SELECT unnest($3)) AS i(id)
            UNION ALL
            SELECT true, k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no,
                   knowledge_candidate_vector(k.search_vector, $4),
                   length(ts_filter(k.search_vector, '{a,b}')), length(ts_filter(k.search_vector, '{c,d}')),
                   ARRAY(SELECT DISTINCT p.concept FROM phrases p WHERE k.search_vector @@ p.phrase_query),
-                  NULL::double precision
+                  NULL::double precision,
+                  k.version, k.review_by, k.review_by < (now() AT TIME ZONE 'UTC')::date
              FROM knowledge_items k
             WHERE k.account_id = $1 AND k.id = ANY($3) AND NOT k.id = ANY($2)$q$, dims::integer)
       USING p_account, candidates, near, lexemes, concepts, p_vector, p_model;

@@ -58,12 +58,6 @@ SELECT * FROM knowledge_item_versions
  WHERE item_id = $1 AND account_id = $2
  ORDER BY version DESC;
 
--- reference_marks --
--- The version and review date of the entries a question drew on.
-SELECT id, version, review_by, review_by < (now() AT TIME ZONE 'UTC')::date AS stale
-  FROM knowledge_items
- WHERE id = ANY($1::text[]);
-
 -- stale_items --
 -- Every stale entry of an account (the CLI), most overdue first.
 SELECT k.id, k.review_by, k.owner_member_id, u.email AS owner_email, k.question, k.title

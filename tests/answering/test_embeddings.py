@@ -225,6 +225,10 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     await import_csv(conn, other.account_id, KB.replace("END-1", "OTHER-END"))
     embedder = await _indexed(url, session, database_url)
     question = "Do company laptops have safeguards?"  # no word in common with END-1
+    # Past its review date: a new version, and a reference that says since when.
+    review_by = await conn.fetchval(
+        "UPDATE knowledge_items SET review_by = current_date - 1"
+        " WHERE account_id = $1 AND external_id = 'END-1' RETURNING review_by", admin.account_id)
 
     assert await find_references(conn, admin.account_id, question) == []
     found = await find_references(conn, admin.account_id, question, embedder=embedder)
@@ -232,11 +236,13 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     assert found[0].external_id == "END-1"  # never another account's entry
     assert found[0].dense == pytest.approx(1.0, abs=0.05)
     assert found[0].score == 0.0  # the lexical score stays lexical
+    assert (found[0].kb_version, found[0].stale_since) == (2, review_by.isoformat())
 
     # Where both rankings have something, the fused order keeps the lexical evidence.
     fused = await find_references(conn, admin.account_id, "How often are backups taken?",
                                   embedder=embedder)
     assert fused[0].external_id == "BAK-1" and fused[0].score > 0 and fused[0].dense is not None
+    assert (fused[0].kb_version, fused[0].stale_since) == (1, None)
 
 
 @pytest.mark.pgvector

@@ -117,3 +117,10 @@ async def test_knowledge_retrieve__a_candidate_carries_the_questions_lexemes_wit
     assert rows[0]["lexemes"] == ["backup", "encrypt"]
     assert candidate["vector"] == "'backup':4A,9C,16C 'encrypt':3A,11C"
     assert (candidate["question_lexemes"], candidate["answer_lexemes"]) == (3, 8)  # of the whole entry
+    # What an answer's references carry (staleness.py): read here, not in a statement of their own.
+    assert (candidate["version"], candidate["stale"]) == (1, False) and candidate["review_by"]
+    await conn.execute("UPDATE knowledge_items SET review_by = current_date - 1")
+    rows = await conn.fetch("SELECT * FROM knowledge_retrieve($1, $2, 300, 400, 200, '{}')",
+                            admin.account_id, "Are the backups encrypted?")
+    assert (rows[1]["version"], rows[1]["stale"]) == (2, True)
+    assert rows[0]["version"] is None  # the question's row
