@@ -126,6 +126,11 @@ def values(
     )
 
 
+# `values` for no event: a statement that writes its event only with an actor (the ask's) gets
+# these NULLs in the event's places.
+NO_EVENT: tuple[None, ...] = (None,) * 10
+
+
 @attrs.frozen(kw_only=True)
 class AuditFilter:
     actor: str | None = None

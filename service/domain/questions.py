@@ -192,7 +192,7 @@ async def ask_question(
     event = (
         audit.values(actor, "question.asked", record_id=question_id, account_id=account_id,
                      after={"credits": cost})
-        if actor is not None else (None,) * 10
+        if actor is not None else audit.NO_EVENT
     )
     row = await conn.fetchrow(
         db.query("ask_question"), question_id, account_id, user_id, member_id,

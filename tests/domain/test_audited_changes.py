@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.domain import knowledge, rfp_items, rfps
+from service.domain import audit, knowledge, rfp_items, rfps
 from service.domain.audit import Actor
 from service.domain.errors import ValidationFailed
 from service.domain.knowledge import KnowledgeItemInput
@@ -64,3 +64,9 @@ async def test_knowledge_delete__rolled_back_with_its_audit_event(conn, admin):
             raise RuntimeError("the caller's transaction fails after the delete")
     assert (await knowledge.fetch_item(conn, admin.account_id, item.id)).id == item.id
     assert await actions(conn, admin.account_id) == [("knowledge_base_item.created", item.id)]
+
+
+def test_no_event__has_the_shape_of_an_events_values():
+    # The ask's statement takes either in the same parameter places ($15-$24 of ask_question).
+    event = audit.values(audit.Actor(type="operator", id="cli"), "question.asked", record_id="q_1")
+    assert len(audit.NO_EVENT) == len(event) and set(audit.NO_EVENT) == {None}
