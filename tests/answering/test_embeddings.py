@@ -271,6 +271,38 @@ async def test_find_references__dense_leaves_the_callers_settings_alone(
 
 
 @pytest.mark.pgvector
+async def test_find_references__the_similarities_may_take_a_generic_plan_that_parses_the_vector_once(
+    fake, session, conn, database_url, admin
+):
+    # knowledge_retrieve_nearest's similarities were a dynamic statement, planned with every
+    # call. Now a cached generic plan may serve them (the planner picks one on large knowledge
+    # bases), where the question's vector is a parameter: it must be parsed once per call (an
+    # InitPlan), not once per entry, and the references must be those of a custom plan.
+    _, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    embedder = await _indexed(url, session, database_url)
+    question = "How often are backups restored?"
+    custom = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
+    assert await conn.fetchval(
+        "SELECT proconfig FROM pg_proc WHERE proname = 'knowledge_retrieve_nearest'") is None
+    plans: list[str] = []
+    conn.add_log_listener(lambda _, message: plans.append(message.message))
+    async with conn.transaction():
+        await conn.execute("LOAD 'auto_explain'")
+        await conn.execute(
+            "SET LOCAL plan_cache_mode = force_generic_plan;"
+            " SET LOCAL auto_explain.log_min_duration = 0; SET LOCAL auto_explain.log_nested_statements = on;"
+            " SET LOCAL auto_explain.log_level = notice; SET LOCAL client_min_messages = notice"
+        )
+        generic = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
+    assert generic == custom and {ref.external_id for ref in custom} == {"END-1", "ENC-1", "BAK-1", "HR-1"}
+    [similarities] = [plan for plan in plans if "WITH phrases AS MATERIALIZED" in plan]
+    conditions = [line.strip() for line in similarities.splitlines() if "Index Cond: ((item_id =" in line]
+    assert conditions and all("$" in condition for condition in conditions), conditions
+    assert "InitPlan" in similarities, similarities
+
+
+@pytest.mark.pgvector
 async def test_find_references__backend_down_means_lexical_only(fake, session, conn, database_url, admin):
     server, url = fake
     await import_csv(conn, admin.account_id, KB)
