@@ -109,6 +109,24 @@ async def test_candidates__rarest_lexemes_within_budget_choose_them(conn, admin,
     assert {ref.external_id for ref in found} == {"R", "S"}
 
 
+async def test_candidates__cut_to_rerank_by_ts_rank_only_when_there_are_more(conn, admin):
+    # ts_rank orders the candidates only to cut them: with more than `rerank`, the best by
+    # ts_rank stay (the entries saying "cobalt" in their question, weight A, over the one saying
+    # it in its answer); with `rerank` or fewer, all of them, whatever their order.
+    await _load(conn, admin.account_id, "id,question,answer\n"
+                "Q1,Is cobalt used?,Yes.\nQ2,Cobalt stored where?,Onsite.\n"
+                "A1,Which metals?,Iron and cobalt.\n")
+
+    async def candidates(rerank):
+        rows = await conn.fetch("SELECT * FROM knowledge_retrieve($1, 'cobalt', 300, 400, $2, '{}')",
+                                admin.account_id, rerank)
+        return sorted(row["external_id"] for row in rows[1:])
+
+    assert await candidates(2) == ["Q1", "Q2"]
+    assert await candidates(3) == ["A1", "Q1", "Q2"]
+    assert await candidates(200) == ["A1", "Q1", "Q2"]
+
+
 async def test_knowledge_retrieve__first_row_describes_the_question(conn, admin):
     await _load(conn, admin.account_id)
     [first, *rest] = await conn.fetch(
