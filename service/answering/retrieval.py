@@ -40,7 +40,7 @@ from .embeddings import Embedder
 # The candidate stage reads one heap page per candidate row; that, not ranking, is what costs
 # (bench/retrieval.py). So the rows read are bounded, not the lexemes used.
 CANDIDATE_BUDGET = 300  # sum of the document frequencies of the lexemes that choose candidates
-CANDIDATE_LIMIT = 400  # most candidate rows read and ranked by ts_rank
+CANDIDATE_LIMIT = 400  # most candidate rows read (ranked by ts_rank when more than RERANK)
 RERANK = 200  # candidates re-ranked in Python (a cut to 80 by ts_rank lost right entries)
 # BM25's usual constants, not tuned to any data set: term-frequency saturation and length
 # normalisation. Both fields count the same (docs/answer-quality.md: weighting the answer as much

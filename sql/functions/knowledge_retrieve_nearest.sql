@@ -81,7 +81,11 @@ BEGIN
            ARRAY(SELECT DISTINCT p.concept FROM phrases p WHERE k.search_vector @@ p.phrase_query),
            NULL::double precision,
            k.version, k.review_by, k.review_by < (now() AT TIME ZONE 'UTC')::date
-      FROM knowledge_items k
-     WHERE k.account_id = p_account AND k.id = ANY(near) AND NOT k.id = ANY(candidates);
+      -- Found by id alone (OFFSET 0 keeps the account's condition out of the scan): a cached
+      -- generic plan, not knowing the account, may otherwise take an index that starts with
+      -- account_id, as it expects few entries an account when there are many small accounts,
+      -- and then read every entry of a large one.
+      FROM (SELECT j.* FROM knowledge_items j WHERE j.id = ANY(near) OFFSET 0) AS k
+     WHERE k.account_id = p_account AND NOT k.id = ANY(candidates);
 END
 $$;

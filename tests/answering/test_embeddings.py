@@ -297,9 +297,42 @@ async def test_find_references__the_similarities_may_take_a_generic_plan_that_pa
         generic = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
     assert generic == custom and {ref.external_id for ref in custom} == {"END-1", "ENC-1", "BAK-1", "HR-1"}
     [similarities] = [plan for plan in plans if "WITH phrases AS MATERIALIZED" in plan]
-    conditions = [line.strip() for line in similarities.splitlines() if "Index Cond: ((item_id =" in line]
+    conditions = [line.strip() for line in similarities.splitlines()
+                  if ("Cond:" in line or "Filter:" in line) and "item_id = i.id" in line]
     assert conditions and all("$" in condition for condition in conditions), conditions
     assert "InitPlan" in similarities, similarities
+
+
+@pytest.mark.pgvector
+async def test_find_references__joining_entries_are_read_by_id_among_many_small_accounts(
+    fake, session, conn, database_url, admin
+):
+    # Many accounts of two entries each: a plan not knowing the account expects few entries an
+    # account and may read the nearest entries through an index that starts with account_id
+    # (every entry of the account asked for). They are read by their ids.
+    _, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    embedder = await _indexed(url, session, database_url)
+    await conn.execute("INSERT INTO accounts (id, name) SELECT 'acct_many_' || g, 'Small' FROM generate_series(1, 3000) g")
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer)"
+        " SELECT 'kb_many_' || g || '_' || n, 'acct_many_' || g, 'Question ' || n, 'Answer ' || n"
+        "   FROM generate_series(1, 3000) g, generate_series(1, 2) n")
+    await conn.execute("ANALYZE knowledge_items")
+    plans: list[str] = []
+    conn.add_log_listener(lambda _, message: plans.append(message.message))
+    async with conn.transaction():
+        await conn.execute("LOAD 'auto_explain'")
+        await conn.execute(
+            "SET LOCAL plan_cache_mode = force_generic_plan;"
+            " SET LOCAL auto_explain.log_min_duration = 0; SET LOCAL auto_explain.log_nested_statements = on;"
+            " SET LOCAL auto_explain.log_level = notice; SET LOCAL client_min_messages = notice"
+        )
+        found = await find_references(conn, admin.account_id, "Do company laptops have safeguards?",
+                                      embedder=embedder)
+    assert found[0].external_id == "END-1"
+    [statement] = [plan for plan in plans if "WITH phrases AS MATERIALIZED" in plan]
+    assert set(re.findall(r"(?:on|using) (knowledge_items_\w+)", statement)) == {"knowledge_items_pkey"}, statement
 
 
 @pytest.mark.pgvector
