@@ -134,8 +134,8 @@ BEGIN
         SELECT c.*
           FROM cand c
          -- ts_rank only when there are more than `rerank` to cut: otherwise every candidate is
-         -- kept, and their order does not matter (retrieval.py sorts them). In a small knowledge
-         -- base that is almost every question, and ts_rank was a third of this statement.
+         -- kept, and their order does not matter (retrieval.py sorts them). That saves ~0.2 ms
+         -- of a ~3 ms statement for such a question (half of them in 1,000 bench entries).
          ORDER BY CASE WHEN (SELECT count(*) FROM cand) > rerank
                        THEN ts_rank('{0.1, 0.2, 0.4, 1.0}', c.search_vector, ranking_query) END DESC,
                   coalesce(c.external_id, ''), c.id  -- ties as retrieval.py orders them
