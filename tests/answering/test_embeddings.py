@@ -23,6 +23,7 @@ from service.answering.retrieval import find_references
 from service.config import EmbeddingsConfig
 from service.domain.knowledge import import_csv
 from tests.conftest import CONNECT
+from tests.helpers_plans import explained
 
 GROUPS = [
     {"laptop", "laptops", "workstation", "workstations", "endpoint", "endpoints", "device", "devices"},
@@ -285,15 +286,7 @@ async def test_find_references__the_similarities_may_take_a_generic_plan_that_pa
     custom = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
     assert await conn.fetchval(
         "SELECT proconfig FROM pg_proc WHERE proname = 'knowledge_retrieve_nearest'") is None
-    plans: list[str] = []
-    conn.add_log_listener(lambda _, message: plans.append(message.message))
-    async with conn.transaction():
-        await conn.execute("LOAD 'auto_explain'")
-        await conn.execute(
-            "SET LOCAL plan_cache_mode = force_generic_plan;"
-            " SET LOCAL auto_explain.log_min_duration = 0; SET LOCAL auto_explain.log_nested_statements = on;"
-            " SET LOCAL auto_explain.log_level = notice; SET LOCAL client_min_messages = notice"
-        )
+    async with explained(conn, "plan_cache_mode = force_generic_plan") as plans:
         generic = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
     assert generic == custom and {ref.external_id for ref in custom} == {"END-1", "ENC-1", "BAK-1", "HR-1"}
     [similarities] = [plan for plan in plans if "WITH phrases AS MATERIALIZED" in plan]
@@ -313,26 +306,20 @@ async def test_find_references__joining_entries_are_read_by_id_among_many_small_
     _, url = fake
     await import_csv(conn, admin.account_id, KB)
     embedder = await _indexed(url, session, database_url)
-    await conn.execute("INSERT INTO accounts (id, name) SELECT 'acct_many_' || g, 'Small' FROM generate_series(1, 3000) g")
+    await conn.execute(
+        "INSERT INTO accounts (id, name) SELECT 'acct_many_' || g, 'Small' FROM generate_series(1, 3000) g")
     await conn.execute(
         "INSERT INTO knowledge_items (id, account_id, question, answer)"
         " SELECT 'kb_many_' || g || '_' || n, 'acct_many_' || g, 'Question ' || n, 'Answer ' || n"
         "   FROM generate_series(1, 3000) g, generate_series(1, 2) n")
     await conn.execute("ANALYZE knowledge_items")
-    plans: list[str] = []
-    conn.add_log_listener(lambda _, message: plans.append(message.message))
-    async with conn.transaction():
-        await conn.execute("LOAD 'auto_explain'")
-        await conn.execute(
-            "SET LOCAL plan_cache_mode = force_generic_plan;"
-            " SET LOCAL auto_explain.log_min_duration = 0; SET LOCAL auto_explain.log_nested_statements = on;"
-            " SET LOCAL auto_explain.log_level = notice; SET LOCAL client_min_messages = notice"
-        )
+    async with explained(conn, "plan_cache_mode = force_generic_plan") as plans:
         found = await find_references(conn, admin.account_id, "Do company laptops have safeguards?",
                                       embedder=embedder)
     assert found[0].external_id == "END-1"
     [statement] = [plan for plan in plans if "WITH phrases AS MATERIALIZED" in plan]
-    assert set(re.findall(r"(?:on|using) (knowledge_items_\w+)", statement)) == {"knowledge_items_pkey"}, statement
+    indexes = set(re.findall(r"(?:on|using) (knowledge_items_\w+)", statement))
+    assert indexes == {"knowledge_items_pkey"}, statement
 
 
 @pytest.mark.pgvector

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from service.answering.retrieval import find_references
 from service.domain.ids import new_id
+from tests.helpers_plans import explained
 
 
 async def test_find_references__matches_on_some_words_and_ranks_question_first(conn, admin):
@@ -78,14 +79,7 @@ async def test_find_references__candidates_come_in_table_order_from_a_bitmap_sca
     await conn.execute("ANALYZE knowledge_items")
     for n in range(6):  # past the five runs after which a generic plan may be cached
         await find_references(conn, admin.account_id, f"How do you handle {topics[n]}?")
-    plans: list[str] = []
-    conn.add_log_listener(lambda _, message: plans.append(message.message))
-    async with conn.transaction():
-        await conn.execute("LOAD 'auto_explain'")
-        await conn.execute(
-            "SET LOCAL auto_explain.log_min_duration = 0; SET LOCAL auto_explain.log_nested_statements = on;"
-            " SET LOCAL auto_explain.log_level = notice; SET LOCAL client_min_messages = notice"
-        )
+    async with explained(conn) as plans:
         found = await find_references(
             conn, admin.account_id, "How do you handle backup retention across partner integrations?"
         )
