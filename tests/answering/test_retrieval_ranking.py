@@ -112,19 +112,30 @@ async def test_candidates__rarest_lexemes_within_budget_choose_them(conn, admin,
 async def test_candidates__cut_to_rerank_by_ts_rank_only_when_there_are_more(conn, admin):
     # ts_rank orders the candidates only to cut them: with more than `rerank`, the best by
     # ts_rank stay (the entries saying "cobalt" in their question, weight A, over the one saying
-    # it in its answer); with `rerank` or fewer, all of them, whatever their order.
+    # it in its answer); with `rerank` or fewer, all of them, and ts_rank is not computed. A
+    # ts_rank of a schema searched before pg_catalog counts its calls.
     await _load(conn, admin.account_id, "id,question,answer\n"
                 "Q1,Is cobalt used?,Yes.\nQ2,Cobalt stored where?,Onsite.\n"
                 "A1,Which metals?,Iron and cobalt.\n")
+    await conn.execute("""
+        CREATE SCHEMA counting;
+        CREATE SEQUENCE counting.ranked;
+        CREATE FUNCTION counting.ts_rank(real[], tsvector, tsquery) RETURNS real LANGUAGE sql AS
+            'SELECT pg_catalog.ts_rank($1, $2, $3) + 0 * nextval(''counting.ranked'')';
+        SET search_path = counting, pg_catalog, public""")
 
     async def candidates(rerank):
+        before = await conn.fetchval("SELECT last_value + CASE WHEN is_called THEN 0 ELSE -1 END"
+                                     " FROM counting.ranked")
         rows = await conn.fetch("SELECT * FROM knowledge_retrieve($1, 'cobalt', 300, 400, $2, '{}')",
                                 admin.account_id, rerank)
-        return sorted(row["external_id"] for row in rows[1:])
+        after = await conn.fetchval("SELECT last_value + CASE WHEN is_called THEN 0 ELSE -1 END"
+                                    " FROM counting.ranked")
+        return sorted(row["external_id"] for row in rows[1:]), after - before
 
-    assert await candidates(2) == ["Q1", "Q2"]
-    assert await candidates(3) == ["A1", "Q1", "Q2"]
-    assert await candidates(200) == ["A1", "Q1", "Q2"]
+    assert await candidates(2) == (["Q1", "Q2"], 3)  # each of the three ranked
+    assert await candidates(3) == (["A1", "Q1", "Q2"], 0)
+    assert await candidates(200) == (["A1", "Q1", "Q2"], 0)
 
 
 async def test_knowledge_retrieve__first_row_describes_the_question(conn, admin):
