@@ -11,7 +11,8 @@ revision's definition is created beside the current one under another name (`…
 helpers both call (knowledge_candidate_vector, knowledge_text) are the working tree's. For
 `knowledge_retrieve_nearest`, each question's lexical candidates come from the current
 `knowledge_retrieve`, as in the service. Times are wall milliseconds per call, round trip
-included (the same for both).
+included; `calls_whose_rows_differ` counts the calls whose two versions returned different rows
+(order aside), which a change meant to keep results must leave at 0.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ async def main() -> int:
     finally:
         if url is not None:
             admin = await asyncpg.connect(server_url)
-            await admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+            name = url.rsplit("/", 1)[1].split("?")[0]
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             await admin.close()
         if server is not None:
             server.stop()
@@ -112,17 +114,24 @@ async def compare(conn: asyncpg.Connection, args: argparse.Namespace, asked: lis
             for statement in statements.values():
                 await conn.fetch(statement, *call)
         times: dict[str, list[float]] = {"old": [], "new": []}
+        differ = 0
         for done in range(args.passes):
-            order = ("old", "new") if done % 2 == 0 else ("new", "old")
-            for call in arguments:
+            for index, call in enumerate(arguments):
+                # Each version first for half the calls of every pass: the second call of a
+                # question finds the pages the first one read.
+                order = ("old", "new") if (done + index) % 2 == 0 else ("new", "old")
+                rows = {}
                 for version in order:
                     started = time.perf_counter()
-                    await conn.fetch(statements[version], *call)
+                    rows[version] = await conn.fetch(statements[version], *call)
                     times[version].append(1000 * (time.perf_counter() - started))
+                # The same rows, in whatever order (the old ts_rank cut ordered them differently).
+                differ += sorted(map(repr, rows["old"])) != sorted(map(repr, rows["new"]))
         out[name] = {
             version: {"mean_ms": round(statistics.fmean(t), 3), "p50_ms": round(statistics.median(t), 3)}
             for version, t in times.items()
-        } | {"new_over_old_mean": round(statistics.fmean(times["new"]) / statistics.fmean(times["old"]), 3)}
+        } | {"new_over_old_mean": round(statistics.fmean(times["new"]) / statistics.fmean(times["old"]), 3),
+             "calls_whose_rows_differ": differ}
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,6 @@ from ...domain.questions import STATES, Question, fetch_question
 from ..auth import connection, principal, requires
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, EVENTS, OPEN_STREAMS, PIPELINE
-from ..responses import dumps
 
 # An event stream re-reads its question on every notification, and on every RECHECK_EVERY-th
 # quiet poll interval (every one when the listening connection was replaced meanwhile).
@@ -40,7 +40,7 @@ _EVENT_IDS = {str(position(state)): position(state) for state in STATES} | {
 
 
 def _event(state: str, data: dict[str, Any]) -> bytes:
-    return f"event: {state}\nid: {position(state)}\ndata: ".encode() + dumps(data) + b"\n\n"
+    return f"event: {state}\nid: {position(state)}\ndata: {json.dumps(data)}\n\n".encode()
 
 
 def _events_after(seen: int, row: Mapping[str, Any]) -> bytes:
