@@ -156,7 +156,7 @@ BEGIN
                    FROM unnest(phrase_concepts, phrase_queries) AS p(concept, query)
                   WHERE c.search_vector @@ p.query),
            NULL::text[], NULL::integer[], NULL::integer, NULL::text[], NULL::text[], NULL::text[],
-           c.version, c.review_by, c.review_by < (now() AT TIME ZONE 'UTC')::date
+           c.version, c.review_by, knowledge_review_passed(c.review_by)
       FROM chosen c;
     -- An error needs no such care: it undoes the setting with the (sub)transaction.
     PERFORM set_config('plan_cache_mode', caller_plan_cache_mode, true);

@@ -80,7 +80,7 @@ BEGIN
            length(ts_filter(k.search_vector, '{a,b}')), length(ts_filter(k.search_vector, '{c,d}')),
            ARRAY(SELECT DISTINCT p.concept FROM phrases p WHERE k.search_vector @@ p.phrase_query),
            NULL::double precision,
-           k.version, k.review_by, k.review_by < (now() AT TIME ZONE 'UTC')::date
+           k.version, k.review_by, knowledge_review_passed(k.review_by)
       -- Found by id alone (OFFSET 0 keeps the account's condition out of the scan): a cached
       -- generic plan, not knowing the account, may otherwise take an index that starts with
       -- account_id, as it expects few entries an account when there are many small accounts,

@@ -14,7 +14,7 @@ SELECT set_config('rfp.merging', 'on', true);
 -- How many entries of an account match the filters ($2 stale only, $3 owner member id).
 SELECT count(*)::integer FROM knowledge_items
  WHERE account_id = $1
-   AND ($2::boolean IS NOT TRUE OR review_by < (now() AT TIME ZONE 'UTC')::date)
+   AND ($2::boolean IS NOT TRUE OR knowledge_review_passed(review_by))
    AND ($3::text IS NULL OR owner_member_id = $3);
 
 -- list_library_items --
@@ -22,7 +22,7 @@ SELECT count(*)::integer FROM knowledge_items
 -- overdue first), else newest first.
 SELECT * FROM knowledge_items
  WHERE account_id = $1
-   AND ($2::boolean IS NOT TRUE OR review_by < (now() AT TIME ZONE 'UTC')::date)
+   AND ($2::boolean IS NOT TRUE OR knowledge_review_passed(review_by))
    AND ($3::text IS NULL OR owner_member_id = $3)
  ORDER BY CASE WHEN $2::boolean THEN review_by END, created_at DESC, id DESC
  LIMIT $4 OFFSET $5;
@@ -64,7 +64,7 @@ SELECT k.id, k.review_by, k.owner_member_id, u.email AS owner_email, k.question,
   FROM knowledge_items k
   LEFT JOIN members m ON m.id = k.owner_member_id
   LEFT JOIN users u ON u.id = m.user_id
- WHERE k.account_id = $1 AND k.review_by < (now() AT TIME ZONE 'UTC')::date
+ WHERE k.account_id = $1 AND knowledge_review_passed(k.review_by)
  ORDER BY k.review_by, k.id;
 
 -- duplicate_entries --
