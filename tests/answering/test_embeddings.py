@@ -216,6 +216,14 @@ async def _indexed(url: str, session, database_url: str) -> OpenAIEmbedder:
     return embedder
 
 
+@pytest.fixture
+async def embedder(fake, session, conn, database_url, admin) -> OpenAIEmbedder:
+    """The fake server's embedder, with KB imported into the admin's account and embedded."""
+    _, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    return await _indexed(url, session, database_url)
+
+
 @pytest.mark.pgvector
 async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
     fake, session, conn, database_url, admin, make_account
@@ -248,13 +256,10 @@ async def test_find_references__dense_finds_a_paraphrase_lexical_cannot(
 
 @pytest.mark.pgvector
 async def test_find_references__dense_leaves_the_callers_settings_alone(
-    fake, session, conn, database_url, admin
+    embedder, conn, admin
 ):
     # knowledge_retrieve_nearest sets its HNSW settings and puts the caller's back: a caller's
     # transaction keeps its own (SET LOCAL in a savepoint once outlived it).
-    _, url = fake
-    await import_csv(conn, admin.account_id, KB)
-    embedder = await _indexed(url, session, database_url)
     question = "How often are backup copies restored?"
     async with conn.transaction():
         await conn.execute("SET LOCAL hnsw.ef_search = 17")
@@ -273,15 +278,12 @@ async def test_find_references__dense_leaves_the_callers_settings_alone(
 
 @pytest.mark.pgvector
 async def test_find_references__the_similarities_may_take_a_generic_plan_that_parses_the_vector_once(
-    fake, session, conn, database_url, admin
+    embedder, conn, admin
 ):
     # knowledge_retrieve_nearest's similarities were a dynamic statement, planned with every
     # call. Now a cached generic plan may serve them (the planner picks one on large knowledge
     # bases), where the question's vector is a parameter: it must be parsed once per call (an
     # InitPlan), not once per entry, and the references must be those of a custom plan.
-    _, url = fake
-    await import_csv(conn, admin.account_id, KB)
-    embedder = await _indexed(url, session, database_url)
     question = "How often are backups restored?"
     custom = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
     assert await conn.fetchval(
@@ -298,14 +300,11 @@ async def test_find_references__the_similarities_may_take_a_generic_plan_that_pa
 
 @pytest.mark.pgvector
 async def test_find_references__joining_entries_are_read_by_id_among_many_small_accounts(
-    fake, session, conn, database_url, admin
+    embedder, conn, admin
 ):
     # Many accounts of two entries each: a plan not knowing the account expects few entries an
     # account and may read the nearest entries through an index that starts with account_id
     # (every entry of the account asked for). They are read by their ids.
-    _, url = fake
-    await import_csv(conn, admin.account_id, KB)
-    embedder = await _indexed(url, session, database_url)
     await conn.execute(
         "INSERT INTO accounts (id, name) SELECT 'acct_many_' || g, 'Small' FROM generate_series(1, 3000) g")
     await conn.execute(
