@@ -41,9 +41,16 @@ def through_pooler(url: str) -> tuple[str, dict[str, str]]:
     pooler = os.environ.get("BENCH_POOLER_URL")
     if not pooler:
         return url, {}
-    name = url.rsplit("/", 1)[1].split("?")[0]
-    return db.with_database(pooler, name), {"RFP_DATABASE_POOLER": "pgbouncer-transaction",
+    return db.with_database(pooler, database_name(url)), {"RFP_DATABASE_POOLER": "pgbouncer-transaction",
                                            "DATABASE_DIRECT_URL": url}
+
+
+def database_name(url: str) -> str:
+    """The database a server URL names (its path; the embedded server's socket directory, a
+    path too, is in the query: `postgresql://postgres:@/name?host=/…/pg`)."""
+    from yarl import URL
+
+    return URL(url).path.lstrip("/")
 
 
 async def fresh_database(admin_url: str, name: str, migrate: bool = True) -> str:

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from _setup import through_pooler  # noqa: E402 (bench/ is on the path: run as a script)
+from _setup import database_name, through_pooler  # noqa: E402 (bench/ is on the path: run as a script)
 from service_process import ServiceProcess  # noqa: E402
 
 from service import db  # noqa: E402 (after the path set-up above)
@@ -387,11 +387,11 @@ async def main() -> int:
                 for service in services:
                     service.stop()
     finally:
+        # The scratch database goes on any server, the embedded one or $DATABASE_URL's.
+        admin = await asyncpg.connect(server_url)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{database_name(url)}" WITH (FORCE)')
+        await admin.close()
         if embedded:
-            admin = await asyncpg.connect(server_url)
-            name = url.rsplit("/", 1)[-1].split("?")[0]
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await admin.close()
             embedded.stop()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

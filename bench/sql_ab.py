@@ -75,8 +75,7 @@ async def main() -> int:
     finally:
         if url is not None:
             admin = await asyncpg.connect(server_url)
-            name = url.rsplit("/", 1)[1].split("?")[0]
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.execute(f'DROP DATABASE IF EXISTS "{_setup.database_name(url)}" WITH (FORCE)')
             await admin.close()
         if server is not None:
             server.stop()
