@@ -56,13 +56,6 @@ SELECT id, question
  ORDER BY position
    FOR UPDATE;
 
--- link_rfp_items_to_questions --
--- Mark items as being answered by their questions (parallel arrays of item and question ids).
-UPDATE rfp_items i
-   SET question_id = t.question_id, updated_at = now()
-  FROM unnest($1::text[], $2::text[]) AS t(id, question_id)
- WHERE i.id = t.id;
-
 -- count_rfp_items_in_flight --
 -- How many items of an RFP are being answered now.
 SELECT count(*)::integer FROM rfp_items
@@ -72,3 +65,35 @@ SELECT count(*)::integer FROM rfp_items
 -- An account's balance and subscription, locked while an RFP's items are asked: answering is
 -- all or nothing, so the balance must cover every item before the first is charged.
 SELECT credits, subscription_status::text AS subscription_status FROM accounts WHERE id = $1 FOR UPDATE;
+
+-- ask_pending_items --
+-- "Answer all" in one statement: for each item of $5 (ids, with their questions $6), a question
+-- $4 in state `new` charged $9 credits, its ledger entry, and the item marked as being answered by
+-- it; the account debited once for all. One statement, not one per item, because the account row
+-- stays locked until commit and every ask of the account waits on it (10,000 items took ~3 s
+-- one by one). The caller holds that lock (lock_account_for_answering) and has checked the
+-- subscription and the balance. Returns how many questions were stored.
+WITH debit AS (
+    UPDATE accounts
+       SET credits = credits - $9::integer * cardinality($5::text[]),
+           updated_at = CASE WHEN $9::integer > 0 THEN now() ELSE updated_at END
+     WHERE id = $1 AND subscription_status = 'active'
+       AND credits >= $9::integer * cardinality($5::text[])
+    RETURNING id
+), question AS (
+    INSERT INTO questions (id, account_id, user_id, member_id, rfp_id, rfp_item_id, question,
+                           custom_prompt, answer_detail_level, charged_credits)
+    SELECT n.question_id, d.id, $2::bigint, $3::text, $7::text, n.item_id, n.text, $8::text,
+           $10::smallint, $9::integer
+      FROM debit d, unnest($4::text[], $5::text[], $6::text[]) AS n(question_id, item_id, text)
+    RETURNING id, account_id, rfp_item_id, charged_credits
+), ledger AS (
+    INSERT INTO credit_ledger (account_id, amount, reason, subject_id)
+    SELECT q.account_id, -q.charged_credits, 'question', q.id FROM question q WHERE q.charged_credits > 0
+), linked AS (
+    UPDATE rfp_items i
+       SET question_id = q.id, updated_at = now()
+      FROM question q
+     WHERE i.id = q.rfp_item_id
+)
+SELECT count(*)::integer FROM question;

@@ -167,6 +167,34 @@ async def test_answer__options_validated(client, make_account):
     assert len(body["error"]["details"]) == 2
 
 
+async def test_answer__each_item_gets_its_question_with_the_options_and_a_ledger_entry(
+    client, conn, make_account
+):
+    # Answer all stores every question in one statement: each carries its own item and text,
+    # the options, its asker and one ledger entry; the account is debited once for all.
+    actor = await make_account(credits=10)
+    rfp_id = await imported_rfp(client, actor)
+    response = await answer(client, actor, rfp_id, answer_detail_level=2, custom_prompt="Be brief.")
+    assert response.status == 202
+    questions = await conn.fetch(
+        "SELECT q.id, q.question, q.rfp_item_id, q.member_id, q.user_id, q.custom_prompt,"
+        "       q.answer_detail_level, q.charged_credits, i.question AS item_question,"
+        "       i.question_id AS item_question_id"
+        "  FROM questions q JOIN rfp_items i ON i.id = q.rfp_item_id WHERE q.rfp_id = $1", rfp_id)
+    assert sorted(q["item_question"] for q in questions) == sorted(
+        line.split(",", 1)[1] for line in QUESTIONNAIRE.decode().splitlines()[1:])
+    assert len({q["rfp_item_id"] for q in questions}) == 3
+    for q in questions:
+        assert q["question"] == q["item_question"] and q["item_question_id"] == q["id"]
+        assert (q["member_id"], q["custom_prompt"], q["answer_detail_level"], q["charged_credits"]) \
+            == (actor.member_id, "Be brief.", 2, 1)
+    charged = await conn.fetch("SELECT amount, subject_id FROM credit_ledger"
+                               " WHERE account_id = $1 AND reason = 'question'", actor.account_id)
+    assert sorted(charged) == sorted((-1, q["id"]) for q in questions)
+    balance, ledger = await balance_and_ledger(conn, actor.account_id)
+    assert balance == ledger  # the one debit is the three entries' sum (and any refund's)
+
+
 async def test_answer__reopened_item_is_answered_again(client, conn, make_account):
     actor = await make_account(credits=10)
     await knowledge(conn, actor.account_id)
