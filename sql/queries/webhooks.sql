@@ -141,3 +141,36 @@ SELECT d.id, d.event_id, e.type AS event_type, d.record_id, d.state::text AS sta
 -- knowledge_items_by_ids --
 -- Entries of account $1 by id (the bodies of an import's webhooks).
 SELECT * FROM knowledge_items WHERE account_id = $1 AND id = ANY ($2::text[]) ORDER BY id;
+
+-- prune_webhook_deliveries --
+-- Up to $2 finished (delivered or failed) deliveries of events older than $1 days; how many went.
+-- Rows another process holds are skipped; a manual retry waits for this transaction and then
+-- finds its delivery gone (404).
+WITH old AS (
+    SELECT d.id
+      FROM webhook_deliveries d
+      JOIN webhook_events e ON e.id = d.event_id
+     WHERE e.created_at < now() - make_interval(days => $1::integer) AND d.state <> 'pending'
+     ORDER BY e.created_at
+     LIMIT $2
+       FOR UPDATE OF d SKIP LOCKED
+), gone AS (
+    DELETE FROM webhook_deliveries d USING old WHERE d.id = old.id RETURNING 1
+)
+SELECT count(*)::integer FROM gone;
+
+-- prune_webhook_events --
+-- Up to $2 events older than $1 days with no delivery left (prune_webhook_deliveries leaves the
+-- pending ones, and so their events); how many went.
+WITH old AS (
+    SELECT e.id
+      FROM webhook_events e
+     WHERE e.created_at < now() - make_interval(days => $1::integer)
+       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id)
+     ORDER BY e.created_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM webhook_events e USING old WHERE e.id = old.id RETURNING 1
+)
+SELECT count(*)::integer FROM gone;

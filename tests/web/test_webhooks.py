@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import pytest
-from conftest import with_config
+from conftest import CONNECT, with_config
 from standardwebhooks.webhooks import Webhook
 from webhook_receiver import fast_webhooks, verify
 
+from service.config import WebhooksConfig
+from service.domain.webhooks import Deliverer
 from service.web.app import create_app
 
 ENDPOINTS = "/api/v1/webhook_endpoints"
@@ -277,3 +280,39 @@ async def test_delivery__question_completed_sent_at_once_not_at_the_next_poll(
     [got] = await receiver.wait_for(1, within_seconds=20)
     assert got.event["type"] == "question.completed"
     assert got.event["data"]["id"] == question["id"] and got.event["data"]["state"] == "complete"
+
+
+async def test_prune__old_finished_events_go_with_their_deliveries(
+    hook_client, admin, receiver, conn, database_url
+):
+    _, endpoint = await register(hook_client, admin, receiver.url)
+    for answer in ("One.", "Two.", "Three."):
+        await add_entry(hook_client, admin, answer)
+    await receiver.wait_for(3)
+    await poll(lambda: conn.fetchval("SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'"),
+               lambda delivered: delivered == 3)
+    old = [r["id"] for r in await conn.fetch("SELECT id FROM webhook_events ORDER BY created_at")]
+    await conn.execute("UPDATE webhook_events SET created_at = now() - interval '31 days'")
+    # One still pending (its endpoint disabled, say): it keeps its event whatever its age.
+    await conn.execute("UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = now()"
+                       " + interval '1 day' WHERE event_id = $1", old[0])
+    await conn.execute("UPDATE webhook_deliveries SET state = 'failed' WHERE event_id = $1", old[1])
+    await add_entry(hook_client, admin, "Four.")  # a recent event
+
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
+    try:
+        assert await Deliverer(pool, WebhooksConfig(keep_days=0)).prune() == 0
+        assert await conn.fetchval("SELECT count(*) FROM webhook_events") == 4
+        deliverer = Deliverer(pool, WebhooksConfig(keep_days=30))
+        assert await deliverer.prune(batch=1) == 2  # one row a statement: the loop goes on
+        assert await deliverer.prune() == 0
+    finally:
+        await pool.close()
+    left = await conn.fetch("SELECT e.id, d.state::text AS state FROM webhook_events e"
+                            " LEFT JOIN webhook_deliveries d ON d.event_id = e.id ORDER BY e.created_at")
+    assert [r["id"] for r in left][0] == old[0] and old[1] not in [r["id"] for r in left]
+    assert len(left) == 2 and left[0]["state"] == "pending"
+    assert await conn.fetchval("SELECT count(*) FROM webhook_deliveries") == 2
+    log = await (await hook_client.get(f"{ENDPOINTS}/{endpoint['id']}/deliveries",
+                                       headers=admin.headers)).json()
+    assert len(log["deliveries"]) == 2

@@ -1,0 +1,5 @@
+-- The webhook outbox is pruned (webhooks.keep_days; service/domain/webhooks.py, Deliverer.prune):
+-- events are found by age, and an event's deliveries by the event (also what deleting an event
+-- cascades through: without this index each deleted event read every delivery).
+CREATE INDEX IF NOT EXISTS webhook_events_created ON webhook_events (created_at);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_event ON webhook_deliveries (event_id);
