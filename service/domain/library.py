@@ -29,6 +29,7 @@ from .. import db
 from . import audit, webhooks
 from .convert import IsoDate, NonBlank, structure, unstructure
 from .errors import NotFound, ValidationFailed
+from .models import Page
 from .knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
@@ -165,14 +166,23 @@ class ItemVersion:
     change: str | None  # how it was replaced: updated, deleted or merged (null: the current one)
 
 
-async def versions(conn: asyncpg.Connection, account_id: str, item_id: str) -> list[ItemVersion]:
-    """Every version of an entry, newest first: the current one (if it still exists) and the kept ones."""
+async def versions(
+    conn: asyncpg.Connection, account_id: str, item_id: str, page: Page
+) -> tuple[list[ItemVersion], int]:
+    """A page of an entry's versions, newest first: the current one (if it still exists), then
+    the kept ones; and how many there are in all."""
     current = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
-    kept = await conn.fetch(db.query("knowledge_item_versions"), item_id, account_id)
-    if current is None and not kept:
+    total = await conn.fetchval(db.query("count_knowledge_item_versions"), item_id, account_id)
+    if current is None and not total:
         raise NotFound(f"no knowledge base item {item_id} in this account")
+    # The current version is the first of the whole list: kept versions start after it.
+    first = current is not None and page.offset == 0
+    kept = await conn.fetch(
+        db.query("knowledge_item_versions"), item_id, account_id, page.size - first,
+        max(0, page.offset - (current is not None)),
+    )
     found = []
-    if current is not None:
+    if first:
         found.append(ItemVersion(
             version=current["version"], current=True, question=current["question"],
             answer=current["answer"], title=current["title"], tags=list(current["tags"]),
@@ -191,7 +201,7 @@ async def versions(conn: asyncpg.Connection, account_id: str, item_id: str) -> l
         )
         for row in kept
     )
-    return found
+    return found, total + (current is not None)
 
 
 # -- what a question drew on -------------------------------------------------------------------

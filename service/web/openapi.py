@@ -85,6 +85,9 @@ _DATE_TIME = {"type": "string", "format": "date-time"}
 _ROLE = {"enum": ["admin", "member", "viewer"]}
 
 
+_PAGE_INVALID = _error("page is not a positive integer (parameter_invalid)")
+
+
 def _object(properties: dict, required: list[str] | None = None, *, closed: bool = False,
             description: str | None = None) -> dict:
     schema: dict[str, Any] = {"type": "object", "properties": properties}
@@ -578,11 +581,10 @@ def _library_paths() -> dict[str, Any]:
             "away (or review_by)", {"200": _json(item, "the reviewed item"), "404": kb},
             params=[_ID], body=_object({"review_by": _DATE}, closed=True))},
         "/api/v1/knowledge_base_items/{id}/versions": {"get": _op(
-            "knowledge_base_item_versions", "every version of an item, newest first (also of an "
-            "item since deleted or merged)", {
-                "200": _json(_object({"versions": {"type": "array", "items": _ref(
-                    "KnowledgeBaseItemVersion")}}, ["versions"]), "the versions"),
-                "404": kb}, params=[_ID])},
+            "knowledge_base_item_versions", "an item's versions, newest first, paginated (also "
+            "of an item since deleted or merged)", {
+                "200": _json(_page_of("versions", "KnowledgeBaseItemVersion"), "one page"),
+                "400": _PAGE_INVALID, "404": kb}, params=[_ID, _PAGE])},
         "/api/v1/knowledge_base_items/{id}/merge": {"post": _op(
             "merge_knowledge_base_items", "merge a duplicate into this item: questions and RFP "
             "items that cited either cite this one", {
@@ -648,7 +650,6 @@ def _webhook_audit_paths() -> dict[str, Any]:
     endpoint = _ref("WebhookEndpoint")
     no_endpoint = _error("no such webhook endpoint in this account (not_found)")
     body = _ref("WebhookEndpointInput")
-    page_invalid = _error("page is not a positive integer (parameter_invalid)")
     delivery_id = {"name": "delivery_id", "in": "path", "required": True,
                    "schema": {"type": "string", "pattern": "^[0-9]+$"}}
     return {
@@ -660,7 +661,7 @@ def _webhook_audit_paths() -> dict[str, Any]:
                               "unknown event type (validation_failed)")}, body=body),
             "get": _op("list_webhook_endpoints", "the account's endpoints (admin)", {
                 "200": _json(_page_of("webhook_endpoints", "WebhookEndpoint"), "one page"),
-                "400": page_invalid}, params=[_PAGE]),
+                "400": _PAGE_INVALID}, params=[_PAGE]),
         },
         "/api/v1/webhook_endpoints/{id}": {
             "get": _op("get_webhook_endpoint", "read an endpoint (admin)", {
@@ -675,7 +676,7 @@ def _webhook_audit_paths() -> dict[str, Any]:
         "/api/v1/webhook_endpoints/{id}/deliveries": {"get": _op(
             "list_webhook_deliveries", "an endpoint's delivery log, newest first (admin)", {
                 "200": _json(_page_of("deliveries", "WebhookDelivery"), "one page"),
-                "400": page_invalid, "404": no_endpoint}, params=[_ID, _PAGE])},
+                "400": _PAGE_INVALID, "404": no_endpoint}, params=[_ID, _PAGE])},
         "/api/v1/webhook_endpoints/{id}/deliveries/{delivery_id}/retry": {"post": _op(
             "retry_webhook_delivery", "send a failed (or delivered) delivery again now", {
                 "202": _json(_ref("WebhookDelivery"), "pending again"),
@@ -744,7 +745,6 @@ def document() -> dict[str, Any]:
         "question": _error("no such question in this account (not_found)"),
         "kb": _error("no such knowledge base item in this account (not_found)"),
     }
-    page_invalid = _error("page is not a positive integer (parameter_invalid)")
     paths = {
         "/healthz": {"get": _op("healthz", "liveness", {"200": _json(_ref("Health"), "alive")},
                                 security=[])},
@@ -770,7 +770,7 @@ def document() -> dict[str, Any]:
         },
         "/api/v1/rfps/{id}/rfp_items": {"get": _op("list_rfp_items", "an RFP's items", {
             "200": _json(_page_of("rfp_items", "RfpItem"), "one page of items in order"),
-            "400": page_invalid, "404": not_found["rfp"]}, params=[_ID, _PAGE])},
+            "400": _PAGE_INVALID, "404": not_found["rfp"]}, params=[_ID, _PAGE])},
         "/api/v1/questions": {"post": _op("ask_question", "ask a question (charged; answered "
                                           "asynchronously)", {
             "202": _json(_ref("Question"), "accepted, in state new; poll it or follow its events",
@@ -873,7 +873,7 @@ def document() -> dict[str, Any]:
             security=[], params=[_TOKEN], body=_ref("InvitationAcceptance"))},
         "/api/v1/members": {"get": _op("list_members", "the account's members", {
             "200": _json(_page_of("members", "Member"), "one page of members"),
-            "400": page_invalid}, params=[_PAGE])},
+            "400": _PAGE_INVALID}, params=[_PAGE])},
         "/api/v1/openapi.json": {"get": _op("openapi", "this description", {
             "200": _json({"type": "object", "required": ["openapi", "paths"]}, "OpenAPI 3.1")},
             security=[])},

@@ -53,10 +53,15 @@ UPDATE knowledge_items
 RETURNING *;
 
 -- knowledge_item_versions --
--- The earlier versions of an entry, newest first.
+-- The earlier versions of an entry, newest first: $3 of them from the $4th (a page).
 SELECT * FROM knowledge_item_versions
  WHERE item_id = $1 AND account_id = $2
- ORDER BY version DESC;
+ ORDER BY version DESC
+ LIMIT $3 OFFSET $4;
+
+-- count_knowledge_item_versions --
+-- How many earlier versions an entry has.
+SELECT count(*)::integer FROM knowledge_item_versions WHERE item_id = $1 AND account_id = $2;
 
 -- stale_items --
 -- Every stale entry of an account (the CLI), most overdue first.

@@ -116,6 +116,35 @@ async def test_versions__every_change_keeps_the_previous_version_who_and_when(
     assert versions[2]["change"] == "updated"
 
 
+async def test_versions__paginated_newest_first_the_current_one_first(client, conn, admin):
+    item = await _create(client, admin, answer="v1")
+    for n in range(2, 24):  # 23 versions: 20 a page
+        await client.patch(f"{ITEMS}/{item['id']}", headers=admin.headers,
+                           json={"knowledge_base_item": {"answer": f"v{n}"}})
+
+    async def page(number):
+        response = await client.get(f"{ITEMS}/{item['id']}/versions?page={number}",
+                                    headers=admin.headers)
+        assert response.status == 200
+        return await response.json()
+
+    first, second, beyond = await page(1), await page(2), await page(3)
+    assert [v["version"] for v in first["versions"]] == list(range(23, 3, -1))
+    assert first["versions"][0]["current"] and not any(v["current"] for v in first["versions"][1:])
+    assert [v["version"] for v in second["versions"]] == [3, 2, 1]
+    assert beyond["versions"] == []
+    assert first["pagination"] == {"current_page": 1, "total_pages": 2, "total_count": 23,
+                                   "items_per_page": 20, "from": 1, "to": 20}
+    assert (second["pagination"]["from"], second["pagination"]["to"]) == (21, 23)
+    # Deleted: only kept versions, the newest (the deletion's) first.
+    assert (await client.delete(f"{ITEMS}/{item['id']}", headers=admin.headers)).status == 204
+    gone = await page(2)
+    assert [v["version"] for v in gone["versions"]] == [3, 2, 1]
+    assert gone["pagination"]["total_count"] == 23
+    bad = await client.get(f"{ITEMS}/{item['id']}/versions?page=0", headers=admin.headers)
+    assert bad.status == 400
+
+
 async def test_versions__kept_after_delete(client, admin):
     item = await _create(client, admin, answer="gone soon")
     assert (await client.delete(f"{ITEMS}/{item['id']}", headers=admin.headers)).status == 204

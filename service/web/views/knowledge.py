@@ -167,10 +167,14 @@ async def post_reviewed(request: web.Request) -> web.Response:
 
 @requires("read")
 async def get_versions(request: web.Request) -> web.Response:
-    """Every version of an entry, newest first (also of an entry since deleted or merged)."""
+    """An entry's versions, newest first, paginated (also of an entry since deleted or merged)."""
+    page = Page.from_query(request.query)
     async with connection(request) as conn:
-        found = await library.versions(conn, principal(request).account_id, request.match_info["id"])
-    return json_response({"versions": [unstructure(v) for v in found]})
+        found, total = await library.versions(
+            conn, principal(request).account_id, request.match_info["id"], page
+        )
+    return json_response({"versions": [unstructure(v) for v in found],
+                          "pagination": page.pagination(total, len(found))})
 
 
 @requires("read")
