@@ -1,13 +1,14 @@
 """Questions: ask (charged, idempotent), read, and follow a question's state as Server-Sent Events.
 
-`create_question` is the one way to store a question; the RFP workflow uses it too.
+`create_question` stores a question; `create_item_questions` stores an RFP's items' questions at
+once ("answer all"). Nothing else writes questions.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -209,6 +210,42 @@ async def ask_question(
     raise UsageBlocked(
         f"out of credits: a question costs {cost} and the account has {account['credits']}"
     )
+
+
+async def create_item_questions(
+    conn: asyncpg.Connection,
+    *,
+    account_id: str,
+    user_id: int,
+    member_id: str | None,
+    rfp_id: str,
+    items: Sequence[tuple[str, str]],
+    detail_level: int = 1,
+    custom_prompt: str | None = None,
+    credits: int = 1,
+) -> list[str]:
+    """`create_question` for each RFP item of `items` ((item id, question) pairs), charging
+    `credits` for each, and each item marked as being answered by its question: in one statement,
+    in the caller's transaction; the questions' ids in the items' order.
+
+    Raises UsageBlocked (and writes nothing) without an active subscription or credits for every
+    item. Wake the pipeline after the transaction commits.
+    """
+    question_ids = [new_id("q") for _ in items]
+    stored = await conn.fetchval(
+        db.query("ask_item_questions"), account_id, user_id, member_id, question_ids,
+        [item_id for item_id, _ in items], [text for _, text in items], rfp_id, custom_prompt,
+        credits, detail_level,
+    )
+    if stored == len(items):
+        return question_ids
+    account = await conn.fetchrow(db.query("account_standing"), account_id)
+    if account is None:
+        raise NotFound(f"no account {account_id}")
+    if account["subscription_status"] != "active":
+        raise UsageBlocked("the account has no active subscription; questions cannot be asked")
+    raise UsageBlocked(f"out of credits: answering {len(items)} items costs "
+                       f"{credits * len(items)} and the account has {account['credits']}")
 
 
 async def _replay(conn: asyncpg.Connection, member_id: str, key: str, ask: Ask) -> str | None:

@@ -27,8 +27,7 @@ from .errors import (
 )
 from .knowledge import save_reviewed_answer
 from .models import RfpItem, rfp_json
-from .ids import new_id
-from .questions import DetailLevel
+from .questions import DetailLevel, create_item_questions
 from .rfps import MAX_TEXT, MAX_TITLE, append_items, fetch_rfp
 from .tokens import Principal
 
@@ -338,14 +337,12 @@ async def answer_pending_items(
                     f"out of credits: answering {len(items)} items costs {cost * len(items)} and the "
                     f"account has {account['credits']}"
                 )
-            stored = await conn.fetchval(
-                db.query("ask_pending_items"), who.account_id, who.user_id, who.member_id,
-                [new_id("q") for _ in items], [item["id"] for item in items],
-                [item["question"] for item in items], rfp_id, options.custom_prompt, cost,
-                options.answer_detail_level,
+            await create_item_questions(
+                conn, account_id=who.account_id, user_id=who.user_id, member_id=who.member_id,
+                rfp_id=rfp_id, items=[(item["id"], item["question"]) for item in items],
+                detail_level=options.answer_detail_level, custom_prompt=options.custom_prompt,
+                credits=cost,
             )
-            if stored != len(items):  # the account was checked and is locked: cannot happen
-                raise RuntimeError(f"answer all stored {stored} of {len(items)} questions")
             await conn.execute(db.query("touch_rfp"), rfp_id)
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
         answering = {"started": len(items), "in_flight": in_flight,

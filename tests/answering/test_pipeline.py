@@ -14,7 +14,7 @@ from service import db
 from service.answering.engines.local import LocalEngine
 from service.answering.pipeline import TRANSITIONS, Pipeline, Work, persist
 from service.config import QuestionsConfig
-from service.domain.questions import STATES, create_question
+from service.domain.questions import STATES, create_item_questions, create_question
 from tests.conftest import CONNECT
 
 
@@ -270,15 +270,9 @@ async def test_rfp_item__completed_question_answers_a_pending_item(client, conn,
         "SELECT id, question FROM rfp_items WHERE rfp_id = $1 ORDER BY position", rfp["id"]
     )
     async with conn.transaction():
-        ids = [
-            await create_question(
-                conn, account_id=admin.account_id, user_id=admin.user_id, text=item["question"],
-                rfp_id=rfp["id"], rfp_item_id=item["id"], charge=False,
-            )
-            for item in items
-        ]
-        await conn.execute(
-            db.query("link_rfp_items_to_questions"), [item["id"] for item in items], ids
+        ids = await create_item_questions(
+            conn, account_id=admin.account_id, user_id=admin.user_id, member_id=None,
+            rfp_id=rfp["id"], items=[(item["id"], item["question"]) for item in items], credits=0,
         )
     for question_id in ids:
         await wait_complete(client, question_id, admin.headers)

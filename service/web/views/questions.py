@@ -1,6 +1,7 @@
 """Questions: ask (charged, idempotent), read, and follow a question's state as Server-Sent Events.
 
-`create_question` is the one way to store a question; the RFP workflow uses it too.
+`create_question` (service/domain/questions.py) stores a question; "answer all" stores an RFP's
+items' questions with `create_item_questions` beside it.
 """
 
 from __future__ import annotations
