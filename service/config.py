@@ -298,8 +298,8 @@ class WebhooksConfig:
     # Deliveries attempted at once by each process, and how often it looks for due ones.
     concurrency: int = attrs.field(default=4, validator=_positive)
     poll_interval_seconds: float = attrs.field(default=1.0, validator=_positive)
-    # Events, with their deliveries (the delivery log), are kept this many days once every
-    # delivery of theirs is finished (delivered or failed); 0 keeps them for ever.
+    # Events and their deliveries (the delivery log) are deleted this many days after the event,
+    # unless a delivery of theirs is still pending; 0 keeps them for ever.
     keep_days: int = attrs.field(default=30, validator=_not_negative)
 
 

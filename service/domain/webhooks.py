@@ -24,6 +24,7 @@ import asyncio
 import base64
 import ipaddress
 import logging
+import random
 import secrets
 import socket
 from collections.abc import Mapping
@@ -62,10 +63,14 @@ EVENT_TYPES = (
 MAX_URL = 2048
 SECRET_PREFIX = "whsec_"
 USER_AGENT = "rfp-service-webhooks/1"
-# How often each process prunes the outbox (webhooks.keep_days), and how many rows a statement
-# deletes at most (short transactions beside the deliveries).
+# How often each process prunes the outbox (webhooks.keep_days), the first time at a random
+# moment of the first PRUNE_FIRST_WITHIN seconds (processes started together do not prune together),
+# and how many rows a statement deletes at most, with a pause between batches (short transactions
+# beside the deliveries, a backlog worked through without holding a connection).
 PRUNE_EVERY_SECONDS = 3600.0
+PRUNE_FIRST_WITHIN = 600.0
 PRUNE_BATCH = 1000
+PRUNE_PAUSE_SECONDS = 0.1
 
 
 # -- addresses ---------------------------------------------------------------------------
@@ -380,9 +385,11 @@ class Deliverer(OutboxSender):
             removed += events
             if deliveries < batch and events < batch:
                 break
+            await asyncio.sleep(PRUNE_PAUSE_SECONDS)
         return removed
 
     async def _prune_loop(self) -> None:
+        await asyncio.sleep(random.uniform(0, PRUNE_FIRST_WITHIN))
         while True:
             try:
                 removed = await self.prune()

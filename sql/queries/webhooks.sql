@@ -143,14 +143,17 @@ SELECT d.id, d.event_id, e.type AS event_type, d.record_id, d.state::text AS sta
 SELECT * FROM knowledge_items WHERE account_id = $1 AND id = ANY ($2::text[]) ORDER BY id;
 
 -- prune_webhook_deliveries --
--- Up to $2 finished (delivered or failed) deliveries of events older than $1 days; how many went.
--- Rows another process holds are skipped; a manual retry waits for this transaction and then
--- finds its delivery gone (404).
+-- Up to $2 deliveries of events older than $1 days all of whose deliveries are finished (delivered
+-- or failed); how many went. An event with one still pending keeps every delivery's log. Rows
+-- another process holds are skipped; a manual retry waits for this transaction and then finds
+-- its delivery gone (404).
 WITH old AS (
     SELECT d.id
       FROM webhook_deliveries d
       JOIN webhook_events e ON e.id = d.event_id
      WHERE e.created_at < now() - make_interval(days => $1::integer) AND d.state <> 'pending'
+       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p
+                        WHERE p.event_id = d.event_id AND p.state = 'pending')
      ORDER BY e.created_at
      LIMIT $2
        FOR UPDATE OF d SKIP LOCKED

@@ -285,19 +285,25 @@ async def test_delivery__question_completed_sent_at_once_not_at_the_next_poll(
 async def test_prune__old_finished_events_go_with_their_deliveries(
     hook_client, admin, receiver, conn, database_url
 ):
-    _, endpoint = await register(hook_client, admin, receiver.url)
+    _, first = await register(hook_client, admin, receiver.url)
+    _, second = await register(hook_client, admin, receiver.url + "?second")
     for answer in ("One.", "Two.", "Three."):
         await add_entry(hook_client, admin, answer)
-    await receiver.wait_for(3)
+    await receiver.wait_for(6)
     await poll(lambda: conn.fetchval("SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'"),
-               lambda delivered: delivered == 3)
+               lambda delivered: delivered == 6)
     old = [r["id"] for r in await conn.fetch("SELECT id FROM webhook_events ORDER BY created_at")]
     await conn.execute("UPDATE webhook_events SET created_at = now() - interval '31 days'")
-    # One still pending (its endpoint disabled, say): it keeps its event whatever its age.
+    # The first event still pending to one endpoint (disabled, say): it keeps its event and the
+    # other endpoint's log entry, whatever its age. The second: failed to one, delivered to the
+    # other; the third delivered to both: both go.
     await conn.execute("UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = now()"
-                       " + interval '1 day' WHERE event_id = $1", old[0])
-    await conn.execute("UPDATE webhook_deliveries SET state = 'failed' WHERE event_id = $1", old[1])
+                       " + interval '1 day' WHERE event_id = $1 AND endpoint_id = $2",
+                       old[0], second["id"])
+    await conn.execute("UPDATE webhook_deliveries SET state = 'failed' WHERE event_id = $1"
+                       " AND endpoint_id = $2", old[1], first["id"])
     await add_entry(hook_client, admin, "Four.")  # a recent event
+    await receiver.wait_for(8)
 
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
     try:
@@ -308,11 +314,11 @@ async def test_prune__old_finished_events_go_with_their_deliveries(
         assert await deliverer.prune() == 0
     finally:
         await pool.close()
-    left = await conn.fetch("SELECT e.id, d.state::text AS state FROM webhook_events e"
-                            " LEFT JOIN webhook_deliveries d ON d.event_id = e.id ORDER BY e.created_at")
-    assert [r["id"] for r in left][0] == old[0] and old[1] not in [r["id"] for r in left]
-    assert len(left) == 2 and left[0]["state"] == "pending"
-    assert await conn.fetchval("SELECT count(*) FROM webhook_deliveries") == 2
-    log = await (await hook_client.get(f"{ENDPOINTS}/{endpoint['id']}/deliveries",
+    left = await conn.fetch("SELECT e.id, count(d.id) AS deliveries FROM webhook_events e"
+                            " LEFT JOIN webhook_deliveries d ON d.event_id = e.id"
+                            " GROUP BY e.id ORDER BY min(e.created_at)")
+    assert [(r["id"], r["deliveries"]) for r in left][0] == (old[0], 2)
+    assert len(left) == 2 and left[1]["id"] not in old and left[1]["deliveries"] == 2
+    log = await (await hook_client.get(f"{ENDPOINTS}/{first['id']}/deliveries",
                                        headers=admin.headers)).json()
-    assert len(log["deliveries"]) == 2
+    assert sorted(d["event_id"] for d in log["deliveries"]) == sorted([old[0], left[1]["id"]])
