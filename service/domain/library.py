@@ -171,16 +171,18 @@ async def versions(
 ) -> tuple[list[ItemVersion], int]:
     """A page of an entry's versions, newest first: the current one (if it still exists), then
     the kept ones; and how many there are in all."""
-    current = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
-    total = await conn.fetchval(db.query("count_knowledge_item_versions"), item_id, account_id)
-    if current is None and not total:
-        raise NotFound(f"no knowledge base item {item_id} in this account")
-    # The current version is the first of the whole list: kept versions start after it.
-    first = current is not None and page.offset == 0
-    kept = await conn.fetch(
-        db.query("knowledge_item_versions"), item_id, account_id, page.size - first,
-        max(0, page.offset - (current is not None)),
-    )
+    # One snapshot: an edit between the reads would show a version twice (current and kept).
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        current = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
+        total = await conn.fetchval(db.query("count_knowledge_item_versions"), item_id, account_id)
+        if current is None and not total:
+            raise NotFound(f"no knowledge base item {item_id} in this account")
+        # The current version is the first of the whole list: kept versions start after it.
+        first = current is not None and page.offset == 0
+        kept = await conn.fetch(
+            db.query("knowledge_item_versions"), item_id, account_id, page.size - first,
+            max(0, page.offset - (current is not None)),
+        )
     found = []
     if first:
         found.append(ItemVersion(
