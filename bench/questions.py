@@ -387,12 +387,13 @@ async def main() -> int:
                 for service in services:
                     service.stop()
     finally:
-        # The scratch database goes on any server, the embedded one or $DATABASE_URL's.
-        admin = await asyncpg.connect(server_url)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{database_name(url)}" WITH (FORCE)')
-        await admin.close()
-        if embedded:
-            embedded.stop()
+        try:  # the scratch database goes on any server, the embedded one or $DATABASE_URL's
+            admin = await asyncpg.connect(server_url)
+            await admin.execute(f'DROP DATABASE IF EXISTS "{database_name(url)}" WITH (FORCE)')
+            await admin.close()
+        finally:
+            if embedded:
+                embedded.stop()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     samples = []
