@@ -24,7 +24,6 @@ import asyncio
 import base64
 import ipaddress
 import logging
-import random
 import secrets
 import socket
 from collections.abc import Mapping
@@ -63,14 +62,6 @@ EVENT_TYPES = (
 MAX_URL = 2048
 SECRET_PREFIX = "whsec_"
 USER_AGENT = "rfp-service-webhooks/1"
-# How often each process prunes the outbox (webhooks.keep_days), the first time at a random
-# moment of the first PRUNE_FIRST_WITHIN seconds (processes started together do not prune together),
-# and how many rows a statement deletes at most, with a pause between batches (short transactions
-# beside the deliveries, a backlog worked through without holding a connection).
-PRUNE_EVERY_SECONDS = 3600.0
-PRUNE_FIRST_WITHIN = 600.0
-PRUNE_BATCH = 1000
-PRUNE_PAUSE_SECONDS = 0.1
 
 
 # -- addresses ---------------------------------------------------------------------------
@@ -367,39 +358,9 @@ class Deliverer(OutboxSender):
 
     async def run(self) -> None:
         try:
-            await asyncio.gather(*(self._loop() for _ in range(self._config.concurrency)),
-                                 self._prune_loop())
+            await asyncio.gather(*(self._loop() for _ in range(self._config.concurrency)))
         finally:
             await self.close()
-
-    async def prune(self, batch: int = PRUNE_BATCH) -> int:
-        """Delete the events older than `webhooks.keep_days` whose deliveries are all finished,
-        with those deliveries (the delivery log keeps that long; a pending delivery keeps its
-        event, however old): how many events went. Nothing when keep_days is 0."""
-        days = self._config.keep_days
-        removed = 0
-        while days:
-            async with self._pool.acquire() as conn, conn.transaction():
-                deliveries = await conn.fetchval(db.query("prune_webhook_deliveries"), days, batch)
-                events = await conn.fetchval(db.query("prune_webhook_events"), days, batch)
-            removed += events
-            if deliveries < batch and events < batch:
-                break
-            await asyncio.sleep(PRUNE_PAUSE_SECONDS)
-        return removed
-
-    async def _prune_loop(self) -> None:
-        await asyncio.sleep(random.uniform(0, PRUNE_FIRST_WITHIN))
-        while True:
-            try:
-                removed = await self.prune()
-            except Exception:  # the database may be away for a while; the loop must survive it
-                log.exception("webhooks: pruning old events failed; trying again later")
-            else:
-                if removed:
-                    log.info("webhooks: deleted %d events older than %d days with their deliveries",
-                             removed, self._config.keep_days)
-            await asyncio.sleep(PRUNE_EVERY_SECONDS)
 
     async def _claim(self) -> asyncpg.Record | None:
         async with self._pool.acquire() as conn:

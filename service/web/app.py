@@ -17,6 +17,7 @@ from .. import db
 from ..answering import embeddings
 from ..answering.engines import AnswerEngine
 from ..config import Config
+from ..domain import housekeeping
 from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
@@ -204,6 +205,7 @@ def create_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(webhook_views.deliverer_context)  # after _pool: it uses the pool
     app.cleanup_ctx.append(_pipeline)
     app.cleanup_ctx.append(knowledge.library_context)  # after _pool: it uses the pool
+    app.cleanup_ctx.append(_housekeeping)  # after _pool: it uses the pool
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
     app.add_routes(guarded_routes(routes() + (extra if config.metrics.enabled else []), config))
     app.on_startup.append(refuse_unguarded)
@@ -217,6 +219,14 @@ async def _pool(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = pool
     yield
     await pool.close()
+
+
+async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
+    """This process's hourly sweep of rows nothing reads any more (domain/housekeeping.py)."""
+    task = asyncio.create_task(housekeeping.run(app[POOL], app[CONFIG]), name="housekeeping")
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def make_engine(app: web.Application, session: aiohttp.ClientSession) -> AnswerEngine:

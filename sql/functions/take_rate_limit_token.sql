@@ -17,6 +17,13 @@ BEGIN
       FROM rate_limit_buckets b
      WHERE b.bucket_key = key
        FOR UPDATE;
+    IF NOT FOUND THEN
+        -- Housekeeping deleted it, idle and so full, between the two statements: full it is.
+        current := capacity;
+        INSERT INTO rate_limit_buckets (bucket_key, tokens, refilled_at)
+        VALUES (key, capacity, now_ts)
+        ON CONFLICT (bucket_key) DO NOTHING;
+    END IF;
 
     IF current >= 1 THEN
         UPDATE rate_limit_buckets SET tokens = current - 1, refilled_at = now_ts WHERE bucket_key = key;

@@ -26,6 +26,19 @@ SELECT b.allowed, b.remaining, b.retry_after
   FROM set_config('synchronous_commit', 'off', true) AS s,
        take_rate_limit_token($1, $2, $3) AS b;
 
+-- prune_rate_limit_buckets --
+-- Up to $2 buckets untouched for $1 seconds (housekeeping: at least the longest period, so full
+-- again, the same as no bucket); how many went. Buckets being taken right now are skipped.
+WITH idle AS (
+    SELECT bucket_key FROM rate_limit_buckets
+     WHERE refilled_at < now() - make_interval(secs => $1::float8)
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM rate_limit_buckets b USING idle WHERE b.bucket_key = idle.bucket_key RETURNING 1
+)
+SELECT count(*)::integer FROM gone;
+
 -- principal_and_rfp --
 -- principal_by_token_hash and get_rfp in one round trip (GET /api/v1/rfps/{id}): the principal
 -- behind a live token $1 and the RFP $2 of its account, the RFP's columns null when the account

@@ -22,8 +22,12 @@ SELECT s.token_hash, ARRAY['read', 'write']::text[] AS scopes, s.csrf_token,
 UPDATE web_sessions SET revoked_at = now() WHERE token_hash = $1 AND revoked_at IS NULL;
 
 -- delete_old_web_sessions --
--- Sessions past their end (or revoked) a day ago: nothing reads them any more.
-DELETE FROM web_sessions WHERE coalesce(revoked_at, expires_at) < now() - interval '1 day';
+-- Sessions past their end (or revoked) a day ago: nothing reads them any more. How many went.
+WITH gone AS (
+    DELETE FROM web_sessions WHERE coalesce(revoked_at, expires_at) < now() - interval '1 day'
+    RETURNING 1
+)
+SELECT count(*)::integer FROM gone;
 
 -- list_rfps --
 -- One page of an account's RFPs, newest first, as search_rfps returns them (the web app's list

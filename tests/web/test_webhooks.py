@@ -12,8 +12,7 @@ from conftest import CONNECT, with_config
 from standardwebhooks.webhooks import Webhook
 from webhook_receiver import fast_webhooks, verify
 
-from service.config import WebhooksConfig
-from service.domain.webhooks import Deliverer
+from service.domain import housekeeping
 from service.web.app import create_app
 
 ENDPOINTS = "/api/v1/webhook_endpoints"
@@ -307,11 +306,11 @@ async def test_prune__old_finished_events_go_with_their_deliveries(
 
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
     try:
-        assert await Deliverer(pool, WebhooksConfig(keep_days=0)).prune() == 0
+        assert await housekeeping.prune_webhooks(pool, keep_days=0) == 0
         assert await conn.fetchval("SELECT count(*) FROM webhook_events") == 4
-        deliverer = Deliverer(pool, WebhooksConfig(keep_days=30))
-        assert await deliverer.prune(batch=1) == 2  # one row a statement: the loop goes on
-        assert await deliverer.prune() == 0
+        # One row a statement: the loop goes on until no statement deletes a whole batch.
+        assert await housekeeping.prune_webhooks(pool, keep_days=30, batch=1) == 2
+        assert await housekeeping.prune_webhooks(pool, keep_days=30) == 0
     finally:
         await pool.close()
     left = await conn.fetch("SELECT e.id, count(d.id) AS deliveries FROM webhook_events e"

@@ -1,0 +1,105 @@
+"""Deleting rows nothing reads any more, so that no table grows for ever: every process sweeps
+hourly (`run`), in short batches that skip rows another process holds.
+
+- webhook events older than `webhooks.keep_days` with every delivery finished, with their
+  deliveries (the delivery log keeps that long; a pending delivery keeps its event);
+- rate-limit buckets untouched for longer than the longest configured period: such a bucket has
+  refilled, and is the same as none (take_rate_limit_token creates it full again). Sign-in buckets
+  are keyed by the e-mail address tried, so a client trying addresses would otherwise add rows;
+- web sessions that ended a day ago (also deleted at sign-out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+import asyncpg
+import attrs
+
+from .. import db
+from ..config import Config, RateLimit
+
+log = logging.getLogger(__name__)
+
+# The first sweep comes at a random moment of a process's first FIRST_WITHIN seconds (processes
+# started together do not sweep together), then every EVERY_SECONDS; a statement deletes at most
+# BATCH rows, with a pause between batches (a backlog is worked through in short transactions).
+EVERY_SECONDS = 3600.0
+FIRST_WITHIN = 600.0
+BATCH = 1000
+PAUSE_SECONDS = 0.1
+
+
+def longest_rate_limit_period(config: Config) -> float:
+    """The longest `period_seconds` of any rate limit in the configuration (seconds)."""
+    found: list[float] = []
+
+    def visit(value: object) -> None:
+        if isinstance(value, RateLimit):
+            found.append(value.period_seconds)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif attrs.has(type(value)):
+            for field in attrs.fields(type(value)):
+                visit(getattr(value, field.name))
+
+    visit(config)
+    return max(found, default=0.0)
+
+
+async def _batches(pool: asyncpg.Pool, statements: tuple[str, ...], *args: object,
+                   batch: int = BATCH) -> list[int]:
+    """Run the statements (each deleting at most `batch` rows, returning how many) in one
+    transaction, again while any deleted a whole batch; the rows each deleted in all."""
+    deleted = [0] * len(statements)
+    while True:
+        async with pool.acquire() as conn, conn.transaction():
+            counts = [await conn.fetchval(db.query(name), *args, batch) for name in statements]
+        deleted = [total + count for total, count in zip(deleted, counts, strict=True)]
+        if all(count < batch for count in counts):
+            return deleted
+        await asyncio.sleep(PAUSE_SECONDS)
+
+
+async def prune_webhooks(pool: asyncpg.Pool, keep_days: int, batch: int = BATCH) -> int:
+    """Webhook events older than `keep_days` whose deliveries are all finished go, with those
+    deliveries: how many events went. Nothing when keep_days is 0."""
+    if not keep_days:
+        return 0
+    _, events = await _batches(pool, ("prune_webhook_deliveries", "prune_webhook_events"),
+                               keep_days, batch=batch)
+    return events
+
+
+async def prune_rate_limit_buckets(pool: asyncpg.Pool, idle_seconds: float,
+                                   batch: int = BATCH) -> int:
+    """Buckets untouched for `idle_seconds` (at least the longest period: full again) go."""
+    [buckets] = await _batches(pool, ("prune_rate_limit_buckets",), idle_seconds, batch=batch)
+    return buckets
+
+
+async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int]:
+    """One sweep: how many rows of each kind went."""
+    events = await prune_webhooks(pool, config.webhooks.keep_days)
+    buckets = await prune_rate_limit_buckets(pool, longest_rate_limit_period(config))
+    async with pool.acquire() as conn:
+        sessions = await conn.fetchval(db.query("delete_old_web_sessions"))
+    return {"webhook_events": events, "rate_limit_buckets": buckets, "web_sessions": sessions}
+
+
+async def run(pool: asyncpg.Pool, config: Config) -> None:
+    """Sweep hourly until cancelled; a failed sweep (the database away) is logged and retried."""
+    await asyncio.sleep(random.uniform(0, FIRST_WITHIN))
+    while True:
+        try:
+            deleted = await sweep(pool, config)
+        except Exception:  # the database may be away for a while; the loop must survive it
+            log.exception("housekeeping: sweep failed; trying again in an hour")
+        else:
+            if any(deleted.values()):
+                log.info("housekeeping: deleted %s", ", ".join(
+                    f"{count} {what}" for what, count in deleted.items() if count))
+        await asyncio.sleep(EVERY_SECONDS)
