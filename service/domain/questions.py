@@ -202,14 +202,17 @@ async def ask_question(
     )
     if row is not None:
         return row
+    raise await _refusal(conn, account_id, f"a question costs {cost}")
+
+
+async def _refusal(conn: asyncpg.Connection, account_id: str, cost: str) -> Exception:
+    """Why a debit matched no account: none, no active subscription, or too few credits."""
     account = await conn.fetchrow(db.query("account_standing"), account_id)
     if account is None:
-        raise NotFound(f"no account {account_id}")
+        return NotFound(f"no account {account_id}")
     if account["subscription_status"] != "active":
-        raise UsageBlocked("the account has no active subscription; questions cannot be asked")
-    raise UsageBlocked(
-        f"out of credits: a question costs {cost} and the account has {account['credits']}"
-    )
+        return UsageBlocked("the account has no active subscription; questions cannot be asked")
+    return UsageBlocked(f"out of credits: {cost} and the account has {account['credits']}")
 
 
 async def create_item_questions(
@@ -239,13 +242,8 @@ async def create_item_questions(
     )
     if stored == len(items):
         return question_ids
-    account = await conn.fetchrow(db.query("account_standing"), account_id)
-    if account is None:
-        raise NotFound(f"no account {account_id}")
-    if account["subscription_status"] != "active":
-        raise UsageBlocked("the account has no active subscription; questions cannot be asked")
-    raise UsageBlocked(f"out of credits: answering {len(items)} items costs "
-                       f"{credits * len(items)} and the account has {account['credits']}")
+    raise await _refusal(conn, account_id,
+                         f"answering {len(items)} items costs {credits * len(items)}")
 
 
 async def _replay(conn: asyncpg.Connection, member_id: str, key: str, ask: Ask) -> str | None:
