@@ -49,7 +49,7 @@ async def one_round(url: str, items: int) -> tuple[float, float]:
         answering = asyncio.ensure_future(answer_all())
         # The account row is locked once the questions are being stored.
         pid = conn.get_server_pid()
-        while not answering.done() and not await other.fetchval(
+        while not answering.done() and not await other.fetchval(  # noqa: ASYNC110 (polls the database)
             "SELECT state = 'active' AND query LIKE '%INSERT INTO questions%'"
             "  FROM pg_stat_activity WHERE pid = $1", pid,
         ):

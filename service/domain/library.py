@@ -29,7 +29,6 @@ from .. import db
 from . import audit, webhooks
 from .convert import IsoDate, NonBlank, structure, unstructure
 from .errors import NotFound, ValidationFailed
-from .models import Page
 from .knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
@@ -37,6 +36,7 @@ from .knowledge import (
     find_item,
     item_written,
 )
+from .models import Page
 
 log = logging.getLogger(__name__)
 

@@ -316,7 +316,7 @@ async def test_prune__old_finished_events_go_with_their_deliveries(
     left = await conn.fetch("SELECT e.id, count(d.id) AS deliveries FROM webhook_events e"
                             " LEFT JOIN webhook_deliveries d ON d.event_id = e.id"
                             " GROUP BY e.id ORDER BY min(e.created_at)")
-    assert [(r["id"], r["deliveries"]) for r in left][0] == (old[0], 2)
+    assert (left[0]["id"], left[0]["deliveries"]) == (old[0], 2)
     assert len(left) == 2 and left[1]["id"] not in old and left[1]["deliveries"] == 2
     log = await (await hook_client.get(f"{ENDPOINTS}/{first['id']}/deliveries",
                                        headers=admin.headers)).json()
