@@ -6,7 +6,9 @@ hourly (`run`), in short batches that skip rows another process holds.
 - rate-limit buckets untouched for longer than the longest configured period: such a bucket has
   refilled, and is the same as none (take_rate_limit_token creates it full again). Sign-in buckets
   are keyed by the e-mail address tried, so a client trying addresses would otherwise add rows;
-- web sessions that ended a day ago (also deleted at sign-out).
+- web sessions that ended a day ago (also deleted at sign-out);
+- e-mails no longer pending written more than `mail.keep_days` ago (their recipients are personal
+  data), and confirmation and password reset links expired a day ago (refused alike when unknown).
 """
 
 from __future__ import annotations
@@ -81,13 +83,24 @@ async def prune_rate_limit_buckets(pool: asyncpg.Pool, idle_seconds: float,
     return buckets
 
 
+async def prune_mail(pool: asyncpg.Pool, keep_days: int, batch: int = BATCH) -> int:
+    """E-mails no longer pending written more than `keep_days` ago go (none when 0)."""
+    if not keep_days:
+        return 0
+    [messages] = await _batches(pool, ("prune_mail",), keep_days, batch=batch)
+    return messages
+
+
 async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int]:
     """One sweep: how many rows of each kind went."""
     events = await prune_webhooks(pool, config.webhooks.keep_days)
     buckets = await prune_rate_limit_buckets(pool, longest_rate_limit_period(config))
+    mail = await prune_mail(pool, config.mail.keep_days)
+    links = await _batches(pool, ("prune_email_confirmations", "prune_password_resets"))
     async with pool.acquire() as conn:
         sessions = await conn.fetchval(db.query("delete_old_web_sessions"))
-    return {"webhook_events": events, "rate_limit_buckets": buckets, "web_sessions": sessions}
+    return {"webhook_events": events, "rate_limit_buckets": buckets, "web_sessions": sessions,
+            "mail": mail, "confirmation_links": links[0], "reset_links": links[1]}
 
 
 async def run(pool: asyncpg.Pool, config: Config) -> None:

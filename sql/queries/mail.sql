@@ -53,3 +53,17 @@ SELECT id, recipient, subject, created_at FROM mail_outbox
 SELECT id, message_id, recipient, subject, body, state::text AS state, attempts, last_error,
        created_at, sent_at
   FROM mail_outbox WHERE id = $1;
+
+-- prune_mail --
+-- Up to $2 messages no longer pending (sent, given up or held) written more than $1 days ago;
+-- how many went. Rows another process holds are skipped.
+WITH old AS (
+    SELECT id FROM mail_outbox
+     WHERE state <> 'pending' AND created_at < now() - make_interval(days => $1::integer)
+     ORDER BY id
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM mail_outbox m USING old WHERE m.id = old.id RETURNING 1
+)
+SELECT count(*)::integer FROM gone;

@@ -189,3 +189,14 @@ UPDATE api_tokens
    SET scopes = array_remove(scopes, 'write'),
        revoked_at = CASE WHEN scopes = ARRAY['write'] THEN coalesce(revoked_at, now()) ELSE revoked_at END
  WHERE member_id = $1 AND 'write' = ANY (scopes);
+
+-- prune_email_confirmations --
+-- Up to $1 confirmation links expired a day ago (used or not: an unknown link is refused with the
+-- same message as an expired one); how many went.
+WITH old AS (
+    SELECT id FROM email_confirmations WHERE expires_at < now() - interval '1 day'
+     LIMIT $1 FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM email_confirmations c USING old WHERE c.id = old.id RETURNING 1
+)
+SELECT count(*)::integer FROM gone;

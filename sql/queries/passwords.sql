@@ -63,3 +63,14 @@ SELECT EXISTS (
 -- Record a successful sign-in of a user from a client.
 INSERT INTO sign_in_known_clients (user_id, client) VALUES ($1, $2)
 ON CONFLICT (user_id, client) DO UPDATE SET last_success_at = now();
+
+-- prune_password_resets --
+-- Up to $1 reset links expired a day ago (used or not: an unknown link is refused with the same
+-- message as an expired one); how many went.
+WITH old AS (
+    SELECT id FROM password_resets WHERE expires_at < now() - interval '1 day'
+     LIMIT $1 FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM password_resets r USING old WHERE r.id = old.id RETURNING 1
+)
+SELECT count(*)::integer FROM gone;
