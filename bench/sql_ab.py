@@ -37,6 +37,13 @@ from service.answering.minilm_onnx import MODEL_INTEGER, OnnxEmbedder
 FUNCTIONS = ("knowledge_retrieve", "knowledge_retrieve_nearest")
 
 
+def _rows(rows: list[asyncpg.Record]) -> list[str]:
+    """Rows to compare, in a fixed order; a candidate's `matched` concepts are a set (retrieval.py
+    only asks whether one is in it), so their order does not count."""
+    return sorted(repr({**row, "matched": sorted(row["matched"] or [])} if "matched" in row else
+                       dict(row)) for row in rows)
+
+
 def old_definition(rev: str, name: str) -> str:
     """The revision's sql/functions/{name}.sql, creating `{name}__old` instead."""
     text = subprocess.run(
@@ -125,7 +132,7 @@ async def compare(conn: asyncpg.Connection, args: argparse.Namespace, asked: lis
                     rows[version] = await conn.fetch(statements[version], *call)
                     times[version].append(1000 * (time.perf_counter() - started))
                 # The same rows, in whatever order (the old ts_rank cut ordered them differently).
-                differ += sorted(map(repr, rows["old"])) != sorted(map(repr, rows["new"]))
+                differ += _rows(rows["old"]) != _rows(rows["new"])
         out[name] = {
             version: {"mean_ms": round(statistics.fmean(t), 3), "p50_ms": round(statistics.median(t), 3)}
             for version, t in times.items()

@@ -61,11 +61,12 @@ BEGIN
     -- would cast the parameter again for every row. No vector(dims) cast is needed here, unlike
     -- the HNSW query, whose index is over one: `dimensions = dims` keeps the sizes equal.
     RETURN QUERY
-    WITH phrases AS MATERIALIZED (
-        SELECT v.concept, v.phrase_query
+    WITH concept_queries AS MATERIALIZED (  -- each concept's phrases as one query
+        SELECT v.concept, string_agg('(' || v.phrase_query::text || ')', ' | ')::tsquery AS query
           FROM knowledge_vocabulary v
          WHERE (v.account_id IS NULL OR v.account_id = p_account) AND numnode(v.phrase_query) > 0
            AND v.concept = ANY(concepts)
+         GROUP BY v.concept
     )
     SELECT false, i.id, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
            NULL::boolean, NULL::text, NULL::integer, NULL::integer, NULL::text[],
@@ -78,7 +79,8 @@ BEGIN
     SELECT true, k.id, k.external_id, k.title, k.question, k.answer, k.source, k.yes_no,
            knowledge_candidate_vector(k.search_vector, lexemes),
            length(ts_filter(k.search_vector, '{a,b}')), length(ts_filter(k.search_vector, '{c,d}')),
-           ARRAY(SELECT DISTINCT p.concept FROM phrases p WHERE k.search_vector @@ p.phrase_query),
+           ARRAY(SELECT q.concept FROM concept_queries q WHERE k.search_vector @@ q.query
+                  ORDER BY q.concept),
            NULL::double precision,
            k.version, k.review_by, knowledge_review_passed(k.review_by)
       -- Found by id alone (OFFSET 0 keeps the account's condition out of the scan): a cached

@@ -291,7 +291,7 @@ async def test_find_references__the_similarities_may_take_a_generic_plan_that_pa
     async with explained(conn, "plan_cache_mode = force_generic_plan") as plans:
         generic = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
     assert generic == custom and {ref.external_id for ref in custom} == {"END-1", "ENC-1", "BAK-1", "HR-1"}
-    [similarities] = [plan for plan in plans if "WITH phrases AS MATERIALIZED" in plan]
+    [similarities] = [plan for plan in plans if "WITH concept_queries AS MATERIALIZED" in plan]
     conditions = [line.strip() for line in similarities.splitlines()
                   if ("Cond:" in line or "Filter:" in line) and "item_id = i.id" in line]
     assert conditions and all("$" in condition for condition in conditions), conditions
@@ -316,7 +316,7 @@ async def test_find_references__joining_entries_are_read_by_id_among_many_small_
         found = await find_references(conn, admin.account_id, "Do company laptops have safeguards?",
                                       embedder=embedder)
     assert found[0].external_id == "END-1"
-    [statement] = [plan for plan in plans if "WITH phrases AS MATERIALIZED" in plan]
+    [statement] = [plan for plan in plans if "WITH concept_queries AS MATERIALIZED" in plan]
     indexes = set(re.findall(r"(?:on|using) (knowledge_items_\w+)", statement))
     assert indexes == {"knowledge_items_pkey"}, statement
 
