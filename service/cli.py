@@ -751,6 +751,28 @@ def cmd_kb_stale(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def cmd_housekeeping(args: argparse.Namespace, config: Config) -> int:
+    """One housekeeping sweep now (what every service process does hourly): how many rows of
+    each kind were deleted. Exit status 1 when a step failed (its error is logged)."""
+    from .domain import housekeeping
+
+    database = Database(config)
+
+    async def main() -> dict[str, int | None]:
+        await (await database.connect()).close()  # (migrated)
+        pool = await db.create_pool(database.url, config, min_size=1, max_size=2)
+        try:
+            return await housekeeping.sweep(pool, config)
+        finally:
+            await pool.close()
+
+    deleted = asyncio.run(main())
+    emit(args, {"deleted": deleted}, "\n".join(
+        f"{what.replace('_', ' ')}: {'failed' if count is None else count}"
+        for what, count in deleted.items()))
+    return 1 if None in deleted.values() else 0
+
+
 def cmd_kb_prune_embeddings(args: argparse.Namespace, config: Config) -> int:
     """Delete the vectors of embedding models other than the configured one, once it covers every
     entry (after a change of embeddings backend, model or onnx_kernels)."""
@@ -913,6 +935,10 @@ def parser() -> argparse.ArgumentParser:
                    help="with --format original: only approved answers (default) or every answer")
     p.add_argument("--unanswered", help="with --format original: text for cells left unanswered")
     p.add_argument("--output", required=True, help="file to write")
+    p.add_argument("--json", action="store_true")
+
+    p = command("housekeeping", cmd_housekeeping,
+                help="delete now what nothing reads any more (what the service does hourly)")
     p.add_argument("--json", action="store_true")
 
     group = sub.add_parser("kb", help="knowledge base").add_subparsers(dest="action", required=True)

@@ -319,6 +319,14 @@ class WebConfig:
 
 
 @attrs.frozen(kw_only=True)
+class HousekeepingConfig:
+    # How often each process deletes the rows nothing reads any more (service/domain/
+    # housekeeping.py); its first sweep comes at a random moment of its first ten minutes.
+    # 0: never (run `python -m service housekeeping` from cron instead, say).
+    every_seconds: float = attrs.field(default=3600.0, validator=_not_negative)
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     server: ServerConfig = ServerConfig()
     database: DatabaseConfig = DatabaseConfig()
@@ -336,6 +344,7 @@ class Config:
     library: LibraryConfig = LibraryConfig()
     webhooks: WebhooksConfig = WebhooksConfig()
     web: WebConfig = WebConfig()
+    housekeeping: HousekeepingConfig = HousekeepingConfig()
 
     @property
     def data_dir(self) -> Path:

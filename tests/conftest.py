@@ -120,6 +120,8 @@ def config(database_url: str, direct_database_url: str) -> Config:
             # Lexical only, for speed: the onnx default has tests of its own
             # (tests/answering/test_embeddings_onnx.py).
             "embeddings": {"backend": "none"},
+            # No sweep at a random moment of a test (tests/domain/test_housekeeping.py runs it).
+            "housekeeping": {"every_seconds": 0},
         }
     )
 

@@ -1,5 +1,6 @@
 """Deleting rows nothing reads any more, so that no table grows for ever: every process sweeps
-hourly (`run`), in short batches that skip rows another process holds.
+hourly (`run`; `housekeeping.every_seconds`), webhook events, mail and links in short batches that
+skip rows another process holds, buckets and sessions in one statement each.
 
 - webhook events older than `webhooks.keep_days` with every delivery finished, with their
   deliveries (the delivery log keeps that long; a pending delivery keeps its event);
@@ -26,9 +27,9 @@ from ..config import Config, RateLimit
 log = logging.getLogger(__name__)
 
 # The first sweep comes at a random moment of a process's first FIRST_WITHIN seconds (processes
-# started together do not sweep together), then every EVERY_SECONDS; a statement deletes at most
-# BATCH rows, with a pause between batches (a backlog is worked through in short transactions).
-EVERY_SECONDS = 3600.0
+# started together do not sweep together), then every `housekeeping.every_seconds`; a batched
+# statement deletes at most BATCH rows, with a pause between batches (a backlog is worked through
+# in short transactions).
 FIRST_WITHIN = 600.0
 BATCH = 1000
 PAUSE_SECONDS = 0.1
@@ -76,11 +77,10 @@ async def prune_webhooks(pool: asyncpg.Pool, keep_days: int, batch: int = BATCH)
     return events
 
 
-async def prune_rate_limit_buckets(pool: asyncpg.Pool, idle_seconds: float,
-                                   batch: int = BATCH) -> int:
+async def prune_rate_limit_buckets(pool: asyncpg.Pool, idle_seconds: float) -> int:
     """Buckets untouched for `idle_seconds` (at least the longest period: full again) go."""
-    [buckets] = await _batches(pool, ("prune_rate_limit_buckets",), idle_seconds, batch=batch)
-    return buckets
+    async with pool.acquire() as conn:
+        return await conn.fetchval(db.query("prune_rate_limit_buckets"), idle_seconds)
 
 
 async def prune_mail(pool: asyncpg.Pool, keep_days: int, batch: int = BATCH) -> int:
@@ -91,28 +91,47 @@ async def prune_mail(pool: asyncpg.Pool, keep_days: int, batch: int = BATCH) -> 
     return messages
 
 
-async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int]:
-    """One sweep: how many rows of each kind went."""
-    events = await prune_webhooks(pool, config.webhooks.keep_days)
-    buckets = await prune_rate_limit_buckets(pool, longest_rate_limit_period(config))
-    mail = await prune_mail(pool, config.mail.keep_days)
-    links = await _batches(pool, ("prune_email_confirmations", "prune_password_resets"))
+async def prune_sessions(pool: asyncpg.Pool) -> int:
+    """Web sessions that ended a day ago go (few rows: one statement)."""
     async with pool.acquire() as conn:
-        sessions = await conn.fetchval(db.query("delete_old_web_sessions"))
-    return {"webhook_events": events, "rate_limit_buckets": buckets, "web_sessions": sessions,
-            "mail": mail, "confirmation_links": links[0], "reset_links": links[1]}
+        return await conn.fetchval(db.query("delete_old_web_sessions"))
+
+
+async def prune_links(pool: asyncpg.Pool) -> int:
+    """Confirmation and password reset links expired a day ago go."""
+    return sum(await _batches(pool, ("prune_email_confirmations", "prune_password_resets")))
+
+
+async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int | None]:
+    """One sweep: how many rows of each kind went (None: that step failed, and is logged; the
+    others still run)."""
+    steps = {
+        "webhook_events": lambda: prune_webhooks(pool, config.webhooks.keep_days),
+        "rate_limit_buckets": lambda: prune_rate_limit_buckets(
+            pool, longest_rate_limit_period(config)),
+        "web_sessions": lambda: prune_sessions(pool),
+        "mail": lambda: prune_mail(pool, config.mail.keep_days),
+        "links": lambda: prune_links(pool),
+    }
+    deleted: dict[str, int | None] = {}
+    for what, step in steps.items():
+        try:
+            deleted[what] = await step()
+        except Exception:  # the database may be away for a while; the next sweep tries again
+            log.exception("housekeeping: deleting old %s failed", what.replace("_", " "))
+            deleted[what] = None
+    return deleted
 
 
 async def run(pool: asyncpg.Pool, config: Config) -> None:
-    """Sweep hourly until cancelled; a failed sweep (the database away) is logged and retried."""
-    await asyncio.sleep(random.uniform(0, FIRST_WITHIN))
+    """Sweep every `housekeeping.every_seconds` until cancelled (never when 0)."""
+    every = config.housekeeping.every_seconds
+    if not every:
+        return
+    await asyncio.sleep(random.uniform(0, min(FIRST_WITHIN, every)))
     while True:
-        try:
-            deleted = await sweep(pool, config)
-        except Exception:  # the database may be away for a while; the loop must survive it
-            log.exception("housekeeping: sweep failed; trying again in an hour")
-        else:
-            if any(deleted.values()):
-                log.info("housekeeping: deleted %s", ", ".join(
-                    f"{count} {what}" for what, count in deleted.items() if count))
-        await asyncio.sleep(EVERY_SECONDS)
+        deleted = await sweep(pool, config)
+        if any(deleted.values()):
+            log.info("housekeeping: deleted %s", ", ".join(
+                f"{count} {what.replace('_', ' ')}" for what, count in deleted.items() if count))
+        await asyncio.sleep(every)

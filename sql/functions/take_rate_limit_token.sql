@@ -8,22 +8,20 @@ DECLARE
     now_ts  timestamptz := clock_timestamp();
     current double precision;
 BEGIN
-    INSERT INTO rate_limit_buckets (bucket_key, tokens, refilled_at)
-    VALUES (key, capacity, now_ts)
-    ON CONFLICT (bucket_key) DO NOTHING;
-
-    SELECT least(capacity, b.tokens + extract(epoch FROM now_ts - b.refilled_at) * refill_per_second)
-      INTO current
-      FROM rate_limit_buckets b
-     WHERE b.bucket_key = key
-       FOR UPDATE;
-    IF NOT FOUND THEN
-        -- Housekeeping deleted it, idle and so full, between the two statements: full it is.
-        current := capacity;
+    -- Again when the bucket is gone by the SELECT: housekeeping deletes idle buckets (full ones,
+    -- the same as none) and may do so between the two statements.
+    LOOP
         INSERT INTO rate_limit_buckets (bucket_key, tokens, refilled_at)
         VALUES (key, capacity, now_ts)
         ON CONFLICT (bucket_key) DO NOTHING;
-    END IF;
+
+        SELECT least(capacity, b.tokens + extract(epoch FROM now_ts - b.refilled_at) * refill_per_second)
+          INTO current
+          FROM rate_limit_buckets b
+         WHERE b.bucket_key = key
+           FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
 
     IF current >= 1 THEN
         UPDATE rate_limit_buckets SET tokens = current - 1, refilled_at = now_ts WHERE bucket_key = key;

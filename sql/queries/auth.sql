@@ -27,15 +27,13 @@ SELECT b.allowed, b.remaining, b.retry_after
        take_rate_limit_token($1, $2, $3) AS b;
 
 -- prune_rate_limit_buckets --
--- Up to $2 buckets untouched for $1 seconds (housekeeping: at least the longest period, so full
--- again, the same as no bucket); how many went. Buckets being taken right now are skipped.
-WITH idle AS (
-    SELECT bucket_key FROM rate_limit_buckets
-     WHERE refilled_at < now() - make_interval(secs => $1::float8)
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM rate_limit_buckets b USING idle WHERE b.bucket_key = idle.bucket_key RETURNING 1
+-- The buckets untouched for $1 seconds (housekeeping: at least the longest period, so full again,
+-- the same as no bucket); how many went. One statement, not batches: without an index on
+-- refilled_at (every request updates it: an index would cost each one) each batch would scan
+-- the table again. A bucket taken meanwhile is re-checked once its taker commits, and stays.
+WITH gone AS (
+    DELETE FROM rate_limit_buckets WHERE refilled_at < now() - make_interval(secs => $1::float8)
+    RETURNING 1
 )
 SELECT count(*)::integer FROM gone;
 

@@ -84,6 +84,16 @@ async def test_credits_add_and_subscription_set__change_the_account(database_url
     assert ledger == 30
 
 
+async def test_housekeeping__one_sweep_now_says_what_it_deleted(database_url, conn):
+    await conn.execute("INSERT INTO rate_limit_buckets VALUES"
+                       " ('sign_in:email:x', 1, now() - interval '2 days'), ('sign_in:email:y', 1, now())")
+    out = cli_json(database_url, "housekeeping")
+    assert out["deleted"] == {"webhook_events": 0, "rate_limit_buckets": 1, "web_sessions": 0,
+                              "mail": 0, "links": 0}
+    kept = await conn.fetchval("SELECT array_agg(bucket_key) FROM rate_limit_buckets")
+    assert kept == ["sign_in:email:y"]
+
+
 async def test_credits_add__refuses_overdraft_and_zero(database_url, conn, account):
     account_id = account["account"]["id"]
     for amount in ("-26", "0"):
