@@ -9,13 +9,15 @@ skip rows another process holds, buckets and sessions in one statement each.
   are keyed by the e-mail address tried, so a client trying addresses would otherwise add rows;
 - web sessions that ended a day ago (also deleted at sign-out);
 - e-mails no longer pending written more than `mail.keep_days` ago (their recipients are personal
-  data), and confirmation and password reset links expired a day ago (refused alike when unknown).
+  data; held ones not before their links expire), and confirmation and password reset links
+  expired a day ago (refused alike when unknown).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 
 import asyncpg
@@ -83,12 +85,24 @@ async def prune_rate_limit_buckets(pool: asyncpg.Pool, idle_seconds: float) -> i
         return await conn.fetchval(db.query("prune_rate_limit_buckets"), idle_seconds)
 
 
-async def prune_mail(pool: asyncpg.Pool, keep_days: int, batch: int = BATCH) -> int:
-    """E-mails no longer pending written more than `keep_days` ago go (none when 0)."""
+async def prune_mail(pool: asyncpg.Pool, keep_days: int, held_days: int | None = None,
+                     batch: int = BATCH) -> int:
+    """E-mails no longer pending written more than `keep_days` ago go (none when 0); held ones
+    (no SMTP server: kept for `python -m service mail show`) after `held_days` (at least
+    `keep_days`): their one-time links may work that long."""
     if not keep_days:
         return 0
-    [messages] = await _batches(pool, ("prune_mail",), keep_days, batch=batch)
+    held_days = max(keep_days, held_days or 0)
+    [messages] = await _batches(pool, ("prune_mail",), keep_days, held_days, batch=batch)
     return messages
+
+
+def longest_link_days(config: Config) -> int:
+    """Whole days, with one to spare, that the longest-lived e-mailed link stays valid."""
+    members = config.members
+    longest = max(members.invitation_ttl_days, members.confirmation_ttl_hours / 24,
+                  members.password_reset_ttl_hours / 24)
+    return math.ceil(longest) + 1
 
 
 async def prune_sessions(pool: asyncpg.Pool) -> int:
@@ -110,7 +124,7 @@ async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int | None]:
         "rate_limit_buckets": lambda: prune_rate_limit_buckets(
             pool, longest_rate_limit_period(config)),
         "web_sessions": lambda: prune_sessions(pool),
-        "mail": lambda: prune_mail(pool, config.mail.keep_days),
+        "mail": lambda: prune_mail(pool, config.mail.keep_days, longest_link_days(config)),
         "links": lambda: prune_links(pool),
     }
     deleted: dict[str, int | None] = {}

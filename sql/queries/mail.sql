@@ -55,13 +55,16 @@ SELECT id, message_id, recipient, subject, body, state::text AS state, attempts,
   FROM mail_outbox WHERE id = $1;
 
 -- prune_mail --
--- Up to $2 messages no longer pending (sent, given up or held) written more than $1 days ago;
--- how many went. Rows another process holds are skipped.
+-- Up to $3 messages no longer pending written more than $1 days ago (sent or given up) or $2
+-- days ago (held for the operator: their links may still work until then); how many went. Rows
+-- another process holds are skipped.
 WITH old AS (
     SELECT id FROM mail_outbox
-     WHERE state <> 'pending' AND created_at < now() - make_interval(days => $1::integer)
+     WHERE state <> 'pending'
+       AND created_at < now() - make_interval(
+               days => CASE WHEN state = 'held' THEN $2::integer ELSE $1::integer END)
      ORDER BY id
-     LIMIT $2
+     LIMIT $3
        FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM mail_outbox m USING old WHERE m.id = old.id RETURNING 1

@@ -39,9 +39,13 @@ async def test_sweep__what_nothing_reads_goes_the_rest_stays(conn, database_url,
     await conn.execute(
         "INSERT INTO mail_outbox (message_id, recipient, subject, body, state, created_at) VALUES"
         " ('<1@x>', 'a@example.test', 'Old, sent', '', 'sent', now() - interval '31 days'),"
-        " ('<2@x>', 'b@example.test', 'Old, held', 'link', 'held', now() - interval '31 days'),"
+        " ('<2@x>', 'b@example.test', 'Old, held', 'link', 'held', now() - interval '45 days'),"
         " ('<3@x>', 'c@example.test', 'Old, still pending', 'link', 'pending', now() - interval '31 days'),"
         " ('<4@x>', 'd@example.test', 'Recent, sent', '', 'sent', now() - interval '29 days')")
+    # Held (no SMTP server): kept while an invitation link in it may still work.
+    await conn.execute(
+        "INSERT INTO mail_outbox (message_id, recipient, subject, body, state, created_at) VALUES"
+        " ('<5@x>', 'e@example.test', 'Held, link alive', 'link', 'held', now() - interval '35 days')")
     user_id = await conn.fetchval("SELECT user_id FROM members WHERE id = $1", admin.member_id)
     for table in ("email_confirmations", "password_resets"):
         await conn.execute(
@@ -54,13 +58,15 @@ async def test_sweep__what_nothing_reads_goes_the_rest_stays(conn, database_url,
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
     try:
         assert await housekeeping.prune_mail(pool, keep_days=0) == 0
-        deleted = await housekeeping.sweep(pool, Config())
+        long_invitations = with_config(Config(), members={"invitation_ttl_days": 40})
+        assert housekeeping.longest_link_days(long_invitations) == 41
+        deleted = await housekeeping.sweep(pool, long_invitations)
     finally:
         await pool.close()
     assert deleted == {"webhook_events": 0, "rate_limit_buckets": 3, "web_sessions": 2, "mail": 2,
                        "links": 4}
     assert sorted(r[0] for r in await conn.fetch("SELECT subject FROM mail_outbox")) == [
-        "Old, still pending", "Recent, sent"]
+        "Held, link alive", "Old, still pending", "Recent, sent"]
     for table in ("email_confirmations", "password_resets"):
         assert sorted(bytes(r[0]) for r in await conn.fetch(f"SELECT token_hash FROM {table}")) \
             == [b"\x03", b"\x04"]
