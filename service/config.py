@@ -166,8 +166,9 @@ class MailConfig:
     retry_base_seconds: float = attrs.field(default=30.0, validator=_positive)
     # How often the sender looks for due mail written by other processes.
     poll_interval_seconds: float = attrs.field(default=5.0, validator=_positive)
-    # Messages sent, given up or held are deleted this many days after they were written (their
-    # recipients are personal data; their links expired long before); 0 keeps them for ever.
+    # Messages sent or given up are deleted this many days after they were written (their
+    # recipients are personal data); held ones (no SMTP) not before their links have expired.
+    # 0 keeps them all for ever.
     keep_days: int = attrs.field(default=30, validator=_not_negative)
 
 
