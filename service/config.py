@@ -5,6 +5,7 @@ Every setting and its default is documented in config.example.toml; keep the two
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Callable
@@ -26,7 +27,14 @@ class SettingInvalid(ValueError):
         super().__init__(f"{name}: {message}")
 
 
+def _finite(attribute: attrs.Attribute, value: int | float) -> None:
+    # TOML has nan and inf: every comparison with nan is false, so the checks below would let it by.
+    if not math.isfinite(value):
+        raise SettingInvalid(attribute.name, f"must be a finite number, got {value}")
+
+
 def _positive(instance: object, attribute: attrs.Attribute, value: int | float) -> None:
+    _finite(attribute, value)
     if value <= 0:
         raise SettingInvalid(attribute.name, f"must be greater than 0, got {value}")
 
@@ -37,11 +45,13 @@ def _port(instance: object, attribute: attrs.Attribute, value: int) -> None:
 
 
 def _not_negative(instance: object, attribute: attrs.Attribute, value: int | float) -> None:
+    _finite(attribute, value)
     if value < 0:
         raise SettingInvalid(attribute.name, f"must be 0 or more, got {value}")
 
 
 def _probability(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    _finite(attribute, value)
     if not 0 <= value <= 1:
         raise SettingInvalid(attribute.name, f"must be between 0 and 1, got {value}")
 
@@ -319,12 +329,18 @@ class WebConfig:
     items_per_page: int = attrs.field(default=100, validator=_positive)
 
 
+def _off_or_at_least_a_minute(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    _finite(attribute, value)
+    if value != 0 and value < 60:
+        raise SettingInvalid(attribute.name, f"must be 0 (never) or at least 60 seconds, got {value}")
+
+
 @attrs.frozen(kw_only=True)
 class HousekeepingConfig:
     # How often each process deletes the rows nothing reads any more (service/domain/
     # housekeeping.py); its first sweep comes at a random moment of its first ten minutes.
     # 0: never (run `python -m service housekeeping` from cron instead, say).
-    every_seconds: float = attrs.field(default=3600.0, validator=_not_negative)
+    every_seconds: float = attrs.field(default=3600.0, validator=_off_or_at_least_a_minute)
 
 
 @attrs.frozen(kw_only=True)

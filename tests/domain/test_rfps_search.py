@@ -96,6 +96,12 @@ async def test_search__empty_result_has_zero_pages_and_null_from_to(client, admi
     }
 
 
+async def test_search__leading_zeros_however_many_name_the_same_page(client, admin, make_rfp):
+    await make_rfp(admin, title="Acme")
+    status, body = await search(client, admin, query="acme", page="0" * 4400 + "1")
+    assert status == 200 and body["pagination"]["current_page"] == 1
+
+
 async def test_search__page_past_the_end_is_empty_list(client, admin, make_rfp):
     await make_rfp(admin, "Acme")
     status, body = await search(client, admin, query="acme", page="3")
@@ -107,7 +113,8 @@ async def test_search__page_past_the_end_is_empty_list(client, admin, make_rfp):
     }
 
 
-@pytest.mark.parametrize("page", ["0", "abc", "-1", "1.5", " 1", "99999999999"])
+@pytest.mark.parametrize("page", ["0", "abc", "-1", "1.5", " 1", "99999999999", "000", "9" * 4400],
+                         ids=["0", "abc", "-1", "1.5", " 1", "11 digits", "000", "4400 digits"])
 async def test_search__page_not_a_positive_integer_is_400_parameter_invalid(client, admin, page):
     status, body = await search(client, admin, query="acme", page=page)
     assert status == 400

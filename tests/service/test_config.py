@@ -111,6 +111,11 @@ def test_load__invalid_toml_names_the_file(tmp_path):
         ("[rate_limits.ask_question]\nlimit = 0\nperiod_seconds = 60",
          "rate_limits.ask_question.limit: must be greater than 0"),
         ("colour = 'blue'", "colour: unknown setting"),
+        ("[webhooks]\nretry_for_seconds = nan", "webhooks.retry_for_seconds: must be a finite number"),
+        ("[mail]\ntimeout_seconds = inf", "mail.timeout_seconds: must be a finite number"),
+        ("[housekeeping]\nevery_seconds = 1e-9",
+         "housekeeping.every_seconds: must be 0 (never) or at least 60 seconds"),
+        ("[housekeeping]\nevery_seconds = nan", "housekeeping.every_seconds: must be a finite number"),
     ],
 )
 def test_load__bad_setting_is_an_error_naming_it(tmp_path, toml, message):
