@@ -339,6 +339,17 @@ async def test_ask_page__the_question_reaches_complete(app_client, admin, conn):
     assert [(r["record_id"], r["actor_id"]) for r in audited] == [(path.rsplit("/", 1)[1], admin.member_id)]
 
 
+async def test_ask_page__a_detail_level_of_any_digits_is_a_4xx_naming_it(app_client, admin, conn):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    for level in ("9" * 4400, "²", "7"):  # int() refuses the first two; the third is out of range
+        asked = await app_client.post("/ask", allow_redirects=False, data={
+            "csrf_token": csrf, "question": "Do you have a DPO?", "detail_level": level})
+        assert 400 <= asked.status < 500, (level[:5], asked.status)
+        assert "detail" in (await asked.text()).lower()
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 0
+
+
 async def test_members_page__admin_invites_a_member_sees_no_invite_form(
     app_client, admin, make_member, conn
 ):

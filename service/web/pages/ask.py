@@ -28,7 +28,10 @@ async def ask_page(request: web.Request) -> web.StreamResponse:
     fields = {"question": str(form.get("question") or "")}
     level = str(form.get("detail_level") or "")
     if level:
-        fields["answer_detail_level"] = int(level) if level.isdigit() else level
+        # int() only for a few ASCII digits ("²" is a digit to isdigit, and int() refuses over
+        # 4,300 digits); anything else goes as it came, for the validation to name.
+        fields["answer_detail_level"] = (
+            int(level) if level.isascii() and level.isdigit() and len(level) < 4 else level)
     parsed = parse_ask({}, fields, settings.max_question_chars, settings.max_custom_prompt_chars)
     asked = await ask_and_start(request, parsed, None)  # as the API asks: charged, audited
     raise see_other(f"/ask/{asked.row['id']}")
