@@ -85,15 +85,14 @@ async def prune_rate_limit_buckets(pool: asyncpg.Pool, idle_seconds: float) -> i
         return await conn.fetchval(db.query("prune_rate_limit_buckets"), idle_seconds)
 
 
-async def prune_mail(pool: asyncpg.Pool, keep_days: int, held_days: int | None = None,
-                     batch: int = BATCH) -> int:
+async def prune_mail(pool: asyncpg.Pool, keep_days: int, held_days: int, batch: int = BATCH) -> int:
     """E-mails no longer pending written more than `keep_days` ago go (none when 0); held ones
     (no SMTP server: kept for `python -m service mail show`) after `held_days` (at least
     `keep_days`): their one-time links may work that long."""
     if not keep_days:
         return 0
-    held_days = max(keep_days, held_days or 0)
-    [messages] = await _batches(pool, ("prune_mail",), keep_days, held_days, batch=batch)
+    [messages] = await _batches(pool, ("prune_mail",), keep_days, max(keep_days, held_days),
+                                batch=batch)
     return messages
 
 

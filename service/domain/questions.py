@@ -202,16 +202,17 @@ async def ask_question(
     )
     if row is not None:
         return row
-    raise await _refusal(conn, account_id, f"a question costs {cost}")
+    raise await _refusal(conn, account_id, "questions cannot be asked", f"a question costs {cost}")
 
 
-async def _refusal(conn: asyncpg.Connection, account_id: str, cost: str) -> Exception:
-    """Why a debit matched no account: none, no active subscription, or too few credits."""
+async def _refusal(conn: asyncpg.Connection, account_id: str, refused: str, cost: str) -> Exception:
+    """Why a debit matched no account: none, no active subscription (`refused` says what cannot
+    be done), or too few credits (`cost` says what it costs)."""
     account = await conn.fetchrow(db.query("account_standing"), account_id)
     if account is None:
         return NotFound(f"no account {account_id}")
     if account["subscription_status"] != "active":
-        return UsageBlocked("the account has no active subscription; questions cannot be asked")
+        return UsageBlocked(f"the account has no active subscription; {refused}")
     return UsageBlocked(f"out of credits: {cost} and the account has {account['credits']}")
 
 
@@ -242,7 +243,7 @@ async def create_item_questions(
     )
     if stored == len(items):
         return question_ids
-    raise await _refusal(conn, account_id,
+    raise await _refusal(conn, account_id, "items cannot be answered",
                          f"answering {len(items)} items costs {credits * len(items)}")
 
 

@@ -22,7 +22,6 @@ from .convert import NonBlank, ReviewState, at_most, structure, unstructure
 from .errors import (
     NotFound,
     ParameterInvalid,
-    UsageBlocked,
     ValidationFailed,
 )
 from .knowledge import save_reviewed_answer
@@ -329,14 +328,7 @@ async def answer_pending_items(
             raise NotFound(f"no RFP {rfp_id} in this account")
         items = await conn.fetch(db.query("lock_unanswered_items"), rfp_id)
         if items:
-            account = await conn.fetchrow(db.query("lock_account_for_answering"), who.account_id)
-            if account["subscription_status"] != "active":
-                raise UsageBlocked("the account has no active subscription; items cannot be answered")
-            if account["credits"] < cost * len(items):
-                raise UsageBlocked(
-                    f"out of credits: answering {len(items)} items costs {cost * len(items)} and the "
-                    f"account has {account['credits']}"
-                )
+            # Its one statement checks and debits the account (locking it), or raises.
             await create_item_questions(
                 conn, account_id=who.account_id, user_id=who.user_id, member_id=who.member_id,
                 rfp_id=rfp_id, items=[(item["id"], item["question"]) for item in items],

@@ -60,9 +60,3 @@ SELECT id, question
 -- How many items of an RFP are being answered now.
 SELECT count(*)::integer FROM rfp_items
  WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NOT NULL;
-
--- lock_account_for_answering --
--- An account's balance and subscription, locked while an RFP's items are asked: answering is
--- all or nothing, so the balance must cover every item before the first is charged.
-SELECT credits, subscription_status::text AS subscription_status FROM accounts WHERE id = $1 FOR UPDATE;
-

@@ -57,7 +57,7 @@ async def test_sweep__what_nothing_reads_goes_the_rest_stays(conn, database_url,
 
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
     try:
-        assert await housekeeping.prune_mail(pool, keep_days=0) == 0
+        assert await housekeeping.prune_mail(pool, keep_days=0, held_days=41) == 0
         long_invitations = with_config(Config(), members={"invitation_ttl_days": 40})
         assert housekeeping.longest_link_days(long_invitations) == 41
         deleted = await housekeeping.sweep(pool, long_invitations)
