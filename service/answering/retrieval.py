@@ -179,19 +179,29 @@ async def find_references(
         embedding.cancel()
         raise
     question_vector = await embedding
-    question = rows[0]
-    if question_vector is None or not question["items"] or not question["lexemes"]:
+    question = _question(rows[0])
+    if question_vector is None or question is None:
         return await _rank(conn, account_id, rows, limit, {})
     # sql/functions/knowledge_retrieve_nearest.sql: the nearest entries that are not candidates
-    # yet join them, and every one has its similarity, which the dense ranking orders.
-    nearest = await conn.fetch(
+    # yet join them, and every one has its similarity, which the dense ranking orders. While
+    # PostgreSQL finds them, the lexical candidates are tallied (`_tally`): a retrieval waits for
+    # the longer of the two, not for both.
+    finding = asyncio.ensure_future(conn.fetch(
         db.query("knowledge_retrieve_nearest"),
         account_id, embedder.model, embeddings.vector_literal(question_vector), len(question_vector),
-        DENSE_NEAREST, 2 * DENSE_NEAREST, [row["id"] for row in rows[1:]], question["lexemes"],
-        question["concepts"],
-    )
+        DENSE_NEAREST, 2 * DENSE_NEAREST, [row["id"] for row in rows[1:]], question.row["lexemes"],
+        question.row["concepts"],
+    ))
+    try:
+        await asyncio.sleep(0)  # the statement is sent
+        tallies = {row["id"]: _tally(question, row) for row in rows[1:]}
+        nearest = await finding
+    except BaseException:
+        finding.cancel()
+        raise
     dense = {row["id"]: row["similarity"] for row in nearest if row["similarity"] is not None}
-    return await _rank(conn, account_id, [*rows, *(row for row in nearest if row["joins"])], limit, dense)
+    return await _rank(conn, account_id, [*rows, *(row for row in nearest if row["joins"])], limit,
+                       dense, question, tallies)
 
 
 async def _retrieve(conn: asyncpg.Connection, account_id: str, text: str) -> list[asyncpg.Record]:
@@ -204,38 +214,66 @@ async def _retrieve(conn: asyncpg.Connection, account_id: str, text: str) -> lis
     )
 
 
+@attrs.frozen
+class _Question:
+    """What the ranking reads of the question (knowledge_retrieve's first row), worked out once."""
+
+    row: asyncpg.Record
+    terms: list[_Term]  # its lexemes (in knowledge_retrieve's order), then its concepts
+    lexical: list[tuple[str, float]]  # each lexeme as a tsvector's text writes it, its weight
+    concepts: list[tuple[str, float]]  # each concept's name, its weight
+
+
+def _question(row: asyncpg.Record) -> _Question | None:
+    """None when there is nothing to rank by: no entries, or no lexemes in the question."""
+    items, lexemes = row["items"], row["lexemes"]
+    if not items or not lexemes:
+        return None
+    common = english.factors(row["words"])
+    terms = [
+        _Term(lexeme, idf(df, items) * common.get(lexeme, 1.0))
+        for lexeme, df in zip(lexemes, row["dfs"], strict=True)
+    ]
+    mean_idf = sum(t.weight for t in terms) / len(terms)
+    terms += [_Term(concept, CONCEPT_WEIGHT * mean_idf, True) for concept in row["concepts"]]
+    return _Question(
+        row=row,
+        terms=terms,
+        # Per query, not per candidate: each lexeme as it is written in a tsvector's text.
+        lexical=[(escaped(t.key), t.weight) for t in terms if not t.is_concept],
+        concepts=[(t.key, t.weight) for t in terms if t.is_concept],
+    )
+
+
 async def _rank(
     conn: asyncpg.Connection,
     account_id: str,
     rows: Sequence[asyncpg.Record],
     limit: int,
     dense: dict[str, float],
+    question: _Question | None = None,
+    tallies: dict[str, _Tally] | None = None,
 ) -> list[Reference]:
-    question, candidates = rows[0], rows[1:]
-    items, lexemes = question["items"], question["lexemes"]
-    if not items or not lexemes or not candidates:
+    """The best `limit` of the candidates `rows[1:]`; `question` and some candidates' `tallies`
+    when they were worked out already (find_references)."""
+    question = question or _question(rows[0])
+    candidates = rows[1:]
+    if question is None or not candidates:
         return []
-    common = english.factors(question["words"])
-    terms = [
-        _Term(lexeme, idf(df, items) * common.get(lexeme, 1.0))
-        for lexeme, df in zip(lexemes, question["dfs"], strict=True)
-    ]
-    mean_idf = sum(t.weight for t in terms) / len(terms)
-    terms += [_Term(concept, CONCEPT_WEIGHT * mean_idf, True) for concept in question["concepts"]]
-
-    lexical = terms[: len(lexemes)]
+    asked = question.row
+    lexical = question.terms[: len(asked["lexemes"])]
     # A lexeme of a vocabulary phrase ("BCP") is known through its concept when an entry matches
     # that concept, though no entry has the lexeme itself.
-    matched = {concept for row in candidates for concept in row["matched"] or ()}
-    covered = {lexeme for concept, lexeme in question["covered"] if concept in matched}
-    covered |= _compounds_of(question["words"], covered)
+    matched = {concept for candidate in candidates for concept in candidate["matched"] or ()}
+    covered = {lexeme for concept, lexeme in asked["covered"] if concept in matched}
+    covered |= _compounds_of(asked["words"], covered)
     missing = [
-        t.weight for t, df in zip(lexical, question["dfs"], strict=True) if df == 0 and t.key not in covered
+        t.weight for t, df in zip(lexical, asked["dfs"], strict=True) if df == 0 and t.key not in covered
     ]
     unknown = sum(missing) / sum(t.weight for t in lexical)
     unknown_peak = max(missing, default=0.0) / max(t.weight for t in lexical)
 
-    scored = _bm25f(terms, candidates)
+    scored = _bm25f(question, candidates, tallies or {})
     scored.sort(key=lambda s: (-s[0], *_tie(s[3])))
     if dense:
         scored = _fuse(scored, dense)
@@ -284,46 +322,62 @@ def _compounds_of(words: Sequence[Sequence[str]], covered: set[str]) -> set[str]
 
 
 _Scored = tuple[float, float, float, asyncpg.Record]
+# A candidate's part of BM25F that the other candidates do not change (all but the fields' length
+# normalisation, by their mean lengths): the weight and field frequencies of each question lexeme
+# it has, each concept's share, the weight found in its question and anywhere, and its lexemes.
+_Tally = tuple[list[tuple[float, int, int]], list[float], float, float, dict[str, str]]
 
 
-def _bm25f(terms: Sequence[_Term], candidates: Sequence[asyncpg.Record]) -> list[_Scored]:
-    """(score in [0, 1], question_match, coverage, row) of each candidate."""
-    total = sum(t.weight for t in terms)
+def _tally(question: _Question, row: asyncpg.Record) -> _Tally:
+    # The candidate's vector holds the question's lexemes only (knowledge_retrieve): a few.
+    found = lexemes_of(row["vector"])
+    fields, concepts = [], []
+    in_question = anywhere = 0.0
+    for key, weight in question.lexical:
+        positions = found.get(key)
+        if positions is None:
+            continue
+        tf_question, tf_answer = field_frequencies(positions)
+        fields.append((weight, tf_question, tf_answer))
+        anywhere += weight
+        if tf_question:
+            in_question += weight
+    hits = row["matched"]
+    if hits:
+        for concept, weight in question.concepts:
+            if concept in hits:  # counted as found once in each field
+                concepts.append(weight * 2 * CONCEPT_TF)
+                in_question += weight
+                anywhere += weight
+    return fields, concepts, in_question, anywhere, found
+
+
+def _bm25f(
+    question: _Question, candidates: Sequence[asyncpg.Record], tallies: dict[str, _Tally]
+) -> list[_Scored]:
+    """(score in [0, 1], question_match, coverage, row) of each candidate; `tallies` of some of
+    them, by id, if already made."""
+    total = sum(t.weight for t in question.terms)
     mean_question = sum(row["question_lexemes"] for row in candidates) / len(candidates) or 1.0
     mean_answer = sum(row["answer_lexemes"] for row in candidates) / len(candidates) or 1.0
-    # Per query, not per candidate: each lexeme as it is written in a tsvector's text.
-    lexical = [(escaped(t.key), t.weight) for t in terms if not t.is_concept]
-    concepts = [(t.key, t.weight) for t in terms if t.is_concept]
+    lexical = question.lexical
     weights_by_index = [weight for _, weight in lexical]
     # Each field's saturation term is < 1, so 2·total bounds the BM25F sum; each lexeme's
     # proximity term is below min(1, weight)·(k1 + 1).
     bound = 2 * total + PROXIMITY_WEIGHT * (BM25_K1 + 1) * sum(min(1.0, w) for w in weights_by_index)
     scored: list[list] = []
     for row in candidates:
-        # The candidate's vector holds the question's lexemes only (knowledge_retrieve): a few.
-        found = lexemes_of(row["vector"])
-        hits = row["matched"]
-        in_question = anywhere = bm25 = 0.0
+        fields, concepts, in_question, anywhere, found = tallies.get(row["id"]) or _tally(question, row)
         saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
         saturation_answer = BM25_K1 * (1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer)
-        for key, weight in lexical:
-            positions = found.get(key)
-            if positions is None:
-                continue
-            tf_question, tf_answer = field_frequencies(positions)
+        bm25 = 0.0
+        for weight, tf_question, tf_answer in fields:
             bm25 += weight * (
                 tf_question / (tf_question + saturation_question)
                 + tf_answer / (tf_answer + saturation_answer)
             )
-            anywhere += weight
-            if tf_question:
-                in_question += weight
-        if hits:
-            for concept, weight in concepts:
-                if concept in hits:  # counted as found once in each field
-                    bm25 += weight * 2 * CONCEPT_TF
-                    in_question += weight
-                    anywhere += weight
+        for share in concepts:
+            bm25 += share
         scored.append([bm25, in_question, anywhere, row, found])
     # Proximity, the costly part (positions parsed and sorted), re-orders the best by BM25F.
     for best in sorted(scored, key=lambda s: (-s[0], *_tie(s[3])))[:PROXIMITY_RERANK]:
