@@ -181,7 +181,7 @@ async def find_references(
     question_vector = await embedding
     question = _question(rows[0])
     if question_vector is None or question is None:
-        return await _rank(conn, account_id, rows, limit, {})
+        return await _rank(conn, account_id, rows, limit, {}, question)
     # sql/functions/knowledge_retrieve_nearest.sql: the nearest entries that are not candidates
     # yet join them, and every one has its similarity, which the dense ranking orders. While
     # PostgreSQL finds them, the lexical candidates are tallied (`_tally`): a retrieval waits for

@@ -277,6 +277,39 @@ async def test_find_references__dense_leaves_the_callers_settings_alone(
 
 
 @pytest.mark.pgvector
+async def test_find_references__candidates_tallied_during_the_nearest_statement_score_as_after_it(
+    fake, session, conn, database_url, admin
+):
+    # find_references tallies the lexical candidates while PostgreSQL finds the nearest entries;
+    # only their length normalisation waits for the entries that join. The references must be
+    # those of ranking everything afterwards, as before that overlap.
+    from service import db
+    from service.answering import retrieval
+
+    await import_csv(conn, admin.account_id, KB + "BAK-2,Are backups encrypted?,Backup copies are "
+                     "encrypted with AES-256 at rest in a second region and restored monthly.\n")
+    embedder = await _indexed(fake[1], session, database_url)
+    question = "Are backup copies encrypted at rest?"
+    found = await find_references(conn, admin.account_id, question, limit=10, embedder=embedder)
+
+    rows = await retrieval._retrieve(conn, admin.account_id, question)
+    [vector] = await embedder.embed([question])
+    nearest = await conn.fetch(
+        db.query("knowledge_retrieve_nearest"), admin.account_id, embedder.model,
+        embeddings.vector_literal(vector), len(vector), retrieval.DENSE_NEAREST,
+        2 * retrieval.DENSE_NEAREST, [row["id"] for row in rows[1:]], rows[0]["lexemes"],
+        rows[0]["concepts"],
+    )
+    dense = {row["id"]: row["similarity"] for row in nearest if row["similarity"] is not None}
+    joins = [row for row in nearest if row["joins"]]
+    after = await retrieval._rank(conn, admin.account_id, [*rows, *joins], 10, dense)
+
+    assert len(rows) > 2 and joins  # both kinds of candidate, so the lengths' mean needs the joins
+    assert found == after
+    assert [ref.score for ref in found if ref.score > 0] != []
+
+
+@pytest.mark.pgvector
 async def test_find_references__the_similarities_may_take_a_generic_plan_that_parses_the_vector_once(
     embedder, conn, admin
 ):
