@@ -193,11 +193,18 @@ async def find_references(
         question.row["concepts"],
     ))
     try:
-        await asyncio.sleep(0)  # the statement is sent
+        # The task sends the statement. (With no statement cache, as behind PgBouncer, only its
+        # Parse goes out now and the rest once awaited: nothing overlaps, nothing is lost.)
+        await asyncio.sleep(0)
+        # By id: a joining entry is never a lexical candidate (the statement leaves those out).
         tallies = {row["id"]: _tally(question, row) for row in rows[1:]}
         nearest = await finding
     except BaseException:
         finding.cancel()
+        # asyncpg gives the connection back only once the cancelled task has run; until then the
+        # caller's next statement (its ROLLBACK) would fail with "another operation is in
+        # progress" and hide this error.
+        await asyncio.gather(finding, return_exceptions=True)
         raise
     dense = {row["id"]: row["similarity"] for row in nearest if row["similarity"] is not None}
     return await _rank(conn, account_id, [*rows, *(row for row in nearest if row["joins"])], limit,
@@ -256,7 +263,8 @@ async def _rank(
 ) -> list[Reference]:
     """The best `limit` of the candidates `rows[1:]`; `question` and some candidates' `tallies`
     when they were worked out already (find_references)."""
-    question = question or _question(rows[0])
+    if question is None:
+        question = _question(rows[0])
     candidates = rows[1:]
     if question is None or not candidates:
         return []
@@ -329,9 +337,11 @@ _Tally = tuple[list[tuple[float, int, int]], list[float], float, float, dict[str
 
 
 def _tally(question: _Question, row: asyncpg.Record) -> _Tally:
+    """The candidate `row`'s part of BM25F that the other candidates do not change (`_Tally`)."""
     # The candidate's vector holds the question's lexemes only (knowledge_retrieve): a few.
     found = lexemes_of(row["vector"])
-    fields, concepts = [], []
+    fields: list[tuple[float, int, int]] = []
+    concepts: list[float] = []
     in_question = anywhere = 0.0
     for key, weight in question.lexical:
         positions = found.get(key)
@@ -367,7 +377,8 @@ def _bm25f(
     bound = 2 * total + PROXIMITY_WEIGHT * (BM25_K1 + 1) * sum(min(1.0, w) for w in weights_by_index)
     scored: list[list] = []
     for row in candidates:
-        fields, concepts, in_question, anywhere, found = tallies.get(row["id"]) or _tally(question, row)
+        tally = tallies.get(row["id"])
+        fields, concepts, in_question, anywhere, found = tally if tally is not None else _tally(question, row)
         saturation_question = BM25_K1 * (1 - BM25_B + BM25_B * row["question_lexemes"] / mean_question)
         saturation_answer = BM25_K1 * (1 - BM25_B + BM25_B * row["answer_lexemes"] / mean_answer)
         bm25 = 0.0

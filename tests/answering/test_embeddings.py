@@ -306,7 +306,29 @@ async def test_find_references__candidates_tallied_during_the_nearest_statement_
 
     assert len(rows) > 2 and joins  # both kinds of candidate, so the lengths' mean needs the joins
     assert found == after
-    assert [ref.score for ref in found if ref.score > 0] != []
+    assert any(ref.score > 0 for ref in found)
+
+
+@pytest.mark.pgvector
+async def test_find_references__an_error_while_the_nearest_statement_runs_leaves_the_connection_usable(
+    embedder, conn, admin, monkeypatch
+):
+    # The nearest-entries statement is in flight while the candidates are tallied. If tallying
+    # fails, the caller must get that error, and its transaction must roll back: a connection
+    # still busy with the cancelled statement refused the ROLLBACK ("another operation is in
+    # progress"), which hid the error and left the transaction open.
+    from service.answering import retrieval
+
+    def broken(question, row):
+        raise ValueError("tally failed")
+
+    monkeypatch.setattr(retrieval, "_tally", broken)
+    with pytest.raises(ValueError, match="tally failed"):
+        async with conn.transaction():
+            await find_references(conn, admin.account_id, "How often are backups taken?",
+                                  embedder=embedder)
+    assert not conn.is_in_transaction()
+    assert await conn.fetchval("SELECT 1") == 1
 
 
 @pytest.mark.pgvector

@@ -454,3 +454,32 @@ def test_fuse__tied_lexical_entries_get_the_same_lexical_share():
     for order in (rows, rows[::-1]):
         fused = retrieval._fuse(list(order), {"x1": 0.7, "x2": 0.6})
         assert [s[3]["external_id"] for s in fused] == ["B", "A"]
+
+
+def test_bm25f__tallies_made_beforehand_score_exactly_as_made_in_it():
+    # find_references tallies the lexical candidates while PostgreSQL finds the nearest entries;
+    # BM25F must then score them exactly (unrounded) as when it tallies every candidate itself,
+    # the joining entries' lengths counting in the mean.
+    question = retrieval._question({
+        "items": 40, "lexemes": ["backup", "encrypt", "region"], "dfs": [6, 9, 2],
+        "words": [["backups", "backup"], ["encrypted", "encrypt"], ["region", "region"]],
+        "concepts": ["backup", "encryption"], "covered": [],
+    })
+    rows = [
+        {"id": "a", "external_id": "A", "vector": "'backup':1A,7C 'encrypt':3C,9C", "matched": ["backup"],
+         "question_lexemes": 4, "answer_lexemes": 30},
+        {"id": "b", "external_id": "B", "vector": "'region':12C", "matched": None,
+         "question_lexemes": 9, "answer_lexemes": 80},
+        {"id": "c", "external_id": "C", "vector": "'encrypt':2A 'region':3A", "matched": ["encryption"],
+         "question_lexemes": 3, "answer_lexemes": 12},
+        # joining entries (dense retrieval's), longer than the candidates
+        {"id": "d", "external_id": "D", "vector": "'backup':40C", "matched": ["backup", "encryption"],
+         "question_lexemes": 20, "answer_lexemes": 400},
+        {"id": "e", "external_id": "E", "vector": "", "matched": None,
+         "question_lexemes": 15, "answer_lexemes": 300},
+    ]
+    beforehand = {row["id"]: retrieval._tally(question, row) for row in rows[:3]}
+
+    assert retrieval._bm25f(question, rows, beforehand) == retrieval._bm25f(question, rows, {})
+    # and the joining entries move the candidates' scores (their lengths are in the mean)
+    assert retrieval._bm25f(question, rows[:3], {})[0][0] != retrieval._bm25f(question, rows, {})[0][0]
