@@ -1,5 +1,6 @@
-"""Work on untrusted input (uploaded questionnaires) in a child process with a time and memory
-limit, so a hostile file costs at most that, and can be stopped.
+"""Work on untrusted input (uploaded questionnaires, and the answers written back into them) in
+a child process with a time and memory limit, so a hostile file costs at most that, and can be
+stopped.
 
 A thread cannot be stopped: a parse that runs for hours keeps its thread (and, in the default
 executor, a slot other work needs, such as password hashing) until it ends. A process can be
@@ -26,8 +27,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Imported once in the fork server, so each child starts with them.
-PRELOAD = ["service.domain.questionnaires", "service.domain.knowledge", "openpyxl",
-           "openpyxl.worksheet._reader"]
+PRELOAD = ["service.domain.questionnaires", "service.domain.knowledge", "service.domain.writeback",
+           "openpyxl", "openpyxl.worksheet._reader"]
 
 
 class IsolatedWorkers:

@@ -395,3 +395,79 @@ async def test_xlsx_writeback__import_answer_approve_export_through_the_pipeline
         ("Access Control", "C4"): approved[1]["answer"],
         ("Access Control", "C5"): None,  # not approved
     })
+
+
+def _slow_to_search(padding: int) -> bytes:
+    """A one-question workbook whose sheet opens with a comment of many "<row " and no ">": every
+    search for a row by a pattern that reads to the next ">" reads that comment to its end."""
+    main = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
+    relationships = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    package = "http://schemas.openxmlformats.org/package/2006/relationships"
+
+    def cell(ref: str, text: str) -> str:
+        return f'<c r="{ref}" t="inlineStr"><is><t>{text}</t></is></c>'
+
+    parts = {
+        "[Content_Types].xml":
+            '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+            '<Default Extension="rels" '
+            'ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+            '<Default Extension="xml" ContentType="application/xml"/>'
+            '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-'
+            'officedocument.spreadsheetml.sheet.main+xml"/>'
+            '<Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-'
+            'officedocument.spreadsheetml.worksheet+xml"/></Types>',
+        "_rels/.rels": f'<?xml version="1.0"?><Relationships xmlns="{package}"><Relationship Id="rId1" '
+                       f'Type="{relationships}/officeDocument" Target="xl/workbook.xml"/></Relationships>',
+        "xl/workbook.xml": f'<?xml version="1.0"?><workbook {main} xmlns:r="{relationships}"><sheets>'
+                           '<sheet name="S1" sheetId="1" r:id="rId1"/></sheets></workbook>',
+        "xl/_rels/workbook.xml.rels": f'<?xml version="1.0"?><Relationships xmlns="{package}"><Relationship '
+                                      f'Id="rId1" Type="{relationships}/worksheet" '
+                                      'Target="worksheets/sheet1.xml"/></Relationships>',
+        "xl/worksheets/sheet1.xml": f'<?xml version="1.0"?><worksheet {main}><!--' + "<row " * (padding // 5)
+                                    + "--><sheetData>"
+                                    + f'<row r="1">{cell("A1", "Question")}{cell("B1", "Answer")}</row>'
+                                    + f'<row r="2">{cell("A2", "Do you enforce MFA?")}</row>'
+                                    + "</sheetData></worksheet>",
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in parts.items():
+            archive.writestr(name, text)
+    return out.getvalue()
+
+
+async def test_original_export__a_workbook_slow_to_write_back_is_stopped_and_stalls_nothing(
+    config, aiohttp_client, admin
+):
+    # A probe: 1.6 KB that take ~14 s to write back (a comment of 80,000 bytes). In a thread it
+    # held the GIL, and so every request of the process; now a child does it, killed at
+    # uploads.parse_timeout_seconds, and the export is refused naming the CSV export instead.
+    import asyncio
+    import time
+
+    from conftest import with_config
+
+    from service.web.app import create_app
+
+    client = await aiohttp_client(create_app(with_config(config, uploads={"parse_timeout_seconds": 1.0})))
+    rfp_id = await _rfp(client, admin)
+    await _import(client, admin, rfp_id, _slow_to_search(80_000), XLSX)
+
+    started = time.monotonic()
+    export = asyncio.ensure_future(client.get(
+        f"/api/v1/rfps/{rfp_id}/export?format=original&unanswered=TBD", headers=admin.headers))
+    slowest = 0.0  # the longest the event loop kept a pause of 0.2 s and a health check waiting
+    while not export.done():
+        paused = time.monotonic()
+        await asyncio.sleep(0.2)
+        health = await client.get("/healthz")
+        assert health.status == 200
+        slowest = max(slowest, time.monotonic() - paused - 0.2)
+    response = await export
+
+    assert slowest < 1.5, slowest  # 12.7 s when the export ran in a thread
+    assert response.status == 422, response.status
+    body = await response.json()
+    assert "export it as CSV instead" in body["error"]["message"]
+    assert time.monotonic() - started < 8

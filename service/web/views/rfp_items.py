@@ -18,9 +18,7 @@ from aiohttp import hdrs, web
 
 from ...domain import audit, questionnaires, writeback
 from ...domain.convert import structure, unstructure
-from ...domain.errors import (
-    ValidationFailed,
-)
+from ...domain.errors import PayloadTooLarge, ValidationFailed
 from ...domain.isolation import IsolatedWorkers
 from ...domain.models import RfpItem, rfp_json
 from ...domain.rfp_items import (
@@ -213,7 +211,17 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
         await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
                            after={"format": "original"})
         file, cells = await writeback.load(conn, account_id, rfp_id, options)
-    body = await asyncio.to_thread(writeback.write, file, cells)
+    # The kept file is an upload too: written back in a child with the parsers' time and memory
+    # limits (service/domain/isolation.py). In a thread, a workbook built to be slow to search
+    # held the GIL, and so every request of the process, for minutes; resolving a dropdown's list
+    # loaded the whole workbook into this process.
+    try:
+        body = await request.app[PARSERS].run(writeback.write, dict(file), cells)
+    except PayloadTooLarge as exc:
+        raise ValidationFailed(
+            [f"file: the kept questionnaire could not be written back: {detail}" for detail in exc.details],
+            "the questionnaire could not be written back; export it as CSV instead",
+        ) from None
     name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
     safe = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in name)[:150]
     headers = {hdrs.CONTENT_DISPOSITION: f'attachment; filename="{safe}"'}
