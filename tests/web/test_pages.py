@@ -214,6 +214,28 @@ async def upload(client: TestClient, rfp_id: str, csrf: str, body: bytes, name: 
     return await client.post(f"/rfps/{rfp_id}/import", data=form)
 
 
+async def test_upload_form__many_fields_before_the_file_are_refused(app_client, admin, conn):
+    # The web app's upload form read every part before the file, as many as were sent.
+    from aiohttp import FormData
+
+    from service.web.body import MAX_PARTS_BEFORE_FILE
+
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    made = await app_client.post("/rfps", data={"title": "Parts", "csrf_token": csrf}, allow_redirects=False)
+    rfp_id = made.headers["Location"].rsplit("/", 1)[1]
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    for i in range(MAX_PARTS_BEFORE_FILE):
+        form.add_field(f"x{i}", "v")
+    form.add_field("file", questionnaire_xlsx(), filename="acme.xlsx")
+    refused = await app_client.post(f"/rfps/{rfp_id}/import", data=form)
+    assert refused.status == 400
+    assert "fields before its file" in await refused.text()
+    accepted = await upload(app_client, rfp_id, csrf, questionnaire_xlsx(), "acme.xlsx")
+    assert accepted.status == 201
+
+
 async def test_rfp_page__import_answer_review_export(app_client, admin, conn):
     await set_password(conn, admin.email)
     await conn.execute(

@@ -28,7 +28,7 @@ from ...domain.errors import (
 from ...domain.sessions import Session, csrf_matches, find_session
 from ...domain.tokens import ROLES, Principal
 from ..auth import PRINCIPAL, Handler, Policy, check, connection, holding_connection, public
-from ..body import Upload, arriving
+from ..body import MAX_PARTS_BEFORE_FILE, Upload, arriving
 from ..errors import database_unavailable, status_of
 from ..keys import CONFIG
 from ..telemetry import REQUEST_ID
@@ -266,7 +266,12 @@ async def _read_upload(request: web.Request, limit: int) -> tuple[dict[str, str]
     session = request[SESSION]
     try:
         reader = await request.multipart()
+        parts = 0
         while (part := await reader.next()) is not None:
+            parts += 1
+            if parts > MAX_PARTS_BEFORE_FILE + 1:  # the file may come after that many fields
+                raise InvalidMultipart(
+                    f"the form has more than {MAX_PARTS_BEFORE_FILE} fields before its file")
             if not isinstance(part, BodyPartReader):
                 continue
             if part.name == "file":
@@ -288,7 +293,7 @@ async def _read_upload(request: web.Request, limit: int) -> tuple[dict[str, str]
             else:
                 await part.release()
     except (ValueError, HttpProcessingError) as exc:
-        raise InvalidMultipart(f"the form is malformed: {exc}") from None
+        raise InvalidMultipart(f"the form is malformed: {str(exc)[:200]}") from None
     if not csrf_matches(session, fields.get(CSRF_FIELD)):
         raise Forbidden("the form's security token is missing or stale; reload the page")
     raise ValidationFailed(["file: choose a file to upload"])
