@@ -39,26 +39,54 @@ class IsolatedWorkers:
         self.timeout = timeout
         self.memory_bytes = memory_bytes
         self._slots = asyncio.Semaphore(workers)
+        # One owner (an account) may hold all but one of the slots, so that another's upload is
+        # never kept waiting by a run of slow files from one account (each up to `timeout`).
+        self.per_owner = max(1, workers - 1)
+        self._owners: dict[str, int] = {}
+        self._owners_changed = asyncio.Condition()
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(PRELOAD)
         # Threads that wait on the children (a pipe read blocks); one per slot, never shared.
         self._waiters = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="isolated")
         self.running: set[multiprocessing.process.BaseProcess] = set()
 
-    async def run(self, function: Callable[..., T], *args: Any) -> T:
-        """`function(*args)` in a child; its ServiceError is raised here as it was raised there."""
+    async def run(self, function: Callable[..., T], *args: Any, owner: str | None = None) -> T:
+        """`function(*args)` in a child; its ServiceError is raised here as it was raised there.
+        `owner` (an account's id) holds at most `per_owner` of the slots at once."""
+        owned = False
         try:
             async with asyncio.timeout(self.timeout):
+                if owner is not None:
+                    async with self._owners_changed:
+                        await self._owners_changed.wait_for(
+                            lambda: self._owners.get(owner, 0) < self.per_owner)
+                        self._owners[owner] = self._owners.get(owner, 0) + 1
+                        owned = True
                 await self._slots.acquire()
         except TimeoutError:
+            if owned:
+                await self._release_owner(owner)
             raise ServiceUnavailable(
                 f"all {self.workers} upload parsers stayed busy for {self.timeout:g} s; retry shortly",
                 headers={"Retry-After": str(max(1, round(self.timeout)))},
             ) from None
+        except BaseException:
+            if owned:
+                await self._release_owner(owner)
+            raise
         try:
             return await self._run(function, args)
         finally:
             self._slots.release()
+            if owned:
+                await self._release_owner(owner)
+
+    async def _release_owner(self, owner: str | None) -> None:
+        async with self._owners_changed:
+            left = self._owners.pop(owner or "", 0) - 1
+            if left > 0:
+                self._owners[owner or ""] = left
+            self._owners_changed.notify_all()
 
     async def _run(self, function: Callable[..., T], args: tuple) -> T:
         loop = asyncio.get_running_loop()

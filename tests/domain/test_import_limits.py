@@ -218,6 +218,24 @@ async def test_isolated_worker__busy_past_the_time_limit_is_503():
         workers.close()
 
 
+async def test_isolated_worker__one_owner_never_holds_every_slot():
+    # A probe: two slow workbooks from one account held both parse slots for their whole time
+    # limit, and another account's 45-byte import waited 29 s. One owner now holds at most all
+    # slots but one; its further files wait their turn.
+    workers = IsolatedWorkers(workers=2, timeout=4.0, memory_bytes=1 << 30)
+    try:
+        slow = [asyncio.ensure_future(workers.run(time.sleep, 2.0, owner="acct_a")) for _ in range(2)]
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        assert await workers.run(time.sleep, 0, owner="acct_b") is None
+        assert time.monotonic() - started < 1.0  # a slot was free for the other account
+        for run in slow:
+            assert await run is None  # the second of acct_a's waited for the first, within the limit
+        assert workers._owners == {}  # nothing held once all are done
+    finally:
+        workers.close()
+
+
 async def test_knowledge_csv_import__parsed_in_a_worker_with_its_time_limit(config, aiohttp_client, admin):
     """The knowledge-base CSV was parsed in the request's own process, blocking every request
     meanwhile; now in a parse worker, killed at uploads.parse_timeout_seconds."""

@@ -106,7 +106,8 @@ async def kb_import(request: web.Request) -> web.StreamResponse:
     with upload.file:
         raw = upload.file.read()
     # As the API's import: parsed in a worker process within the upload limits.
-    parsed = await request.app[PARSERS].run(parse_upload, raw, Limits.of(config.uploads))
+    parsed = await request.app[PARSERS].run(parse_upload, raw, Limits.of(config.uploads),
+                                            owner=principal(request).account_id)
     async with connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)

@@ -55,7 +55,8 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     with upload.file:
         raw = upload.file.read()
-    return await request.app[PARSERS].run(parse_upload, raw, Limits.of(request.app[CONFIG].uploads))
+    return await request.app[PARSERS].run(parse_upload, raw, Limits.of(request.app[CONFIG].uploads),
+                                          owner=principal(request).account_id)
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:

@@ -116,7 +116,7 @@ async def import_upload(
     # file costs at most that, and never the threads other requests need.
     found = await request.app[PARSERS].run(
         questionnaires.parse_upload, data, options, upload.media_type, upload.filename,
-        questionnaires.Limits.of(config.uploads),
+        questionnaires.Limits.of(config.uploads), owner=account_id,
     )
     kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
     async with connection(request) as conn:
@@ -216,7 +216,7 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
     # held the GIL, and so every request of the process, for minutes; resolving a dropdown's list
     # loaded the whole workbook into this process.
     try:
-        body = await request.app[PARSERS].run(writeback.write, dict(file), cells)
+        body = await request.app[PARSERS].run(writeback.write, dict(file), cells, owner=account_id)
     except PayloadTooLarge as exc:
         raise ValidationFailed(
             [f"file: the kept questionnaire could not be written back: {detail}" for detail in exc.details],
