@@ -236,6 +236,32 @@ async def test_isolated_worker__one_owner_never_holds_every_slot():
         workers.close()
 
 
+async def test_isolated_worker__an_upload_is_read_only_once_a_worker_is_free():
+    # Uploads were read whole into the service's memory and then waited for a worker: ten 50 MB
+    # uploads queued behind slow ones held 500 MB. Now each stays in its spooled file until then.
+    from service.domain.isolation import Unread
+
+    read_at: list[float] = []
+
+    class Spooled(io.BytesIO):
+        def read(self, *args):
+            read_at.append(time.monotonic())
+            return super().read(*args)
+
+    workers = IsolatedWorkers(workers=1, timeout=5.0, memory_bytes=1 << 30)
+    try:
+        busy = asyncio.ensure_future(workers.run(time.sleep, 1.0))
+        await asyncio.sleep(0.2)
+        waiting = asyncio.ensure_future(workers.run(len, Unread(Spooled(b"question\nQ?\n"))))
+        await asyncio.sleep(0.3)
+        assert read_at == []  # still waiting, still unread
+        await busy
+        assert await waiting == len(b"question\nQ?\n")  # the child got the bytes
+        assert len(read_at) == 1
+    finally:
+        workers.close()
+
+
 async def test_knowledge_csv_import__parsed_in_a_worker_with_its_time_limit(config, aiohttp_client, admin):
     """The knowledge-base CSV was parsed in the request's own process, blocking every request
     meanwhile; now in a parse worker, killed at uploads.parse_timeout_seconds."""

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from ...domain import library
 from ...domain.convert import structure, unstructure
+from ...domain.isolation import Unread
 from ...domain.knowledge import (
     KnowledgeItemInput,
     create_item,
@@ -103,11 +104,10 @@ async def kb_delete(request: web.Request) -> web.StreamResponse:
 async def kb_import(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
     _, upload = await read_upload(request, config.server.max_upload_bytes)
-    with upload.file:
-        raw = upload.file.read()
     # As the API's import: parsed in a worker process within the upload limits.
-    parsed = await request.app[PARSERS].run(parse_upload, raw, Limits.of(config.uploads),
-                                            owner=principal(request).account_id)
+    with upload.file:
+        parsed = await request.app[PARSERS].run(parse_upload, Unread(upload.file), Limits.of(config.uploads),
+                                                owner=principal(request).account_id)
     async with connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)

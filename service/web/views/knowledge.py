@@ -11,6 +11,7 @@ from aiohttp import web
 from ...domain import knowledge, library
 from ...domain.convert import structure, unstructure
 from ...domain.errors import ParameterInvalid, UnsupportedMediaType, ValidationFailed
+from ...domain.isolation import Unread
 from ...domain.knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
@@ -54,9 +55,9 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
         )
     upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
     with upload.file:
-        raw = upload.file.read()
-    return await request.app[PARSERS].run(parse_upload, raw, Limits.of(request.app[CONFIG].uploads),
-                                          owner=principal(request).account_id)
+        return await request.app[PARSERS].run(parse_upload, Unread(upload.file),
+                                              Limits.of(request.app[CONFIG].uploads),
+                                              owner=principal(request).account_id)
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:

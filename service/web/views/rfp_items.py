@@ -19,7 +19,7 @@ from aiohttp import hdrs, web
 from ...domain import audit, questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import PayloadTooLarge, ValidationFailed
-from ...domain.isolation import IsolatedWorkers
+from ...domain.isolation import IsolatedWorkers, Unread
 from ...domain.models import RfpItem, rfp_json
 from ...domain.rfp_items import (
     EXPORT_FORMATS,
@@ -111,13 +111,14 @@ async def import_upload(
     both come here."""
     config = request.app[CONFIG]
     with upload.file:
+        # In a child process with a time and memory limit (service/domain/isolation.py): a hostile
+        # file costs at most that, and never the threads other requests need.
+        found = await request.app[PARSERS].run(
+            questionnaires.parse_upload, Unread(upload.file), options, upload.media_type,
+            upload.filename, questionnaires.Limits.of(config.uploads), owner=account_id,
+        )
+        upload.file.seek(0)
         data = upload.file.read()
-    # In a child process with a time and memory limit (service/domain/isolation.py): a hostile
-    # file costs at most that, and never the threads other requests need.
-    found = await request.app[PARSERS].run(
-        questionnaires.parse_upload, data, options, upload.media_type, upload.filename,
-        questionnaires.Limits.of(config.uploads), owner=account_id,
-    )
     kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
     async with connection(request) as conn:
         report, queued = await import_items(
