@@ -220,7 +220,8 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
         body = await request.app[PARSERS].run(writeback.write, dict(file), cells, owner=account_id)
     except PayloadTooLarge as exc:
         raise ValidationFailed(
-            [f"file: the kept questionnaire could not be written back: {detail}" for detail in exc.details],
+            [f"file: the kept questionnaire could not be written back: {detail}"
+             for detail in exc.details or [exc.message]],
             "the questionnaire could not be written back; export it as CSV instead",
         ) from None
     name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
