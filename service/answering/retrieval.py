@@ -169,7 +169,8 @@ async def find_references(
     entries nearest in meaning join the lexical candidates and the order is the reciprocal-rank
     fusion of the lexical (BM25F) and the dense ranking; without one, the lexical order."""
     if embedder is None:
-        return await _rank(conn, account_id, await _retrieve(conn, account_id, text), limit, {})
+        rows = await _retrieve(conn, account_id, text)
+        return await _rank(conn, account_id, rows, limit, {}, _question(rows[0]))
     # The lexical statement runs while the question is embedded (in the backend's thread, or
     # remotely): a retrieval waits for the longer of the two. No transaction waits on the backend.
     embedding = asyncio.ensure_future(embeddings.embed_question(embedder, text))
@@ -258,13 +259,11 @@ async def _rank(
     rows: Sequence[asyncpg.Record],
     limit: int,
     dense: dict[str, float],
-    question: _Question | None = None,
+    question: _Question | None,
     tallies: dict[str, _Tally] | None = None,
 ) -> list[Reference]:
-    """The best `limit` of the candidates `rows[1:]`; `question` and some candidates' `tallies`
-    when they were worked out already (find_references)."""
-    if question is None:
-        question = _question(rows[0])
+    """The best `limit` of the candidates `rows[1:]` for `question` (`_question` of `rows[0]`;
+    None: nothing to rank by); `tallies` of some candidates when they were made already."""
     candidates = rows[1:]
     if question is None or not candidates:
         return []
