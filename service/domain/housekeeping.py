@@ -71,12 +71,24 @@ async def _batches(pool: asyncpg.Pool, statements: tuple[str, ...], *args: objec
 
 async def prune_webhooks(pool: asyncpg.Pool, keep_days: int, batch: int = BATCH) -> int:
     """Webhook events older than `keep_days` whose deliveries are all finished go, with those
-    deliveries: how many events went. Nothing when keep_days is 0."""
+    deliveries: how many events went. Nothing when keep_days is 0.
+
+    Two statements a batch: the first locks the events, the second deletes them with a snapshot
+    taken after the locks. A manual retry holds its event while it makes a delivery pending, so
+    one that committed before the locks is seen by the second statement (its event stays), and
+    one after them waits and finds its delivery gone. In one statement, a retry committed between
+    its snapshot and its locks let a sibling's log entry go while that delivery was pending."""
     if not keep_days:
         return 0
-    _, events = await _batches(pool, ("prune_webhook_deliveries", "prune_webhook_events"),
-                               keep_days, batch=batch)
-    return events
+    deleted = 0
+    while True:
+        async with pool.acquire() as conn, conn.transaction():
+            events = await conn.fetchval(db.query("lock_old_webhook_events"), keep_days, batch)
+            if events:
+                deleted += await conn.fetchval(db.query("prune_webhook_events"), events)
+        if len(events) < batch:
+            return deleted
+        await asyncio.sleep(PAUSE_SECONDS)
 
 
 async def prune_rate_limit_buckets(pool: asyncpg.Pool, idle_seconds: float) -> int:

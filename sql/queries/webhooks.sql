@@ -125,10 +125,21 @@ SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1;
 -- retry_webhook_delivery --
 -- An admin's retry of a delivery that is not pending: due now, with a fresh retry window (set
 -- by its next attempt). A delivered one is sent again; receivers deduplicate by webhook-id.
-UPDATE webhook_deliveries
+-- It first holds the delivery's event (FOR KEY SHARE) so that housekeeping's prune, which locks
+-- the events it deletes, either skips this event or has deleted it by the time the update runs
+-- (then nothing is updated: 404). Without that, a prune could delete a sibling's log entry while
+-- this delivery became pending again.
+WITH event AS (
+    SELECT e.id
+      FROM webhook_events e
+     WHERE e.id = (SELECT event_id FROM webhook_deliveries WHERE id = $1 AND endpoint_id = $2)
+       FOR KEY SHARE
+)
+UPDATE webhook_deliveries d
    SET state = 'pending', next_attempt_at = now(), retry_until = NULL
- WHERE id = $1 AND endpoint_id = $2 AND state <> 'pending'
-RETURNING id;
+  FROM event
+ WHERE d.id = $1 AND d.endpoint_id = $2 AND d.event_id = event.id AND d.state <> 'pending'
+RETURNING d.id;
 
 -- get_webhook_delivery --
 -- One delivery of an endpoint.
@@ -142,38 +153,32 @@ SELECT d.id, d.event_id, e.type AS event_type, d.record_id, d.state::text AS sta
 -- Entries of account $1 by id (the bodies of an import's webhooks).
 SELECT * FROM knowledge_items WHERE account_id = $1 AND id = ANY ($2::text[]) ORDER BY id;
 
--- prune_webhook_deliveries --
--- Up to $2 deliveries of events older than $1 days all of whose deliveries are finished (delivered
--- or failed); how many went. An event with one still pending keeps every delivery's log. Rows
--- another process holds are skipped; a manual retry waits for this transaction and then finds
--- its delivery gone (404).
-WITH old AS (
-    SELECT d.id
-      FROM webhook_deliveries d
-      JOIN webhook_events e ON e.id = d.event_id
-     WHERE e.created_at < now() - make_interval(days => $1::integer) AND d.state <> 'pending'
-       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p
-                        WHERE p.event_id = d.event_id AND p.state = 'pending')
-     ORDER BY e.created_at
-     LIMIT $2
-       FOR UPDATE OF d SKIP LOCKED
-), gone AS (
-    DELETE FROM webhook_deliveries d USING old WHERE d.id = old.id RETURNING 1
-)
-SELECT count(*)::integer FROM gone;
+-- lock_old_webhook_events --
+-- Up to $2 events older than $1 days all of whose deliveries were finished (delivered or failed)
+-- when this statement began, locked for prune_webhook_events; their ids. Events another process
+-- holds are skipped: a manual retry holds its delivery's event (retry_webhook_delivery) until it
+-- commits, so an event being retried is never taken.
+SELECT coalesce(array_agg(id), '{}')
+  FROM (SELECT e.id
+          FROM webhook_events e
+         WHERE e.created_at < now() - make_interval(days => $1::integer)
+           AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                            WHERE d.event_id = e.id AND d.state = 'pending')
+         ORDER BY e.created_at
+         LIMIT $2
+           FOR UPDATE SKIP LOCKED) AS old;
 
 -- prune_webhook_events --
--- Up to $2 events older than $1 days with no delivery left (prune_webhook_deliveries leaves the
--- pending ones, and so their events); how many went.
-WITH old AS (
-    SELECT e.id
-      FROM webhook_events e
-     WHERE e.created_at < now() - make_interval(days => $1::integer)
-       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id)
-     ORDER BY e.created_at
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM webhook_events e USING old WHERE e.id = old.id RETURNING 1
+-- The events $1 (locked by lock_old_webhook_events in this transaction) with their deliveries
+-- (ON DELETE CASCADE), but for any with a delivery pending now; how many went. This statement's
+-- snapshot is taken after the locks, so it sees every retry committed before them, and a retry
+-- after them waits for this transaction and then finds its delivery gone (404). An event with one
+-- delivery still pending keeps every delivery's log.
+WITH gone AS (
+    DELETE FROM webhook_events e
+     WHERE e.id = ANY ($1::text[])
+       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                        WHERE d.event_id = e.id AND d.state = 'pending')
+    RETURNING 1
 )
 SELECT count(*)::integer FROM gone;

@@ -321,3 +321,57 @@ async def test_prune__old_finished_events_go_with_their_deliveries(
     log = await (await hook_client.get(f"{ENDPOINTS}/{first['id']}/deliveries",
                                        headers=admin.headers)).json()
     assert sorted(d["event_id"] for d in log["deliveries"]) == sorted([old[0], left[1]["id"]])
+
+
+async def _old_finished_event(client, admin, receiver, conn):
+    """One event 31 days old, delivered to two endpoints: its event id and its deliveries' ids
+    by endpoint (first, second)."""
+    _, first = await register(client, admin, receiver.url)
+    _, second = await register(client, admin, receiver.url + "?second")
+    await add_entry(client, admin, "One.")
+    await receiver.wait_for(2)
+    await poll(lambda: conn.fetchval("SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'"),
+               lambda delivered: delivered == 2)
+    event = await conn.fetchval("SELECT id FROM webhook_events")
+    await conn.execute("UPDATE webhook_events SET created_at = now() - interval '31 days'")
+    ids = [await conn.fetchval("SELECT id FROM webhook_deliveries WHERE endpoint_id = $1", e["id"])
+           for e in (first, second)]
+    return event, first, second, ids
+
+
+async def test_prune__an_event_being_retried_is_skipped_with_every_log_entry(
+    hook_client, admin, receiver, conn, database_url
+):
+    # A retry holds its delivery's event until it commits (here a transaction holds it the way
+    # retry_webhook_delivery does). A prune meanwhile leaves the event and both log entries:
+    # deleting them would lose the sibling's entry while the retried delivery turns pending.
+    event, *_ = await _old_finished_event(hook_client, admin, receiver, conn)
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT 1 FROM webhook_events WHERE id = $1 FOR KEY SHARE", event)
+            assert await housekeeping.prune_webhooks(pool, keep_days=30) == 0
+            assert await conn.fetchval("SELECT count(*) FROM webhook_deliveries") == 2
+        assert await housekeeping.prune_webhooks(pool, keep_days=30) == 1  # once let go
+    finally:
+        await pool.close()
+    assert await conn.fetchval("SELECT count(*) FROM webhook_deliveries") == 0
+
+
+async def test_retry__waits_for_a_prune_holding_its_event_then_finds_the_delivery_gone(
+    hook_client, admin, receiver, conn
+):
+    # A prune locks the events it deletes (lock_old_webhook_events). A retry sent meanwhile waits
+    # for it and then answers 404, instead of turning the delivery pending beside a sibling whose
+    # log entry the prune is deleting.
+    event, first, _, [delivery, _] = await _old_finished_event(hook_client, admin, receiver, conn)
+    path = f"{ENDPOINTS}/{first['id']}/deliveries/{delivery}/retry"
+    async with conn.transaction():
+        await conn.execute("SELECT 1 FROM webhook_events WHERE id = $1 FOR UPDATE", event)
+        retry = asyncio.ensure_future(hook_client.post(path, headers=admin.headers))
+        done, _ = await asyncio.wait([retry], timeout=0.5)
+        assert not done, "the retry did not wait for the prune's lock on its event"
+        await conn.execute("DELETE FROM webhook_events WHERE id = $1", event)
+    response = await retry
+    assert response.status == 404
+    assert await conn.fetchval("SELECT count(*) FROM webhook_deliveries") == 0
