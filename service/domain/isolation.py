@@ -16,6 +16,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import resource
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, TypeVar
@@ -23,6 +24,7 @@ from typing import IO, Any, TypeVar
 import attrs
 
 from .errors import PayloadTooLarge, ServiceError, ServiceUnavailable, ValidationFailed
+from .uploads import UNFORESEEN, Unforeseen
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ class IsolatedWorkers:
             raise
         try:
             args = tuple(arg.file.read() if isinstance(arg, Unread) else arg for arg in args)
-            return await self._run(function, args)
+            return await self._run(function, args, owner)
         finally:
             self._slots.release()
             if owned:
@@ -100,7 +102,7 @@ class IsolatedWorkers:
                 self._owners[owner or ""] = left
             self._owners_changed.notify_all()
 
-    async def _run(self, function: Callable[..., T], args: tuple) -> T:
+    async def _run(self, function: Callable[..., T], args: tuple, owner: str | None) -> T:
         loop = asyncio.get_running_loop()
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
@@ -125,6 +127,14 @@ class IsolatedWorkers:
             error = cls.__new__(cls)
             ServiceError.__init__(error, message, details=details)
             raise error
+        if kind == "unforeseen":
+            # The child has no logging set up (the fork server is a process of its own): its
+            # traceback comes back as text and is logged here, never put in the response.
+            detail, trace = value
+            log.error("an upload parser (%s, account %s) raised an exception no check foresaw; "
+                      "the client was told %r\n%s", getattr(function, "__qualname__", function),
+                      owner or "-", detail, trace)
+            raise ValidationFailed([detail], message="the file could not be read")
         if kind == "timeout":
             raise PayloadTooLarge(
                 f"the file took longer than uploads.parse_timeout_seconds = {self.timeout:g} s to read",
@@ -152,9 +162,23 @@ def _wait(receiver: multiprocessing.connection.Connection, timeout: float) -> tu
         return "died", None
 
 
+_TRACEBACK_CHARS = 16_000
+
+
+def _traceback(exc: BaseException) -> str:
+    """The exception's traceback (with its cause) as text for the log, its middle left out past
+    _TRACEBACK_CHARS (an exception's text can quote a whole cell of the file)."""
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > _TRACEBACK_CHARS:
+        half = _TRACEBACK_CHARS // 2
+        text = f"{text[:half]}\n… {len(text) - 2 * half} characters left out …\n{text[-half:]}"
+    return text
+
+
 def _child(sender: multiprocessing.connection.Connection, memory_bytes: int,
            function: Callable[..., Any], args: tuple) -> None:
-    """In the child: limit the address space, run, and send back ("ok", result) or ("error", …)."""
+    """In the child: limit the address space, run, and send back ("ok", result), ("error", …) for
+    a ServiceError or a limit, or ("unforeseen", (what the client is told, traceback text))."""
     try:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     except (ValueError, OSError):  # a lower hard limit already: that one holds
@@ -172,8 +196,8 @@ def _child(sender: multiprocessing.connection.Connection, memory_bytes: int,
         outcome = ("error", (ValidationFailed, "the file could not be read",
                              ["file: nested too deeply to read"]))
     except Exception as exc:  # anything else a malformed file makes a parser raise
-        outcome = ("error", (ValidationFailed, "the file could not be read",
-                             [f"file: not a readable questionnaire ({type(exc).__name__}: {exc})"[:500]]))
+        detail = exc.detail if isinstance(exc, Unforeseen) else UNFORESEEN
+        outcome = ("unforeseen", (detail, _traceback(exc)))
     try:
         sender.send(outcome)
     except MemoryError:

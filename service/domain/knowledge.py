@@ -307,7 +307,8 @@ def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
 def parse_upload(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
     """An uploaded knowledge-base CSV's bytes (UTF-8), parsed: what a parse worker process runs
     (service/domain/isolation.py), so a large or hostile file never blocks the service."""
-    return uploads.read_csv(io.BytesIO(raw), limits, _knowledge_rows, dialect=csv.excel)
+    with uploads.unforeseen("file: not a readable knowledge-base CSV: its CSV structure is malformed"):
+        return uploads.read_csv(io.BytesIO(raw), limits, _knowledge_rows, dialect=csv.excel)
 
 
 async def import_csv(

@@ -507,8 +507,11 @@ def parse(binary: IO[bytes], options: ImportOptions, media_type: str | None = No
     if not head:
         raise ValidationFailed(["file: the file is empty"], message="the file is empty")
     if detect_format(head, media_type, filename) == "xlsx":
-        return parse_xlsx(binary, options, progress, limits)
-    return parse_questionnaire_csv(binary, options, progress, limits)
+        with uploads.unforeseen("file: not a readable XLSX workbook: its XML is malformed or "
+                                "its parts do not agree"):
+            return parse_xlsx(binary, options, progress, limits)
+    with uploads.unforeseen("file: not a readable CSV questionnaire: its CSV structure is malformed"):
+        return parse_questionnaire_csv(binary, options, progress, limits)
 
 
 def parse_upload(data: bytes, options: ImportOptions, media_type: str | None, filename: str | None,

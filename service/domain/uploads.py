@@ -11,6 +11,7 @@ naming the cell; broken quoting is a `NotCsv` (422) naming the row.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from typing import IO, Any, TypeVar
 import attrs
 
 from ..config import UploadsConfig
-from .errors import PayloadTooLarge, ValidationFailed
+from .errors import PayloadTooLarge, ServiceError, ValidationFailed
 
 T = TypeVar("T")
 
@@ -45,6 +46,34 @@ class Limits:
         limit = f"uploads.{setting} = {getattr(self, setting)}"
         return PayloadTooLarge(f"the file is over a limit ({limit}); nothing was imported",
                                details=[f"file: {what}; the limit is {limit}"])
+
+
+class Unforeseen(Exception):
+    """An exception of a worker's function that no check of it foresaw (a malformed file the
+    parser trips on, or a bug), raised by `unforeseen` from the original. The client is told
+    `detail` (422), never the exception's own text; the log gets the original's traceback."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+# What a client is told when a function did not say what it was reading (`unforeseen`).
+UNFORESEEN = "file: not readable: its structure is malformed"
+
+
+@contextlib.contextmanager
+def unforeseen(detail: str) -> Iterator[None]:
+    """In a worker's function: any exception raised within but a ServiceError (meant for the
+    client as it is) and a MemoryError or RecursionError (reported as the limits they are)
+    becomes an `Unforeseen(detail)`, so the client reads what was wrong in the terms of the
+    file's format, e.g. "file: not a readable XLSX workbook: …"."""
+    try:
+        yield
+    except (ServiceError, MemoryError, RecursionError, Unforeseen):
+        raise
+    except Exception as exc:
+        raise Unforeseen(detail) from exc
 
 
 class NotCsv(ValidationFailed):

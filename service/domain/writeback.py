@@ -36,6 +36,7 @@ from .errors import ParameterInvalid, ValidationFailed
 from .ids import new_id
 from .library import yes_no_lead
 from .questionnaires import XLSX_MEDIA_TYPE, Questionnaire, column_index, column_letter, detect_format
+from .uploads import unforeseen
 
 MAX_MARK = 200  # the `unanswered` marker's length
 MAX_COLUMN = 16383  # XFD, a spreadsheet's last column (0-based)
@@ -472,8 +473,11 @@ def _insert_row(xml: str, number: int, writes: dict[int, str], dropdown: Any, p:
 def write(file: Mapping[str, Any], cells: Sequence[Cell]) -> bytes:
     content = bytes(file["content"])
     if file["format"] == "xlsx":
-        return write_xlsx(content, cells)
-    return write_csv(content, cells)
+        with unforeseen("file: the kept XLSX workbook could not be written back: its XML is "
+                        "malformed or its parts do not agree"):
+            return write_xlsx(content, cells)
+    with unforeseen("file: the kept CSV could not be written back: its CSV structure is malformed"):
+        return write_csv(content, cells)
 
 
 def media_type(file: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import operator
 import threading
 import time
 import zipfile
@@ -13,9 +14,10 @@ import pytest
 from conftest import with_config
 from openpyxl import Workbook
 
-from service.domain.errors import PayloadTooLarge, ServiceUnavailable
+from service.domain.errors import PayloadTooLarge, ServiceUnavailable, ValidationFailed
 from service.domain.isolation import IsolatedWorkers
 from service.domain.questionnaires import XLSX_MEDIA_TYPE
+from service.domain.uploads import UNFORESEEN
 from service.web.app import create_app
 
 _MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
@@ -108,6 +110,26 @@ async def test_xlsx_entity_bomb_in_shared_strings__422_not_500(client, admin):
     await assert_refused(client, admin, rfp_id, response, 422, "declares a DTD")
 
 
+async def test_xlsx_cell_naming_a_missing_shared_string__422_without_the_exception_text_which_is_logged(
+    client, admin, caplog
+):
+    """A cell of type "s" naming shared string 99 of none made openpyxl raise IndexError: the
+    client read "IndexError: list index out of range". Now it is told what is wrong with the
+    file, and the traceback goes to the log."""
+    caplog.set_level("ERROR", logger="service.domain.isolation")
+    rfp_id = await new_rfp(client, admin)
+    body = xlsx(sheet('<row r="1"><c r="A1" t="s"><v>99</v></c></row>'))
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 422, "not a readable XLSX workbook")
+    error = (await response.json())["error"]
+    assert error["details"] == ["file: not a readable XLSX workbook: its XML is malformed or its "
+                                "parts do not agree"], error
+    [logged] = [r for r in caplog.records if r.name == "service.domain.isolation"]
+    assert "IndexError: list index out of range" in logged.getMessage()
+    assert "Traceback (most recent call last)" in logged.getMessage()
+    assert admin.account_id in logged.getMessage()
+
+
 async def test_xlsx_column_past_max_columns__413(client, admin):
     rfp_id = await new_rfp(client, admin)
     body = xlsx(sheet(inline_row(1, "Question"),
@@ -181,6 +203,22 @@ async def test_isolated_worker__killed_at_its_time_limit():
             await workers.run(time.sleep, 60)
         assert time.monotonic() - started < 5
         assert workers.running == set()
+    finally:
+        workers.close()
+
+
+async def test_isolated_worker__an_unforeseen_exception_is_422_with_its_traceback_logged_not_returned(caplog):
+    """A function that does not say what it reads (no `uploads.unforeseen`): the generic detail."""
+    caplog.set_level("ERROR", logger="service.domain.isolation")
+    workers = IsolatedWorkers(workers=1, timeout=20, memory_bytes=1 << 30)
+    try:
+        with pytest.raises(ValidationFailed) as raised:
+            await workers.run(operator.truediv, 1, 0, owner="acct_x")
+        assert raised.value.details == [UNFORESEEN]
+        assert "division" not in raised.value.describe()
+        [logged] = [r for r in caplog.records if r.name == "service.domain.isolation"]
+        assert "ZeroDivisionError: division by zero" in logged.getMessage()
+        assert "acct_x" in logged.getMessage()
     finally:
         workers.close()
 
