@@ -153,7 +153,7 @@ def column_index(letters: str) -> int:
 
 
 def _normal(header: str) -> str:
-    return " ".join(header.lower().replace("_", " ").split()).rstrip(":*? ").strip()
+    return " ".join(header.lower().replace("_", " ").replace(uploads.BOM, "").split()).rstrip(":*? ").strip()
 
 
 def _question_rank(header: str) -> int | None:

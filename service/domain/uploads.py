@@ -2,9 +2,9 @@
 (`knowledge.parse_knowledge_csv` for knowledge-base imports, `questionnaires.parse_questionnaire_csv`
 for questionnaires).
 
-The CSV reader decodes the bytes (UTF-8 with any BOM dropped, then whichever fallback encodings
-the parser allows), guesses the delimiter from the opening lines unless the parser fixes the
-dialect, and yields each record with its 1-based row number. Past a limit the whole file is
+The CSV reader decodes the bytes (UTF-8, then whichever fallback encodings the parser allows;
+every BOM the text opens with dropped), guesses the delimiter from the opening lines unless the
+parser fixes the dialect, and yields each record with its 1-based row number. Past a limit the whole file is
 refused (413 naming the setting); a NUL character, which PostgreSQL text cannot hold, is a 422
 naming the cell; broken quoting is a `NotCsv` (422) naming the row.
 """
@@ -15,7 +15,7 @@ import contextlib
 import csv
 import io
 from collections.abc import Callable, Iterator
-from itertools import islice
+from itertools import chain, islice
 from typing import IO, Any, TypeVar
 
 import attrs
@@ -114,6 +114,8 @@ def checked_row(number: int, cells: list[str], limits: Limits) -> list[str]:
     return cells
 
 
+BOM = "\ufeff"
+
 _SNIFF_LINES = 20
 _SNIFF_BYTES = 8 * 1024
 
@@ -127,13 +129,17 @@ def csv_records(text: IO[str], limits: Limits, dialect: Any = None) -> Iterator[
         sample = "".join(islice(iter(lambda: text.readline(_SNIFF_BYTES), ""), _SNIFF_LINES))[:_SNIFF_BYTES]
         text.seek(0)
         try:
-            dialect = csv.Sniffer().sniff(sample, delimiters=",;\t|")
+            dialect = csv.Sniffer().sniff(sample.lstrip(BOM), delimiters=",;\t|")
         except csv.Error:
             dialect = csv.excel
     # The csv module's own bound (131,072 by default), set to ours: a longer cell stops the
     # reader instead of being read whole first. (Process-wide; uploads parse in a worker.)
     csv.field_size_limit(max(limits.max_cell_chars, 1))
-    reader = csv.reader(text, dialect)
+    # Every BOM the file opens with is dropped: the UTF-8 decoder drops one, and a file saved
+    # twice by a tool that adds its own keeps the second in its first header, which then names
+    # no known column.
+    lines = iter(text)
+    reader = csv.reader(chain([next(lines, "").lstrip(BOM)], lines), dialect)
     number = 0
     try:
         for number, record in enumerate(reader, start=1):
@@ -172,9 +178,9 @@ def read_csv(
 
 
 def decode(raw: bytes) -> str:
-    """An uploaded CSV's bytes as text: UTF-8, a BOM dropped."""
+    """An uploaded CSV's bytes as text: UTF-8, every BOM it opens with dropped."""
     try:
-        return raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig").lstrip(BOM)
     except UnicodeDecodeError:
         raise ValidationFailed(["file: the text is not UTF-8; save the file as UTF-8 CSV"],
                                message="the file could not be read") from None

@@ -134,6 +134,32 @@ async def test_import_csv__bom_quoted_newlines_and_carried_section(client, admin
     ]
 
 
+async def test_import__every_leading_bom_is_dropped_and_a_header_cell_s_bom_ignored(client, admin):
+    """A CSV opening with two BOMs kept the second in its first header ("\ufeffQuestion" named
+    no question column: 422); an XLSX header cell holding one (pasted from such a file) alike."""
+    rfp_id = await new_rfp(client, admin)
+    response = await client.post(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/import",
+        data="\ufeff\ufeffQuestion;Answer\r\nIs MFA enforced?;\r\n".encode(),
+        headers={**admin.headers, "Content-Type": "text/csv"},
+    )
+    body = await response.json()
+    assert response.status == 201, body
+    assert body["import"]["question_column"] == "Question"
+    workbook = Workbook()
+    workbook.active.append(["\ufeffQuestion"])
+    workbook.active.append(["Is data encrypted at rest?"])
+    buffer = io.BytesIO()
+    workbook.save(buffer)
+    response = await client.post(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/import", data=buffer.getvalue(),
+        headers={**admin.headers, "Content-Type": XLSX_MEDIA_TYPE},
+    )
+    assert response.status == 201, await response.json()
+    assert [i["question"] for i in await items_of(client, admin, rfp_id)] == [
+        "Is MFA enforced?", "Is data encrypted at rest?"]
+
+
 async def test_import_csv__semicolon_separated_windows_1252(client, admin):
     rfp_id = await new_rfp(client, admin)
     data = "Nr;Frage / Question;Antwort\n1;Wo liegen die Daten? (Rechenzentrum in Köln);\n".encode("cp1252")

@@ -7,6 +7,7 @@ import sys
 import aiohttp
 
 from service.answering.retrieval import find_references
+from service.domain.uploads import decode
 
 ITEMS = "/api/v1/knowledge_base_items"
 
@@ -122,6 +123,24 @@ async def test_import_csv__reimport_same_id_updates_the_entry(client, admin):
     assert (body["created"], body["updated"]) == (0, 1)
     listed = await (await client.get(ITEMS, headers=admin.headers)).json()
     assert [i["answer"] for i in listed["knowledge_base_items"]] == ["Yes: SAML 2.0."]
+
+
+async def test_import_csv__every_leading_bom_is_dropped_from_the_first_header(client, admin):
+    """A file saved twice by tools that each add a BOM: the decoder dropped one, the other stayed
+    in the first header, and `question` was reported as an ignored column (the entry had none)."""
+    headers = {**admin.headers, "Content-Type": "text/csv"}
+    for body in (b"\xef\xbb\xbf\xef\xbb\xbfquestion,answer\nDo you support SSO?,Yes.\n",
+                 b'\xef\xbb\xbf\xef\xbb\xbf\xef\xbb\xbf"question",answer\nDo you support SSO?,Yes.\n'):
+        response = await client.post(f"{ITEMS}/import", data=body, headers=headers)
+        report = await response.json()
+        assert response.status == 200, report
+        assert report["ignored_columns"] == [] and report["imported"] == 1, report
+    listed = await (await client.get(ITEMS, headers=admin.headers)).json()
+    assert [i["question"] for i in listed["knowledge_base_items"]] == ["Do you support SSO?"] * 2
+
+
+def test_decode__drops_every_leading_bom():
+    assert decode(b"\xef\xbb\xbf\xef\xbb\xbfquestion,answer\n") == "question,answer\n"
 
 
 async def test_import_csv__multipart_file_field(client, admin):
