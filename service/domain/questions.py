@@ -209,11 +209,31 @@ async def _refusal(conn: asyncpg.Connection, account_id: str, refused: str, cost
     """Why a debit matched no account: none, no active subscription (`refused` says what cannot
     be done), or too few credits (`cost` says what it costs)."""
     account = await conn.fetchrow(db.query("account_standing"), account_id)
+    refusal = _standing_refusal(account, account_id, refused)
+    if refusal is not None:
+        return refusal
+    return UsageBlocked(f"out of credits: {cost} and the account has {account['credits']}")
+
+
+def _standing_refusal(account: asyncpg.Record | None, account_id: str, refused: str) -> Exception | None:
     if account is None:
         return NotFound(f"no account {account_id}")
     if account["subscription_status"] != "active":
         return UsageBlocked(f"the account has no active subscription; {refused}")
-    return UsageBlocked(f"out of credits: {cost} and the account has {account['credits']}")
+    return None
+
+
+async def require_active_subscription(conn: asyncpg.Connection, account_id: str, refused: str) -> None:
+    """403 usage_blocked, as a charged request would be, when the account's subscription is not
+    active: for a request that happens to charge nothing this time ("answer all" with nothing
+    pending), so that it is refused alike whatever there is to do."""
+    account = await conn.fetchrow(db.query("account_standing"), account_id)
+    refusal = _standing_refusal(account, account_id, refused)
+    if refusal is not None:
+        raise refusal
+
+
+ITEMS_REFUSED = "items cannot be answered"  # what an inactive account's "answer all" is told
 
 
 async def create_item_questions(
@@ -243,7 +263,7 @@ async def create_item_questions(
     )
     if stored == len(items):
         return question_ids
-    raise await _refusal(conn, account_id, "items cannot be answered",
+    raise await _refusal(conn, account_id, ITEMS_REFUSED,
                          f"answering {len(items)} items costs {credits * len(items)}")
 
 

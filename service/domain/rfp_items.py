@@ -26,7 +26,7 @@ from .errors import (
 )
 from .knowledge import save_reviewed_answer
 from .models import RfpItem, rfp_json
-from .questions import DetailLevel, create_item_questions
+from .questions import ITEMS_REFUSED, DetailLevel, create_item_questions, require_active_subscription
 from .rfps import MAX_TEXT, MAX_TITLE, append_items, fetch_rfp
 from .tokens import Principal
 
@@ -319,7 +319,8 @@ async def answer_pending_items(
 ) -> dict[str, int]:
     """Create one charged question per pending item not already being answered, in one transaction.
 
-    All or nothing: without an active subscription or credits for every item, nothing is asked.
+    All or nothing: without an active subscription or credits for every item, nothing is asked;
+    without an active subscription it is refused (403) even when no item is pending.
     The RFP lock makes a concurrent second call wait and then find nothing left to start. With
     `actor`, the audit event (rfp.answer_started) is written in the same transaction.
     """
@@ -336,6 +337,8 @@ async def answer_pending_items(
                 credits=cost,
             )
             await conn.execute(db.query("touch_rfp"), rfp_id)
+        else:  # nothing to charge for: an inactive account is refused all the same, never 202
+            await require_active_subscription(conn, who.account_id, ITEMS_REFUSED)
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
         answering = {"started": len(items), "in_flight": in_flight,
                      "credits_charged": cost * len(items)}

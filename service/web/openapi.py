@@ -527,8 +527,8 @@ def _workflow_paths() -> dict[str, Any]:
     answer = _op("answer_rfp", "answer every pending item through the question pipeline", {
         "202": _json(_ref("AnswerStarted"), "answering started (items already in flight are "
                      "not asked or charged again)"),
-        "403": _error("no active subscription or not enough credits for every item "
-                      "(usage_blocked), or a viewer"),
+        "403": _error("no active subscription (usage_blocked, even with no item pending), "
+                      "not enough credits for every item (usage_blocked), or a viewer"),
         "404": no_rfp}, params=[_ID],
         body={"type": "object", "properties": {
             "answer_detail_level": {"enum": [0, 1, 2]},

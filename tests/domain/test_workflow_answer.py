@@ -139,6 +139,10 @@ async def test_answer__not_enough_credits_is_403_and_charges_nothing(client, con
     assert {i["question_id"] for i in await items_of(client, actor, rfp_id)} == {None}
 
 
+INACTIVE = {"code": "usage_blocked",
+            "message": "the account has no active subscription; items cannot be answered"}
+
+
 async def test_answer__inactive_subscription_is_403(client, conn, make_account):
     actor = await make_account(credits=10)
     rfp_id = await imported_rfp(client, actor)
@@ -146,7 +150,26 @@ async def test_answer__inactive_subscription_is_403(client, conn, make_account):
                        actor.account_id)
     response = await answer(client, actor, rfp_id)
     assert response.status == 403
-    assert (await response.json())["error"]["code"] == "usage_blocked"
+    assert (await response.json())["error"] == INACTIVE
+
+
+async def test_answer__inactive_subscription_with_nothing_pending_is_403_too(client, conn, make_account):
+    """It was 202 "0 started": refused only when there was something to charge for."""
+    actor = await make_account(credits=10)
+    empty = (await (await client.post("/api/v1/rfps", json={"rfp": {"title": "Empty"}},
+                                      headers=actor.headers)).json())["id"]
+    asked = await imported_rfp(client, actor)
+    assert (await answer(client, actor, asked)).status == 202  # every item now being answered
+    await conn.execute("UPDATE accounts SET subscription_status = 'inactive' WHERE id = $1",
+                       actor.account_id)
+    for rfp_id in (empty, asked):
+        response = await answer(client, actor, rfp_id)
+        assert response.status == 403, rfp_id
+        assert (await response.json())["error"] == INACTIVE
+    audited = await conn.fetchval("SELECT count(*) FROM audit_events WHERE account_id = $1 AND "
+                                  "action = 'rfp.answer_started'", actor.account_id)
+    assert audited == 1
+    assert (await answer(client, actor, "rfp_none")).status == 404  # no RFP reads as before
 
 
 async def test_answer__viewer_forbidden_other_account_404(client, make_account, make_member):

@@ -152,6 +152,21 @@ async def test_viewer__sees_no_write_control_and_a_forged_post_is_refused(
         assert post_actions(await (await app_client.get(path)).text()) == ["/signout"], path
 
 
+async def test_answer_all_button__an_inactive_account_is_refused_with_nothing_pending(
+    app_client, admin, make_rfp, conn
+):
+    """It redirected with "0 started" as if the account could answer."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Nothing pending")
+    csrf = await sign_in(app_client, admin.email)
+    await conn.execute("UPDATE accounts SET subscription_status = 'inactive' WHERE id = $1",
+                       admin.account_id)
+    refused = await app_client.post(f"/rfps/{rfp_id}/answer", data={"csrf_token": csrf},
+                                    allow_redirects=False)
+    assert refused.status == 403
+    assert "no active subscription; items cannot be answered" in await refused.text()
+
+
 async def test_rfp_page__another_accounts_rfp_is_the_404_page(
     app_client, admin, make_account, make_rfp, conn
 ):
