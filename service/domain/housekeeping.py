@@ -77,7 +77,11 @@ async def prune_webhooks(pool: asyncpg.Pool, keep_days: int, batch: int = BATCH)
     taken after the locks. A manual retry holds its event while it makes a delivery pending, so
     one that committed before the locks is seen by the second statement (its event stays), and
     one after them waits and finds its delivery gone. In one statement, a retry committed between
-    its snapshot and its locks let a sibling's log entry go while that delivery was pending."""
+    its snapshot and its locks let a sibling's log entry go while that delivery was pending.
+
+    Migration 0026's indexes serve it; that migration's comment names `Deliverer.prune`, where
+    this lived when it landed, and stays as it is: an applied migration's file is checksummed
+    (service/db.py `check_applied`)."""
     if not keep_days:
         return 0
     deleted = 0
