@@ -368,6 +368,7 @@ LANDED = {
     "0023_webhooks_audit": "8dfea0da3e5b482a54247b0592188325c0a7112fdb05c30012cdab31e32e32f8",
     "0024_web_sessions": "8de9416064e146fa3cb90d72c3f18df30a38da7c28540343d6944f2323ed55d2",
     "0025_retrieval_marks": "1563685bb7930bb074703be6bfe1f04e29b9f4e980c1314d1bee6acc9b80381e",
+    "0026_webhook_retention": "6a69695ae941452cb3870ec3ec08e694ebac8782b89ba8055de02d0b7579f7ed",
 }
 
 
