@@ -7,7 +7,7 @@ skip rows another process holds, buckets and sessions in one statement each.
 - rate-limit buckets untouched for longer than the longest configured period: such a bucket has
   refilled, and is the same as none (take_rate_limit_token creates it full again). Sign-in buckets
   are keyed by the e-mail address tried, so a client trying addresses would otherwise add rows;
-- web sessions that ended a day ago (also deleted at sign-out);
+- web sessions that ended (signed out, expired or ended by a password change) a day ago;
 - e-mails no longer pending written more than `mail.keep_days` ago (their recipients are personal
   data; held ones not before their links expire), and confirmation and password reset links
   expired a day ago (refused alike when unknown).

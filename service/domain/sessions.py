@@ -55,7 +55,7 @@ def csrf_matches(session: Session, sent: str | None) -> bool:
 
 
 async def end_session(conn: asyncpg.Connection, cookie: str | None) -> None:
-    """Sign-out: the session stops working on the server at once."""
+    """Sign-out: the session stops working on the server at once. Deleting sessions ended a day
+    ago is housekeeping's (`prune_sessions`, hourly), not each sign-out's."""
     if cookie and len(cookie) == _COOKIE_LENGTH and cookie.isascii():
         await conn.execute(db.query("revoke_web_session"), hash_token(cookie))
-        await conn.execute(db.query("delete_old_web_sessions"))

@@ -9,13 +9,15 @@ import io
 import re
 from typing import Any
 
+import asyncpg
 from aiohttp.test_utils import TestClient
-from conftest import with_config
+from conftest import CONNECT, with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
 from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password  # noqa: F401
 
+from service.domain import housekeeping
 from service.web.app import create_app
 
 
@@ -62,6 +64,31 @@ async def test_sign_in__session_cookie_flags_and_sign_out_ends_it_on_the_server(
     app_client.session.cookie_jar.clear()
     replay = await app_client.get("/rfps", cookies={"rfp_session": value}, allow_redirects=False)
     assert replay.status == 303 and replay.headers["Location"].startswith("/signin")
+
+
+async def test_sign_out__ends_its_session_and_leaves_old_ones_to_housekeeping(
+    app_client, admin, conn, database_url
+):
+    """Sign-out ends its own session at once, in one statement; deleting every session ended a
+    day ago is the hourly sweep's (it also ran at each sign-out)."""
+    await conn.execute(
+        "INSERT INTO web_sessions (token_hash, member_id, csrf_token, expires_at, revoked_at) VALUES"
+        " ('\\x02', $1, 'b', now() + interval '1 hour', now() - interval '3 days')", admin.member_id)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    out = await app_client.post("/signout", data={"csrf_token": csrf}, allow_redirects=False)
+    assert out.status == 303
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 0
+    assert (await app_client.get("/rfps", allow_redirects=False)).status == 303  # signed out
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions") == 2  # the old one waits
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=1, **CONNECT)
+    try:
+        assert await housekeeping.prune_sessions(pool) == 1  # the old one
+        await conn.execute("UPDATE web_sessions SET revoked_at = now() - interval '2 days'")
+        assert await housekeeping.prune_sessions(pool) == 1  # the signed-out one, a day on
+    finally:
+        await pool.close()
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions") == 0
 
 
 async def test_sign_in__wrong_password_unconfirmed_and_throttled_as_the_api(
