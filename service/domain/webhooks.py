@@ -35,6 +35,7 @@ import aiohttp
 import asyncpg
 import attrs
 import orjson
+import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from standardwebhooks.webhooks import Webhook
@@ -109,6 +110,14 @@ def _ip_literal(host: str) -> str | None:
         return None
 
 
+def _connected_host(url: str) -> str:
+    """The host aiohttp connects to for `url`: yarl's, normalised as IDNA normalises it, so that
+    "127。0。0。1", "１２７.０.０.１" and "①②⑦.⓪.⓪.①" are the IP literal 127.0.0.1 they are
+    connected to without a look-up. urlsplit's keeps the text as written, which is no IP literal,
+    and so let them past the check. Raises ValueError for a URL yarl cannot read."""
+    return yarl.URL(url).raw_host or ""
+
+
 def url_problems(url: str, allow_private: bool) -> list[str]:
     """Why `url` cannot be an endpoint (empty: it can). Host names are checked again, resolved,
     on every delivery."""
@@ -116,6 +125,7 @@ def url_problems(url: str, allow_private: bool) -> list[str]:
         parts = urlsplit(url)
         host = parts.hostname or ""
         parts.port  # noqa: B018  (raises on a port that is not a number)
+        connected = _connected_host(url)
     except ValueError:
         return [f"webhook_endpoint.url: is not a valid URL; got {url!r}"]
     if parts.scheme not in ("http", "https") or not host:
@@ -124,7 +134,7 @@ def url_problems(url: str, allow_private: bool) -> list[str]:
         return ["webhook_endpoint.url: must not carry a user name or password"]
     if allow_private:
         return []
-    name = host.rstrip(".").lower()  # `localhost.` is localhost
+    name = connected.rstrip(".").lower()  # `localhost.` is localhost
     literal = _ip_literal(name)
     if (literal is not None and not address_is_public(literal)) or name == "localhost" or \
             name.endswith(".localhost"):
@@ -372,9 +382,14 @@ class Deliverer(OutboxSender):
     async def send(self, url: str, secret: str, msg_id: str, body: str) -> Outcome:
         """One attempt: POST the signed body; never raises for the receiver's failures."""
         config = self._config
-        host = urlsplit(url).hostname or ""
+        try:
+            host = _connected_host(url)
+        except ValueError:
+            return Outcome(False, None, None, "refused: the endpoint's URL is not valid")
         literal = _ip_literal(host)
-        # An IP literal never reaches the resolver, so it is checked here.
+        # An IP literal never reaches the resolver, so it is checked here: the one aiohttp
+        # connects to (an endpoint saved before its host was normalised for the check may hold
+        # one written in other digits).
         if literal is not None and not config.allow_private_addresses and \
                 not address_is_public(literal):
             return Outcome(False, None, None, f"refused: {literal} is not a public address")

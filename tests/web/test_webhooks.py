@@ -80,6 +80,11 @@ async def test_create__unknown_event_type_and_bad_url_are_422(hook_client, admin
     "http://127.0.0.1:9/x", "http://[::1]/x", "http://169.254.169.254/latest/meta-data",
     "http://10.0.0.5/x", "http://192.168.1.1/x", "http://localhost:8080/x",
     "http://[::ffff:127.0.0.1]/x", "http://100.64.0.1/x", "http://LOCALHOST./x",
+    # Written in other digits or dots, which IDNA normalises: aiohttp connects to 127.0.0.1 (a
+    # probe read a loopback service's answer through the delivery log).
+    "http://127\u30020\u30020\u30021:9/x", "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/x",
+    "http://\u2460\u2461\u2466.\u24ea.\u24ea.\u2460/x", "http://169\u3002254\u3002169\u3002254/x",
+    "http://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54/x",
 ])
 async def test_create__private_addresses_refused_by_default(client, admin, url):
     response, body = await register(client, admin, url)
@@ -229,7 +234,8 @@ async def test_delivery__host_resolving_to_loopback_refused_at_connect(client, a
     an IP literal is refused before any connection; the receiver on loopback gets nothing."""
     # (0x7f000001 is 127.0.0.1 to the system resolver, though not an IP literal to a URL parser.)
     urls = [f"http://localhost:{receiver.port}/hooks", receiver.url,
-            f"http://0x7f000001:{receiver.port}/hooks"]
+            f"http://0x7f000001:{receiver.port}/hooks",
+            f"http://127\u30020\u30020\u30021:{receiver.port}/hooks"]  # ideographic full stops
     for n, url in enumerate(urls):
         await conn.execute(
             "INSERT INTO webhook_endpoints (id, account_id, url, event_types, secret)"
@@ -241,11 +247,12 @@ async def test_delivery__host_resolving_to_loopback_refused_at_connect(client, a
         return await conn.fetch("SELECT last_error FROM webhook_deliveries WHERE last_error IS NOT"
                                 " NULL ORDER BY endpoint_id")
 
-    rows = await poll(errors, lambda rows: len(rows) == 3)
+    rows = await poll(errors, lambda rows: len(rows) == 4)
     assert "refused: localhost resolves to" in rows[0]["last_error"]
     assert "not a public address" in rows[0]["last_error"]
     assert rows[1]["last_error"] == "refused: 127.0.0.1 is not a public address"
     assert rows[2]["last_error"] == "refused: 0x7f000001 resolves to 127.0.0.1, not a public address"
+    assert rows[3]["last_error"] == "refused: 127.0.0.1 is not a public address"
     assert receiver.received == []
 
 
