@@ -50,7 +50,8 @@ def guard(handler: Handler, name: str | None, config: Config) -> Handler:
             response = error_response(request, exc)
         # What stream_headers gives a stream, here without a dict for the hot path's sake.
         response.headers[REQUEST_ID_HEADER] = request_id
-        if limit is not None and (decided := request.get(DECISION)) is not None:
+        # The route's limit, or one its handler took (a page asking as the API does).
+        if (decided := request.get(DECISION)) is not None:
             response.headers.update(decided.headers())  # on errors too: 404, 413, 500
         return response
 

@@ -75,17 +75,28 @@ async def guarded(request: web.Request, handler: Handler, limit: RateLimit) -> w
     route_name = request.match_info.route.name
     taken = request.get(RATE_LIMIT_TAKEN)
     if taken is not None and taken["allowed"] is not None:  # taken together with the token lookup
-        decided = decision(taken, limit)
+        _admit(request, route_name, limit, decision(taken, limit))
     else:
-        who = request.get(PRINCIPAL)
-        subject = who.member_id if who is not None else (request.remote or "unknown")
-        async with connection(request) as conn:
-            decided = await take(conn, f"{route_name}:{subject}", limit)
+        await take_or_refuse(request, route_name, limit)
+    return await handler(request)
+
+
+async def take_or_refuse(request: web.Request, bucket: str, limit: RateLimit) -> None:
+    """Take one request from the caller's bucket of `bucket` (a rate-limited route's name: the
+    member's, else the client address's); 429 when it is empty. A web page that does what an API
+    route does takes from that route's bucket, so that the two doors share one limit."""
+    who = request.get(PRINCIPAL)
+    subject = who.member_id if who is not None else (request.remote or "unknown")
+    async with connection(request) as conn:
+        decided = await take(conn, f"{bucket}:{subject}", limit)
+    _admit(request, bucket, limit, decided)
+
+
+def _admit(request: web.Request, bucket: str, limit: RateLimit, decided: Decision) -> None:
     request[DECISION] = decided
     if not decided.allowed:
-        request.app[METRICS].rate_limit_rejections.labels(route_name).inc()
+        request.app[METRICS].rate_limit_rejections.labels(bucket).inc()
         raise RateLimited(
             f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds; "
             f"retry in {max(1, math.ceil(decided.retry_after))} s",
         )  # its RateLimit-* and Retry-After headers: the front door adds them
-    return await handler(request)

@@ -403,6 +403,30 @@ async def test_ask_page__the_question_reaches_complete(app_client, admin, conn):
     assert [(r["record_id"], r["actor_id"]) for r in audited] == [(path.rsplit("/", 1)[1], admin.member_id)]
 
 
+async def test_ask_page__shares_the_apis_ask_rate_limit(aiohttp_client, config, admin, conn):
+    # The form is another door to the same charged asking: it takes from the member's
+    # ask_question bucket (a probe asked 30 times in 0.6 s here once the API answered 429).
+    limited = with_config(config, server={"web_base_url": "http://localhost"},
+                          rate_limits={"ask_question": {"limit": 2, "period_seconds": 3600}})
+    client = await aiohttp_client(create_app(limited))
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    api = await client.post("/api/v1/questions", headers=admin.headers,
+                            json={"question": {"question": "Do you have a DPO?"}})
+    assert api.status == 202
+    asked = await client.post("/ask", allow_redirects=False,
+                              data={"csrf_token": csrf, "question": "Do you have a DPO?"})
+    assert asked.status == 303
+    refused = await client.post("/ask", allow_redirects=False,
+                                data={"csrf_token": csrf, "question": "Do you have a DPO?"})
+    assert refused.status == 429 and "too many requests" in (await refused.text())
+    assert "Retry-After" in refused.headers
+    api = await client.post("/api/v1/questions", headers=admin.headers,
+                            json={"question": {"question": "Do you have a DPO?"}})
+    assert api.status == 429
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 2
+
+
 async def test_ask_page__a_detail_level_of_any_digits_is_a_4xx_naming_it(app_client, admin, conn):
     await set_password(conn, admin.email)
     csrf = await sign_in(app_client, admin.email)
