@@ -717,7 +717,7 @@ def _account_paths() -> dict[str, Any]:
                                      ["tokens"]), "newest first; never the token itself"),
                 "404": no_member}, params=[_ID])},
         "/api/v1/tokens/{id}": {"delete": _op(
-            "revoke_token", "revoke a token (one's own, or any for an admin with write)", {
+            "revoke_token", "revoke a token (one's own, or any for an admin; a write token either way)", {
                 "200": _json(_ref("TokenInfo"), "the revoked token"),
                 "404": _error("no such token in this account")}, params=[_ID])},
         "/api/v1/users/password": {"post": _op(

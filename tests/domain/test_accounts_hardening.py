@@ -180,6 +180,24 @@ async def test_tokens__listed_and_revoked_by_their_member_or_an_admin(client, ad
     assert (await client.get("/api/v1/members", headers=member.headers)).status == 401
 
 
+async def test_tokens__a_read_token_neither_revokes_tokens_nor_changes_the_password(
+    client, admin, conn
+):
+    # Every change needs the write scope: a probe's read token revoked its member's write token.
+    await give_password(conn, admin.email)
+    reader = (await (await sign_in(client, admin.email, OWN, scopes=["read"])).json())["token"]
+    listed = await client.get(f"/api/v1/members/{admin.member_id}/tokens", headers=bearer(reader))
+    assert listed.status == 200
+    writers = [t["id"] for t in (await listed.json())["tokens"] if "write" in t["scopes"]]
+    refused = await client.delete(f"/api/v1/tokens/{writers[0]}", headers=bearer(reader))
+    assert refused.status == 403 and (await refused.json())["error"]["code"] == "insufficient_scope"
+    changed = await client.post("/api/v1/users/password", headers=bearer(reader),
+                                json={"current_password": OWN, "new_password": "another secret!"})
+    assert changed.status == 403
+    assert (await client.get("/api/v1/members", headers=admin.headers)).status == 200
+    assert (await sign_in(client, admin.email, OWN)).status == 201
+
+
 async def test_tokens__of_another_account_are_not_found(client, make_account):
     first, second = await make_account(), await make_account()
     listed = await client.get(f"/api/v1/members/{first.member_id}/tokens", headers=first.headers)

@@ -163,7 +163,7 @@ async def list_member_tokens(request: web.Request) -> web.Response:
     return json_response({"tokens": unstructure(found)})
 
 
-@requires("read")
+@requires("write")  # every change needs write (DESIGN.md): a read token revoked write ones
 async def delete_token(request: web.Request) -> web.Response:
     raw = request.match_info["id"]
     if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
@@ -174,7 +174,7 @@ async def delete_token(request: web.Request) -> web.Response:
     return json_response(unstructure(revoked))
 
 
-@requires("read")
+@requires("write")  # a change, as every other: the write scope (besides the current password)
 async def post_password(request: web.Request) -> web.Response:
     """Change one's password (the current one required); other tokens of the user are revoked."""
     body = await read_json(request)
