@@ -921,18 +921,30 @@ _DOCS_HTML = """<!doctype html>
 <link rel="stylesheet" href="/docs/assets/swagger-ui.css"></head>
 <body><div id="ui"></div><script src="/docs/assets/swagger-ui-bundle.js"></script>
 <script src="/docs/init.js"></script></body></html>"""
-_DOCS_INIT = 'SwaggerUIBundle({url: "/api/v1/openapi.json", dom_id: "#ui"});'
+# validatorUrl null: Swagger UI would otherwise show a badge fetched from a public validator.
+_DOCS_INIT = 'SwaggerUIBundle({url: "/api/v1/openapi.json", dom_id: "#ui", validatorUrl: null});'
+# As the web app's pages (pages/common.py SECURITY_HEADERS): no framing (a probe found /docs
+# sent without), scripts and styles only from the service; Swagger UI's icons are data: images.
+_DOCS_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; "
+        "base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 
 
 @public
 async def get_docs(request: web.Request) -> web.Response:
-    return web.Response(text=_DOCS_HTML, content_type="text/html")
+    return web.Response(text=_DOCS_HTML, content_type="text/html", headers=_DOCS_HEADERS)
 
 
 @public
 async def get_docs_init(request: web.Request) -> web.Response:
     # A separate script, so a strict Content-Security-Policy need not allow inline scripts.
-    return web.Response(text=_DOCS_INIT, content_type="application/javascript")
+    return web.Response(text=_DOCS_INIT, content_type="application/javascript",
+                        headers={"X-Content-Type-Options": "nosniff"})
 
 
 @public
@@ -942,5 +954,6 @@ async def get_docs_asset(request: web.Request) -> web.StreamResponse:
         raise NotFound("no such asset")
     return web.FileResponse(
         SWAGGER_UI_DIR / name,
-        headers={"Content-Type": _ASSETS[name], "Cache-Control": "public, max-age=86400"},
+        headers={"Content-Type": _ASSETS[name], "Cache-Control": "public, max-age=86400",
+                 "X-Content-Type-Options": "nosniff"},
     )

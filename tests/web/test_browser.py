@@ -359,3 +359,23 @@ async def test_browser__a_cross_site_post_without_the_csrf_token_is_refused(site
         await runner.cleanup()
     assert seen["status_title"].startswith("Not allowed") or "Please sign in" in seen["status_title"]
     assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
+
+
+def docs_flow(base: str, profile: str) -> tuple[int, list[str]]:
+    driver = browser(profile)
+    try:
+        driver.get(f"{base}/docs")
+        wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock"))
+        operations = len(driver.find_elements(By.CSS_SELECTOR, ".opblock"))
+        refused = [entry["message"] for entry in driver.get_log("browser")
+                   if "Content Security Policy" in entry["message"]]
+        return operations, refused
+    finally:
+        driver.quit()
+
+
+async def test_browser__the_api_docs_render_under_their_content_security_policy(site, profile):
+    # /docs is sent with a policy (no framing, scripts only from the service): Swagger UI must
+    # still draw every operation, and the browser must refuse nothing it loads.
+    operations, refused = await asyncio.to_thread(docs_flow, site, profile)
+    assert operations > 50 and refused == []

@@ -51,3 +51,8 @@ async def test_docs__served_with_local_assets(client):
     asset = await client.get("/docs/assets/swagger-ui-bundle.js")
     assert asset.status == 200 and len(await asset.read()) > 100_000
     assert (await client.get("/docs/assets/..%2Fopenapi.py")).status == 404
+    # Not to be framed, nor sniffed, as the web app's pages (a probe found /docs without).
+    policy = page.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in policy and "script-src" not in policy  # default-src 'self'
+    assert page.headers["X-Content-Type-Options"] == "nosniff"
+    assert asset.headers["X-Content-Type-Options"] == "nosniff"
