@@ -145,6 +145,9 @@ class UploadsConfig:
     max_row_index: int = attrs.field(default=100_000, validator=_positive)
     max_cell_chars: int = attrs.field(default=100_000, validator=_positive)
     max_items: int = attrs.field(default=10_000, validator=_positive)
+    # Strings in an XLSX's shared strings table (openpyxl reads them all when it opens the file:
+    # ~10 µs each), counted before it does.
+    max_shared_strings: int = attrs.field(default=100_000, validator=_positive)
     # Files are parsed in child processes: this many at once per service process, each killed
     # after parse_timeout_seconds (an upload waiting that long for a free one gets 503), each
     # limited to parse_memory_bytes of address space.
