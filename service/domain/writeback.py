@@ -19,12 +19,13 @@ every drafted one) into those cells and changes nothing else:
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import posixpath
 import re
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -345,8 +346,100 @@ def _cell_xml(ref: str, attributes: str, text: str, p: str = "") -> str:
             f"{escape(clean)}</{p}t></{p}is></{p}c>")
 
 
-def _row_pattern(number: int, p: str) -> str:
-    return rf'<{p}row\b[^>]*?\br="{number}"[^>]*?(?:/>|>.*?</{p}row>)'
+@attrs.frozen
+class _SheetData:
+    """Where a sheet's rows are, found in one pass (`_sheet_data`)."""
+
+    rows: dict[str, tuple[int, int]]  # the r attribute → (start, end) of its row element
+    numbered: list[tuple[int, int]]  # (row number, start) of each row with a numeric r, in order
+    end: int | None  # where `</sheetData>` starts (None: no such tag)
+    empty: tuple[int, int] | None  # the span of a `<sheetData/>`
+
+
+# Comments, CDATA sections and processing instructions, then the tags named. Each alternative
+# either ends where it should or takes the rest of the text, so no match is tried again further
+# on: an unclosed comment or quote costs one pass, not one per tag after it.
+_MARKUP = r"<!--(?:.*?-->|.*)|<!\[CDATA\[(?:.*?\]\]>|.*)|<\?(?:.*?\?>|.*)"
+_TAG_REST = r"""((?:[^>"']|"[^"]*"|'[^']*')*)(>|.*)"""
+_MARKUP_ENDS = {"<!--": "-->", "<![CDATA[": "]]>", "<?": "?>"}
+
+
+@functools.cache
+def _tag_pattern(names: str) -> re.Pattern[str]:
+    return re.compile(rf"{_MARKUP}|<(/?)((?:[\w.-]+:)?)({names})\b{_TAG_REST}", re.DOTALL)
+
+
+@attrs.frozen
+class _Tag:
+    closing: bool
+    prefix: str  # "x:" in <x:row>, else ""
+    name: str
+    attributes: str  # as written, a self-closing tag's "/" left out
+    self_closing: bool
+    start: int
+    end: int
+
+
+def _closed(markup: str) -> bool:
+    """Whether a comment, CDATA section or processing instruction ends ("<!-->" does not)."""
+    return any(markup.startswith(opens) and markup.endswith(closes)
+               and len(markup) >= len(opens) + len(closes) for opens, closes in _MARKUP_ENDS.items())
+
+
+def _tags(xml: str, names: str) -> Iterator[_Tag]:
+    """The start and end tags of the elements `names` (a regex alternation of local names) in
+    document order, in one pass that skips comments, CDATA sections and processing instructions.
+    It stops at one left unclosed (nothing after it is markup)."""
+    for match in _tag_pattern(names).finditer(xml):
+        name = match.group(3)
+        if name is None:
+            if not _closed(match.group(0)):
+                return
+            continue
+        if match.group(5) != ">":
+            return  # an unclosed tag
+        attributes = match.group(4)
+        self_closing = attributes.endswith("/")
+        yield _Tag(closing=match.group(1) == "/", prefix=match.group(2), name=name,
+                   attributes=attributes[:-1] if self_closing else attributes,
+                   self_closing=self_closing, start=match.start(), end=match.end())
+
+
+def _sheet_data(xml: str, p: str) -> _SheetData:
+    """Each row element of `<sheetData>` by its r attribute, in one pass over the sheet that skips
+    comments, CDATA and processing instructions (a regex searching for each answer's row was
+    quadratic: a comment full of '<row ' made 1.6 KB take ~14 s). A row ends at its first
+    `</row>`, as before; of rows of the same number the first is written."""
+    rows: dict[str, tuple[int, int]] = {}
+    numbered: list[tuple[int, int]] = []
+    inside = False
+    open_row: tuple[str | None, int] | None = None
+    for tag in _tags(xml, "row|sheetData"):
+        if tag.prefix != p:
+            continue
+        if tag.name == "sheetData":
+            if tag.closing:
+                return _SheetData(rows=rows, numbered=numbered, end=tag.start, empty=None)
+            if tag.self_closing:
+                return _SheetData(rows=rows, numbered=numbered, end=None, empty=(tag.start, tag.end))
+            inside = True
+        elif not inside:
+            continue
+        elif tag.closing:
+            if open_row is not None:
+                number, start = open_row
+                if number is not None:
+                    rows.setdefault(number, (start, tag.end))
+                open_row = None
+        elif open_row is None:
+            number = _attr(tag.attributes, "r")
+            if number is not None and number.isdigit():
+                numbered.append((int(number), tag.start))
+            if not tag.self_closing:
+                open_row = (number, tag.start)
+            elif number is not None:
+                rows.setdefault(number, (tag.start, tag.end))
+    return _SheetData(rows=rows, numbered=numbered, end=None, empty=None)
 
 
 def _write_row(row_xml: str, number: int, writes: dict[int, str], dropdowns: Any, p: str = "") -> str:
@@ -439,13 +532,7 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
                         return _dropdown_value(text, options) if options else text
                 return text
 
-            for number, writes in rows.items():
-                match = re.search(_row_pattern(number, p), xml, re.DOTALL)
-                if match is None:
-                    xml = _insert_row(xml, number, writes, dropdown, p)
-                    continue
-                new_row = _write_row(match.group(0), number, writes, dropdown, p)
-                xml = xml[:match.start()] + new_row + xml[match.end():]
+            xml = _write_rows(xml, rows, dropdown, p)
             xml = _grow_dimension(xml, [(c, r) for r, w in rows.items() for c in w])
             changed[path] = xml.encode("utf-8")
         out = io.BytesIO()
@@ -458,16 +545,41 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
     return out.getvalue()
 
 
-def _insert_row(xml: str, number: int, writes: dict[int, str], dropdown: Any, p: str = "") -> str:
-    """A row the sheet does not have yet (a question read from a merged area), in row order."""
-    row = _write_row(f'<{p}row r="{number}"></{p}row>', number, writes, dropdown, p)
-    for match in re.finditer(rf'<{p}row\b[^>]*?\br="(\d+)"', xml):
-        if int(match.group(1)) > number:
-            return xml[:match.start()] + row + xml[match.start():]
-    end = xml.find(f"</{p}sheetData>")
-    if end < 0:
-        return xml.replace(f"<{p}sheetData/>", f"<{p}sheetData>{row}</{p}sheetData>", 1)
-    return xml[:end] + row + xml[end:]
+def _write_rows(xml: str, rows: dict[int, dict[int, str]], dropdown: Any, p: str = "") -> str:
+    """The sheet with `rows` ({row number: {column: text}}) written: rows it has are written in
+    place, the others (a question read from a merged area) inserted in row order before the first
+    row numbered after them, else at the end of `<sheetData>`. One pass finds every row."""
+    found = _sheet_data(xml, p)
+    edits: list[tuple[int, int, int, str]] = []  # (start, end, row number, new text)
+    inserted: dict[int, list[tuple[int, str]]] = {}  # position → (row number, row)
+    for number, writes in rows.items():
+        span = found.rows.get(str(number))
+        if span is not None:
+            start, end = span
+            edits.append((start, end, number, _write_row(xml[start:end], number, writes, dropdown, p)))
+            continue
+        row = _write_row(f'<{p}row r="{number}"></{p}row>', number, writes, dropdown, p)
+        before = next((start for later, start in found.numbered if later > number), None)
+        position = before if before is not None else found.end
+        if position is None and found.empty is None:
+            continue  # no <sheetData> to put it in
+        inserted.setdefault(-1 if position is None else position, []).append((number, row))
+    for position, new_rows in inserted.items():
+        text = "".join(row for _, row in sorted(new_rows))
+        if position >= 0:
+            edits.append((position, position, 0, text))
+        else:  # <sheetData/>: opened, given the rows, and closed
+            start, end = found.empty  # type: ignore[misc]
+            tag = xml[start:end][:-2].rstrip()
+            edits.append((start, end, 0, f"{tag}>{text}</{p}sheetData>"))
+    out = []
+    at = 0
+    for start, end, _, text in sorted(edits):
+        out.append(xml[at:start])
+        out.append(text)
+        at = end
+    out.append(xml[at:])
+    return "".join(out)
 
 
 def write(file: Mapping[str, Any], cells: Sequence[Cell]) -> bytes:
