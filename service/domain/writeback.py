@@ -268,33 +268,54 @@ class _ListValidation:
         return any(c1 <= column <= c2 and r1 <= row <= r2 for c1, r1, c2, r2 in self.ranges)
 
 
+def _elements(xml: str, name: str) -> Iterator[tuple[_Tag, str, int]]:
+    """Each element `name` (any prefix): its start tag, the text up to its first end tag, and
+    where that end tag ends."""
+    opened: _Tag | None = None
+    for tag in _tags(xml, name):
+        if tag.closing:
+            if opened is not None:
+                yield opened, xml[opened.end:tag.start], tag.end
+                opened = None
+        elif opened is None:
+            if tag.self_closing:
+                yield tag, "", tag.end
+            else:
+                opened = tag
+
+
+def _between(text: str, opens: str, closes: str) -> str | None:
+    """The text between the first match of the pattern `opens` and the next of `closes` after
+    it: one search each (a lazy `opens(.*?)closes` reads to the end once per unclosed `opens`)."""
+    start = re.search(opens, text)
+    if start is None:
+        return None
+    end = re.compile(closes).search(text, start.end())
+    return None if end is None else text[start.end():end.start()]
+
+
 def _list_validations(sheet_xml: str) -> list[_ListValidation]:
     found = []
-    for match in re.finditer(r"<(?:\w+:)?dataValidation\b([^>]*)>(.*?)</(?:\w+:)?dataValidation>",
-                             sheet_xml, re.DOTALL):
-        attributes, inner = match.group(1), match.group(2)
-        if _attr(attributes, "type") != "list":
+    extended = []  # x14 extension validations (lists on other sheets in older Excel files) use <xm:sqref>
+    for tag, inner, _ in _elements(sheet_xml, "dataValidation"):
+        if _attr(tag.attributes, "type") != "list":
             continue
-        formula = re.search(r"<(?:\w+:)?formula1>(.*?)</(?:\w+:)?formula1>", inner, re.DOTALL)
-        sqref = _attr(attributes, "sqref") or ""
-        text = _unescape(formula.group(1)) if formula else ""
+        formula = _between(inner, r"<(?:\w+:)?formula1>", r"</(?:\w+:)?formula1>")
+        sqref = _attr(tag.attributes, "sqref") or ""
+        text = _unescape(formula) if formula is not None else ""
         options = ([o.strip() for o in text[1:-1].split(",")]
                    if text.startswith('"') and text.endswith('"') else None)
         found.append(_ListValidation(ranges=_ranges(sqref), options=options, formula=text))
-    # x14 extension validations (lists on other sheets in older Excel files) use <xm:sqref>.
-    for match in re.finditer(r"<x14:dataValidation\b([^>]*)>(.*?)</x14:dataValidation>", sheet_xml,
-                             re.DOTALL):
-        attributes, inner = match.group(1), match.group(2)
-        if _attr(attributes, "type") != "list":
+        if tag.prefix != "x14:":
             continue
-        formula = re.search(r"<xm:f>(.*?)</xm:f>", inner, re.DOTALL)
-        sqref = re.search(r"<xm:sqref>(.*?)</xm:sqref>", inner, re.DOTALL)
-        if formula and sqref:
-            text = _unescape(formula.group(1))
+        formula = _between(inner, r"<xm:f>", r"</xm:f>")
+        cells = _between(inner, r"<xm:sqref>", r"</xm:sqref>")
+        if formula is not None and cells is not None:
+            text = _unescape(formula)
             options = ([o.strip() for o in text[1:-1].split(",")]
                        if text.startswith('"') and text.endswith('"') else None)
-            found.append(_ListValidation(ranges=_ranges(sqref.group(1)), options=options, formula=text))
-    return found
+            extended.append(_ListValidation(ranges=_ranges(cells), options=options, formula=text))
+    return found + extended
 
 
 def _resolve_list(original: bytes, formula: str) -> list[str]:
@@ -378,6 +399,7 @@ class _Tag:
     self_closing: bool
     start: int
     end: int
+    attributes_at: int  # where `attributes` starts in the text
 
 
 def _closed(markup: str) -> bool:
@@ -402,7 +424,8 @@ def _tags(xml: str, names: str) -> Iterator[_Tag]:
         self_closing = attributes.endswith("/")
         yield _Tag(closing=match.group(1) == "/", prefix=match.group(2), name=name,
                    attributes=attributes[:-1] if self_closing else attributes,
-                   self_closing=self_closing, start=match.start(), end=match.end())
+                   self_closing=self_closing, start=match.start(), end=match.end(),
+                   attributes_at=match.start(4))
 
 
 def _sheet_data(xml: str, p: str) -> _SheetData:
@@ -449,12 +472,13 @@ def _write_row(row_xml: str, number: int, writes: dict[int, str], dropdowns: Any
     open_end = row_xml.index(">") + 1
     head, body, tail = row_xml[:open_end], row_xml[open_end:-len(close)], close
     cells = []  # (column, xml, attributes, has formula)
-    for match in re.finditer(rf"<{p}c\b([^>]*?)(/>|>.*?</{p}c>)", body, re.DOTALL):
-        attributes = match.group(1)
-        ref = _attr(attributes, "r") or ""
+    for tag, inner, end in _elements(body, "c"):
+        if tag.prefix != p:
+            continue
+        ref = _attr(tag.attributes, "r") or ""
         parsed = _CELL_REF.match(ref)
         column = column_index(parsed.group(1)) if parsed else -1
-        cells.append([column, match.group(0), attributes, f"<{p}f" in match.group(2)])
+        cells.append([column, body[tag.start:end], tag.attributes, f"<{p}f" in inner])
     if any(column < 0 for column, *_ in cells):
         return row_xml  # cells without references: positions implied; not written into
     by_column = {c[0]: c for c in cells}
@@ -483,9 +507,11 @@ def _write_row(row_xml: str, number: int, writes: dict[int, str], dropdowns: Any
 
 
 def _grow_dimension(sheet_xml: str, cells: Iterable[tuple[int, int]]) -> str:
-    match = re.search(r'<(?:\w+:)?dimension\b[^>]*\bref="([^"]*)"', sheet_xml)
-    if not match or not cells:
+    tag = next((tag for tag in _tags(sheet_xml, "dimension")
+                if not tag.closing and _attr(tag.attributes, "ref") is not None), None)
+    if tag is None or not cells:
         return sheet_xml
+    match = [*re.finditer(r'\bref="([^"]*)"', tag.attributes)][-1]
     ranges = _ranges(match.group(1))
     if not ranges:
         return sheet_xml
@@ -496,7 +522,8 @@ def _grow_dimension(sheet_xml: str, cells: Iterable[tuple[int, int]]) -> str:
     if (n1, m1, n2, m2) == (c1, r1, c2, r2):
         return sheet_xml
     ref = f"{column_letter(n1)}{m1}:{column_letter(n2)}{m2}"
-    return sheet_xml[:match.start(1)] + ref + sheet_xml[match.end(1):]
+    at = tag.attributes_at
+    return sheet_xml[:at + match.start(1)] + ref + sheet_xml[at + match.end(1):]
 
 
 def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
@@ -514,8 +541,8 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
                 raise ValidationFailed([f"file: the kept workbook has no sheet {sheet!r}"])
             xml = archive.read(path).decode("utf-8")
             # Excel writes the sheet unprefixed; some generators (the OpenXML SDK) as <x:row> …
-            found = re.search(r"<(\w+:)?sheetData\b", xml)
-            p = (found.group(1) or "") if found else ""
+            data = next(_tags(xml, "sheetData"), None)
+            p = data.prefix if data is not None else ""
             validations = _list_validations(xml)
             resolved: dict[str, list[str]] = {}
 

@@ -6,6 +6,7 @@ import csv
 import io
 import zipfile
 
+import pytest
 from openpyxl import Workbook, load_workbook
 from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
 from openpyxl.worksheet.datavalidation import DataValidation
@@ -480,6 +481,34 @@ def test_write_xlsx__rows_are_found_in_one_pass_past_a_comment_of_row_tags():
         written = _zip_parts(result)["xl/worksheets/sheet1.xml"].decode()
         before = _zip_parts(original)["xl/worksheets/sheet1.xml"].decode()
         assert written[:before.index("<sheetData>")] == before[:before.index("<sheetData>")]
+
+
+@pytest.mark.parametrize("tag", ["<dimension ", "<dataValidation ", "<x14:dataValidation ", "<c "])
+def test_write_xlsx__a_comment_of_many_tags_is_read_once(tag):
+    """The dimension, the dropdowns and a row's cells were found by regexes that read a comment of
+    many such tags to its end once per tag: 8,000 '<dimension ' took 4.4 s, '<dataValidation '
+    4.0 s, '<x14:dataValidation ' 9.7 s, 20,000 '<c ' after a row's cells 8.3 s; now each
+    under 0.01 s, found by the one pass that finds the rows."""
+    import time
+
+    from service.domain.writeback import Cell, write_xlsx
+
+    comment = "<!--" + tag * (20_000 if tag == "<c " else 8_000) + "-->"
+    if tag == "<c ":  # inside the question's row, after its cells
+        data = _ONE_QUESTION.replace("</is></c></row><row", f"</is></c>{comment}</row><row", 1)
+        original = _workbook(f'<dimension ref="A1:B2"/><sheetData>{data}</sheetData>')
+    else:
+        original = _workbook(f'{comment}<dimension ref="A1:B2"/><sheetData>{_ONE_QUESTION}</sheetData>')
+    started = time.monotonic()
+    result = write_xlsx(original, [Cell(sheet="S1", row=1, column=2, text="Notes"),
+                                   Cell(sheet="S1", row=2, column=1, text="Yes.")])
+    assert time.monotonic() - started < 1.0
+    sheet = _zip_parts(result)["xl/worksheets/sheet1.xml"].decode()
+    assert (comment in sheet) == (tag != "<c ")  # a row written into keeps its cells only, as before
+    assert '<dimension ref="A1:C2"/>' in sheet
+    loaded = load_workbook(io.BytesIO(result))["S1"]
+    assert [[cell.value for cell in row] for row in loaded.iter_rows()] == [
+        ["Question", "Answer", "Notes"], ["Do you enforce MFA?", "Yes.", None]]
 
 
 async def test_original_export__a_workbook_slow_to_write_back_is_stopped_and_stalls_nothing(
