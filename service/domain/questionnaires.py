@@ -3,7 +3,8 @@
 Parsing is synchronous and streaming (csv over a text stream, openpyxl in read-only mode), so the
 HTTP handler runs it in a thread and the CLI calls it directly. What the file holds decides:
 
-- the sheet: the named one, else the first whose opening rows hold a question-like header;
+- the sheet: the named one, else the first (of the first 100) whose opening rows hold a
+  question-like header;
 - the header row: the given one (0 = none), else the first of the opening rows with a cell that
   looks like a question header ("Question", "Requirement", "Subcategory" …);
 - the question column: the given header name or letter, else the best question-like header;
