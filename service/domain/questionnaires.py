@@ -33,6 +33,11 @@ from .uploads import Limits, checked_row, column_letter
 
 HEADER_SCAN_ROWS = 50  # a header further down than this is not looked for (pass header_row)
 SHEETS_SEARCHED = 100  # a question sheet further on than this is not looked for (pass sheet)
+# A sheet's XML elements cost ~1 µs each to read, however small they zip: what its rows may hold
+# besides their cells (rich text runs, ~10 elements each), and what it may have before them (a
+# <col> per column, 16,384 at most, and its views).
+ROW_ELEMENTS_PER_COLUMN = 100
+MAX_ELEMENTS_BEFORE_ROWS = 100_000
 MAX_HEADER_CELL = 80  # longer cells are prose (instructions), not headers
 MAX_QUESTION = 100_000
 MAX_SECTION = 500
@@ -462,18 +467,26 @@ def _sheet_rows(book: _Workbook, path: str, limits: Limits) -> Iterator[tuple[in
         None, book.shared_strings, data_only=True, epoch=workbook.epoch,
         date_formats=workbook._date_formats, timedelta_formats=workbook._timedelta_formats,
     )
+    row_elements = ROW_ELEMENTS_PER_COLUMN * limits.max_columns
     with book.archive.open(path) as source:
         count = 0
         number = 0  # the row being read: its r attribute, else the one after the last
-        cells = 0
+        cells = elements = outside = 0
+        in_row = False
         for event, element in iterparse(source, events=("start", "end")):
             tag = element.tag
             if event == "start":
-                if tag == CELL_TAG:
-                    cells += 1
-                    if cells > limits.max_columns:
-                        raise limits.refuse(f"row {number} has more than {limits.max_columns} cells",
-                                            "max_columns")
+                if in_row:
+                    elements += 1
+                    if tag == CELL_TAG:
+                        cells += 1
+                        if cells > limits.max_columns:
+                            raise limits.refuse(f"row {number} has more than {limits.max_columns} cells",
+                                                "max_columns")
+                    if elements > row_elements:
+                        raise limits.refuse(
+                            f"row {number} holds more than {row_elements} XML elements (rich text of "
+                            f"many runs; {ROW_ELEMENTS_PER_COLUMN} a column)", "max_columns")
                 elif tag == ROW_TAG:
                     count += 1
                     if count > limits.max_rows:
@@ -482,9 +495,19 @@ def _sheet_rows(book: _Workbook, path: str, limits: Limits) -> Iterator[tuple[in
                     number = int(given) if given is not None and given.isdigit() else number + 1
                     if number > limits.max_row_index:
                         raise limits.refuse(f"the sheet names row {number}", "max_row_index")
-                    cells = 0
+                    cells = elements = 0
+                    in_row = True
+                else:
+                    outside += 1
+                    if outside > MAX_ELEMENTS_BEFORE_ROWS:
+                        raise ValidationFailed(
+                            [f"file: the sheet {path!r} has more than {MAX_ELEMENTS_BEFORE_ROWS} XML "
+                             "elements outside its rows; a worksheet has a few thousand at most there "
+                             "(its columns and views)"],
+                            message="the file could not be read")
                 continue
             if tag == ROW_TAG:
+                in_row = False
                 number, row = parser.parse_row(element)
                 element.clear()
                 if number > limits.max_row_index:  # an r the start did not read ("2e7")
