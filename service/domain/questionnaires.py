@@ -403,25 +403,36 @@ class _Workbook:
 
 _SHARED_STRING = re.compile(rb"<(?:[A-Za-z_][\w.-]{0,30}:)?si[\s/>]")
 _COUNT_CHUNK = 1 << 20
+# XML elements a shared string may take on average: <si><t> for plain text, about ten a rich
+# text run.
+SHARED_STRING_ELEMENTS = 10
 _COUNT_OVERLAP = 40  # longer than any match of _SHARED_STRING
 
 
 def _check_shared_strings(archive: Any, path: str, limits: Limits) -> None:
     """Refuse a shared strings table of more than max_shared_strings strings before openpyxl
-    reads it whole (1.47 million strings, 75 KB zipped, took 9.8 s). Its <si> elements are
-    counted in the bytes, a chunk at a time: the table's declared count may lie."""
-    count = 0
+    reads it whole (1.47 million strings, 75 KB zipped, took 9.8 s), or of more than
+    SHARED_STRING_ELEMENTS a string allowed of XML elements (one string of 500,000 rich text
+    runs took 3.3 s). Both are counted in the bytes, a chunk at a time: the table's declared
+    count may lie."""
+    count = elements = 0
+    most_elements = SHARED_STRING_ELEMENTS * limits.max_shared_strings
     tail = b""
     with archive.open(path) as part:
         while True:
             chunk = part.read(_COUNT_CHUNK)
             data = tail + chunk
             cut = max(len(data) - _COUNT_OVERLAP, 0) if chunk else len(data)
-            # matches starting before the cut; the rest are counted with the next chunk
+            # what starts before the cut; the rest is counted with the next chunk
             count += len(_SHARED_STRING.findall(data)) - len(_SHARED_STRING.findall(data, cut))
+            elements += data.count(b"<", 0, cut) - data.count(b"</", 0, cut + 1)
             if count > limits.max_shared_strings:
                 raise limits.refuse(f"the shared strings table holds more than "
                                     f"{limits.max_shared_strings} strings", "max_shared_strings")
+            if elements > most_elements:
+                raise limits.refuse(f"the shared strings table holds more than {most_elements} XML "
+                                    f"elements ({SHARED_STRING_ELEMENTS} a string allowed)",
+                                    "max_shared_strings")
             if not chunk:
                 return
             tail = data[cut:]
