@@ -148,6 +148,9 @@ class UploadsConfig:
     # Strings in an XLSX's shared strings table (openpyxl reads them all when it opens the file:
     # ~10 µs each), counted before it does.
     max_shared_strings: int = attrs.field(default=100_000, validator=_positive)
+    # XML elements in each XLSX part openpyxl reads whole when it opens the file (content types,
+    # the workbook and its relationships, the styles: 10-20 µs each), counted before it does.
+    max_xml_elements: int = attrs.field(default=200_000, validator=_positive)
     # Files are parsed in child processes: this many at once per service process, each killed
     # after parse_timeout_seconds (an upload waiting that long for a free one gets 503), each
     # limited to parse_memory_bytes of address space.
