@@ -381,7 +381,7 @@ class _SheetData:
 # either ends where it should or takes the rest of the text, so no match is tried again further
 # on: an unclosed comment or quote costs one pass, not one per tag after it.
 _MARKUP = r"<!--(?:.*?-->|.*)|<!\[CDATA\[(?:.*?\]\]>|.*)|<\?(?:.*?\?>|.*)"
-_TAG_REST = r"""((?:[^>"']|"[^"]*"|'[^']*')*)(>|.*)"""
+_TAG_REST = r"""((?:[^>"']+|"[^"]*"|'[^']*')*+)(>|.*)"""  # possessive: no state kept per run
 _MARKUP_ENDS = {"<!--": "-->", "<![CDATA[": "]]>", "<?": "?>"}
 
 
