@@ -342,7 +342,7 @@ def test_xlsx_4_000_000_empty_rows_without_a_dimension__413_max_rows_at_once():
     started = time.monotonic()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(body, max_rows=10)
-    assert time.monotonic() - started < 1.0  # 3.5 s before
+    assert time.monotonic() - started < 2.0  # 3.5 s before
     assert "uploads.max_rows = 10" in refused.value.message
 
 
@@ -354,7 +354,7 @@ def test_xlsx_row_of_543_000_cells__413_max_columns_while_it_is_read():
     started = time.monotonic()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(body)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     assert refused.value.details == ["file: row 2 has more than 256 cells; the limit is "
                                      "uploads.max_columns = 256"]
 
@@ -368,7 +368,7 @@ def test_xlsx_sheet_is_read_to_the_end_of_its_rows_only():
                 + b"</mergeCells></worksheet>")
     started = time.monotonic()
     found = _parse_xlsx(body)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     assert [row.question for row in found.rows] == ["Is MFA enforced?"]
 
 
@@ -391,7 +391,7 @@ def test_xlsx_1_470_000_shared_strings__413_max_shared_strings_before_they_are_r
     started = time.monotonic()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(body)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     assert refused.value.details == ["file: the shared strings table holds more than 100000 strings; "
                                      "the limit is uploads.max_shared_strings = 100000"]
 
@@ -435,7 +435,7 @@ def test_xlsx_20_000_sheets__only_the_first_100_are_looked_at():
     started = time.monotonic()
     with pytest.raises(ValidationFailed) as refused:
         _parse_xlsx(body.getvalue())
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.0
     assert len(refused.value.details) == 101
     assert refused.value.details[-1] == ("sheet: the workbook has 20000 sheets; only the first 100 were "
                                          "looked at for a question column: name the sheet")
@@ -456,7 +456,7 @@ def test_xlsx_elements_before_the_rows__422_past_100_000():
     started = time.monotonic()
     with pytest.raises(ValidationFailed) as refused:
         _parse_xlsx(body)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     assert "more than 100000 XML elements outside its rows" in refused.value.details[0]
 
 
@@ -471,7 +471,7 @@ def test_xlsx_cell_of_100_000_rich_text_runs__413_max_columns():
     started = time.monotonic()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(runs(100_000))
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     assert refused.value.details == ["file: row 2 holds more than 25600 XML elements (rich text of many "
                                      "runs; 100 a column); the limit is uploads.max_columns = 256"]
 
@@ -484,7 +484,7 @@ def test_xlsx_one_shared_string_of_500_000_runs__413_max_shared_strings():
     started = time.monotonic()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(xlsx(shared_strings=strings))
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     assert refused.value.details == ["file: the shared strings table holds more than 1000000 XML "
                                      "elements (10 a string allowed); the limit is "
                                      "uploads.max_shared_strings = 100000"]
@@ -517,6 +517,6 @@ def test_xlsx_part_read_whole_at_opening__413_max_xml_elements(part, change):
     started = time.monotonic()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(_with_part(part, change))
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     assert refused.value.details == [f"file: the part {part!r} holds more than 200000 XML elements; "
                                      "the limit is uploads.max_xml_elements = 200000"]

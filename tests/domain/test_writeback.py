@@ -474,7 +474,7 @@ def test_write_xlsx__rows_are_found_in_one_pass_past_a_comment_of_row_tags():
         started = time.monotonic()
         result = write_xlsx(original, [Cell(sheet="S1", row=2, column=1, text="Yes, always."),
                                        Cell(sheet="S1", row=3, column=1, text="a new row")])
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 2.0
         sheet = load_workbook(io.BytesIO(result))["S1"]
         assert [[cell.value for cell in row] for row in sheet.iter_rows()] == [
             ["Question", "Answer"], ["Do you enforce MFA?", "Yes, always."], [None, "a new row"]]
@@ -502,7 +502,7 @@ def test_write_xlsx__a_comment_of_many_tags_is_read_once(tag):
     started = time.monotonic()
     result = write_xlsx(original, [Cell(sheet="S1", row=1, column=2, text="Notes"),
                                    Cell(sheet="S1", row=2, column=1, text="Yes.")])
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     sheet = _zip_parts(result)["xl/worksheets/sheet1.xml"].decode()
     assert (comment in sheet) == (tag != "<c ")  # a row written into keeps its cells only, as before
     assert '<dimension ref="A1:C2"/>' in sheet
