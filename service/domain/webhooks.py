@@ -112,9 +112,10 @@ def _ip_literal(host: str) -> str | None:
 
 def _connected_host(url: str) -> str:
     """The host aiohttp connects to for `url`: yarl's, normalised as IDNA normalises it, so that
-    "127。0。0。1", "１２７.０.０.１" and "①②⑦.⓪.⓪.①" are the IP literal 127.0.0.1 they are
-    connected to without a look-up. urlsplit's keeps the text as written, which is no IP literal,
-    and so let them past the check. Raises ValueError for a URL yarl cannot read."""
+    127.0.0.1 written with ideographic full stops (U+3002), fullwidth digits (U+FF11 …) or
+    circled ones (U+2460 …) is the IP literal 127.0.0.1 it is connected to without a look-up.
+    urlsplit's keeps the text as written, which is no IP literal, and so let them past the check.
+    Raises ValueError for a URL yarl cannot read."""
     return yarl.URL(url).raw_host or ""
 
 
