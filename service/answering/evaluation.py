@@ -80,7 +80,7 @@ async def ask_through_pipeline(
             question_id = await create_question(
                 conn, account_id=account_id, user_id=user_id, text=text, charge=False
             )
-        rows = await conn.fetch(db.query("claim_questions"), pipeline.owner, 1, 60.0)
+        rows = await conn.fetch(db.query("claim_questions"), pipeline.owner, 1, 60.0, "")
     assert [row["id"] for row in rows] == [question_id], "the scratch database has one question"
     await pipeline.process(Work.from_row(rows[0]))
     async with pool.acquire() as conn:

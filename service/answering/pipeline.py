@@ -6,7 +6,8 @@ persists each step's output together with the next state in one guarded update
 can only be recorded once. Consecutive quick steps share one such update (and one commit); a
 step that may wait long (a remote engine) starts only after the progress before it is committed.
 Questions are claimed with `FOR UPDATE SKIP LOCKED` plus a lease, so several processes share the
-work and a crashed process's questions are resumed elsewhere.
+work and a crashed process's questions are resumed elsewhere. Claims take turns between accounts
+(round-robin, each account's oldest first), so one account's backlog never holds up another's.
 """
 
 from __future__ import annotations
@@ -366,6 +367,9 @@ class Pipeline:
         # Whether unclaimed questions may be waiting (one was announced, or the last claim took
         # as many as it could): then a finished question's place goes to them first.
         self._more = False
+        # The account this pipeline last claimed a question of: the next claim starts with the
+        # account after it (claim_questions takes turns between accounts).
+        self._last_account = ""
         # Called with each row this pipeline commits, and with None when it lets go of a question
         # unfinished (QuestionEvents.deliver: this process's event streams).
         self.on_commit: Callable[[str, Mapping[str, Any] | None], None] | None = None
@@ -439,8 +443,12 @@ class Pipeline:
     async def claim(self, limit: int) -> int:
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
-                db.query("claim_questions"), self.owner, limit, self.config.lease_seconds
+                db.query("claim_questions"), self.owner, limit, self.config.lease_seconds,
+                self._last_account,
             )
+        if rows:
+            last = max(rows, key=lambda row: (row["claim_place"], row["claim_turn"]))
+            self._last_account = last["account_id"]
         for row in rows:
             self.active.add(row["id"])
             self.metrics.pipeline_queue_depth.set(len(self.active))

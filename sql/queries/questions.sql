@@ -91,16 +91,75 @@ SELECT q.*, q.state::text AS state, u.email AS user_email,
  WHERE q.id = $1 AND q.account_id = $2;
 
 -- claim_questions --
--- Lease up to $2 unfinished questions whose lease is free or expired, oldest first; skips rows
--- another process is claiming right now.
-WITH claimable AS (
-    SELECT id
-      FROM questions
-     WHERE state <> 'complete'
-       AND (lease_expires_at IS NULL OR lease_expires_at < now())
-     ORDER BY created_at
+-- Lease up to $2 unfinished questions whose lease is free or expired, fairly between accounts:
+-- round-robin by account, starting with the account after $4 (the one this pipeline last claimed
+-- from; '' at first), each account's oldest first. A round takes each account's oldest, then each
+-- one's second oldest…, so an account's backlog (an answer-all of 3,000 items) delays another
+-- account's question by at most one claim per account ahead of it in the turn, rather than by the
+-- whole backlog. Rows another process is claiming right now are skipped.
+--
+-- The accounts are found by a skip scan of questions_queued (account_id, created_at) WHERE
+-- state <> 'complete': one index descent per account (past the few questions in flight), at most
+-- $2 accounts after $4 and then $2 from the first; each account's oldest $2 by the same index.
+WITH RECURSIVE after_cursor (account_id, turn) AS (
+    (SELECT account_id, 1
+       FROM questions
+      WHERE state <> 'complete' AND account_id > $4::text
+        AND (lease_expires_at IS NULL OR lease_expires_at < now())
+      ORDER BY account_id
+      LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.account_id
+              FROM questions q
+             WHERE q.state <> 'complete' AND q.account_id > a.account_id
+               AND (q.lease_expires_at IS NULL OR q.lease_expires_at < now())
+             ORDER BY q.account_id
+             LIMIT 1),
+           a.turn + 1
+      FROM after_cursor a
+     WHERE a.account_id IS NOT NULL AND a.turn < $2
+), from_first (account_id, turn) AS (
+    (SELECT account_id, 1
+       FROM questions
+      WHERE state <> 'complete' AND account_id <= $4::text
+        AND (lease_expires_at IS NULL OR lease_expires_at < now())
+      ORDER BY account_id
+      LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.account_id
+              FROM questions q
+             WHERE q.state <> 'complete' AND q.account_id > a.account_id
+               AND q.account_id <= $4::text
+               AND (q.lease_expires_at IS NULL OR q.lease_expires_at < now())
+             ORDER BY q.account_id
+             LIMIT 1),
+           a.turn + 1
+      FROM from_first a
+     WHERE a.account_id IS NOT NULL AND a.turn < $2
+), turns AS (
+    SELECT account_id, turn FROM after_cursor WHERE account_id IS NOT NULL
+    UNION ALL
+    SELECT account_id, turn + $2 FROM from_first WHERE account_id IS NOT NULL
+    ORDER BY turn
+    LIMIT $2
+), candidates AS (
+    SELECT c.id, c.place, t.turn
+      FROM turns t
+     CROSS JOIN LATERAL (
+            SELECT q.id, row_number() OVER (ORDER BY q.created_at) AS place
+              FROM questions q
+             WHERE q.account_id = t.account_id AND q.state <> 'complete'
+               AND (q.lease_expires_at IS NULL OR q.lease_expires_at < now())
+             ORDER BY q.created_at
+             LIMIT $2) c
+), claimable AS (
+    SELECT q.id, c.place, c.turn
+      FROM candidates c
+      JOIN questions q ON q.id = c.id
+     WHERE q.state <> 'complete' AND (q.lease_expires_at IS NULL OR q.lease_expires_at < now())
+     ORDER BY c.place, c.turn
      LIMIT $2
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF q SKIP LOCKED
 )
 UPDATE questions q
    SET lease_owner = $1,
@@ -108,7 +167,7 @@ UPDATE questions q
        attempts = q.attempts + 1
   FROM claimable c
  WHERE q.id = c.id
-RETURNING q.*, q.state::text AS state;
+RETURNING q.*, q.state::text AS state, c.place AS claim_place, c.turn AS claim_turn;
 
 -- renew_lease --
 -- Extend a lease this process still holds (a slow step keeps its question).

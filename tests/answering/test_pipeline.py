@@ -149,7 +149,7 @@ async def test_claim__two_runners_never_claim_the_same_question(conn, pool, admi
 
     async def claim_as(owner: str) -> None:
         async with pool.acquire() as c:
-            rows = await c.fetch(db.query("claim_questions"), owner, 15, settings.lease_seconds)
+            rows = await c.fetch(db.query("claim_questions"), owner, 15, settings.lease_seconds, "")
         claimed.append([r["id"] for r in rows])
 
     await asyncio.gather(claim_as("a"), claim_as("b"))
@@ -254,7 +254,7 @@ async def test_runner__a_live_lease_is_left_alone(conn, pool, admin):
         " WHERE id = $1", question_id,
     )
     async with pool.acquire() as c:
-        rows = await c.fetch(db.query("claim_questions"), "me", 10, 30)
+        rows = await c.fetch(db.query("claim_questions"), "me", 10, 30, "")
     assert rows == []
 
 
@@ -418,3 +418,58 @@ async def test_runner__a_question_failing_every_time_completes_refunded_after_ma
     assert any("failed 2 times (TypeError)" in p and "refunded" in p for p in row["attention_points"])
     assert "not iterable" not in " ".join(row["attention_points"])  # the details stay in the log
     assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
+
+
+async def _backlog(conn, actor, count: int) -> list[str]:
+    """`count` questions of an account, asked one after the other (oldest first)."""
+    return [await _question(conn, actor.account_id, actor.user_id, f"Backlog question {i}?", False)
+            for i in range(count)]
+
+
+async def test_claim__another_accounts_question_waits_for_no_backlog(conn, pool, make_account):
+    # A probe: one account's answer-all queued 3,000 questions, and another account's single
+    # question, asked 2 s later, waited 78 s behind them (claimed oldest first across accounts).
+    demo, victim = await make_account("Demo"), await make_account("Victim")
+    backlog = await _backlog(conn, demo, 40)
+    theirs = await _question(conn, victim.account_id, victim.user_id, "Is data encrypted?", False)
+    # Claimed questions stay in their first step, so the claims alone decide what runs.
+    config = QuestionsConfig(poll_seconds=60, step_delay_seconds=60, concurrency=64)
+    scheduler = aiojobs.Scheduler()
+    pipeline = Pipeline(pool, LocalEngine(), config, scheduler)
+    order: list[str] = []
+    try:
+        for _ in range(6):  # one place free at a time, as when a question of a full pipeline ends
+            before = set(pipeline.active)
+            assert await pipeline.claim(1) == 1
+            order += pipeline.active - before
+        # the victim's question goes within the first two claims (one per account ahead of it),
+        # and the backlog keeps its own order, oldest first, around it
+        assert theirs in order[:2]
+        assert [q for q in order if q != theirs] == backlog[:5]
+        # a claim of several places takes turns too: a new question of the victim's is among them
+        later = await _question(conn, victim.account_id, victim.user_id, "Is MFA enforced?", False)
+        before = set(pipeline.active)
+        assert await pipeline.claim(4) == 4
+        assert later in pipeline.active - before
+    finally:
+        pipeline.stop()
+        await scheduler.close()
+
+
+async def test_runner__a_backlog_of_one_account_does_not_hold_up_another(
+    conn, pool, make_account
+):
+    demo, victim = await make_account("Demo"), await make_account("Victim")
+    await add_entry(conn, victim.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
+    await _backlog(conn, demo, 30)
+    theirs = await _question(conn, victim.account_id, victim.user_id, "Is data encrypted at rest?",
+                             False)
+    config = QuestionsConfig(poll_seconds=0.05, step_delay_seconds=0.02, concurrency=2)
+    pipeline = Pipeline(pool, LocalEngine(), config, aiojobs.Scheduler())
+    await _run_until_complete(conn, pipeline, theirs)
+    # answered while nearly all of the backlog still waits (oldest first: after all 30 of it)
+    waiting = await conn.fetchval(
+        "SELECT count(*) FROM questions WHERE account_id = $1 AND state <> 'complete'",
+        demo.account_id,
+    )
+    assert waiting >= 25
