@@ -348,6 +348,9 @@ class Deliverer(OutboxSender):
         # Longer than an attempt may take, so no other process claims a delivery in flight.
         self.lease_seconds = config.timeout_seconds * 2 + 5
         self._session: aiohttp.ClientSession | None = None
+        # The account this deliverer last claimed a delivery for: the next claim starts with the
+        # account after it (claim_webhook_delivery takes turns between accounts).
+        self._last_account = ""
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -375,10 +378,13 @@ class Deliverer(OutboxSender):
 
     async def _claim(self) -> asyncpg.Record | None:
         async with self._pool.acquire() as conn:
-            return await conn.fetchrow(
+            row = await conn.fetchrow(
                 db.query("claim_webhook_delivery"), self.lease_seconds,
-                self._config.retry_for_seconds,
+                self._config.retry_for_seconds, self._config.concurrency, self._last_account,
             )
+        if row is not None:
+            self._last_account = row["account_id"]
+        return row
 
     async def send(self, url: str, secret: str, msg_id: str, body: str) -> Outcome:
         """One attempt: POST the signed body; never raises for the receiver's failures."""

@@ -56,9 +56,49 @@ SELECT count(*) FROM queued;
 SELECT webhook_wanted($1, $2);
 
 -- claim_webhook_delivery --
--- Lease one due delivery for $1 seconds; its first attempt sets the retry window ($2 seconds). Rows another deliverer holds are skipped; so is a
--- delivery with an earlier one still pending for the same endpoint and record (order per record),
--- and any delivery to a disabled endpoint.
+-- Lease one due delivery for $1 seconds; its first attempt sets the retry window ($2 seconds).
+-- Fair between accounts: the accounts take turns, starting with the account after $4 (the one
+-- this deliverer last claimed for; '' at first), so one account's backlog (an endpoint failing
+-- thousands of deliveries) delays another account's delivery by about one attempt per account
+-- ahead of it, not by the backlog. Within an account, the oldest due first (next_attempt_at, id).
+-- Rows another deliverer holds are skipped; so is a delivery with an earlier one still pending for
+-- the same endpoint and record (order per record), and any delivery to a disabled endpoint.
+--
+-- The endpoints with pending deliveries are found by a skip scan of webhook_deliveries_pending
+-- (endpoint_id, next_attempt_at, id) WHERE state = 'pending': one index descent per such
+-- endpoint, however many deliveries it holds (a disabled endpoint's backlog is never walked);
+-- then each enabled one's first $3 due deliveries by the same index.
+WITH RECURSIVE pending (endpoint_id) AS (
+    (SELECT endpoint_id FROM webhook_deliveries WHERE state = 'pending'
+      ORDER BY endpoint_id, next_attempt_at LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.endpoint_id FROM webhook_deliveries d
+             WHERE d.state = 'pending' AND d.endpoint_id > p.endpoint_id
+             ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
+      FROM pending p
+     WHERE p.endpoint_id IS NOT NULL
+), due AS (
+    SELECT ep.account_id, c.id,
+           row_number() OVER (PARTITION BY ep.account_id ORDER BY c.next_attempt_at, c.id) AS place
+      FROM pending p
+      JOIN webhook_endpoints ep ON ep.id = p.endpoint_id AND ep.enabled
+     CROSS JOIN LATERAL (
+            SELECT c.id, c.next_attempt_at
+              FROM webhook_deliveries c
+             WHERE c.endpoint_id = ep.id AND c.state = 'pending' AND c.next_attempt_at <= now()
+               AND NOT EXISTS (
+                    SELECT 1 FROM webhook_deliveries b
+                     WHERE b.endpoint_id = c.endpoint_id AND b.record_id = c.record_id
+                       AND b.state = 'pending' AND b.id < c.id)
+             ORDER BY c.next_attempt_at, c.id
+             LIMIT $3) c
+), turn AS (
+    -- the first $3 in turn: enough for the deliverers claiming at the same time to skip
+    SELECT id, place, account_id <= $4::text AS wrapped, account_id
+      FROM due
+     ORDER BY place, wrapped, account_id
+     LIMIT $3
+)
 UPDATE webhook_deliveries d
    SET attempts = d.attempts + 1,
        next_attempt_at = now() + make_interval(secs => $1),
@@ -66,14 +106,11 @@ UPDATE webhook_deliveries d
        retry_until = coalesce(d.retry_until, now() + make_interval(secs => $2))
   FROM webhook_events e, webhook_endpoints p
  WHERE d.id = (
-        SELECT c.id FROM webhook_deliveries c
-          JOIN webhook_endpoints ep ON ep.id = c.endpoint_id AND ep.enabled
+        SELECT c.id
+          FROM turn t
+          JOIN webhook_deliveries c ON c.id = t.id
          WHERE c.state = 'pending' AND c.next_attempt_at <= now()
-           AND NOT EXISTS (
-                SELECT 1 FROM webhook_deliveries b
-                 WHERE b.endpoint_id = c.endpoint_id AND b.record_id = c.record_id
-                   AND b.state = 'pending' AND b.id < c.id)
-         ORDER BY c.next_attempt_at, c.id
+         ORDER BY t.place, t.wrapped, t.account_id
          LIMIT 1
            FOR UPDATE OF c SKIP LOCKED
        )
