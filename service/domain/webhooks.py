@@ -26,6 +26,7 @@ import ipaddress
 import logging
 import secrets
 import socket
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,11 @@ from .ids import new_id
 from .outbox import OutboxSender
 
 log = logging.getLogger(__name__)
+
+# A failing endpoint's failed attempts are logged at most once in this many seconds each (the
+# line counts those left out since): a probe's endpoint with thousands of deliveries pending logged
+# ~850 lines a minute. Every attempt stays in the delivery log (the API's).
+FAILURE_LOG_SECONDS = 60.0
 
 EVENT_TYPES = (
     "question.completed",
@@ -351,6 +357,8 @@ class Deliverer(OutboxSender):
         # The account this deliverer last claimed a delivery for: the next claim starts with the
         # account after it (claim_webhook_delivery takes turns between accounts).
         self._last_account = ""
+        # Per endpoint: when its last failed attempt was logged, and how many failed since.
+        self._failures_logged: dict[str, tuple[float, int]] = {}
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -459,5 +467,23 @@ class Deliverer(OutboxSender):
             log.error("webhook endpoint %s disabled: delivery %s failed: %s",
                       row["endpoint_id"], row["id"], outcome.error)
         else:
-            log.warning("webhook delivery %s to %s: attempt %d failed (%s); retrying in %.0f s",
-                        row["id"], row["endpoint_id"], row["attempts"], outcome.error, delay)
+            self._log_failure(row, outcome.error, delay)
+
+    def _log_failure(self, row: asyncpg.Record, error: str | None, delay: float) -> None:
+        """A WARNING for a failed attempt, at most one per endpoint every FAILURE_LOG_SECONDS."""
+        now = time.monotonic()
+        endpoint = row["endpoint_id"]
+        last, unlogged = self._failures_logged.get(endpoint, (None, 0))
+        if last is not None and now - last < FAILURE_LOG_SECONDS:
+            self._failures_logged[endpoint] = (last, unlogged + 1)
+            return
+        if len(self._failures_logged) >= 1_000:  # forget endpoints quiet for a while
+            self._failures_logged = {
+                key: value for key, value in self._failures_logged.items()
+                if value[1] or now - value[0] < FAILURE_LOG_SECONDS
+            }
+        self._failures_logged[endpoint] = (now, 0)
+        log.warning("webhook delivery %s to %s: attempt %d failed (%s); retrying in %.0f s%s",
+                    row["id"], endpoint, row["attempts"], error, delay,
+                    f"; {unlogged} more failed attempts to this endpoint not logged since its "
+                    f"last such line" if unlogged else "")

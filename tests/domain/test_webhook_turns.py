@@ -103,3 +103,56 @@ async def test_deliverer__a_failing_backlog_of_one_account_does_not_hold_up_anot
         "SELECT sum(attempts) FROM webhook_deliveries WHERE endpoint_id = $1", theirs)
     assert attempted <= 2
     assert (await _deliveries(conn, ours))
+
+
+async def test_deliverer__a_failing_endpoint_logs_a_line_a_minute_not_one_per_attempt(
+    conn, pool, make_account, failing, caplog
+):
+    demo, other = await make_account("Demo"), await make_account("Other")
+    theirs = await _endpoint(conn, demo.account_id, failing.url)
+    await _endpoint(conn, other.account_id, failing.url)
+    await _events(conn, demo.account_id, 12, "demo")
+    await _events(conn, other.account_id, 1, "other")
+    failing.delay = 0
+    deliverer = webhooks.Deliverer(pool, WebhooksConfig(**fast_webhooks(concurrency=2)))
+    running = asyncio.create_task(deliverer.run())
+    try:
+        async with asyncio.timeout(10):
+            while await conn.fetchval(  # noqa: ASYNC110 (polls the DB)
+                    "SELECT count(*) FROM webhook_deliveries WHERE attempts = 0") > 0:
+                await asyncio.sleep(0.02)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    lines = [r.getMessage() for r in caplog.records
+             if r.levelname == "WARNING" and "attempt" in r.getMessage()]
+    # every delivery was attempted (and failed), but each endpoint logged one line
+    assert await conn.fetchval(
+        "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND attempts > 0",
+        theirs) == 12
+    assert len(lines) == 2, lines
+    assert sum(theirs in line for line in lines) == 1
+
+
+async def test_deliverer__the_next_failure_line_counts_those_left_out(
+    conn, pool, make_account, failing, caplog, monkeypatch
+):
+    monkeypatch.setattr(webhooks, "FAILURE_LOG_SECONDS", 0.5)
+    demo = await make_account("Demo")
+    await _endpoint(conn, demo.account_id, failing.url)
+    await _events(conn, demo.account_id, 6, "demo")
+    failing.delay = 0
+    deliverer = webhooks.Deliverer(pool, WebhooksConfig(**fast_webhooks(concurrency=2)))
+    running = asyncio.create_task(deliverer.run())
+    try:
+        async with asyncio.timeout(10):
+            while not any("more failed attempts" in r.getMessage() for r in caplog.records):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    lines = [r.getMessage() for r in caplog.records if "attempt" in r.getMessage()]
+    # the first failure, then half a second later one line for the (at least 5) left out meanwhile
+    assert len(lines) == 2, lines
+    left_out = int(lines[1].split("; ")[-1].split()[0])
+    assert left_out >= 5 and lines[1].endswith("not logged since its last such line")
