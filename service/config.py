@@ -81,6 +81,10 @@ class ServerConfig:
     # (an EventSource reconnects with Last-Event-ID and misses nothing).
     max_streams_per_member: int = attrs.field(default=20, validator=_positive)
     stream_lifetime_seconds: float = attrs.field(default=3600.0, validator=_positive)
+    # An event stream checks its token again (revoked, expired, member removed: the stream ends)
+    # before it sends an event when its last check is older than this; a quiet stream's periodic
+    # re-read of its question checks it too, in the same statement.
+    stream_token_check_seconds: float = attrs.field(default=5.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
 

@@ -164,6 +164,17 @@ async def fetch_question(conn: asyncpg.Connection, question_id: str, account_id:
     return row
 
 
+async def fetch_question_and_token(
+    conn: asyncpg.Connection, question_id: str, account_id: str, token_hash: bytes
+) -> tuple[asyncpg.Record, bool]:
+    """`fetch_question` and whether the token of `token_hash` is still live, in one statement."""
+    row = await conn.fetchrow(db.query("get_question_and_token"), question_id, account_id,
+                              token_hash)
+    if row is None:
+        raise NotFound(f"no question {question_id} in this account")
+    return row, row["token_live"]
+
+
 async def ask_question(
     conn: asyncpg.Connection,
     *,

@@ -149,6 +149,12 @@ async def authenticate_with(
     return _principal(row), row
 
 
+async def token_is_live(conn: asyncpg.Connection, token_hash: bytes) -> bool:
+    """Whether the token of this hash may still be used: not revoked, not expired, its member
+    not removed (a long-lived request's re-check, such as an event stream's)."""
+    return bool(await conn.fetchval(db.query("token_is_live"), token_hash))
+
+
 def _principal(row: asyncpg.Record) -> Principal:
     return Principal(
         member_id=row["member_id"],

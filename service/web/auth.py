@@ -85,6 +85,8 @@ def _challenge(error: str | None = None) -> dict[str, str]:
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 PREFETCHED = web.RequestKey("prefetched", asyncpg.Record)
+# The hash of the request's token, for a long-lived request to check it again (event streams).
+TOKEN_HASH = web.RequestKey("token_hash", bytes)
 # On a rate-limited route, the row of principal_and_rate_limit: the bucket was already taken
 # from (allowed/remaining/retry_after), for the rate-limit middleware to apply.
 RATE_LIMIT_TAKEN = web.RequestKey("rate_limit_taken", asyncpg.Record)
@@ -92,6 +94,11 @@ RATE_LIMIT_TAKEN = web.RequestKey("rate_limit_taken", asyncpg.Record)
 
 def principal(request: web.Request) -> Principal:
     return request[PRINCIPAL]
+
+
+def token_hash(request: web.Request) -> bytes:
+    """The hash of the token the request was admitted with."""
+    return request[TOKEN_HASH]
 
 
 def prefetched(request: web.Request) -> asyncpg.Record | None:
@@ -161,6 +168,7 @@ async def _admit(
     who, row = await authenticate_with(conn, token, query, args)
     check(policy, who)
     request[PRINCIPAL] = who
+    request[TOKEN_HASH] = bytes(row["token_hash"])
     if keep is not None:
         request[keep] = row
 

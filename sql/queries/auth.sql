@@ -16,6 +16,12 @@ SELECT t.token_hash, t.scopes,
  WHERE t.token_hash = $1
    AND api_token_is_live(t.revoked_at, t.expires_at);
 
+-- token_is_live --
+-- Whether the token of hash $1 may still be used (api_token_is_live; a removed member's tokens
+-- are deleted with it): an event stream's re-check before it sends.
+SELECT EXISTS (SELECT 1 FROM api_tokens t
+                WHERE t.token_hash = $1 AND api_token_is_live(t.revoked_at, t.expires_at));
+
 -- take_rate_limit_token --
 -- One request against a shared token bucket: (allowed, remaining, retry_after seconds).
 -- Committed without waiting for the WAL flush (this statement's own transaction only): the

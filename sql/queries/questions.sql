@@ -90,6 +90,18 @@ SELECT q.*, q.state::text AS state, u.email AS user_email,
   JOIN users u ON u.id = q.user_id
  WHERE q.id = $1 AND q.account_id = $2;
 
+-- get_question_and_token --
+-- get_question and, in the same round trip, whether the token of hash $3 is still live
+-- (api_token_is_live; a removed member's tokens are deleted with it): an event stream's re-read.
+SELECT q.*, q.state::text AS state, u.email AS user_email,
+       display_name(u.first_name, u.last_name, u.email) AS user_name,
+       EXISTS (SELECT 1 FROM api_tokens t
+                WHERE t.token_hash = $3 AND api_token_is_live(t.revoked_at, t.expires_at))
+           AS token_live
+  FROM questions q
+  JOIN users u ON u.id = q.user_id
+ WHERE q.id = $1 AND q.account_id = $2;
+
 -- claim_questions --
 -- Lease up to $2 unfinished questions whose lease is free or expired, fairly between accounts:
 -- round-robin by account, starting with the account after $4 (the one this pipeline last claimed

@@ -4,9 +4,11 @@ import asyncio
 import re
 from pathlib import Path
 
+import pytest
 from conftest import with_config
 
 from service import db
+from service.domain.tokens import hash_token
 from service.web.app import create_app
 from service.web.keys import POOL
 
@@ -195,3 +197,54 @@ async def test_pool__acquire_timeout_on_a_public_route_is_503(config, admin, aio
         response = await client.post("/api/v1/tokens", json={"email": admin.email, "password": "x" * 12})
     assert response.status == 503
     assert response.headers["Retry-After"] == "1"
+
+
+@pytest.mark.parametrize("change", [
+    "UPDATE api_tokens SET revoked_at = now() WHERE token_hash = $1",
+    "UPDATE api_tokens SET expires_at = now() WHERE token_hash = $1",
+    "DELETE FROM members WHERE id = (SELECT member_id FROM api_tokens WHERE token_hash = $1)",
+], ids=["revoked", "expired", "member_removed"])
+async def test_event_streams__end_once_their_token_is_no_longer_valid(
+    config, conn, admin, make_member, aiohttp_client, change
+):
+    """A probe: 22 s after its token was revoked, a stream still delivered the question with its
+    answer (it re-read the question, never the token, and a row handed over by this process's
+    pipeline is sent without any read)."""
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"stream_token_check_seconds": 0.2}, questions={"step_delay_seconds": 1.0},
+    )))
+    reader = await make_member(admin.account_id, "viewer", "read")
+    question_id = await _slow_question(client, admin)
+    stream = await client.get(f"/api/v1/questions/{question_id}/events", headers=reader.headers)
+    assert stream.status == 200
+    async with asyncio.timeout(15):
+        first = await stream.content.readuntil(b"\n\n")
+        await conn.execute(change, hash_token(reader.token))
+        rest = (await stream.read()).decode()
+    assert first.startswith(b"event: new\n")
+    assert "event: complete" not in rest
+    assert rest.endswith(
+        ": this stream's token is no longer valid (revoked, expired or its member removed)\n\n"
+    )
+    again = await client.get(f"/api/v1/questions/{question_id}/events", headers=reader.headers)
+    assert again.status == 401
+
+
+async def test_event_streams__a_quiet_one_ends_once_its_token_is_revoked(
+    config, conn, admin, aiohttp_client
+):
+    """No event to send: the periodic re-read of the question checks the token too."""
+    client = await aiohttp_client(create_app(with_config(
+        config, questions={"step_delay_seconds": 2.0, "poll_seconds": 0.1},
+    )))
+    question_id = await _slow_question(client, admin)
+    stream = await client.get(f"/api/v1/questions/{question_id}/events", headers=admin.headers)
+    async with asyncio.timeout(1.5):  # before the question's first step
+        await stream.content.readuntil(b"\n\n")
+        await conn.execute(
+            "UPDATE api_tokens SET revoked_at = now() WHERE token_hash = $1", hash_token(admin.token)
+        )
+        rest = (await stream.read()).decode()
+    assert rest.endswith(
+        ": this stream's token is no longer valid (revoked, expired or its member removed)\n\n"
+    )

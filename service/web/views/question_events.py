@@ -14,8 +14,9 @@ from aiohttp import web
 from ...answering.pipeline import Pipeline
 from ...domain.convert import unstructure
 from ...domain.errors import RateLimited
-from ...domain.questions import STATES, Question, fetch_question
-from ..auth import connection, principal, requires
+from ...domain.questions import STATES, Question, fetch_question, fetch_question_and_token
+from ...domain.tokens import token_is_live
+from ..auth import connection, principal, requires, token_hash
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, EVENTS, OPEN_STREAMS, PIPELINE
 
@@ -65,6 +66,11 @@ def last_event_id(request: web.Request) -> int:
     return _EVENT_IDS.get(request.headers.get("Last-Event-ID", "").strip(), 0)
 
 
+# How a stream ends when its token stopped being valid while it was open (the client's reconnect
+# is then refused with 401, which tells an EventSource to stop).
+TOKEN_GONE = b": this stream's token is no longer valid (revoked, expired or its member removed)\n\n"
+
+
 class _EventStream(web.StreamResponse):
     # The headers go out with the first event, in one send (aiohttp's default for streams is a
     # send of their own at prepare()).
@@ -88,6 +94,9 @@ async def question_events(request: web.Request) -> web.StreamResponse:
     open_streams = request.app[OPEN_STREAMS]
     events = request.app[EVENTS]
     pipeline = request.app[PIPELINE]
+    token = token_hash(request)
+    clock = asyncio.get_running_loop().time
+    checked = clock()  # the token was checked when the request was admitted
     with events.subscribe(question_id) as changes:
         listener = events.connections
         row = _working_on(pipeline, question_id, account_id)
@@ -123,6 +132,16 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                     # What one look at the question has to say goes out in one write (one send),
                     # and the last one together with the end of the stream.
                     current = position(row["state"])
+                    if current > seen and clock() - checked >= server.stream_token_check_seconds:
+                        # Nothing goes out on a token checked too long ago (rows handed over by
+                        # this process's pipeline come without a read; a quick stream never
+                        # gets here, a slow one once per stream_token_check_seconds at most).
+                        async with connection(request) as conn:
+                            live = await token_is_live(conn, token)
+                        checked = clock()
+                        if not live:
+                            await response.write_eof(TOKEN_GONE)
+                            break
                     if current > seen:
                         out = _events_after(seen, row)
                         seen = current
@@ -168,7 +187,13 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                         ):
                             continue
                     async with connection(request) as conn:
-                        row = await fetch_question(conn, question_id, account_id)
+                        row, live = await fetch_question_and_token(
+                            conn, question_id, account_id, token
+                        )
+                    checked = clock()
+                    if not live:
+                        await response.write_eof(TOKEN_GONE)
+                        break
         finally:
             open_streams[member] -= 1
             if not open_streams[member]:
