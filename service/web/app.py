@@ -24,6 +24,7 @@ from .frontdoor import guarded_routes, refuse_unguarded
 from .keys import CONFIG, DELIVERER, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
 from .pages import common as pages_common
 from .pages.routes import routes as page_routes
+from .protocol import serve_parser_errors_as_json
 from .telemetry import metrics_middleware
 from .views import audit as audit_views
 from .views import health, knowledge, members, question_events, questions, review, rfp_items, rfps
@@ -209,6 +210,7 @@ def create_app(config: Config) -> web.Application:
     extra = [web.get("/metrics", get_metrics, name="metrics", allow_head=False)]
     app.add_routes(guarded_routes(routes() + (extra if config.metrics.enabled else []), config))
     app.on_startup.append(refuse_unguarded)
+    serve_parser_errors_as_json(app)  # the HTTP parser's 400s in the error shape, logged briefly
     return app
 
 

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 # The HTTP status of each error code (service/domain/errors.py); anything else is a 400.
 STATUS = {
+    "bad_request": 400,  # the HTTP parser refused the request (service/web/protocol.py)
     "invalid_json": 400,
     "parameter_missing": 400,
     "parameter_invalid": 400,

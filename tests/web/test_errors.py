@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import re
 
 import pytest
 from aiohttp import web
@@ -349,3 +352,35 @@ async def test_multipart_part_past_max_upload_bytes__413(config, aiohttp_client,
     )
     assert response.status == 413
     assert (await response.json())["error"]["code"] == "payload_too_large"
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    (b"GET /" + b"A" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", "request line or a header is too long"),
+    (b"POST /api/v1/rfps HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZZZ\r\nxx\r\n0\r\n\r\n",
+     "chunked body is malformed"),
+    (b"POST /api/v1/rfps HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n"
+     b"X-Probe: PROBE\r\n\r\n0\r\n\r\n", "both Content-Length and Transfer-Encoding"),
+], ids=["long_request_line", "bad_chunk_size", "length_and_chunked"])
+async def test_http_parser_errors__400_in_the_error_shape_logged_in_one_line(client, caplog, raw, says):
+    """A probe: aiohttp's own 400s answered text/plain quoting the request, and each logged
+    ERROR aiohttp.server with a 15-line traceback (anyone can send them: a log flood)."""
+    caplog.set_level(logging.DEBUG)
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        async with asyncio.timeout(5):
+            reply = await reader.read()  # the connection is closed after the error
+    finally:
+        writer.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert re.match(rb"HTTP/1\.[01] 400 ", head), head
+    assert b"\r\nContent-Type: application/json" in head
+    error = json.loads(body)["error"]
+    assert error["code"] == "bad_request"
+    assert says in error["message"]
+    assert not re.search(rb"AAAA|ZZZZ|PROBE|: chunked", body)  # nothing of the request quoted
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+    refused = [r for r in caplog.records if r.name == "service.web.protocol"]
+    assert [r.levelname for r in refused] == ["WARNING"]
+    assert "\n" not in refused[0].getMessage()
