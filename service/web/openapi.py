@@ -600,8 +600,11 @@ def _library_paths() -> dict[str, Any]:
             "different numbers), from the last background run; a run starts when there is none "
             "or entries changed since", {
                 "200": _json(_ref("KnowledgeBaseDuplicates"), "the findings"),
-                "400": _error("refresh is not true or false (parameter_invalid)")},
-            params=[_query("refresh", "true: start a new run now", {"enum": ["true", "false"]})])},
+                "400": _error("refresh is not true or false (parameter_invalid)"),
+                "403": _error("the token lacks the read scope; or refresh=true without the write "
+                              "scope (insufficient_scope) or by a viewer (forbidden)")},
+            params=[_query("refresh", "true: start a new run now (needs the write scope and the "
+                           "admin or member role)", {"enum": ["true", "false"]})])},
     }
     paths["/api/v1/knowledge_base_items/{id}/reviewed"]["post"]["requestBody"]["required"] = False
     return paths

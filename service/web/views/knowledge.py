@@ -10,7 +10,13 @@ from aiohttp import web
 
 from ...domain import knowledge, library
 from ...domain.convert import structure, unstructure
-from ...domain.errors import ParameterInvalid, UnsupportedMediaType, ValidationFailed
+from ...domain.errors import (
+    Forbidden,
+    InsufficientScope,
+    ParameterInvalid,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
 from ...domain.isolation import Unread
 from ...domain.knowledge import (
     KnowledgeItem,
@@ -179,14 +185,35 @@ async def get_versions(request: web.Request) -> web.Response:
                           "pagination": page.pagination(total, len(found))})
 
 
+# Who may start a duplicate run at will (`?refresh=true`): those who may edit the knowledge base.
+REFRESH_ROLES = ("admin", "member")
+
+
 @requires("read")
 async def get_duplicates(request: web.Request) -> web.Response:
     """The last duplicate/conflict findings; starts a background run when there are none yet or
     entries changed since (the response says `computing` or `outdated` then: ask again)."""
-    account_id = principal(request).account_id
+    who = principal(request)
+    account_id = who.account_id
+    refresh = _flag(request.query, "refresh")
+    if refresh:
+        # A new run costs seconds of CPU at thousands of entries: a reader's GET must not start
+        # one at will (entries changing is what starts one otherwise, and takes a writer).
+        if "write" not in who.scopes:
+            raise InsufficientScope(
+                "refresh=true starts a new detection run: it needs a token with the 'write' "
+                "scope; without refresh the last findings are returned",
+                headers={"WWW-Authenticate": 'Bearer realm="api", error="insufficient_scope", '
+                                             'scope="write"'},
+            )
+        if who.role not in REFRESH_ROLES:
+            raise Forbidden(
+                "refresh=true starts a new detection run: it needs the admin or member role; "
+                f"yours is {who.role}"
+            )
     async with connection(request) as conn:
         report = await library.duplicate_report(conn, account_id)
-    if report["state"] != "fresh" or _flag(request.query, "refresh"):
+    if report["state"] != "fresh" or refresh:
         start_duplicate_run(request.app, account_id)
     report["running"] = account_id in request.app[LIBRARY_JOBS]
     return json_response(report)
