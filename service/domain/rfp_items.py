@@ -101,7 +101,8 @@ def import_options(query: Any) -> questionnaires.ImportOptions:
     header_row: int | None = None
     raw = query.get("header_row")
     if raw not in (None, ""):
-        if not raw.isascii() or not raw.isdigit() or int(raw) > 1_000_000:
+        # Its length first: int() refuses over 4,300 digits with a hint for Python programmers.
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 7 or int(raw) > 1_000_000:
             raise ParameterInvalid(f"header_row must be a row number (0 = no header row); got {raw!r}")
         header_row = int(raw)
     return questionnaires.ImportOptions(

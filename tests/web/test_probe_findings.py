@@ -427,3 +427,70 @@ async def test_session__a_lowered_role_applies_at_once_and_the_api_ignores_the_c
     api = await app_client.post("/api/v1/rfps", json={"rfp": {"title": "Via API"}})
     assert api.status == 401
     assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
+
+
+@pytest.mark.parametrize("email", [
+    "<a@b.example>", "a@[127.0.0.1]", 'x"<svg/onload=alert(1)>@demo.example', "a b@demo.example",
+    "a..b@demo.example", "a@localhost", "a@1.2.3.4", "a@-demo.example",
+])
+async def test_invitation__an_address_is_a_plain_addr_spec(mail_client, admin, email):
+    """A probe: angle brackets, an address literal and a quoted local part holding markup were
+    invited (201)."""
+    response = await mail_client.post("/api/v1/invitations", headers=admin.headers,
+                                      json={"invitation": {"email": email, "role": "member"}})
+    assert response.status == 422, email
+    [detail] = (await response.json())["error"]["details"]
+    assert detail.startswith("invitation.email: is not a valid e-mail address: expected a plain")
+
+
+async def test_invitation__plain_addresses_of_every_kind_are_taken(mail_client, admin):
+    for email in ("o'brien+rfp@mail.demo.example", "first.last@demo.example", "josé@exämple.de"):
+        response = await mail_client.post("/api/v1/invitations", headers=admin.headers,
+                                          json={"invitation": {"email": email, "role": "member"}})
+        assert response.status == 201, (email, await response.text())
+
+
+@pytest.mark.parametrize("port", ["99999999", "65536", "0", "x"])
+async def test_rfp__a_portal_url_with_an_invalid_port_is_422(client, admin, port):
+    response = await client.post("/api/v1/rfps", headers=admin.headers, json={
+        "rfp": {"title": "T", "portal_url": f"https://portal.demo.example:{port}/rfp"}})
+    assert response.status == 422
+    [detail] = (await response.json())["error"]["details"]
+    assert detail.startswith("rfp.portal_url: has an invalid port (must be a number from 1 to 65535)")
+    fine = await client.post("/api/v1/rfps", headers=admin.headers, json={
+        "rfp": {"title": "T", "portal_url": "https://portal.demo.example:8443/rfp"}})
+    assert fine.status == 201
+
+
+async def test_json__a_huge_integer_is_400_saying_so(client, admin):
+    """A probe: 5,000 digits answered Python's own hint, "…use sys.set_int_max_str_digits()…"."""
+    response = await client.post(
+        "/api/v1/rfps", data='{"rfp": {"title": "T", "n": ' + "9" * 5000 + "}}",
+        headers={**admin.headers, "Content-Type": "application/json"},
+    )
+    assert response.status == 400
+    error = (await response.json())["error"]
+    assert error["code"] == "invalid_json"
+    assert error["message"] == ("the request body holds an integer of more than 100 digits; no "
+                                "field takes one")
+    made = await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {"title": "T"}})
+    rfp_id = (await made.json())["id"]
+    imported = await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import?header_row={'9' * 5000}",
+                                 headers=admin.headers, data=b"Question\nDo you?\n")
+    assert imported.status == 400
+    assert "header_row must be a row number" in (await imported.json())["error"]["message"]
+
+
+async def test_unknown_fields__422_lists_at_most_twenty(client, admin):
+    """A probe: 60,000 unknown keys gave a 469 KB reply naming every one."""
+    fields = {f"k{n:05}": 1 for n in range(60_000)} | {"x" * 5000: 1}
+    response = await client.post("/api/v1/rfps", headers=admin.headers,
+                                 json={"rfp": {"title": "T", **fields}})
+    assert response.status == 422
+    assert len(await response.read()) < 2_000
+    [detail] = (await response.json())["error"]["details"]
+    shown = ", ".join(f"k{n:05}" for n in range(20))
+    assert detail == f"rfp: unknown field(s): {shown} and 59,981 more"  # 60,001 unknown
+    one = await client.post("/api/v1/rfps", headers=admin.headers,
+                            json={"rfp": {"title": "T", "y" * 100: 1}})
+    assert (await one.json())["error"]["details"] == [f"rfp: unknown field(s): {'y' * 64}…"]
