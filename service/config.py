@@ -151,7 +151,7 @@ class UploadsConfig:
     max_items: int = attrs.field(default=10_000, validator=_positive)
     # Strings in an XLSX's shared strings table (openpyxl reads them all when it opens the file:
     # ~10 µs each), and 10 times as many XML elements in it, counted before it does.
-    max_shared_strings: int = attrs.field(default=100_000, validator=_positive)
+    max_shared_strings: int = attrs.field(default=500_000, validator=_positive)
     # XML elements in each XLSX part openpyxl reads whole when it opens the file (content types,
     # the workbook and its relationships, the styles: 10-20 µs each), counted before it does.
     max_xml_elements: int = attrs.field(default=200_000, validator=_positive)

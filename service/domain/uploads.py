@@ -37,7 +37,7 @@ class Limits:
     max_row_index: int = 100_000  # the highest row number an XLSX may name (<row r="…">)
     max_cell_chars: int = 100_000
     max_items: int = 10_000  # questions one import may add
-    max_shared_strings: int = 100_000  # strings in an XLSX's shared strings table
+    max_shared_strings: int = 500_000  # strings in an XLSX's shared strings table
     max_xml_elements: int = 200_000  # in each XLSX part read whole at opening (workbook, styles …)
 
     @classmethod

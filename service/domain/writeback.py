@@ -18,10 +18,12 @@ every drafted one) into those cells and changes nothing else:
 
 from __future__ import annotations
 
+import bisect
 import csv
 import functools
 import hashlib
 import io
+import itertools
 import posixpath
 import re
 import zipfile
@@ -577,6 +579,11 @@ def _write_rows(xml: str, rows: dict[int, dict[int, str]], dropdown: Any, p: str
     place, the others (a question read from a merged area) inserted in row order before the first
     row numbered after them, else at the end of `<sheetData>`. One pass finds every row."""
     found = _sheet_data(xml, p)
+    numbers = [number for number, _ in found.numbered]
+    # Rows come in ascending order in any sheet a spreadsheet wrote: then the first row numbered
+    # after a missing one is found by bisection. (A linear search for each of 10,000 inserted
+    # rows among 20,000 took 1.1 s; a sheet out of order still gets it, bounded by the worker.)
+    ascending = all(a < b for a, b in itertools.pairwise(numbers))
     edits: list[tuple[int, int, int, str]] = []  # (start, end, row number, new text)
     inserted: dict[int, list[tuple[int, str]]] = {}  # position → (row number, row)
     for number, writes in rows.items():
@@ -586,7 +593,11 @@ def _write_rows(xml: str, rows: dict[int, dict[int, str]], dropdown: Any, p: str
             edits.append((start, end, number, _write_row(xml[start:end], number, writes, dropdown, p)))
             continue
         row = _write_row(f'<{p}row r="{number}"></{p}row>', number, writes, dropdown, p)
-        before = next((start for later, start in found.numbered if later > number), None)
+        if ascending:
+            index = bisect.bisect_right(numbers, number)
+            before = found.numbered[index][1] if index < len(numbers) else None
+        else:
+            before = next((start for later, start in found.numbered if later > number), None)
         position = before if before is not None else found.end
         if position is None and found.empty is None:
             continue  # no <sheetData> to put it in

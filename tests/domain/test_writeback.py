@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import re
+import time
 import zipfile
 
 import pytest
@@ -570,3 +572,22 @@ async def test_original_export__a_workbook_slow_to_write_back_is_stopped_and_sta
     body = await response.json()
     assert "export it as CSV instead" in body["error"]["message"]
     assert time.monotonic() - started < 8
+
+
+def test_write_rows__many_missing_rows_are_placed_by_bisection_in_linear_time():
+    """Rows a sheet lacks (a question read from a merged area) go before the first row numbered
+    after them: found by bisection in an ascending sheet. A linear search per inserted row made
+    10,000 inserts among 20,000 rows take 1.8 s (a review); the output is the same."""
+    from service.domain import writeback
+
+    present = "".join(f'<row r="{i}"><c r="A{i}" t="inlineStr"><is><t>q{i}</t></is></c></row>'
+                      for i in range(1, 60_001, 2))
+    main = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+    xml = f'<worksheet xmlns="{main}"><sheetData>{present}</sheetData></worksheet>'
+    writes = {i: {1: f"a{i}"} for i in range(2, 60_001, 2)}
+    started = time.monotonic()
+    out = writeback._write_rows(xml, writes, lambda column, number, text: text)
+    assert time.monotonic() - started < 2.0  # ~6 s before, ~0.5 s now
+    numbers = [int(n) for n in re.findall(r'<row r="(\d+)"', out)]
+    assert numbers == list(range(1, 60_001))
+    assert '<row r="60000"><c r="B60000" t="inlineStr"><is><t xml:space="preserve">a60000</t>' in out
