@@ -103,7 +103,11 @@ class Page:
         return (self.number - 1) * self.size
 
     @classmethod
-    def from_query(cls, query: Mapping[str, str], size: int = PAGE_SIZE) -> Page:
+    def from_query(
+        cls, query: Mapping[str, str], size: int = PAGE_SIZE, max_rows: int | None = None
+    ) -> Page:
+        """The page a query asks for. With `max_rows`, a page reaching past that many rows is
+        refused (400 naming the last page): OFFSET reads every row it skips."""
         raw = query.get("page")
         if raw is None or raw == "":
             return cls(number=1, size=size)
@@ -113,7 +117,13 @@ class Page:
         # Its length first: Python refuses to read an integer of over 4,300 digits (a 500).
         if len(digits) > 8 or int(digits) > 10_000_000:
             raise ParameterInvalid("page is out of range")
-        return cls(number=int(digits), size=size)
+        number = int(digits)
+        if max_rows is not None and number > max_rows // size:
+            raise ParameterInvalid(
+                f"page must be at most {max_rows // size}: results stop at the first {max_rows:,};"
+                f" narrow the search to reach others"
+            )
+        return cls(number=number, size=size)
 
     def pagination(self, total_count: int, shown: int) -> dict[str, Any]:
         """The SPEC 2.5 object for this page given the total and the rows on it."""

@@ -11,7 +11,7 @@ import attrs
 from .. import db
 from . import audit
 from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, structure
-from .errors import NotFound, ParameterMissing
+from .errors import NotFound, ParameterInvalid, ParameterMissing, ServiceUnavailable
 from .ids import new_id
 from .models import Page, RfpItem
 
@@ -21,8 +21,23 @@ MAX_TEXT = 100_000
 MAX_ITEMS_PER_CREATE = 5_000
 
 
-# Search counts matches up to this many (500 pages): every search's work stays bounded.
+# Search counts matches up to this many (500 pages): every search's work stays bounded. It is
+# also the deepest row a search (or the web app's lists) pages to: OFFSET reads every row it
+# skips (page 15,000 of 300,000 RFPs cost 0.3 s), so a later page is 400 naming the last one.
 SEARCH_COUNT_CAP = 10_000
+
+# A search term is a substring (ILIKE '%term%'), which only the trigram index serves fast, and
+# pg_trgm can take a trigram from a pattern only where it holds 3 letters or digits in a row:
+# for '%', 'qz', '__' or 'a b' the index yields nothing and PostgreSQL reads every RFP of the
+# account (0.55 s of CPU at 300,000). Such a term is refused (400 naming the rule) rather than
+# answered from a partial scan (the newest RFPs only), which would silently miss older matches.
+MIN_TERM_RUN = 3
+# A longer term costs more per row compared (a 7,000-character one: 0.6 s on 5,100 entries of
+# the knowledge base) and finds nothing a shorter part of it would not.
+MAX_TERM_CHARS = 200
+# Backstop for whatever the rules above miss (a term whose trigrams are all common yet which
+# matches nothing): each search statement is cancelled after this long, and the request is 503.
+SEARCH_TIMEOUT_MS = 250
 
 
 @attrs.frozen(kw_only=True)
@@ -52,6 +67,44 @@ def like_pattern(term: str) -> str:
     """An ILIKE pattern matching `term` anywhere, with %, _ and \\ in the term taken literally."""
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def _has_run(term: str, length: int) -> bool:
+    run = 0
+    for char in term:
+        run = run + 1 if char.isalnum() else 0
+        if run >= length:
+            return True
+    return False
+
+
+def search_pattern(term: str, parameter: str = "query") -> str:
+    """The ILIKE pattern for a search term (wildcards taken literally), or ParameterInvalid
+    naming the rule it breaks: at most MAX_TERM_CHARS characters, and MIN_TERM_RUN letters or
+    digits in a row (what the trigram index needs to serve it)."""
+    if len(term) > MAX_TERM_CHARS:
+        raise ParameterInvalid(
+            f"{parameter} is too long: at most {MAX_TERM_CHARS} characters; got {len(term):,}"
+        )
+    if not _has_run(term, MIN_TERM_RUN):
+        raise ParameterInvalid(
+            f"{parameter} must hold at least {MIN_TERM_RUN} letters or digits in a row"
+            f" (shorter terms cannot use the search index); got {term[:20]!r}"
+        )
+    return like_pattern(term)
+
+
+async def limit_search_time(conn: asyncpg.Connection) -> None:
+    """In a transaction: cancel any of its statements after SEARCH_TIMEOUT_MS (ends with it)."""
+    await conn.execute(db.query("limit_search_time"), f"{SEARCH_TIMEOUT_MS}ms")
+
+
+def search_timed_out() -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"the search took longer than {SEARCH_TIMEOUT_MS} ms and was stopped;"
+        " a longer or more specific term is faster",
+        headers={"Retry-After": "1"},
+    )
 
 
 async def fetch_rfp(conn: asyncpg.Connection, rfp_id: str, account_id: str) -> asyncpg.Record:
@@ -142,17 +195,26 @@ class SearchResult:
     capped: bool  # total is "at least this many": counting stopped at SEARCH_COUNT_CAP
 
 
-async def search_rfps(conn: asyncpg.Connection, account_id: str, term: str, page: Page) -> SearchResult:
-    """The account's RFPs whose title (or description) contains `term`, newest first."""
+async def search_rfps(
+    conn: asyncpg.Connection, account_id: str, term: str, page: Page, parameter: str = "query"
+) -> SearchResult:
+    """The account's RFPs whose title (or description) contains `term`, newest first; an error
+    about the term names it as `parameter` (the API's `query`, the web app's `q`)."""
     if not term.strip():  # blank counts as missing: it would match everything
         raise ParameterMissing("query is required: GET /api/v1/rfps/search?query=term")
-    pattern = like_pattern(term)
-    async with conn.transaction(readonly=True):
-        await conn.execute(db.query("plan_each_search"))  # SET LOCAL: ends with the transaction
-        total = await conn.fetchval(
-            db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
-        )
-        rows = await conn.fetch(db.query("search_rfps"), account_id, pattern, page.size, page.offset)
+    pattern = search_pattern(term, parameter)
+    try:
+        async with conn.transaction(readonly=True):
+            await conn.execute(db.query("plan_each_search"))  # SET LOCAL: ends with the transaction
+            await limit_search_time(conn)
+            total = await conn.fetchval(
+                db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
+            )
+            rows = await conn.fetch(
+                db.query("search_rfps"), account_id, pattern, page.size, page.offset
+            )
+    except asyncpg.QueryCanceledError:
+        raise search_timed_out() from None
     return SearchResult(rows=rows, total=total, capped=total >= SEARCH_COUNT_CAP)
 
 
@@ -193,9 +255,9 @@ async def list_items(
 
 async def list_rfps(conn: asyncpg.Connection, account_id: str, page: Page) -> SearchResult:
     """The account's RFPs, newest first (the web app's list when no term is given)."""
-    total = await conn.fetchval(db.query("count_rfps"), account_id)
+    total = await conn.fetchval(db.query("count_rfps_capped"), account_id, SEARCH_COUNT_CAP)
     rows = await conn.fetch(db.query("list_rfps"), account_id, page.size, page.offset)
-    return SearchResult(rows=rows, total=total, capped=False)
+    return SearchResult(rows=rows, total=total, capped=total >= SEARCH_COUNT_CAP)
 
 
 # What the review page's filters keep: an item state each.

@@ -277,7 +277,8 @@ SCHEMAS: dict[str, Any] = {
         "total_pages": {"type": "integer", "minimum": 0},
         "total_count": {"type": "integer", "minimum": 0,
                         "description": "exact up to 10,000; at 10,000 the response carries "
-                                       "X-Total-Count-Capped: true (search)"},
+                                       "X-Total-Count-Capped: true (search, whose pages stop "
+                                       "at 500)"},
         "items_per_page": {"type": "integer"},
         "from": _nullable({"type": "integer"}),
         "to": _nullable({"type": "integer"}),
@@ -761,8 +762,18 @@ def document() -> dict[str, Any]:
             "200": _json(_page_of("rfps", "Rfp"), "matching RFPs (without context), newest first, "
                          "20 per page", {"X-Total-Count-Capped": _header(
                              "true when total_count stopped at 10,000", {"const": "true"})}),
-            "400": _error("query missing (parameter_missing) or page invalid (parameter_invalid)")},
-            params=[{"name": "query", "in": "query", "required": True, "schema": STRING}, _PAGE])},
+            "400": _error("query missing or blank (parameter_missing); query over 200 characters "
+                          "or without 3 letters or digits in a row, or page invalid or past 500 "
+                          "(parameter_invalid); each message names the limit"),
+            "503": _error("the database is unavailable, or a search statement passed the search "
+                          "time limit (250 ms) and was stopped (service_unavailable)")},
+            params=[{"name": "query", "in": "query", "required": True,
+                     "description": "case-insensitive substring of title or description; at most "
+                                    "200 characters, holding at least 3 letters or digits in a "
+                                    "row (what the trigram index needs); %, _ and \\ are literal",
+                     "schema": {"type": "string", "minLength": 3, "maxLength": 200}},
+                    {**_PAGE, "description": "at most 500: results stop at the first 10,000",
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 500}}])},
         "/api/v1/rfps/{id}": {
             "get": _op("get_rfp", "read an RFP", {
                 "200": _json(_ref("Rfp"), "the RFP, with context"), "404": not_found["rfp"]},

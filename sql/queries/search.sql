@@ -5,6 +5,13 @@
 -- SET LOCAL because pooled connections are not reset on release (service/db.py keep_session).
 SET LOCAL plan_cache_mode = force_custom_plan;
 
+-- limit_search_time --
+-- For the rest of this transaction: a statement running longer than $1 (e.g. '500ms') is
+-- cancelled (QueryCanceledError; the service answers 503). A backstop: the term rules
+-- (service/domain/rfps.py search_pattern) keep searches to tens of milliseconds, this bounds
+-- whatever they miss. Local to the transaction, so behind PgBouncer in transaction mode too.
+SELECT set_config('statement_timeout', $1, true);
+
 -- count_search_rfps_capped --
 -- How many of an account's RFPs match an ILIKE pattern on title or description (the same
 -- condition as search_rfps), counting no further than $3 rows: an exact count of a term in

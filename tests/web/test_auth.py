@@ -7,7 +7,7 @@ import pytest
 from service.domain.ids import new_id
 from service.domain.tokens import TOKEN_PREFIX, hash_token, new_token, token_well_formed
 
-SEARCH = "/api/v1/rfps/search?query=x"
+SEARCH = "/api/v1/rfps/search?query=xyz"
 # GET /rfps/{id} reads the principal and the RFP in one statement (auth.sql principal_and_rfp),
 # every other route through principal_by_token_hash: each token case runs through both.
 READ_RFP = "/api/v1/rfps/rfp_x"
@@ -136,7 +136,7 @@ async def test_auth__every_api_route_needs_a_token(client):
     # One request per route of this issue, without a token: all 401, none reaches a handler.
     calls = [
         ("GET", "/api/v1/rfps/rfp_x"),
-        ("GET", "/api/v1/rfps/search?query=x"),
+        ("GET", "/api/v1/rfps/search?query=xyz"),
         ("GET", "/api/v1/rfps/rfp_x/rfp_items"),
         ("POST", "/api/v1/rfps"),
         ("PATCH", "/api/v1/rfps/rfp_x"),

@@ -43,7 +43,7 @@ async def test_request_connection__every_route_works_with_a_one_connection_pool(
     rfp_id = (await created.json())["id"]
     async with asyncio.timeout(10):  # two connections at once would wait forever
         for path in (f"/api/v1/rfps/{rfp_id}", f"/api/v1/rfps/{rfp_id}/rfp_items",
-                     "/api/v1/rfps/search?query=x", "/readyz"):
+                     "/api/v1/rfps/search?query=xyz", "/readyz"):
             assert (await client.get(path, headers=admin.headers)).status == 200, path
         patched = await client.patch(
             f"/api/v1/rfps/{rfp_id}", json={"rfp": {"title": "y"}}, headers=admin.headers
@@ -135,7 +135,7 @@ async def test_database_socket_missing__is_503(config, admin, aiohttp_client, tm
     await pool.expire_connections()
     missing = f"postgresql:///rfp?host={tmp_path}/nowhere"
     pool.set_connect_args(dsn=missing)
-    response = await client.get("/api/v1/rfps/search?query=x", headers=admin.headers)
+    response = await client.get("/api/v1/rfps/search?query=xyz", headers=admin.headers)
     assert response.status == 503, await response.text()
     assert (await response.json())["error"]["code"] == "service_unavailable"
 

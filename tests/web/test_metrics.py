@@ -59,7 +59,7 @@ async def test_metrics__counts_rate_limit_rejections(config, admin, aiohttp_clie
     )
     client = await aiohttp_client(create_app(limited))
     statuses = [
-        (await client.get("/api/v1/rfps/search?query=a", headers=admin.headers)).status
+        (await client.get("/api/v1/rfps/search?query=abc", headers=admin.headers)).status
         for _ in range(3)
     ]
     assert statuses == [200, 429, 429]

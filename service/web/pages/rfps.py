@@ -19,6 +19,7 @@ from ...domain.rfp_items import (
 )
 from ...domain.rfps import (
     REVIEW_FILTERS,
+    SEARCH_COUNT_CAP,
     RfpCreate,
     create_rfp,
     fetch_rfp,
@@ -38,7 +39,7 @@ WRITERS = ("admin", "member")
 
 
 def _page_number(request: web.Request) -> Page:
-    return Page.from_query(request.query)
+    return Page.from_query(request.query, max_rows=SEARCH_COUNT_CAP)
 
 
 @page()
@@ -53,7 +54,7 @@ async def rfp_list(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     async with connection(request) as conn:
         if term.strip():
-            found = await search_rfps(conn, who.account_id, term, current)
+            found = await search_rfps(conn, who.account_id, term, current, "q")
         else:
             found = await list_rfps(conn, who.account_id, current)
     return render(request, "rfps.html", {

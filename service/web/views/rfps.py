@@ -47,7 +47,7 @@ async def search_rfps(request: web.Request) -> web.Response:
     term = request.query.get("query")
     if term is None:
         raise ParameterMissing("query is required: GET /api/v1/rfps/search?query=term")
-    page = Page.from_query(request.query)
+    page = Page.from_query(request.query, max_rows=rfps.SEARCH_COUNT_CAP)
     async with connection(request) as conn:
         found = await rfps.search_rfps(conn, principal(request).account_id, term, page)
     base_url = request.app[CONFIG].server.web_base_url
