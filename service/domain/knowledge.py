@@ -20,7 +20,7 @@ from .errors import NotFound, ValidationFailed
 from .ids import new_id
 from .models import Page
 from .questions import fetch_question
-from .rfps import like_pattern
+from .rfps import SEARCH_COUNT_CAP, limit_search_time, search_pattern, search_timed_out
 from .uploads import Limits
 
 log = logging.getLogger(__name__)
@@ -453,13 +453,36 @@ async def save_reviewed_answer(
     raise RuntimeError("save_reviewed_answer: the entry neither existed nor could be inserted")
 
 
+# A search of the knowledge base counts its matches up to this many (50 pages), and pages no
+# deeper: each match is rechecked against its whole answer, and counting 10,000 of 50,000 entries
+# took 120 ms where 1,000 take a tenth of that. The list without a term counts to SEARCH_COUNT_CAP.
+KB_SEARCH_COUNT_CAP = 1_000
+
+
+def search_count_cap(term: str | None) -> int:
+    """How far search_items counts (and pages) for `term`."""
+    return KB_SEARCH_COUNT_CAP if term and term.strip() else SEARCH_COUNT_CAP
+
+
 async def search_items(
-    conn: asyncpg.Connection, account_id: str, term: str | None, page: Page
-) -> tuple[list[KnowledgeItem], int]:
+    conn: asyncpg.Connection, account_id: str, term: str | None, page: Page,
+    parameter: str = "q",
+) -> tuple[list[KnowledgeItem], int, bool]:
     """One page of the account's entries whose question, answer or title holds `term` (the same
-    substring rule as the RFP search; None or blank: every entry), newest first, and the count."""
-    pattern = like_pattern(term) if term and term.strip() else None
-    rows = await conn.fetch(
-        db.query("search_knowledge_items"), account_id, pattern, page.size, page.offset
-    )
-    return [KnowledgeItem.from_row(row) for row in rows], (rows[0]["total"] if rows else 0)
+    substring rule and term limits as the RFP search; None or blank: every entry), newest first,
+    the count, and whether the count stopped at search_count_cap ("at least")."""
+    pattern = search_pattern(term, parameter) if term and term.strip() else None
+    cap = search_count_cap(term)
+    try:
+        async with conn.transaction(readonly=True):
+            await conn.execute(db.query("plan_each_search"))  # the index needs the pattern seen
+            await limit_search_time(conn)
+            total = await conn.fetchval(
+                db.query("count_knowledge_items_capped"), account_id, pattern, cap
+            )
+            rows = await conn.fetch(
+                db.query("search_knowledge_items"), account_id, pattern, page.size, page.offset
+            )
+    except asyncpg.QueryCanceledError:
+        raise search_timed_out() from None
+    return [KnowledgeItem.from_row(row) for row in rows], total, total >= cap

@@ -70,10 +70,29 @@ SELECT i.id, i.question, i.answer, i.state::text AS state, i.confidence, i.secti
 
 -- search_knowledge_items --
 -- One page of an account's entries whose question, answer or title matches an ILIKE pattern
--- (null: every entry), newest first; `total` counts the matches.
-SELECT k.*, count(*) OVER () AS total
+-- (null: every entry), newest first. knowledge_search_text (migration 0029) is the three fields
+-- joined by U+001F and has the trigram index; a pattern holding U+001F is rechecked field by
+-- field (with custom plans, search.sql plan_each_search, the strpos folds away otherwise). No
+-- count here: count(*) OVER () made every page match every entry (count_knowledge_items_capped
+-- stops at the deepest page served).
+SELECT k.*
   FROM knowledge_items k
  WHERE k.account_id = $1
-   AND ($2::text IS NULL OR k.question ILIKE $2 OR k.answer ILIKE $2 OR k.title ILIKE $2)
+   AND ($2::text IS NULL
+        OR knowledge_search_text(k.question, k.answer, k.title) ILIKE $2
+           AND (strpos($2, E'\x1f') = 0 OR k.question ILIKE $2 OR k.answer ILIKE $2
+                OR k.title ILIKE $2))
  ORDER BY k.created_at DESC, k.id DESC
  LIMIT $3 OFFSET $4;
+
+-- count_knowledge_items_capped --
+-- How many of an account's entries search_knowledge_items matches, counting no further than $3.
+SELECT count(*)::integer
+  FROM (SELECT 1
+          FROM knowledge_items k
+         WHERE k.account_id = $1
+           AND ($2::text IS NULL
+                OR knowledge_search_text(k.question, k.answer, k.title) ILIKE $2
+                   AND (strpos($2, E'\x1f') = 0 OR k.question ILIKE $2 OR k.answer ILIKE $2
+                        OR k.title ILIKE $2))
+         LIMIT $3) AS matches;

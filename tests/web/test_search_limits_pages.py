@@ -1,6 +1,6 @@
-"""The web app's RFP list (/rfps) under the search limits (service/domain/rfps.py): terms the
-trigram index cannot serve, over-long terms and pages past 10,000 rows are a 400 page naming the
-rule, and the count stops at 10,000 ("10000+")."""
+"""The web app's lists (/rfps, /kb) under the search limits (service/domain/rfps.py): terms the
+trigram index cannot serve, over-long terms and pages past the count cap are a 400 page naming the
+rule; /rfps counts to 10,000 ("10000+"), a knowledge-base search to 1,000."""
 
 from __future__ import annotations
 
@@ -52,3 +52,46 @@ async def test_rfp_list__counts_to_10000_and_refuses_deeper_pages_and_unindexabl
     status, text = await page_text(app_client, "/rfps", q="rfp " + "x" * 7000)
     assert status == 400 and "q is too long: at most 200 characters; got 7,004" in text
 
+
+async def test_kb_list__refuses_long_and_unindexable_terms_and_deep_pages(app_client, admin, conn):
+    # Before: a 7,000-character term was ILIKE'd against every entry's question, answer and title
+    # (0.6 s of CPU with 5,100 entries), and 'ab' or page 900 were served.
+    await conn.execute(
+        """INSERT INTO knowledge_items (id, account_id, question, answer, title)
+           SELECT 'kb_bulk' || n, $1, 'Question ' || md5(n::text), 'Answer ' || md5((n * 3)::text),
+                  NULL
+             FROM generate_series(1, 2000) AS n""",
+        admin.account_id,
+    )
+    await conn.execute(
+        "UPDATE knowledge_items SET answer = 'Backups run nightly.' WHERE id = 'kb_bulk7'"
+    )
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+
+    status, text = await page_text(app_client, "/kb", q="NIGHTLY")
+    assert status == 200 and "1 entry matching “NIGHTLY”" in text
+    status, text = await page_text(app_client, "/kb", q="nightly " * 1000)
+    assert status == 400 and "q is too long: at most 200 characters; got 8,000" in text
+    status, text = await page_text(app_client, "/kb", q="ab")
+    assert status == 400 and "q must hold at least 3 letters or digits in a row" in text
+    status, text = await page_text(app_client, "/kb", page="900")
+    assert status == 400 and "page must be at most 500" in text
+
+
+async def test_kb_search__counts_to_1000_and_pages_to_50(app_client, admin, conn):
+    # Before: every match was counted (count(*) OVER (), 2,000 here) and page 60 was served.
+    await conn.execute(
+        """INSERT INTO knowledge_items (id, account_id, question, answer)
+           SELECT 'kb_bulk' || n, $1, 'Question ' || n, 'Answer ' || n
+             FROM generate_series(1, 2000) AS n""",
+        admin.account_id,
+    )
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    status, text = await page_text(app_client, "/kb", q="question")
+    assert status == 200 and "1000+ entries matching “question”" in text and "Page 1 of 50" in text
+    status, text = await page_text(app_client, "/kb", q="question", page="60")
+    assert status == 400 and "page must be at most 50: results stop at the first 1,000" in text
+    status, text = await page_text(app_client, "/kb", page="60")
+    assert status == 200 and "2000 entries, newest first" in text

@@ -18,6 +18,7 @@ from ...domain.knowledge import (
     fetch_item,
     import_csv,
     parse_upload,
+    search_count_cap,
     search_items,
 )
 from ...domain.models import Page
@@ -49,12 +50,12 @@ def _entry_fields(form: Any) -> dict[str, Any]:
 @page()
 async def kb_list(request: web.Request) -> web.StreamResponse:
     term = request.query.get("q", "")
-    current = Page.from_query(request.query)
+    current = Page.from_query(request.query, max_rows=search_count_cap(term))
     who = principal(request)
     async with connection(request) as conn:
-        items, total = await search_items(conn, who.account_id, term, current)
+        items, total, capped = await search_items(conn, who.account_id, term, current)
     return render(request, "kb.html", {
-        "items": items, "q": term, "page": current.number, "total": total,
+        "items": items, "q": term, "page": current.number, "total": total, "capped": capped,
         "pages": math.ceil(total / current.size), "may_write": may_write(who),
     })
 
