@@ -20,7 +20,7 @@ from .errors import NotFound, ValidationFailed
 from .ids import new_id
 from .models import Page
 from .questions import fetch_question
-from .rfps import SEARCH_COUNT_CAP, limit_search_time, search_pattern, search_timed_out
+from .rfps import SEARCH_COUNT_CAP, bounded_search, search_pattern
 from .uploads import Limits
 
 log = logging.getLogger(__name__)
@@ -473,16 +473,6 @@ async def search_items(
     the count, and whether the count stopped at search_count_cap ("at least")."""
     pattern = search_pattern(term, parameter) if term and term.strip() else None
     cap = search_count_cap(term)
-    try:
-        async with conn.transaction(readonly=True):
-            await conn.execute(db.query("plan_each_search"))  # the index needs the pattern seen
-            await limit_search_time(conn)
-            total = await conn.fetchval(
-                db.query("count_knowledge_items_capped"), account_id, pattern, cap
-            )
-            rows = await conn.fetch(
-                db.query("search_knowledge_items"), account_id, pattern, page.size, page.offset
-            )
-    except asyncpg.QueryCanceledError:
-        raise search_timed_out() from None
+    rows, total = await bounded_search(conn, "count_knowledge_items_capped",
+                                       "search_knowledge_items", account_id, pattern, cap, page)
     return [KnowledgeItem.from_row(row) for row in rows], total, total >= cap

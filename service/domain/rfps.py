@@ -107,6 +107,24 @@ def search_timed_out() -> ServiceUnavailable:
     )
 
 
+async def bounded_search(
+    conn: asyncpg.Connection, count_query: str, page_query: str, account_id: str,
+    pattern: str | None, cap: int, page: Page,
+) -> tuple[list[asyncpg.Record], int]:
+    """A search's page and its count (stopping at `cap`), in one read-only transaction whose
+    statements are planned for the pattern they are given and stopped after SEARCH_TIMEOUT_MS
+    (then 503, `search_timed_out`)."""
+    try:
+        async with conn.transaction(readonly=True):
+            await conn.execute(db.query("plan_each_search"))  # the index needs the pattern seen
+            await limit_search_time(conn)
+            total = await conn.fetchval(db.query(count_query), account_id, pattern, cap)
+            rows = await conn.fetch(db.query(page_query), account_id, pattern, page.size, page.offset)
+    except asyncpg.QueryCanceledError:
+        raise search_timed_out() from None
+    return rows, total
+
+
 async def fetch_rfp(conn: asyncpg.Connection, rfp_id: str, account_id: str) -> asyncpg.Record:
     row = await conn.fetchrow(db.query("get_rfp"), rfp_id, account_id)
     if row is None:
@@ -203,18 +221,8 @@ async def search_rfps(
     if not term.strip():  # blank counts as missing: it would match everything
         raise ParameterMissing("query is required: GET /api/v1/rfps/search?query=term")
     pattern = search_pattern(term, parameter)
-    try:
-        async with conn.transaction(readonly=True):
-            await conn.execute(db.query("plan_each_search"))  # SET LOCAL: ends with the transaction
-            await limit_search_time(conn)
-            total = await conn.fetchval(
-                db.query("count_search_rfps_capped"), account_id, pattern, SEARCH_COUNT_CAP
-            )
-            rows = await conn.fetch(
-                db.query("search_rfps"), account_id, pattern, page.size, page.offset
-            )
-    except asyncpg.QueryCanceledError:
-        raise search_timed_out() from None
+    rows, total = await bounded_search(conn, "count_search_rfps_capped", "search_rfps", account_id,
+                                       pattern, SEARCH_COUNT_CAP, page)
     return SearchResult(rows=rows, total=total, capped=total >= SEARCH_COUNT_CAP)
 
 
