@@ -374,7 +374,7 @@ class _SheetData:
     """Where a sheet's rows are, found in one pass (`_sheet_data`)."""
 
     rows: dict[str, tuple[int, int]]  # the r attribute → (start, end) of its row element
-    numbered: list[tuple[int, int]]  # (row number, start) of each row with a numeric r, in order
+    numbered: list[tuple[int, int]]  # (row number, start) of each row numbered, in order
     end: int | None  # where `</sheetData>` starts (None: no such tag)
     empty: tuple[int, int] | None  # the span of a `<sheetData/>`
 
@@ -431,7 +431,8 @@ def _tags(xml: str, names: str) -> Iterator[_Tag]:
 
 
 def _sheet_data(xml: str, p: str) -> _SheetData:
-    """Each row element of `<sheetData>` by its r attribute, in one pass over the sheet that skips
+    """Each row element of `<sheetData>` by its r attribute (or, without one, the number after the
+    row before's), in one pass over the sheet that skips
     comments, CDATA and processing instructions (a regex searching for each answer's row was
     quadratic: a comment full of '<row ' made 1.6 KB take ~14 s). A row ends at its first
     `</row>`, as before; of rows of the same number the first is written."""
@@ -439,6 +440,7 @@ def _sheet_data(xml: str, p: str) -> _SheetData:
     numbered: list[tuple[int, int]] = []
     inside = False
     open_row: tuple[str | None, int] | None = None
+    last = 0  # the number of the row before: a row without r is the one after it
     for tag in _tags(xml, "row|sheetData"):
         if tag.prefix != p:
             continue
@@ -458,8 +460,13 @@ def _sheet_data(xml: str, p: str) -> _SheetData:
                 open_row = None
         elif open_row is None:
             number = _attr(tag.attributes, "r")
-            if number is not None and number.isdigit():
-                numbered.append((int(number), tag.start))
+            if number is None:
+                # As the import numbers it (and Excel): written into in place, not given a second
+                # row of the same number after the others (a review: Excel then repairs the file).
+                number = str(last + 1)
+            if number.isdigit():
+                last = int(number)
+                numbered.append((last, tag.start))
             if not tag.self_closing:
                 open_row = (number, tag.start)
             elif number is not None:

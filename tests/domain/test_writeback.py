@@ -591,3 +591,23 @@ def test_write_rows__many_missing_rows_are_placed_by_bisection_in_linear_time():
     numbers = [int(n) for n in re.findall(r'<row r="(\d+)"', out)]
     assert numbers == list(range(1, 60_001))
     assert '<row r="60000"><c r="B60000" t="inlineStr"><is><t xml:space="preserve">a60000</t>' in out
+
+
+def test_write_rows__a_row_without_r_is_written_in_place_not_given_a_second_row():
+    """Rows without an r attribute are numbered as the import reads them (one after the row
+    before): the answer goes into row 3 itself. Before, a second <row r="3"> was added after the
+    sheet's rows, which Excel repairs (a review)."""
+    from service.domain import writeback
+
+    xml = ('<worksheet><sheetData>'
+           '<row r="1"><c r="A1" t="inlineStr"><is><t>Question</t></is></c></row>'
+           '<row><c r="A2" t="inlineStr"><is><t>Q1</t></is></c></row>'
+           '<row><c r="A3" t="inlineStr"><is><t>Q2</t></is></c></row>'
+           '<row r="5"><c r="A5" t="inlineStr"><is><t>Q3</t></is></c></row>'
+           '</sheetData></worksheet>')
+    out = writeback._write_rows(xml, {3: {1: "yes"}, 4: {1: "inserted"}},
+                                lambda column, number, text: text)
+    assert out.count("<row") == 5
+    assert ('<row><c r="A3" t="inlineStr"><is><t>Q2</t></is></c><c r="B3" t="inlineStr"><is>'
+            '<t xml:space="preserve">yes</t></is></c></row><row r="4">') in out
+    assert out.index('<row r="4">') < out.index('<row r="5">')
