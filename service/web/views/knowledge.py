@@ -10,13 +10,7 @@ from aiohttp import web
 
 from ...domain import knowledge, library
 from ...domain.convert import structure, unstructure
-from ...domain.errors import (
-    Forbidden,
-    InsufficientScope,
-    ParameterInvalid,
-    UnsupportedMediaType,
-    ValidationFailed,
-)
+from ...domain.errors import ParameterInvalid, UnsupportedMediaType, ValidationFailed
 from ...domain.isolation import Unread
 from ...domain.knowledge import (
     KnowledgeItem,
@@ -30,7 +24,7 @@ from ...domain.knowledge import (
 from ...domain.models import Page
 from ...domain.uploads import Limits
 from ..actors import actor
-from ..auth import acquire, connection, principal, requires
+from ..auth import Policy, acquire, check, connection, principal, requires
 from ..body import read_json, read_object, receive_upload
 from ..keys import CONFIG, DELIVERER, INDEXER, LIBRARY_JOBS, PARSERS
 from ..responses import json_response
@@ -185,8 +179,10 @@ async def get_versions(request: web.Request) -> web.Response:
                           "pagination": page.pagination(total, len(found))})
 
 
-# Who may start a duplicate run at will (`?refresh=true`): those who may edit the knowledge base.
-REFRESH_ROLES = ("admin", "member")
+# Who may start a duplicate run at will (`?refresh=true`): a writer who may edit the knowledge
+# base. A new run costs seconds of CPU at thousands of entries: a reader's GET must not start one
+# at will (entries changing is what starts one otherwise, and takes a writer).
+REFRESH_POLICY = Policy(scope="write", roles=frozenset(("admin", "member")))
 
 
 @requires("read")
@@ -197,20 +193,7 @@ async def get_duplicates(request: web.Request) -> web.Response:
     account_id = who.account_id
     refresh = _flag(request.query, "refresh")
     if refresh:
-        # A new run costs seconds of CPU at thousands of entries: a reader's GET must not start
-        # one at will (entries changing is what starts one otherwise, and takes a writer).
-        if "write" not in who.scopes:
-            raise InsufficientScope(
-                "refresh=true starts a new detection run: it needs a token with the 'write' "
-                "scope; without refresh the last findings are returned",
-                headers={"WWW-Authenticate": 'Bearer realm="api", error="insufficient_scope", '
-                                             'scope="write"'},
-            )
-        if who.role not in REFRESH_ROLES:
-            raise Forbidden(
-                "refresh=true starts a new detection run: it needs the admin or member role; "
-                f"yours is {who.role}"
-            )
+        check(REFRESH_POLICY, who)
     async with connection(request) as conn:
         report = await library.duplicate_report(conn, account_id)
     if report["state"] != "fresh" or refresh:
