@@ -76,16 +76,14 @@ class IsolatedWorkers:
                         self._owners[owner] = self._owners.get(owner, 0) + 1
                         owned = True
                 await self._slots.acquire()
-        except TimeoutError:
+        except BaseException as exc:  # no slot: the owner's share is given back whatever ended the wait
             if owned:
                 await self._release_owner(owner)
-            raise ServiceUnavailable(
-                f"all {self.workers} upload parsers stayed busy for {self.timeout:g} s; retry shortly",
-                headers={"Retry-After": str(max(1, round(self.timeout)))},
-            ) from None
-        except BaseException:
-            if owned:
-                await self._release_owner(owner)
+            if isinstance(exc, TimeoutError):
+                raise ServiceUnavailable(
+                    f"all {self.workers} upload parsers stayed busy for {self.timeout:g} s; retry shortly",
+                    headers={"Retry-After": str(max(1, round(self.timeout)))},
+                ) from None
             raise
         try:
             args = tuple(arg.file.read() if isinstance(arg, Unread) else arg for arg in args)
