@@ -108,7 +108,7 @@ SELECT q.*, q.state::text AS state, u.email AS user_email,
 -- from; '' at first), each account's oldest first. A round takes each account's oldest, then each
 -- one's second oldest…, so an account's backlog (an answer-all of 3,000 items) delays another
 -- account's question by at most one claim per account ahead of it in the turn, rather than by the
--- whole backlog. Rows another process is claiming right now are skipped.
+-- whole backlog. Rows another process is claiming right now are skipped, and the next ones taken.
 --
 -- The accounts are found by a skip scan of questions_queued (account_id, created_at) WHERE
 -- state <> 'complete': one index descent per account (past the few questions in flight), at most
@@ -155,23 +155,26 @@ WITH RECURSIVE after_cursor (account_id, turn) AS (
     ORDER BY turn
     LIMIT $2
 ), candidates AS (
-    SELECT c.id, c.place, t.turn
+    SELECT c.id, t.turn, row_number() OVER (PARTITION BY t.turn ORDER BY c.created_at) AS place
       FROM turns t
      CROSS JOIN LATERAL (
-            SELECT q.id, row_number() OVER (ORDER BY q.created_at) AS place
+            -- Locked here, before the limit, so rows another claim holds are passed over for
+            -- the next ones rather than filling the limit (a claim not yet committed is seen
+            -- as free by this one's snapshot). An account gives at most $2 less one for each
+            -- other account in turn (each of those gives one at least), so a claim locks at
+            -- most about ($2 / 2)² rows beyond those it takes, for the moment it runs.
+            SELECT q.id, q.created_at
               FROM questions q
              WHERE q.account_id = t.account_id AND q.state <> 'complete'
                AND (q.lease_expires_at IS NULL OR q.lease_expires_at < now())
              ORDER BY q.created_at
-             LIMIT $2) c
+             LIMIT greatest(1, $2 + 1 - (SELECT count(*) FROM turns))
+               FOR UPDATE OF q SKIP LOCKED) c
 ), claimable AS (
-    SELECT q.id, c.place, c.turn
-      FROM candidates c
-      JOIN questions q ON q.id = c.id
-     WHERE q.state <> 'complete' AND (q.lease_expires_at IS NULL OR q.lease_expires_at < now())
-     ORDER BY c.place, c.turn
+    SELECT id, place, turn
+      FROM candidates
+     ORDER BY place, turn
      LIMIT $2
-       FOR UPDATE OF q SKIP LOCKED
 )
 UPDATE questions q
    SET lease_owner = $1,

@@ -157,6 +157,28 @@ async def test_claim__two_runners_never_claim_the_same_question(conn, pool, admi
     assert not set(claimed[0]) & set(claimed[1])
 
 
+async def test_claim__a_claim_still_committing_leaves_the_rest_to_another_runner(
+    conn, pool, make_account
+):
+    # CI found this: while one runner's claim of 15 had not committed, the other's claim saw the
+    # same oldest 15 as free, skipped them all as locked and took nothing of the 5 left.
+    # (The claim is held open here; a claim's own statement is its transaction.)
+    ids = set(await _backlog(conn, await make_account("Demo"), 20))
+    settings = QuestionsConfig()
+    async with pool.acquire() as a, pool.acquire() as b:
+        transaction = a.transaction()
+        await transaction.start()
+        try:
+            first = [r["id"] for r in await a.fetch(
+                db.query("claim_questions"), "a", 15, settings.lease_seconds, "")]
+            second = [r["id"] for r in await b.fetch(
+                db.query("claim_questions"), "b", 15, settings.lease_seconds, "")]
+        finally:
+            await transaction.commit()
+    assert len(first) == 15 and len(second) == 5
+    assert set(first) | set(second) == ids and not set(first) & set(second)
+
+
 async def test_runner__resumes_a_question_whose_worker_died(conn, pool, admin):
     await add_entry(conn, admin.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
     question_id = await _question(conn, admin.account_id, admin.user_id)
