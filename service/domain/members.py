@@ -606,8 +606,9 @@ async def change_role(
     conn: asyncpg.Connection, account_id: str, member_id: str, role: str,
     actor: audit.Actor | None = None,
 ) -> Member:
-    """Give a member another role. It applies to their tokens at once (every request reads the
-    role); lowered to viewer, their tokens also lose the write scope."""
+    """Give a member another role. It applies to their tokens at once: every request reads the
+    role. Their scopes stay: a viewer's write-scoped token may still ask questions (DESIGN.md
+    roles), and narrowing it would not keep anything from a viewer, who can sign in for another."""
     if role not in ROLES:
         raise ValidationFailed([f"member.role: must be one of {', '.join(ROLES)}; got {role!r}"])
     async with conn.transaction():
@@ -615,8 +616,6 @@ async def change_role(
         if member["role"] != role:
             await _keep_an_admin(conn, account_id, member)
             await conn.execute(db.query("change_member_role"), member_id, account_id, role)
-            if role == "viewer":
-                await conn.execute(db.query("narrow_tokens_to_read"), member_id)
             if actor is not None:
                 await audit.record(conn, actor, "member.role_changed", record_id=member_id,
                                    account_id=account_id, before={"role": member["role"]},

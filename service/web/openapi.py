@@ -707,8 +707,8 @@ def _account_paths() -> dict[str, Any]:
                          "(forbidden, conflict)")
     return {
         "/api/v1/members/{id}": {
-            "patch": _op("change_member_role", "change a member's role (admin); lowered to "
-                         "viewer, their tokens lose write", {
+            "patch": _op("change_member_role", "change a member's role (admin); it applies to "
+                         "their tokens at once, which keep their scopes (a viewer may ask)", {
                 "200": _json(_ref("Member"), "the member"), "404": no_member,
                 "409": admin_guard}, params=[_ID], body=_ref("RoleChange")),
             "delete": _op("remove_member", "remove a member (admin); their tokens stop working", {

@@ -182,14 +182,6 @@ SELECT count(*) FROM members WHERE account_id = $1 AND role = 'admin';
 -- Remove a membership; its tokens go with it (api_tokens cascade).
 DELETE FROM members WHERE id = $1 AND account_id = $2 RETURNING id;
 
--- narrow_tokens_to_read --
--- A member lowered to viewer keeps only the read scope on its tokens; tokens that had only
--- write are revoked.
-UPDATE api_tokens
-   SET scopes = array_remove(scopes, 'write'),
-       revoked_at = CASE WHEN scopes = ARRAY['write'] THEN coalesce(revoked_at, now()) ELSE revoked_at END
- WHERE member_id = $1 AND 'write' = ANY (scopes);
-
 -- prune_email_confirmations --
 -- Up to $1 confirmation links expired a day ago (used or not: an unknown link is refused with the
 -- same message as an expired one); how many went.
