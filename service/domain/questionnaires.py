@@ -461,6 +461,21 @@ def _check_shared_strings(archive: Any, path: str, limits: Limits) -> None:
                                 "max_shared_strings")
 
 
+# Excel's "Strict Open XML Spreadsheet" names its parts' elements in these namespaces, which
+# openpyxl does not read: it found no sheets in one, and the 422 said the workbook had none.
+_STRICT_NAMESPACE = b"http://purl.oclc.org/ooxml/spreadsheetml/main"
+
+
+def _refuse_strict(archive: Any, workbook_path: str) -> None:
+    with archive.open(workbook_path) as part:
+        head = part.read(4096)  # the root element and its namespace declarations
+    if _STRICT_NAMESPACE in head:
+        raise ValidationFailed(
+            ["file: the workbook is saved as Strict Open XML Spreadsheet, which is not read; "
+             "save it as an Excel Workbook (.xlsx) and import that"],
+            message="the file could not be read")
+
+
 def _open_workbook(binary: IO[bytes], limits: Limits) -> _Workbook:
     """The workbook's sheets, shared strings and number formats, as load_workbook(read_only=True)
     reads them but for the sheets themselves, which only `_sheet_rows` reads."""
@@ -481,6 +496,7 @@ def _open_workbook(binary: IO[bytes], limits: Limits) -> _Workbook:
         workbook_path = _find_workbook_part(reader.package).PartName[1:]
         for path in (workbook_path, get_rels_path(workbook_path)):
             _check_elements(reader.archive, path, limits)
+        _refuse_strict(reader.archive, workbook_path)
         reader.read_workbook()
         if ARC_STYLE in reader.valid_files:
             _check_elements(reader.archive, ARC_STYLE, limits)

@@ -285,3 +285,39 @@ async def test_import__old_xls_is_422(client, admin):
     )
     assert response.status == 422
     assert ".xls" in (await response.json())["error"]["details"][0]
+
+
+def strict_xlsx() -> bytes:
+    """A workbook as Excel's "Strict Open XML Spreadsheet" writes one: its parts' elements in the
+    ISO/IEC 29500 Strict namespaces (an ordinary workbook, renamed so)."""
+    import zipfile
+
+    source = io.BytesIO()
+    book = Workbook()
+    book.active.append(["Question", "Answer"])
+    book.active.append(["Is data encrypted at rest?", ""])
+    book.save(source)
+    strict = {"http://schemas.openxmlformats.org/spreadsheetml/2006/main":
+              "http://purl.oclc.org/ooxml/spreadsheetml/main",
+              "http://schemas.openxmlformats.org/officeDocument/2006/relationships":
+              "http://purl.oclc.org/ooxml/officeDocument/relationships"}
+    out = io.BytesIO()
+    with zipfile.ZipFile(source) as original, zipfile.ZipFile(out, "w") as renamed:
+        for name in original.namelist():
+            text = original.read(name).decode()
+            if name.startswith("xl/"):
+                for transitional, iso in strict.items():
+                    text = text.replace(transitional, iso)
+            renamed.writestr(name, text)
+    return out.getvalue()
+
+
+async def test_import__strict_open_xml_is_422_saying_so(client, admin):
+    # It was a 422 saying the workbook had no sheets.
+    rfp_id = await new_rfp(client, admin)
+    response = await client.post(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/import", data=strict_xlsx(),
+        headers={**admin.headers, "Content-Type": XLSX_MEDIA_TYPE},
+    )
+    assert response.status == 422
+    assert "Strict Open XML" in (await response.json())["error"]["details"][0]
