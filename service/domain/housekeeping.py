@@ -146,8 +146,12 @@ async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int | None]:
     for what, step in steps.items():
         try:
             deleted[what] = await step()
-        except Exception:  # the database may be away for a while; the next sweep tries again
-            log.exception("housekeeping: deleting old %s failed", what.replace("_", " "))
+        except Exception as exc:  # the next sweep tries again
+            if db.database_unavailable(exc):
+                log.warning("housekeeping: deleting old %s failed, the database is unavailable "
+                            "(%s)", what.replace("_", " "), exc)
+            else:
+                log.exception("housekeeping: deleting old %s failed", what.replace("_", " "))
             deleted[what] = None
     return deleted
 

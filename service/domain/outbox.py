@@ -10,6 +10,8 @@ import logging
 
 import asyncpg
 
+from .. import db
+
 log = logging.getLogger(__name__)
 
 
@@ -58,8 +60,12 @@ class OutboxSender:
         while True:
             try:
                 attempted = await self.deliver_due()
-            except Exception:  # the database may be away for a while; the loop must survive it
-                log.exception("%s: delivery round failed; retrying", self.what)
+            except Exception as exc:  # the loop must survive whatever a round meets
+                if db.database_unavailable(exc):  # away for a while, or every connection taken
+                    log.warning("%s: delivery round failed, the database is unavailable (%s); "
+                                "retrying", self.what, exc)
+                else:
+                    log.exception("%s: delivery round failed; retrying", self.what)
                 attempted = False
             if not attempted:
                 await self._sleep()

@@ -55,39 +55,6 @@ def status_of(error: ServiceError) -> int:
     return getattr(error, "status", None) or STATUS.get(error.code, 400)
 
 
-# Failures of the database connection rather than of the request; see error_response.
-DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,  # 08xxx: the connection was lost or could not be made
-    asyncpg.TooManyConnectionsError,  # 53300: no free connection slot
-    asyncpg.CannotConnectNowError,  # 57P03: the server is starting up or shutting down
-    asyncpg.AdminShutdownError,  # 57P01: the backend was terminated
-    asyncpg.CrashShutdownError,  # 57P02
-    ConnectionError,  # refused or reset while the pool (re)connects; a Unix socket not there
-    db.PoolTimeout,  # no pooled connection free within database.acquire_timeout_seconds
-)
-
-
-def database_unavailable(exc: BaseException) -> bool:
-    """Whether `exc` is, or was raised while handling, a lost or refused database connection
-    (a transaction's exit on a dead connection raises InterfaceError over the real cause)."""
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 10:
-        if isinstance(current, DATABASE_UNAVAILABLE):
-            return True
-        # asyncpg's own word for a connection lost under it mid-call (the server or PgBouncer
-        # went away): "cannot call …: the underlying connection is closed".
-        if isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str(current):
-            return True
-        # And what asyncpg's protocol raises when PgBouncer answers a statement half-sent with an
-        # error and closes (its server went away between Parse and Bind): "cannot switch to
-        # state 12; another operation (2) is in progress". The connection is gone with it.
-        if isinstance(current, asyncpg.InternalClientError) and "cannot switch to state" in str(current):
-            return True
-        current, seen = current.__cause__ or current.__context__, seen + 1
-    return False
-
-
 def render(error: ServiceError) -> web.Response:
     response = json_response(error.body(), status=status_of(error), headers=error.headers)
     if error.headers.get("Connection") == "close":
@@ -126,7 +93,7 @@ def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
         if exc.status < 400:
             raise exc
         return render(_from_http_exception(exc))
-    if database_unavailable(exc):
+    if db.database_unavailable(exc):
         # Lost or refused connections (a restart, a terminated backend, no free slot) are
         # not the request's fault and may pass on retry: 503 with Retry-After, not 500.
         log.warning(

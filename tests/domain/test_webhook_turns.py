@@ -156,3 +156,23 @@ async def test_deliverer__the_next_failure_line_counts_those_left_out(
     assert len(lines) == 2, lines
     left_out = int(lines[1].split("; ")[-1].split()[0])
     assert left_out >= 5 and lines[1].endswith("not logged since its last such line")
+
+
+async def test_loop__a_database_unavailable_is_one_warning_line_not_a_traceback(
+    database_url, config, caplog
+):
+    # CI's log showed a traceback at ERROR for each round that found every pooled connection
+    # taken; the web layer calls the same a 503, and the pipeline logs it as one line.
+    timed = await db.create_pool(database_url, config, min_size=1, max_size=1, acquire_timeout=0.05)
+    deliverer = webhooks.Deliverer(timed, WebhooksConfig(**fast_webhooks(concurrency=1)))
+    try:
+        async with timed.acquire():  # the only connection, held elsewhere
+            loop = asyncio.create_task(deliverer.run())
+            await asyncio.sleep(0.5)
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    finally:
+        await timed.close()
+    failed = [r for r in caplog.records if "delivery round failed" in r.getMessage()]
+    assert failed and all(r.levelname == "WARNING" and r.exc_info is None for r in failed)
+    assert "no database connection became free" in failed[0].getMessage()

@@ -254,7 +254,7 @@ def test_database_unavailable__a_connection_closed_under_asyncpg_counts():
     # What a PgBouncer restart looked like in make soak-restart: a 500 before this.
     import asyncpg
 
-    from service.web.errors import database_unavailable
+    from service.db import database_unavailable
 
     closed = asyncpg.InterfaceError(
         "cannot call Transaction.__aexit__(): the underlying connection is closed")

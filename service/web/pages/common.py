@@ -16,6 +16,7 @@ import jinja2
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from ... import db
 from ...domain import bands
 from ...domain.errors import (
     Forbidden,
@@ -29,7 +30,7 @@ from ...domain.sessions import Session, csrf_matches, find_session
 from ...domain.tokens import ROLES, Principal
 from ..auth import PRINCIPAL, Handler, Policy, check, connection, holding_connection, public
 from ..body import MAX_PARTS_BEFORE_FILE, Upload, arriving
-from ..errors import database_unavailable, status_of
+from ..errors import status_of
 from ..keys import CONFIG
 from ..telemetry import REQUEST_ID
 
@@ -235,7 +236,7 @@ async def not_found_page(request: web.Request) -> web.Response:
 
 
 def failure_page(request: web.Request, exc: BaseException) -> web.Response:
-    if database_unavailable(exc):
+    if db.database_unavailable(exc):
         status, message = 503, "The database is unavailable for a moment. Please try again shortly."
         log.warning("database unavailable in page %s %s (request id %s): %r",
                     request.method, request.path, request.get(REQUEST_ID), exc)
