@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 
-import asyncpg
 from aiohttp import web
 
 from .. import db
