@@ -6,11 +6,13 @@ multiprocessing never re-imports a package's `__main__`.
 
 from __future__ import annotations
 
+import errno
 import logging
 import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from multiprocessing.connection import wait
 
@@ -28,16 +30,29 @@ log = logging.getLogger("service")
 def serve_worker(config: Config) -> None:
     """One service process: the app on the shared port until SIGINT or SIGTERM."""
     logs.setup(config.logging)
-    web.run_app(
-        create_app(config),
-        host=config.server.host,
-        port=config.server.port,
-        reuse_port=config.server.workers > 1,
-        access_log_class=AccessLogger,
-        shutdown_timeout=config.server.shutdown_timeout,
-        print=None,
-        handler_cancellation=True,
-    )
+    try:
+        web.run_app(
+            create_app(config),
+            host=config.server.host,
+            port=config.server.port,
+            reuse_port=config.server.workers > 1,
+            access_log_class=AccessLogger,
+            shutdown_timeout=config.server.shutdown_timeout,
+            print=None,
+            handler_cancellation=True,
+        )
+    except OSError as exc:
+        if exc.errno not in _CANNOT_LISTEN:
+            raise
+        # One line, as a bad setting gets (cli.main): a traceback would say nothing more. The app
+        # has started and stopped by now (aiohttp binds after start-up), its leases handed back.
+        print(f"error: server.port: cannot listen on {config.server.host}:{config.server.port}: "
+              f"{os.strerror(exc.errno).lower()}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+# Why binding the port fails: taken, an address this host does not have, a privileged port.
+_CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
 
 
 def run_workers(config: Config) -> int:

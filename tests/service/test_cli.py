@@ -312,6 +312,23 @@ def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "exited with code" in stderr
+    assert f"cannot listen on 127.0.0.1:{port}: address already in use" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.slow
+def test_serve__a_taken_port_is_one_error_line_and_exit_2(database_url):
+    """A probe: the port in use ended start-up in a 25-line traceback (exit 1)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = start_serve({"DATABASE_URL": database_url}, "--port", str(port))
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: server.port: cannot listen on 127.0.0.1:{port}: address already in use"]
+    assert "Traceback" not in stderr
 
 
 def test_psql__runs_the_bundled_psql_on_the_configured_database(database_url):
