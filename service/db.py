@@ -243,8 +243,8 @@ async def pgvector_available(conn: asyncpg.Connection) -> bool:
 
 
 class MigrationError(Exception):
-    """The database and the migrations in sql/ disagree; nothing was applied. The message names
-    the file."""
+    """The database and the migrations in sql/ disagree: nothing was applied, or a migration
+    failed (it was rolled back; those before it stay applied). The message names the file."""
 
 
 def migration_files(sql: Traversable = SQL) -> list[tuple[str, Traversable]]:
@@ -326,9 +326,18 @@ async def _migrate_locked(conn: asyncpg.Connection, sql: Traversable, before: st
             break
         if version in done:
             continue
-        async with conn.transaction():
-            await conn.execute(file.read_text())
-            await conn.execute(query("record_migration"), version, checksum(file))
+        try:
+            async with conn.transaction():
+                await conn.execute(file.read_text())
+                await conn.execute(query("record_migration"), version, checksum(file))
+        except asyncpg.PostgresError as exc:
+            # The database is not what the migrations before this one left (a migration applied
+            # by hand, its schema_migrations row deleted, a restore): one line naming it, not a
+            # traceback. Its transaction is rolled back, so nothing of it is applied.
+            raise MigrationError(
+                f"sql/migrations/{file.name} failed and nothing of it was applied: {exc} "
+                f"(SQLSTATE {exc.sqlstate}); the database is not as the migrations before it left it"
+            ) from exc
         log.info("applied migration %s", version)
         applied.append(version)
     if before is None:

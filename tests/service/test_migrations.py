@@ -289,6 +289,28 @@ def test_cli_migrate__refuses_to_start_naming_the_changed_migration(database_url
     assert "Traceback" not in result.stderr
 
 
+def test_cli_migrate__a_migration_that_fails_is_one_line_naming_it(database_url):
+    """A probe: with a migration's schema_migrations row gone (its tables still there), `serve`
+    and `migrate` ended in a 30-line traceback (exit 1) from re-running it."""
+    async def forget() -> None:
+        conn = await asyncpg.connect(database_url, **CONNECT)
+        try:
+            await conn.execute("DELETE FROM schema_migrations WHERE version = '0024_web_sessions'")
+        finally:
+            await conn.close()
+
+    asyncio.run(forget())
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
+    for command in (["migrate"], ["serve", "--port", "1"]):
+        result = subprocess.run([sys.executable, "-m", "service", *command], env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [
+            "error: sql/migrations/0024_web_sessions.sql failed and nothing of it was applied: "
+            'relation "web_sessions" already exists (SQLSTATE 42P07); the database is not as the '
+            "migrations before it left it"]
+
+
 async def test_functions__every_function_of_the_schema_has_its_file(conn):
     defined = await conn.fetch(SCHEMA_QUERIES["functions"])
     assert sorted(name for name, _ in defined) == sorted(name for name, _ in db.function_files())
