@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import multiprocessing
 import multiprocessing.connection
 import resource
@@ -104,7 +105,7 @@ class IsolatedWorkers:
         loop = asyncio.get_running_loop()
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
-            target=_child, args=(sender, self.memory_bytes, function, args), daemon=True
+            target=_child, args=(sender, self.memory_bytes, self.timeout, function, args), daemon=True
         )
         await loop.run_in_executor(self._waiters, process.start)  # a round trip to the server
         sender.close()
@@ -173,14 +174,23 @@ def _traceback(exc: BaseException) -> str:
     return text
 
 
-def _child(sender: multiprocessing.connection.Connection, memory_bytes: int,
+def _child(sender: multiprocessing.connection.Connection, memory_bytes: int, timeout: float,
            function: Callable[..., Any], args: tuple) -> None:
-    """In the child: limit the address space, run, and send back ("ok", result), ("error", …) for
-    a ServiceError or a limit, or ("unforeseen", (what the client is told, traceback text))."""
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    except (ValueError, OSError):  # a lower hard limit already: that one holds
-        pass
+    """In the child: limit the address space and the CPU time, run, and send back ("ok", result),
+    ("error", …) for a ServiceError or a limit, or ("unforeseen", (what the client is told,
+    traceback text)).
+
+    The CPU limit, a little past `timeout`, stops the child by itself (SIGXCPU) when nobody is left
+    to kill it at `timeout`: a service process killed with SIGKILL (OOM killer, a crash) left its
+    parse running on, past the limit, for as long as the file took (a probe: 18 s after a limit
+    of 3). The service kills it at `timeout` of wall time first, which CPU time never outruns."""
+    cpu_seconds = math.ceil(timeout) + 1
+    for limit, value in ((resource.RLIMIT_AS, (memory_bytes, memory_bytes)),
+                         (resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))):
+        try:
+            resource.setrlimit(limit, value)
+        except (ValueError, OSError):  # a lower hard limit already: that one holds
+            pass
     try:
         outcome: tuple[str, Any] = ("ok", function(*args))
     except ServiceError as exc:

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import io
 import operator
+import signal
+import subprocess
+import sys
 import threading
 import time
 import zipfile
 
+import psutil
 import pytest
-from conftest import with_config
+from conftest import ROOT, with_config
 from openpyxl import Workbook
 
 from service.domain.errors import PayloadTooLarge, ServiceUnavailable, ValidationFailed
@@ -205,6 +209,42 @@ async def test_isolated_worker__killed_at_its_time_limit():
         assert workers.running == set()
     finally:
         workers.close()
+
+
+_ORPHAN = """
+import asyncio
+from service.domain.isolation import IsolatedWorkers
+
+async def main():
+    workers = IsolatedWorkers(workers=1, timeout=1.0, memory_bytes=1 << 30)
+    running = asyncio.ensure_future(workers.run(sum, range(10**13)))  # hours of CPU
+    while not workers.running:
+        await asyncio.sleep(0.01)
+    print(next(iter(workers.running)).pid, flush=True)
+    await running
+
+asyncio.run(main())
+"""
+
+
+def test_isolated_worker__stops_at_its_limit_when_the_service_was_killed():
+    """A probe: a service process killed with SIGKILL mid-import left its parser running, past
+    uploads.parse_timeout_seconds, for as long as the file took (18 s after a limit of 3 s).
+    The child's CPU limit now stops it by itself a second or two past the limit."""
+    service = subprocess.Popen([sys.executable, "-c", _ORPHAN], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        child = psutil.Process(int(service.stdout.readline()))
+        service.send_signal(signal.SIGKILL)  # nobody left to kill the child at its time limit
+        service.wait()
+        deadline = time.monotonic() + 10
+        while child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                child.kill()
+                raise AssertionError("the parser ran on 10 s after its service was killed")
+            time.sleep(0.1)
+    finally:
+        service.kill()
+        service.wait()
 
 
 async def test_isolated_worker__an_unforeseen_exception_is_422_with_its_traceback_logged_not_returned(caplog):
