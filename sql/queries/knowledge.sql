@@ -26,6 +26,9 @@ DELETE FROM knowledge_items WHERE id = $1 AND account_id = $2 RETURNING id;
 -- upsert_knowledge_items --
 -- Import rows (parallel arrays): a row whose external id the account already has updates that
 -- entry, the others are created. Returns each row's id and whether it was created.
+-- Written in external id order, so that two imports sharing ids take their rows' locks in one
+-- order: in file order, two files listing the same ids in other orders deadlocked (a probe: every
+-- such pair imported at once, one of the two a 500).
 INSERT INTO knowledge_items AS k (id, account_id, question, answer, title, tags, source, external_id,
                                   yes_no)
 SELECT r.id, $1, r.question, r.answer, r.title,
@@ -34,6 +37,7 @@ SELECT r.id, $1, r.question, r.answer, r.title,
   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[],
               $9::boolean[])
        AS r(id, question, answer, title, tags, source, external_id, yes_no)
+ ORDER BY r.external_id
 ON CONFLICT (account_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
    SET question = excluded.question, answer = excluded.answer, title = excluded.title,
        tags = excluded.tags, source = excluded.source, yes_no = excluded.yes_no, updated_at = now()

@@ -1,6 +1,6 @@
-"""knowledge_terms and knowledge_stats (the document frequencies retrieval weighs words by), kept
-by the knowledge_terms_after_change trigger: right after every change, and without deadlocks when
-entries of one account change at once."""
+"""Knowledge-base writes of one account at once: no deadlocks, and knowledge_terms and
+knowledge_stats (the document frequencies retrieval weighs words by, kept by the
+knowledge_terms_after_change trigger) right after every change."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import asyncio
 import asyncpg
 from conftest import CONNECT
 from helpers_questions import add_entry
+
+from service.domain import knowledge
 
 _STILL_WAITING = """
 SELECT count(*) FROM pg_stat_activity
@@ -122,3 +124,45 @@ async def test_an_update_that_changes_no_words__takes_no_lock_on_the_counts(conn
     finally:
         await holder.close()
     assert await _terms(conn, actor.account_id) == await _recount(conn, actor.account_id)
+
+
+async def test_two_imports_sharing_ids_in_other_orders__both_commit(conn, database_url, make_account):
+    """A probe: two CSV imports at once whose ids overlap in another order deadlocked every time
+    (one of them a 500): each inserted its rows in file order, so one held e1 and waited for e9
+    while the other held e9 and waited for e1. A third transaction's uncommitted e5 holds the
+    first import after e1 until the second has started, which made the crossing certain."""
+    actor = await make_account()
+    account_id = actor.account_id
+    holder, first, second = [await asyncpg.connect(database_url, **CONNECT) for _ in range(3)]
+
+    def csv(*ids: int) -> str:
+        return "id,question,answer\n" + "".join(f"e{i},Question {i}?,Answer {i}.\n" for i in ids)
+
+    try:
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("INSERT INTO knowledge_items (id, account_id, answer, external_id)"
+                             " VALUES ('kb_held', $1, 'held', 'e5')", account_id)
+
+        async def waiting(count: int) -> None:
+            async with asyncio.timeout(10):
+                while await conn.fetchval(  # noqa: ASYNC110
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database()") < count:
+                    await asyncio.sleep(0.01)
+
+        one = asyncio.create_task(knowledge.import_csv(first, account_id, csv(1, 5, 9)))
+        await waiting(1)  # holds e1, waits for e5
+        two = asyncio.create_task(knowledge.import_csv(second, account_id, csv(9, 1)))
+        await waiting(2)
+        await holding.rollback()
+        async with asyncio.timeout(20):
+            results = await asyncio.gather(one, two, return_exceptions=True)
+        assert [type(r).__name__ for r in results] == ["ImportReport", "ImportReport"], results
+    finally:
+        for connection in (holder, first, second):
+            await connection.close()
+    stored = await conn.fetch("SELECT external_id FROM knowledge_items WHERE account_id = $1"
+                              " ORDER BY 1", account_id)
+    assert [r["external_id"] for r in stored] == ["e1", "e5", "e9"]
+    assert await _terms(conn, account_id) == await _recount(conn, account_id)
