@@ -304,6 +304,8 @@ async def persist(
             if refund:
                 await change_credits(conn, after.account_id, refund, "refund", after.id)
         if answers_item:
+            # The RFP before its item, the order "answer all" and reviews take them in.
+            await conn.fetchval(db.query("lock_rfp_before_items"), after.rfp_id, after.account_id)
             item_state = rfp_item_state(after, config)
             rfp_id = await conn.fetchval(
                 db.query("answer_rfp_item"), after.rfp_item_id, after.answer, after.confidence,
@@ -311,7 +313,7 @@ async def persist(
             )
             if rfp_id is not None:
                 await conn.execute(db.query("touch_rfp"), rfp_id)
-                # The RFP row lock just taken orders the completions of its items: the last
+                # The RFP row lock taken above orders the completions of its items: the last
                 # one sees no other in flight, and says so once.
                 if await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id) == 0:
                     deliveries += await _rfp_answered(conn, after.account_id, rfp_id, web_base_url)

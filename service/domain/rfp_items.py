@@ -146,6 +146,10 @@ async def review(
     item, or the last item of the RFP) and queues their webhooks (the RFP's `web_link` built
     on `web_base_url`)."""
     async with conn.transaction():
+        # The RFP before its item, as "answer all" takes them (a review of a pending item saved
+        # while an answer all started deadlocked with it).
+        if await conn.fetchval(db.query("lock_rfp_before_items"), rfp_id, account_id) is None:
+            raise NotFound(f"no item {item_id} in RFP {rfp_id}")
         current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
         changes_state = fields.get("state", current["state"]) != current["state"]
         # The RFP's state before, when this review may change it (rfp.approved is sent once).

@@ -9,6 +9,12 @@ SELECT id, $1, question, section, position
   FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[]) AS t(id, question, section, position)
 RETURNING *;
 
+-- lock_rfp_before_items --
+-- An account's RFP, locked before any of its items is: "answer all" locks the RFP, then its
+-- pending items, so a review (and a completing question) takes them in that order too, or the two
+-- deadlock. The level touch_rfp takes later anyway, so it holds up nothing more than that did.
+SELECT id FROM rfps WHERE id = $1 AND account_id = $2 FOR NO KEY UPDATE;
+
 -- lock_rfp_item --
 -- One item of an account's RFP, locked for review.
 SELECT i.*

@@ -234,3 +234,51 @@ async def test_answer__reopened_item_is_answered_again(client, conn, make_accoun
     item = (await items_of(client, actor, rfp_id))[0]
     assert item["state"] in ("auto_answered", "needs_input")
     assert item["question_id"] not in (None, first["question_id"])
+
+
+async def test_answer_all_and_a_review_at_once__neither_deadlocks(client, conn, database_url, make_account):
+    """"Answer all" locked the RFP, then its pending items in order; a review locked its item,
+    then the RFP (touch_rfp): a review of a pending item late in the list, saved while an answer
+    all was under way, deadlocked with it (one of the two a 500). A third transaction holding an
+    earlier item keeps the answer all between the two until the review has its item."""
+    import asyncpg
+    from conftest import CONNECT
+
+    from service.domain.rfp_items import AnswerOptions, answer_pending_items, review
+    from service.domain.tokens import Principal
+
+    actor = await make_account(credits=10)
+    response = await client.post("/api/v1/rfps", json={"rfp": {"title": "Acme", "items": [
+        {"question": f"Question {n}?"} for n in range(3)]}}, headers=actor.headers)
+    rfp_id = (await response.json())["id"]
+    first, _, last = [i["id"] for i in await items_of(client, actor, rfp_id)]
+    who = Principal(member_id=actor.member_id, user_id=actor.user_id, account_id=actor.account_id,
+                    role="admin", scopes=frozenset({"read", "write"}), name="admin", email=actor.email)
+    holder, answering, reviewing = [await asyncpg.connect(database_url, **CONNECT) for _ in range(3)]
+
+    async def waiting(count: int) -> None:
+        async with asyncio.timeout(10):
+            while await conn.fetchval(  # noqa: ASYNC110
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()") < count:
+                await asyncio.sleep(0.01)
+
+    try:
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("SELECT 1 FROM rfp_items WHERE id = $1 FOR UPDATE", first)
+        answer_all = asyncio.create_task(
+            answer_pending_items(answering, who, rfp_id, AnswerOptions(), 1))
+        await waiting(1)
+        reviewed = asyncio.create_task(
+            review(reviewing, actor.account_id, rfp_id, last, {"answer": "A draft."}, actor.member_id))
+        await waiting(2)
+        await holding.rollback()
+        async with asyncio.timeout(20):
+            results = await asyncio.gather(answer_all, reviewed, return_exceptions=True)
+        assert not [r for r in results if isinstance(r, BaseException)], results
+    finally:
+        for connection in (holder, answering, reviewing):
+            await connection.close()
+    assert results[0]["started"] == 3
+    assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = $1", last) == "A draft."
