@@ -467,6 +467,11 @@ def _describe(exc: BaseException, type_: type | None) -> str:
         return f"{', '.join(sorted(exc.extra_fields))}: unknown setting"
     if getattr(type_, "__origin__", None) is Literal:
         return f": must be one of {', '.join(type_.__args__)}"
+    if (attrs.has(type_) or getattr(type_, "__origin__", None) is dict) and isinstance(
+            exc, (TypeError, AttributeError)):
+        # A section given a plain value (`server = 5`): cattrs says "invalid value for type,
+        # expected ServerConfig" or "unknown error ('str' object has no attribute 'keys')".
+        return ": must be a table of settings (a [section] in TOML), not a single value"
     return ": " + cattrs.v.format_exception(exc, type_)
 
 

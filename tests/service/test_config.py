@@ -116,6 +116,10 @@ def test_load__invalid_toml_names_the_file(tmp_path):
         ("[housekeeping]\nevery_seconds = 1e-9",
          "housekeeping.every_seconds: must be 0 (never) or at least 60 seconds"),
         ("[housekeeping]\nevery_seconds = nan", "housekeeping.every_seconds: must be a finite number"),
+        # A section given a value (a probe: "invalid value for type, expected ServerConfig").
+        ("server = 5", "server: must be a table of settings (a [section] in TOML), not a single value"),
+        ('[rate_limits]\nask_question = "fast"', "rate_limits.ask_question: must be a table of settings"),
+        ("rate_limits = 3", "rate_limits: must be a table of settings"),
     ],
 )
 def test_load__bad_setting_is_an_error_naming_it(tmp_path, toml, message):
