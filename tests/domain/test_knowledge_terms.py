@@ -15,6 +15,7 @@ from service.domain import knowledge
 _STILL_WAITING = """
 SELECT count(*) FROM pg_stat_activity
  WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE knowledge_items%'
+   AND datname = current_database()
 """
 
 

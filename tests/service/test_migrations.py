@@ -299,11 +299,11 @@ def test_cli_migrate__a_migration_that_fails_is_one_line_naming_it(database_url)
         finally:
             await conn.close()
 
+    from cli_runner import cli
+
     asyncio.run(forget())
-    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
     for command in (["migrate"], ["serve", "--port", "1"]):
-        result = subprocess.run([sys.executable, "-m", "service", *command], env=env,
-                                capture_output=True, text=True, timeout=60)
+        result = cli(database_url, *command)
         assert result.returncode == 2, result.stderr
         assert result.stderr.splitlines() == [
             "error: sql/migrations/0024_web_sessions.sql failed and nothing of it was applied: "
