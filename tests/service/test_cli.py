@@ -303,6 +303,39 @@ def test_serve__embedded_postgres_starts_and_ctrl_c_stops_it(tmp_path):
 
 
 @pytest.mark.slow
+def test_serve__embedded_postgres_stopped_on_ctrl_c_after_a_kill_9(tmp_path):
+    """A probe: after a service was killed with SIGKILL, its embedded PostgreSQL ran on, and no
+    later start stopped it on Ctrl-C (the wheel still counted the dead process as a user of it),
+    while each logged "embedded PostgreSQL stopped"."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env = {**env, "PYTHONPATH": str(ROOT), "RFP_DATA_DIR": str(tmp_path / "var"), "RFP_EMBEDDINGS": "none"}
+    pid_file = tmp_path / "var" / "pg" / "postmaster.pid"
+    port = free_port()
+    killed = subprocess.Popen([sys.executable, "-m", "service", "serve", "--port", str(port)],
+                              env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until_serving(port, killed, timeout=120)
+    finally:
+        killed.kill()
+        killed.wait()
+    postmaster = int(pid_file.read_text().split()[0])
+    assert psutil.pid_exists(postmaster)  # a crash leaves the server running; the next start uses it
+    proc = start_serve(env, "--port", str(port), cwd=tmp_path)
+    try:
+        wait_until_serving(port, proc, timeout=120)
+        assert int(pid_file.read_text().split()[0]) == postmaster
+    finally:
+        _, stderr = interrupt(proc)
+    assert proc.returncode == 0, stderr
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(postmaster) and psutil.Process(postmaster).status() != psutil.STATUS_ZOMBIE:
+        if time.monotonic() > deadline:
+            psutil.Process(postmaster).terminate()
+            raise AssertionError("the embedded PostgreSQL still runs after Ctrl-C")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
 def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
