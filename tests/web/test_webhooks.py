@@ -159,7 +159,9 @@ async def test_delivery__receiver_down_then_up_gets_each_event_once_in_order(
 async def test_delivery__log_shows_failures_and_manual_retry_redelivers(
     aiohttp_client, config, admin, receiver
 ):
-    app = create_app(with_config(config, webhooks=fast_webhooks(retry_for_seconds=0.3)))
+    # Retries for 1 s: at 0.3 s a first attempt slower than 0.2 s (a loaded machine) used up the
+    # window alone, and the delivery failed after one attempt.
+    app = create_app(with_config(config, webhooks=fast_webhooks(retry_for_seconds=1.0)))
     client = await aiohttp_client(app)
     _, endpoint = await register(client, admin, receiver.url)
     receiver.fail_with = 500
@@ -184,7 +186,12 @@ async def test_delivery__log_shows_failures_and_manual_retry_redelivers(
                                   json={"webhook_endpoint": {"enabled": True}})
     assert (await response.json())["disabled_reason"] is None
     await receiver.wait_for(1)
-    log = await (await client.get(f"{path}/deliveries", headers=admin.headers)).json()
+    # The receiver keeps the request before it answers, so the deliverer may not have recorded
+    # the answer yet.
+    async def deliveries():
+        return await (await client.get(f"{path}/deliveries", headers=admin.headers)).json()
+
+    log = await poll(deliveries, lambda log: log["deliveries"][0]["state"] != "pending")
     assert log["deliveries"][0]["state"] == "delivered"
     again = await client.post(f"{path}/deliveries/999999/retry", headers=admin.headers)
     assert again.status == 404
