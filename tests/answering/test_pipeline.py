@@ -206,6 +206,14 @@ async def test_runner__resumes_a_question_whose_worker_died(conn, pool, admin):
     assert await balance_and_ledger(conn, admin.account_id) == (9, 9)
 
 
+async def _until_announced(announced: list[str], *wanted: str) -> None:
+    """Until the listener has received every `wanted` notification (they arrive after the
+    commit the test saw, on another connection: a fixed sleep was not always long enough)."""
+    async with asyncio.timeout(10):
+        while not set(wanted) <= set(announced):  # noqa: ASYNC110 (the listener appends)
+            await asyncio.sleep(0.01)
+
+
 async def _run_until_complete(conn, pipeline, question_id) -> None:
     runner = asyncio.create_task(pipeline.run())
     try:
@@ -227,7 +235,7 @@ async def test_runner__quick_steps_commit_together_and_announce_the_final_state(
     question_id = await _question(conn, admin.account_id, admin.user_id)
     pipeline = Pipeline(pool, LocalEngine(), QuestionsConfig(poll_seconds=0.05), aiojobs.Scheduler())
     await _run_until_complete(conn, pipeline, question_id)
-    await asyncio.sleep(0.1)  # let the last notification arrive
+    await _until_announced(announced, f"{question_id} complete")  # the last one
     # local engine: every step is quick, so new -> complete is one guarded update (one commit)
     assert [a for a in announced if a.startswith(question_id)] == [
         f"{question_id} new", f"{question_id} complete"
@@ -364,7 +372,7 @@ async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounc
     assert rows[second]["lease_owner"] is None and rows[second]["attempts"] == 0
     for question_id in (first, second):
         await wait_complete(client, question_id, admin.headers)
-    await asyncio.sleep(0.1)  # let the last notification arrive
+    await _until_announced(announced, f"{first} complete", f"{second} complete")
     assert [a for a in announced if a.endswith(" new")] == [f"{second} new"]
     assert f"{first} complete" in announced and f"{second} complete" in announced
     assert await conn.fetchval(
