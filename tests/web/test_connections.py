@@ -77,12 +77,15 @@ async def test_event_streams__do_not_pin_pool_connections(config, admin, aiohttp
 
 
 
-async def _slow_reader(host: str, port: int, path: str, token: str) -> asyncio.StreamWriter:
-    """A client that asks for `path` and then never reads: the response fills the socket buffers."""
-    _reader, writer = await asyncio.open_connection(host, port)
+async def _slow_reader(
+    host: str, port: int, path: str, token: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client that asks for `path` and then reads no more than the status line: the response
+    fills the socket buffers."""
+    reader, writer = await asyncio.open_connection(host, port)
     writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
     await writer.drain()
-    return writer
+    return reader, writer
 
 
 async def test_export__slow_readers_do_not_hold_connections(config, conn, admin, make_rfp, aiohttp_client):
@@ -104,13 +107,19 @@ async def test_export__slow_readers_do_not_hold_connections(config, conn, admin,
     readers = [await _slow_reader(host, port, f"/api/v1/rfps/{rfp_id}/export", admin.token)
                for _ in range(4)]
     try:
-        await asyncio.sleep(1.0)  # let every export fill its socket and wait on the client
+        # Every export has read its rows and started its response (which it sends only once it
+        # has let go of its connection), and now waits on its client. A fixed second for this
+        # was too short on a loaded machine: the request below then still waited on exports
+        # reading their rows (at a 2 s acquire timeout it was refused).
+        async with asyncio.timeout(60):
+            for reader, _ in readers:
+                assert await reader.readline() == b"HTTP/1.1 200 OK\r\n"
         async with asyncio.timeout(20):
             response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)
             assert response.status == 200
             assert (await client.get("/readyz")).status == 200
     finally:
-        for writer in readers:
+        for _, writer in readers:
             writer.close()
 
 
