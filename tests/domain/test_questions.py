@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 
 import attrs
 from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
@@ -209,20 +211,54 @@ async def read_events_text(text: str) -> list[tuple[str, dict]]:
     return events
 
 
-async def test_events__one_event_per_state_then_close(aiohttp_client, config, conn, admin):
-    # Each step slowed down, so the stream opens while the question is still `new` (a fast
-    # pipeline can finish before the second request arrives) and each state is its own commit.
-    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.05))
-    client = await aiohttp_client(create_app(slow))
+async def _stored_question(conn, admin, text: str) -> str:
+    """A question stored as an ask stores it, unleased: the next claim of a pipeline takes it."""
+    from service.domain.questions import create_question
+
+    async with conn.transaction():
+        return await create_question(conn, account_id=admin.account_id, user_id=admin.user_id,
+                                     text=text)
+
+
+@contextlib.asynccontextmanager
+async def _unclaimed(database_url: str, question_id: str) -> AsyncIterator[None]:
+    """The question's row locked by another transaction: claims pass it over (SKIP LOCKED), so
+    it stays `new` until the block ends, however slow the machine. A stream must open on `new`;
+    slowed steps alone left a window (at 0.05 s a stream once opened after the first step)."""
+    import asyncpg
+    from conftest import CONNECT
+
+    holder = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT FROM questions WHERE id = $1 FOR UPDATE", question_id)
+            yield
+    finally:
+        await holder.close()
+
+
+def _quick_claims(config, step_delay_seconds: float):
+    """Steps slowed down, so each state is its own commit; claims every 0.05 s."""
+    return attrs.evolve(config, questions=attrs.evolve(
+        config.questions, step_delay_seconds=step_delay_seconds, poll_seconds=0.05))
+
+
+async def test_events__one_event_per_state_then_close(
+    aiohttp_client, config, conn, admin, database_url
+):
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
-    body = await (await ask(client, admin.headers, MFA_Q)).json()
-    response = await client.get(
-        f"/api/v1/questions/{body['id']}/events", headers={**admin.headers, "X-Request-Id": "sse-1"}
-    )
-    assert response.status == 200
-    assert response.headers["Content-Type"] == "text/event-stream"
-    assert response.headers["X-Request-Id"] == "sse-1"
-    events = await read_events(response)
+    question_id = await _stored_question(conn, admin, MFA_Q)
+    async with _unclaimed(database_url, question_id):
+        client = await aiohttp_client(create_app(_quick_claims(config, 0.05)))
+        response = await client.get(
+            f"/api/v1/questions/{question_id}/events",
+            headers={**admin.headers, "X-Request-Id": "sse-1"},
+        )
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "text/event-stream"
+        assert response.headers["X-Request-Id"] == "sse-1"
+        first = await response.content.readuntil(b"\n\n")
+    events = await read_events_text(first.decode() + (await response.read()).decode())
     assert [name for name, _ in events] == [
         "new", "ready_to_answer", "references_fetched", "answered", "confidence_calculated", "complete",
     ]
@@ -287,16 +323,16 @@ async def test_events__last_event_id_of_complete_is_204(client, admin):
 
 
 async def test_events__reconnecting_mid_pipeline_misses_nothing_and_repeats_nothing(
-    aiohttp_client, config, conn, admin
+    aiohttp_client, config, conn, admin, database_url
 ):
-    slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.1))
-    client = await aiohttp_client(create_app(slow))
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
-    body = await (await ask(client, admin.headers, MFA_Q)).json()
-    path = f"/api/v1/questions/{body['id']}/events"
-    first = await client.get(path, headers=admin.headers)
-    seen = event_ids((await first.content.readuntil(b"\n\n")).decode())
-    first.close()  # the connection drops after the first event
+    question_id = await _stored_question(conn, admin, MFA_Q)
+    path = f"/api/v1/questions/{question_id}/events"
+    async with _unclaimed(database_url, question_id):
+        client = await aiohttp_client(create_app(_quick_claims(config, 0.1)))
+        first = await client.get(path, headers=admin.headers)
+        seen = event_ids((await first.content.readuntil(b"\n\n")).decode())
+        first.close()  # the connection drops after the first event
     assert seen == [("1", "new")]
     await asyncio.sleep(0.25)  # a state or two pass meanwhile
     again = await client.get(path, headers={**admin.headers, "Last-Event-ID": seen[-1][0]})
