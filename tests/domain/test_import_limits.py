@@ -366,11 +366,14 @@ def test_csv_delimiter_guess__reads_only_the_opening_lines():
     reads at most 20 lines (8 KB)."""
     from service.domain.questionnaires import ImportOptions, Limits, parse_upload
 
-    started = time.monotonic()
+    # Here and below: the CPU time of the parse, which is its cost, rather than the wall time,
+    # which a loaded machine multiplies (the bisection test of write-back took 3.1 s of wall
+    # time for 0.5 s of work beside other workers).
+    started = time.process_time()
     found = parse_upload(b"Question\n" + b"Q?\n" * 30_000, ImportOptions(), "text/csv", None,
                          Limits(max_items=30_000))
     assert len(found.rows) == 30_000
-    assert time.monotonic() - started < 1.5
+    assert time.process_time() - started < 1.5
 
 
 def _parse_xlsx(body: bytes, **limits):
@@ -385,10 +388,10 @@ def test_xlsx_4_000_000_empty_rows_without_a_dimension__413_max_rows_at_once():
     read once, by our own pass, and refused at its eleventh row."""
     body = xlsx(sheet(inline_row(1, "Question"), "<row/>" * 4_000_000))
     assert len(body) < 60_000
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(body, max_rows=10)
-    assert time.monotonic() - started < 2.0  # 3.5 s before
+    assert time.process_time() - started < 2.0  # 3.5 s before
     assert "uploads.max_rows = 10" in refused.value.message
 
 
@@ -397,10 +400,10 @@ def test_xlsx_row_of_543_000_cells__413_max_columns_while_it_is_read():
     accepted, its width checked only once openpyxl had built the whole row. Its cells are now
     counted as they start."""
     body = xlsx(sheet(inline_row(1, "Question"), '<row r="2">' + '<c r="A2"/>' * 543_000 + "</row>"))
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(body)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert refused.value.details == ["file: row 2 has more than 256 cells; the limit is "
                                      "uploads.max_columns = 256"]
 
@@ -412,9 +415,9 @@ def test_xlsx_sheet_is_read_to_the_end_of_its_rows_only():
                 + inline_row(1, "Question").encode() + inline_row(2, "Is MFA enforced?").encode()
                 + b"</sheetData><mergeCells>" + b'<mergeCell ref="A1:B1"/>' * 1_000_000
                 + b"</mergeCells></worksheet>")
-    started = time.monotonic()
+    started = time.process_time()
     found = _parse_xlsx(body)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert [row.question for row in found.rows] == ["Is MFA enforced?"]
 
 
@@ -434,10 +437,10 @@ def test_xlsx_1_470_000_shared_strings__413_max_shared_strings_before_they_are_r
     count, 1 here, is not trusted). Here 1,000,000, prefixed or not."""
     body = xlsx(shared_strings=shared_strings(1_000_000, declared=1))
     assert len(body) < 100_000
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(body)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert refused.value.details == ["file: the shared strings table holds more than 500000 strings; "
                                      "the limit is uploads.max_shared_strings = 500000"]
 
@@ -497,10 +500,10 @@ def test_xlsx_20_000_sheets__only_the_first_100_are_looked_at():
                 named = one.replace(b'name="Sheet"', b'name="S%d"').replace(b'sheetId="1"', b'sheetId="%d"')
                 data = data.replace(one, b"".join(named % (n, n + 1) for n in range(20_000)))
             target.writestr(member.filename, data)
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(ValidationFailed) as refused:
         _parse_xlsx(body.getvalue())
-    assert time.monotonic() - started < 3.0
+    assert time.process_time() - started < 3.0
     assert len(refused.value.details) == 101
     assert refused.value.details[-1] == ("sheet: the workbook has 20000 sheets; only the first 100 were "
                                          "looked at for a question column: name the sheet")
@@ -518,10 +521,10 @@ def test_xlsx_elements_before_the_rows__422_past_100_000():
     body = xlsx(f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{_MAIN}"><sheetViews><sheetView '
                 f'workbookViewId="0">{"<selection/>" * 300_000}</sheetView></sheetViews><sheetData>'
                 f"{rows}</sheetData></worksheet>".encode())
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(ValidationFailed) as refused:
         _parse_xlsx(body)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert "more than 100000 XML elements outside its rows" in refused.value.details[0]
 
 
@@ -533,10 +536,10 @@ def test_xlsx_cell_of_100_000_rich_text_runs__413_max_columns():
         return xlsx(sheet(inline_row(1, "Question"), f'<row r="2">{cell}</row>'))
 
     assert [row.question for row in _parse_xlsx(runs(50)).rows] == ["x" * 50]
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(runs(100_000))
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert refused.value.details == ["file: row 2 holds more than 25600 XML elements (rich text of many "
                                      "runs; 100 a column); the limit is uploads.max_columns = 256"]
 
@@ -546,10 +549,10 @@ def test_xlsx_one_shared_string_of_500_000_runs__413_max_shared_strings():
     cell used it, so no cell was too long). The table may hold 10 XML elements a string allowed."""
     strings = (f'<?xml version="1.0"?><sst xmlns="{_MAIN}" count="1" uniqueCount="1"><si>'
                + "<r><t>x</t></r>" * 500_000 + "</si></sst>").encode()
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(xlsx(shared_strings=strings), max_shared_strings=100_000)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert refused.value.details == ["file: the shared strings table holds more than 1000000 XML "
                                      "elements (10 a string allowed); the limit is "
                                      "uploads.max_shared_strings = 100000"]
@@ -579,9 +582,9 @@ def test_xlsx_part_read_whole_at_opening__413_max_xml_elements(part, change):
     """Parts openpyxl reads whole when it opens a workbook cost 10-20 µs an element: 300,000
     fonts (17 KB zipped) took 6.3 s, 500,000 content types 5.4 s, 300,000 defined names 3.8 s,
     500,000 relationships 3.7 s, all accepted. Their elements are counted in the bytes first."""
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
         _parse_xlsx(_with_part(part, change))
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert refused.value.details == [f"file: the part {part!r} holds more than 200000 XML elements; "
                                      "the limit is uploads.max_xml_elements = 200000"]

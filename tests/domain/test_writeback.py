@@ -473,10 +473,10 @@ def test_write_xlsx__rows_are_found_in_one_pass_past_a_comment_of_row_tags():
     for original in (_slow_to_search(40_000),
                      _workbook('<!-- <row r="2"><c r="B2"/></row> --><sheetData><![CDATA[<row r="3"/>]]>'
                                f"{_ONE_QUESTION}</sheetData>")):
-        started = time.monotonic()
+        started = time.process_time()
         result = write_xlsx(original, [Cell(sheet="S1", row=2, column=1, text="Yes, always."),
                                        Cell(sheet="S1", row=3, column=1, text="a new row")])
-        assert time.monotonic() - started < 2.0
+        assert time.process_time() - started < 2.0
         sheet = load_workbook(io.BytesIO(result))["S1"]
         assert [[cell.value for cell in row] for row in sheet.iter_rows()] == [
             ["Question", "Answer"], ["Do you enforce MFA?", "Yes, always."], [None, "a new row"]]
@@ -501,10 +501,10 @@ def test_write_xlsx__a_comment_of_many_tags_is_read_once(tag):
         original = _workbook(f'<dimension ref="A1:B2"/><sheetData>{data}</sheetData>')
     else:
         original = _workbook(f'{comment}<dimension ref="A1:B2"/><sheetData>{_ONE_QUESTION}</sheetData>')
-    started = time.monotonic()
+    started = time.process_time()
     result = write_xlsx(original, [Cell(sheet="S1", row=1, column=2, text="Notes"),
                                    Cell(sheet="S1", row=2, column=1, text="Yes.")])
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     sheet = _zip_parts(result)["xl/worksheets/sheet1.xml"].decode()
     assert (comment in sheet) == (tag != "<c ")  # a row written into keeps its cells only, as before
     assert '<dimension ref="A1:C2"/>' in sheet
@@ -585,9 +585,9 @@ def test_write_rows__many_missing_rows_are_placed_by_bisection_in_linear_time():
     main = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
     xml = f'<worksheet xmlns="{main}"><sheetData>{present}</sheetData></worksheet>'
     writes = {i: {1: f"a{i}"} for i in range(2, 60_001, 2)}
-    started = time.monotonic()
+    started = time.process_time()  # its cost: a loaded machine took 3.1 s of wall time for it
     out = writeback._write_rows(xml, writes, lambda column, number, text: text)
-    assert time.monotonic() - started < 2.0  # ~6 s before, ~0.5 s now
+    assert time.process_time() - started < 2.0  # ~6 s before, ~0.5 s now
     numbers = [int(n) for n in re.findall(r'<row r="(\d+)"', out)]
     assert numbers == list(range(1, 60_001))
     assert '<row r="60000"><c r="B60000" t="inlineStr"><is><t xml:space="preserve">a60000</t>' in out
