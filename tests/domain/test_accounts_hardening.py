@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import make_mocked_request
 from cli_runner import cli, cli_json
-from conftest import mail_settings, with_config
+from conftest import CONNECT, mail_settings, with_config
 
 from service.domain import members
 from service.domain.errors import RateLimited
@@ -362,7 +362,7 @@ async def test_sign_in__successes_count_against_the_client(aiohttp_client, confi
 
 @pytest.fixture
 async def pool(database_url: str):
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4, **CONNECT)
     yield pool
     await pool.close()
 
@@ -414,7 +414,7 @@ async def test_cli__mail_show_lists_held_mail_and_prints_one(database_url, conn)
 
     settings = config_module.structure({}).mail  # no smtp_host: held
     mail_id = await mail.enqueue(conn, settings, "ada@example.test", "Confirm", "token=SECRET123")
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
     try:
         assert await MailSender(pool, settings).deliver_due()
     finally:
@@ -476,7 +476,7 @@ async def test_create_user__a_member_added_meanwhile_elsewhere_is_409_not_500(
     client, make_account, conn, database_url
 ):
     first, second = await make_account(name="A"), await make_account(name="B")
-    other = await asyncpg.connect(database_url)  # the operator's CLI, which takes no address lock
+    other = await asyncpg.connect(database_url, **CONNECT)  # the operator's CLI: no address lock
     try:
         transaction = other.transaction()
         await transaction.start()
