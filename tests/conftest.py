@@ -248,6 +248,16 @@ class SmtpSink:
         return self.messages[:count]
 
 
+async def lock_waiters(conn: asyncpg.Connection, count: int) -> None:
+    """Until `count` backends of this database wait on a lock (a test that makes two
+    transactions cross holds one and lets the others queue behind it); at most 10 s."""
+    async with asyncio.timeout(10):
+        while await conn.fetchval(  # noqa: ASYNC110
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()") < count:
+            await asyncio.sleep(0.01)
+
+
 def free_port() -> int:
     import socket
 

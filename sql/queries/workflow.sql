@@ -32,13 +32,19 @@ SELECT i.*
 
 -- review_rfp_item --
 -- Store a reviewed item. Moving it to pending from another state reopens it: the link to the
--- question that answered it goes, so the next "answer all" answers it again.
+-- question that answered it goes, so the next "answer all" answers it again. A review that
+-- rewrites the question or the answer of a pending item while its question is being answered
+-- takes the item over: the link goes too, so that question's answer, when it comes, does not
+-- replace what the reviewer wrote (answer_rfp_item) and the item is no longer in flight.
 UPDATE rfp_items
    SET question = $2,
        section = $3,
        answer = $4,
        state = $5::rfp_item_state,
-       question_id = CASE WHEN $5 = 'pending' AND state <> 'pending' THEN NULL ELSE question_id END,
+       question_id = CASE WHEN $5 = 'pending' AND state <> 'pending' THEN NULL
+                          WHEN state = 'pending' AND (question IS DISTINCT FROM $2
+                                                      OR answer IS DISTINCT FROM $4) THEN NULL
+                          ELSE question_id END,
        updated_at = now()
  WHERE id = $1
 RETURNING *;

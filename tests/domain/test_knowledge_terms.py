@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
-from conftest import CONNECT
+from conftest import CONNECT, lock_waiters
 from helpers_questions import add_entry
 
 from service.domain import knowledge
@@ -145,17 +145,10 @@ async def test_two_imports_sharing_ids_in_other_orders__both_commit(conn, databa
         await holder.execute("INSERT INTO knowledge_items (id, account_id, answer, external_id)"
                              " VALUES ('kb_held', $1, 'held', 'e5')", account_id)
 
-        async def waiting(count: int) -> None:
-            async with asyncio.timeout(10):
-                while await conn.fetchval(  # noqa: ASYNC110
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND datname = current_database()") < count:
-                    await asyncio.sleep(0.01)
-
         one = asyncio.create_task(knowledge.import_csv(first, account_id, csv(1, 5, 9)))
-        await waiting(1)  # holds e1, waits for e5
+        await lock_waiters(conn, 1)  # holds e1, waits for e5
         two = asyncio.create_task(knowledge.import_csv(second, account_id, csv(9, 1)))
-        await waiting(2)
+        await lock_waiters(conn, 2)
         await holding.rollback()
         async with asyncio.timeout(20):
             results = await asyncio.gather(one, two, return_exceptions=True)

@@ -242,7 +242,7 @@ async def test_answer_all_and_a_review_at_once__neither_deadlocks(client, conn, 
     all was under way, deadlocked with it (one of the two a 500). A third transaction holding an
     earlier item keeps the answer all between the two until the review has its item."""
     import asyncpg
-    from conftest import CONNECT
+    from conftest import CONNECT, lock_waiters
 
     from service.domain.rfp_items import AnswerOptions, answer_pending_items, review
     from service.domain.tokens import Principal
@@ -256,23 +256,16 @@ async def test_answer_all_and_a_review_at_once__neither_deadlocks(client, conn, 
                     role="admin", scopes=frozenset({"read", "write"}), name="admin", email=actor.email)
     holder, answering, reviewing = [await asyncpg.connect(database_url, **CONNECT) for _ in range(3)]
 
-    async def waiting(count: int) -> None:
-        async with asyncio.timeout(10):
-            while await conn.fetchval(  # noqa: ASYNC110
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()") < count:
-                await asyncio.sleep(0.01)
-
     try:
         holding = holder.transaction()
         await holding.start()
         await holder.execute("SELECT 1 FROM rfp_items WHERE id = $1 FOR UPDATE", first)
         answer_all = asyncio.create_task(
             answer_pending_items(answering, who, rfp_id, AnswerOptions(), 1))
-        await waiting(1)
+        await lock_waiters(conn, 1)
         reviewed = asyncio.create_task(
             review(reviewing, actor.account_id, rfp_id, last, {"answer": "A draft."}, actor.member_id))
-        await waiting(2)
+        await lock_waiters(conn, 2)
         await holding.rollback()
         async with asyncio.timeout(20):
             results = await asyncio.gather(answer_all, reviewed, return_exceptions=True)
@@ -282,3 +275,34 @@ async def test_answer_all_and_a_review_at_once__neither_deadlocks(client, conn, 
             await connection.close()
     assert results[0]["started"] == 3
     assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = $1", last) == "A draft."
+
+
+async def test_review__what_a_reviewer_writes_on_an_item_being_answered_is_not_replaced(
+    conn, make_account, make_rfp
+):
+    # Found when the test above failed by chance: its review's "A draft." was replaced by the
+    # item's question's answer when that question completed a moment later.
+    from service import db
+    from service.domain.rfp_items import AnswerOptions, answer_pending_items, review
+    from service.domain.tokens import Principal
+
+    actor = await make_account(credits=10)
+    rfp_id = await make_rfp(actor, "Acme")
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position)"
+                       " VALUES ('item_a', $1, 'Is data encrypted?', 1),"
+                       "        ('item_b', $1, 'Is MFA enforced?', 2)", rfp_id)
+    who = Principal(member_id=actor.member_id, user_id=actor.user_id, account_id=actor.account_id,
+                    role="admin", scopes=frozenset({"read", "write"}), name="admin", email=actor.email)
+    assert (await answer_pending_items(conn, who, rfp_id, AnswerOptions(), 1))["started"] == 2
+    asked = dict(await conn.fetch("SELECT id, question_id FROM rfp_items WHERE rfp_id = $1", rfp_id))
+    await review(conn, actor.account_id, rfp_id, "item_a", {"answer": "Yes, AES-256."})
+    await review(conn, actor.account_id, rfp_id, "item_b", {"section": "Access"})  # no rewrite
+    # The questions complete as the pipeline completes them (answer_rfp_item).
+    for item_id, question_id in asked.items():
+        await conn.fetchval(db.query("answer_rfp_item"), item_id, "Machine answer.", 0.6,
+                            "auto_answered", question_id)
+    items = {r["id"]: r for r in await conn.fetch(
+        "SELECT id, answer, state, question_id FROM rfp_items WHERE rfp_id = $1", rfp_id)}
+    assert (items["item_a"]["answer"], items["item_a"]["state"]) == ("Yes, AES-256.", "pending")
+    assert items["item_a"]["question_id"] is None  # no longer in flight: the reviewer has it
+    assert (items["item_b"]["answer"], items["item_b"]["state"]) == ("Machine answer.", "auto_answered")
