@@ -225,6 +225,15 @@ def database_unavailable(exc: BaseException) -> bool:
     return False
 
 
+def log_round_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
+    """A background loop's failed round (it tries again later): one WARNING line when the database
+    is unavailable, which says all there is to say, else the traceback at ERROR."""
+    if database_unavailable(exc):
+        logger.warning(message + ": the database is unavailable (%s)", *args, exc)
+    else:
+        logger.error(message, *args, exc_info=exc)
+
+
 class TimedPool(asyncpg.Pool):
     """asyncpg's pool whose acquire() has a default timeout, and whose failures to hand out a
     connection are told apart from a query's: PoolTimeout when none became free, ConnectionError

@@ -147,11 +147,8 @@ async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int | None]:
         try:
             deleted[what] = await step()
         except Exception as exc:  # the next sweep tries again
-            if db.database_unavailable(exc):
-                log.warning("housekeeping: deleting old %s failed, the database is unavailable "
-                            "(%s)", what.replace("_", " "), exc)
-            else:
-                log.exception("housekeeping: deleting old %s failed", what.replace("_", " "))
+            db.log_round_failure(log, exc, "housekeeping: deleting old %s failed",
+                                 what.replace("_", " "))
             deleted[what] = None
     return deleted
 

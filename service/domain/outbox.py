@@ -61,11 +61,7 @@ class OutboxSender:
             try:
                 attempted = await self.deliver_due()
             except Exception as exc:  # the loop must survive whatever a round meets
-                if db.database_unavailable(exc):  # away for a while, or every connection taken
-                    log.warning("%s: delivery round failed, the database is unavailable (%s); "
-                                "retrying", self.what, exc)
-                else:
-                    log.exception("%s: delivery round failed; retrying", self.what)
+                db.log_round_failure(log, exc, "%s: delivery round failed, retrying", self.what)
                 attempted = False
             if not attempted:
                 await self._sleep()
