@@ -347,6 +347,29 @@ async def test_rfp_page__import_answer_review_export(app_client, admin, conn):
     assert "Yes: MFA everywhere." in [c.value for row in book["Questions"].iter_rows() for c in row]
 
 
+async def test_review_form__an_answer_sent_back_unchanged_leaves_an_item_being_answered_alone(
+    app_client, admin, make_rfp, conn
+):
+    """A browser sends a textarea's line breaks as CRLF (HTML's form encoding). Stored as sent,
+    an unchanged multi-line answer read as rewritten: saving it took an item still being
+    answered over, and its answer came out with CRLF in every export."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Line breaks")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer, question_id) VALUES"
+        " ('item_lf', $1, 'Describe your backups.', 1, 'pending', E'Nightly.\\nKept 30 days.', 'q_busy')",
+        rfp_id,
+    )
+    csrf = await sign_in(app_client, admin.email)
+    saved = await app_client.post(
+        f"/rfps/{rfp_id}/items/item_lf", allow_redirects=False,
+        data={"csrf_token": csrf, "action": "save", "answer": "Nightly.\r\nKept 30 days."},
+    )
+    assert saved.status == 303, await saved.text()
+    row = await conn.fetchrow("SELECT answer, question_id FROM rfp_items WHERE id = 'item_lf'")
+    assert row["answer"] == "Nightly.\nKept 30 days." and row["question_id"] == "q_busy"
+
+
 async def test_knowledge_pages__add_search_edit_import_delete(app_client, admin, conn):
     from aiohttp import FormData
 

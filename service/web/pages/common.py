@@ -15,6 +15,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
+from multidict import MultiDict
 
 from ... import db
 from ...domain import bands
@@ -111,8 +112,16 @@ def _same_origin(request: web.Request) -> bool:
 
 async def read_form(request: web.Request) -> Any:
     """A posted form (at most client_max_size), within server.body_timeout_seconds as every
-    body (service/web/body.py): a client sending a byte at a time must not hold a handler."""
-    return await arriving(request, request.post(), "the form")
+    body (service/web/body.py): a client sending a byte at a time must not hold a handler.
+
+    Line breaks come back as LF. A browser sends every line break of a textarea as CRLF (HTML's
+    form encoding), so text stored as sent differs from what was shown (an unchanged answer would
+    read as rewritten, and take over an item still being answered) and from what the API stores."""
+    form = await arriving(request, request.post(), "the form")
+    return MultiDict(
+        (name, value.replace("\r\n", "\n") if isinstance(value, str) else value)
+        for name, value in form.items()
+    )
 
 
 async def _sent_csrf(request: web.Request) -> str | None:
