@@ -225,6 +225,27 @@ def database_unavailable(exc: BaseException) -> bool:
     return False
 
 
+# Transactions PostgreSQL rolled back so that a concurrent one could go on: a deadlock (40P01)
+# or a serialization failure (40001). Nothing of the rolled-back transaction was written, and the
+# same request sent again may pass, so the web layer answers 503 with Retry-After, as for a lost
+# connection, and logs the conflict (PostgreSQL's detail names the statements) for the operator.
+TRANSACTION_CONFLICTS: tuple[type[BaseException], ...] = (
+    asyncpg.DeadlockDetectedError,
+    asyncpg.SerializationError,
+)
+
+
+def transaction_conflict(exc: BaseException) -> asyncpg.PostgresError | None:
+    """The deadlock or serialization failure `exc` is or was raised while handling, if any."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 10:
+        if isinstance(current, TRANSACTION_CONFLICTS):
+            return current  # type: ignore[return-value]
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return None
+
+
 def log_round_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
     """A background loop's failed round (it tries again later): one WARNING line when the database
     is unavailable, which says all there is to say, else the traceback at ERROR."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +256,20 @@ async def lock_waiters(conn: asyncpg.Connection, count: int) -> None:
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                 " AND datname = current_database()") < count:
             await asyncio.sleep(0.01)
+
+
+async def deadlock_a_review(conn: asyncpg.Connection, rfp_id: str, item_id: str,
+                            send: Callable[[], Awaitable[Any]]) -> Any:
+    """`send()`'s response, `send` being a review of the item made to deadlock for real: this
+    connection holds the item, the review locks the RFP and waits for the item, and then this
+    connection asks for the RFP. The review waited first, so its deadlock check (after
+    deadlock_timeout, 1 s) finds the cycle first and PostgreSQL rolls the review back."""
+    async with conn.transaction():
+        await conn.execute("SELECT 1 FROM rfp_items WHERE id = $1 FOR UPDATE", item_id)
+        request = asyncio.create_task(send())
+        await lock_waiters(conn, 1)
+        await conn.execute("SELECT 1 FROM rfps WHERE id = $1 FOR UPDATE", rfp_id)
+        return await request
 
 
 def free_port() -> int:

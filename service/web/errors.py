@@ -1,6 +1,6 @@
 """The one error shape, `{"error": {code, message, details?}}`: domain errors mapped to HTTP
 statuses and rendered, and anything unexpected turned into a logged 500 or, when the database is
-unreachable, a 503."""
+unreachable or rolled a transaction back for a concurrent one, a 503."""
 
 from __future__ import annotations
 
@@ -101,6 +101,17 @@ def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
         )
         return render(ServiceUnavailable(
             "the database is unavailable; retry shortly", headers={"Retry-After": "1"}
+        ))
+    conflict = db.transaction_conflict(exc)
+    if conflict is not None:
+        log.warning(
+            "transaction rolled back in %s %s (request id %s): %s %s",
+            request.method, redact_url(request.path), request.get(REQUEST_ID), conflict,
+            getattr(conflict, "detail", None) or "",
+        )
+        return render(ServiceUnavailable(
+            "the request conflicted with a concurrent one and its transaction was rolled back; retry it",
+            headers={"Retry-After": "1"},
         ))
     log.exception(
         "unhandled error in %s %s (request id %s)",

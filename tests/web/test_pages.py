@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 from aiohttp.test_utils import TestClient
-from conftest import CONNECT, with_config
+from conftest import CONNECT, deadlock_a_review, with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
@@ -368,6 +368,20 @@ async def test_review_form__an_answer_sent_back_unchanged_leaves_an_item_being_a
     assert saved.status == 303, await saved.text()
     row = await conn.fetchrow("SELECT answer, question_id FROM rfp_items WHERE id = 'item_lf'")
     assert row["answer"] == "Nightly.\nKept 30 days." and row["question_id"] == "q_busy"
+
+
+async def test_review_form__a_deadlock_is_the_503_page_saying_to_try_again(app_client, admin, make_rfp, conn):
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Deadlock")
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position)"
+                       " VALUES ('item_dp', $1, 'Is data encrypted?', 1)", rfp_id)
+    csrf = await sign_in(app_client, admin.email)
+    response = await deadlock_a_review(conn, rfp_id, "item_dp", lambda: app_client.post(
+        f"/rfps/{rfp_id}/items/item_dp", allow_redirects=False,
+        data={"csrf_token": csrf, "action": "save", "answer": "A draft."}))
+    assert response.status == 503
+    assert "another change made at the same moment" in await response.text()
+    assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = 'item_dp'") is None
 
 
 async def test_knowledge_pages__add_search_edit_import_delete(app_client, admin, conn):

@@ -249,6 +249,12 @@ def failure_page(request: web.Request, exc: BaseException) -> web.Response:
         status, message = 503, "The database is unavailable for a moment. Please try again shortly."
         log.warning("database unavailable in page %s %s (request id %s): %r",
                     request.method, request.path, request.get(REQUEST_ID), exc)
+    elif (conflict := db.transaction_conflict(exc)) is not None:
+        status, message = 503, ("This conflicted with another change made at the same moment and"
+                           " was rolled back. Please try again.")
+        log.warning("transaction rolled back in page %s %s (request id %s): %s %s",
+                    request.method, request.path, request.get(REQUEST_ID), conflict,
+                    getattr(conflict, "detail", None) or "")
     else:
         status, message = 500, "Something went wrong on our side. It has been logged."
         log.exception("unhandled error in page %s %s (request id %s)",
