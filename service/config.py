@@ -186,6 +186,9 @@ class MailConfig:
     retry_base_seconds: float = attrs.field(default=30.0, validator=_positive)
     # How often the sender looks for due mail written by other processes.
     poll_interval_seconds: float = attrs.field(default=5.0, validator=_positive)
+    # Messages sent at once by each process, each over its own SMTP connection: a backlog (a
+    # few hundred invitations) drains this many times faster than one at a time.
+    concurrency: int = attrs.field(default=4, validator=_positive)
     # Messages sent or given up are deleted this many days after they were written (their
     # recipients are personal data); held ones (no SMTP) not before their links have expired.
     # 0 keeps them all for ever.

@@ -216,15 +216,25 @@ def with_config(config: Config, **sections: dict[str, Any]) -> Config:
 class SmtpSink:
     """An aiosmtpd server on 127.0.0.1 that keeps every message it accepts."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, delay_seconds: float = 0.0) -> None:
         self.port = port or free_port()
         self.messages: list[Any] = []
         self._controller: Any = None
+        # A slow server: each message is accepted this long after it arrived. `peak` is the most
+        # messages it was receiving at once.
+        self.delay_seconds = delay_seconds
+        self.receiving = self.peak = 0
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         import email
         import email.policy
 
+        self.receiving += 1
+        self.peak = max(self.peak, self.receiving)
+        try:
+            await asyncio.sleep(self.delay_seconds)
+        finally:
+            self.receiving -= 1
         self.messages.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
         return "250 OK"
 

@@ -1,12 +1,13 @@
 """Outgoing mail: an outbox row written in the caller's transaction, delivered in the background.
 
-The sender claims one due message at a time with `FOR UPDATE SKIP LOCKED` and a lease (the row's
-`next_attempt_at` moves past the SMTP timeout), so several processes never send the same message
-at once; a message whose sender died is picked up again when the lease runs out. Delivery is
-at-least-once: a crash between the SMTP server's acceptance and the `sent` update sends it again,
-with the same Message-ID. Failures are retried with exponential backoff up to `max_attempts`.
-With no SMTP host configured, a message is held (state `held`, body kept) for the operator to read
-with `python -m service mail show ID`; the log says only that it is undelivered, never its link.
+Each of a process's `mail.concurrency` sending loops claims one due message at a time with
+`FOR UPDATE SKIP LOCKED` and a lease (the row's `next_attempt_at` moves past the SMTP timeout), so
+several loops or processes never send the same message at once; a message whose sender died is
+picked up again when the lease runs out. Delivery is at-least-once: a crash between the SMTP
+server's acceptance and the `sent` update sends it again, with the same Message-ID. Failures are
+retried with exponential backoff up to `max_attempts`. With no SMTP host configured, a message is
+held (state `held`, body kept) for the operator to read with `python -m service mail show ID`; the
+log says only that it is undelivered, never its link.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class MailSender(OutboxSender):
         self.lease_seconds = config.timeout_seconds * 2 + 30
 
     async def run(self) -> None:
-        await self._loop()
+        await asyncio.gather(*(self._loop() for _ in range(self._config.concurrency)))
 
     async def _claim(self) -> asyncpg.Record | None:
         async with self._pool.acquire() as conn:

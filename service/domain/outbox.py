@@ -24,8 +24,9 @@ class OutboxSender:
         self._poll_interval_seconds = poll_interval_seconds
         # A wake wakes one sleeping loop, not all: it announces a row or two (a completion's
         # webhooks, a mail), and every loop woken would claim, N claims for one row or none.
-        # A loop that claims a row goes on claiming until none is due, so a burst of rows still
-        # reaches every loop through their wakes.
+        # A loop that claims a row passes the wake on to another before attempting it, and goes
+        # on claiming until none is due, so a burst (a backlog, a bulk invitation) soon has every
+        # loop working on it, at the cost of one empty claim when it is done.
         self._sleeping: collections.deque[asyncio.Future[None]] = collections.deque()
         # A wake that found no loop asleep (they were all claiming or attempting): the next loop
         # to go to sleep looks once more instead, so a row committed just after a loop's empty
@@ -71,6 +72,7 @@ class OutboxSender:
         attempted = False
         while (row := await self._claim()) is not None:
             attempted = True
+            self.wake()  # there may be more: one more loop looks
             await self._attempt(row)
         return attempted
 

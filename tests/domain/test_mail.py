@@ -91,6 +91,30 @@ async def test_sender__concurrent_senders_send_each_message_once(pool, smtp):
     assert {(r["state"], r["attempts"]) for r in rows} == {("sent", 1)}
 
 
+async def test_sender__a_backlog_goes_out_over_several_connections_at_once(pool):
+    """One process sent one message at a time: 700 invitations to an SMTP server taking 150 ms
+    each took over 90 s. Its `concurrency` loops now share a backlog that one wake announced."""
+    sink = SmtpSink(delay_seconds=0.2)
+    sink.start()
+    config = mail_config(**mail_settings(sink.port) | {"poll_interval_seconds": 30.0, "concurrency": 4})
+    sender = MailSender(pool, config)
+    running = asyncio.create_task(sender.run())
+    try:
+        await asyncio.sleep(0.2)  # every loop has looked once and sleeps (30 s)
+        async with pool.acquire() as conn:
+            for number in range(12):
+                await mail.enqueue(conn, config, f"user{number}@example.test", f"hello {number}", "body")
+        sender.wake()  # as one bulk invitation's commit does
+        messages = await sink.wait_for(12)
+        await asyncio.sleep(0.3)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        sink.stop()
+    assert len(sink.messages) == 12 and len({m["Message-ID"] for m in messages}) == 12
+    assert sink.peak == 4
+
+
 async def test_claim__a_claimed_message_is_not_claimed_again_within_its_lease(conn):
     config = mail_config()
     first = await mail.enqueue(conn, config, "a@example.test", "a", "body")

@@ -45,6 +45,42 @@ async def test_wake__wakes_one_sleeping_loop_not_all():
         await asyncio.gather(*loops, return_exceptions=True)
 
 
+async def test_wake__a_loop_that_claims_a_row_passes_the_wake_on():
+    """Loops asleep, a backlog and one wake: every loop soon works on it, not only the one woken."""
+
+    class Backlog(OutboxSender):
+        def __init__(self, rows: int) -> None:
+            super().__init__(poll_interval_seconds=30.0)
+            self.rows, self.attempting, self.peak = rows, 0, 0
+
+        async def _claim(self) -> int | None:
+            if self.rows == 0:
+                return None
+            self.rows -= 1
+            return self.rows
+
+        async def _attempt(self, row: int) -> None:
+            self.attempting += 1
+            self.peak = max(self.peak, self.attempting)
+            await asyncio.sleep(0.05)
+            self.attempting -= 1
+
+    sender = Backlog(rows=0)
+    loops = [asyncio.create_task(sender._loop()) for _ in range(3)]
+    try:
+        await asyncio.sleep(0.05)  # each looked, found nothing and sleeps (30 s)
+        sender.rows = 9
+        sender.wake()
+        async with asyncio.timeout(2):
+            while sender.rows or sender.attempting:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+    assert sender.peak == 3
+
+
 async def test_wake__during_a_claim_that_found_nothing_is_not_lost():
     # The row was committed (and the wake sent) after the claim looked: the loop must look again
     # now, not after the poll interval (30 s here).
