@@ -406,7 +406,7 @@ class Pipeline:
     async def adopt(self, row: Mapping[str, Any]) -> None:
         """Run a question stored (and committed) leased to us by `reserve`."""
         self.committed[row["id"]] = row
-        await self.scheduler.spawn(self.process(Work.from_row(row)), name=row["id"])
+        await self._spawn(row)
 
     def last_committed(self, question_id: str) -> Mapping[str, Any] | None:
         """The question as this process last committed it, if it is working on it or just
@@ -454,8 +454,18 @@ class Pipeline:
         for row in rows:
             self.active.add(row["id"])
             self.metrics.pipeline_queue_depth.set(len(self.active))
-            await self.scheduler.spawn(self.process(Work.from_row(row)), name=row["id"])
+            await self._spawn(row)
         return len(rows)
+
+    async def _spawn(self, row: Mapping[str, Any]) -> None:
+        work = self.process(Work.from_row(row))
+        try:
+            await self.scheduler.spawn(work, name=row["id"])
+        except RuntimeError:
+            # The scheduler closed under us (shutdown between a claim and its hand-off): the
+            # question stays in `active`, which shutdown releases for another process.
+            work.close()  # never started; closing it says so instead of "never awaited"
+            raise
 
     def _waits(self, step: Step) -> bool:
         """Whether a step may take long (a remote engine's answer; any step when steps are slowed

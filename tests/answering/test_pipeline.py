@@ -503,3 +503,21 @@ async def test_runner__a_backlog_of_one_account_does_not_hold_up_another(
         demo.account_id,
     )
     assert waiting >= 25
+
+
+async def test_adopt__after_the_scheduler_closed_refuses_and_leaves_no_coroutine_unawaited(conn, pool, admin):
+    # Seen once at an app's shutdown in CI: "coroutine 'Pipeline.process' was never awaited".
+    import gc
+    import warnings
+
+    question_id = await _question(conn, admin.account_id, admin.user_id)
+    row = await conn.fetchrow("SELECT *, state::text AS state FROM questions WHERE id = $1", question_id)
+    scheduler = aiojobs.Scheduler()
+    pipeline = Pipeline(pool, LocalEngine(), QuestionsConfig(poll_seconds=0.05), scheduler)
+    await scheduler.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="after closing"):
+            await pipeline.adopt(row)
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
