@@ -397,11 +397,15 @@ def _entry(row: Mapping[str, Any], side: str) -> dict[str, Any]:
     return {"id": row[f"{side}_id"], "question": row[f"{side}_question"], "answer": row[f"{side}_answer"]}
 
 
-async def duplicate_report(conn: asyncpg.Connection, account_id: str) -> dict[str, Any]:
+async def duplicate_report(
+    conn: asyncpg.Connection, account_id: str, limit: int | None = None
+) -> dict[str, Any]:
     """The account's last findings: {state, computed_at, entries, seconds, pairs}. `state` is
-    `fresh`, `outdated` (entries changed since) or `computing` (no finished run yet)."""
+    `fresh`, `outdated` (entries changed since) or `computing` (no finished run yet). With
+    `limit`, only the first that many pairs (conflicts first): n entries saying the same thing are
+    n(n-1)/2 pairs, 1.1 million at 1,500."""
     run = await conn.fetchrow(db.query("duplicate_run"), account_id)
-    rows = await conn.fetch(db.query("list_duplicates"), account_id)
+    rows = await conn.fetch(db.query("list_duplicates"), account_id, limit)
     if run is None or run["computed_at"] is None:
         state = "computing"
     elif run["computed_at"] < run["started_at"] or run["outdated"]:

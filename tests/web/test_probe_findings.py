@@ -328,6 +328,32 @@ async def test_library__versions_and_duplicates_of_another_account_stay_hidden(
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items WHERE id = 'kb_theirs2'") == 1
 
 
+
+async def test_library_care_page__lists_a_bounded_number_of_pairs(app_client, admin, conn):
+    """Finding (fixed): the care page listed every duplicate pair. n entries asking the same
+    question are n(n-1)/2 pairs: a CSV of 1,500 made 1.1 million, a 350 MB page whose rendering
+    held the event loop 25 s (a /healthz sent meanwhile waited as long), for any signed-in viewer."""
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer)"
+        " SELECT 'kb_d' || n, $1, 'Do you encrypt data at rest?', 'Yes (' || n || ').'"
+        "   FROM generate_series(1, 40) AS n", admin.account_id)
+    await conn.execute(  # a finished, fresh run: all 780 pairs
+        "INSERT INTO knowledge_duplicate_runs (account_id, started_at, computed_at, entries, seconds)"
+        " VALUES ($1, now() - interval '1 minute', now(), 40, 0.1)", admin.account_id)
+    await conn.execute(
+        "INSERT INTO knowledge_duplicates (account_id, item_a, item_b, kind, reason, similarity)"
+        " SELECT $1, 'kb_d' || a, 'kb_d' || b, 'duplicate', 'same question', 1"
+        "   FROM generate_series(1, 40) a, generate_series(1, 40) b WHERE a < b", admin.account_id)
+    await set_password(conn, admin.email)
+    await signed_in(app_client, admin.email)
+    page = await (await app_client.get("/kb/care")).text()
+    rows = page.count("<td>duplicate</td>")
+    assert rows == 200, rows
+    assert "Found more than 200 pairs among 40 entries (the first 200 are listed" in page
+    report = await (await app_client.get("/api/v1/knowledge_base_items/duplicates",
+                                         headers=admin.headers)).json()
+    assert len(report["pairs"]) == 780  # the API's report is unchanged
+
 # -- write-back ----------------------------------------------------------------------------------
 
 FORMULAS = ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1+1",
