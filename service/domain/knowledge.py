@@ -15,7 +15,7 @@ import attrs
 
 from .. import db
 from . import audit, uploads, webhooks
-from .convert import NonBlank, TagList, at_most, structure, unstructure
+from .convert import MAX_NAME_SHOWN, NonBlank, TagList, at_most, structure, unstructure
 from .errors import NotFound, ValidationFailed
 from .ids import new_id
 from .models import Page
@@ -219,6 +219,12 @@ class ParsedCsv:
     ignored_columns: list[str]
 
 
+def _shown(text: str) -> str:
+    """A cell quoted in the report, cut to MAX_NAME_SHOWN characters: a report quoting whole
+    cells (up to uploads.max_cell_chars each) was four times its upload as the import's page."""
+    return text if len(text) <= MAX_NAME_SHOWN else text[:MAX_NAME_SHOWN] + "…"
+
+
 def parse_knowledge_csv(text: str, limits: Limits = DEFAULT_LIMITS) -> ParsedCsv:
     """The valid rows of a knowledge-base CSV (with their row numbers) and the rejected ones.
 
@@ -273,7 +279,7 @@ def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
         yes_no_text = (fields.get("yes_no") or "").strip().lower()
         if yes_no_text not in YES_NO:
             rejected.append(Rejection(
-                row=row_number, reason=f"yes_no must be Yes, No or blank; got {fields['yes_no']!r}"
+                row=row_number, reason=f"yes_no must be Yes, No or blank; got {_shown(fields['yes_no'])!r}"
             ))
             continue
         raw: dict[str, Any] = {
@@ -300,7 +306,7 @@ def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
                 continue
             seen_ids[item.external_id] = row_number
         valid.append((row_number, item))
-    ignored = [name for name in names if name not in CSV_COLUMNS]
+    ignored = [_shown(name) for name in names if name not in CSV_COLUMNS]
     return ParsedCsv(valid=valid, rejected=rejected, ignored_columns=ignored)
 
 

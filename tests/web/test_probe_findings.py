@@ -354,6 +354,30 @@ async def test_library_care_page__lists_a_bounded_number_of_pairs(app_client, ad
                                          headers=admin.headers)).json()
     assert len(report["pairs"]) == 780  # the API's report is unchanged
 
+
+async def test_kb_import_page__quotes_cells_shortly(app_client, admin, conn):
+    """Finding (fixed): the import's report quoted a bad yes_no cell and every ignored column's
+    name whole (up to 100,000 characters each), so a 47 MB CSV made a 190 MB report page (each
+    '<' escaped to four characters) that held the event loop 0.65 s."""
+    await set_password(conn, admin.email)
+    csrf = await signed_in(app_client, admin.email)
+    out = io.StringIO()
+    rows = csv.writer(out)
+    rows.writerow(["answer", "yes_no", "<" * 50_000])
+    for _ in range(20):
+        rows.writerow(["Yes.", "<" * 50_000, "x"])
+    from aiohttp import FormData
+
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    form.add_field("file", out.getvalue().encode(), filename="kb.csv", content_type="text/csv")
+    response = await app_client.post("/kb/import", data=form)
+    assert response.status == 200
+    page = await response.text()
+    assert "0 rows imported (0 new, 0 updated); 20 rejected." in page
+    assert len(page) < 20_000, len(page)
+    assert f"got &#39;{'&lt;' * 64}…&#39;" in page
+
 # -- write-back ----------------------------------------------------------------------------------
 
 FORMULAS = ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1+1",
