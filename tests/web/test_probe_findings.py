@@ -100,6 +100,25 @@ async def test_session__a_forged_cookie_or_cross_site_post_changes_nothing(app_c
     assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
 
 
+
+@pytest.mark.parametrize("content_type", [
+    "multipart/form-data",  # no boundary
+    "multipart/form-data; boundary=xyz",  # a body without it
+    "application/x-www-form-urlencoded; charset=nope",
+    "application/x-www-form-urlencoded; charset=utf-16",  # an odd number of bytes
+])
+async def test_forms__a_body_that_is_not_a_form_is_400_not_500(app_client, admin, conn, content_type):
+    """Finding (fixed): a form the parser could not read (aiohttp's ValueError, LookupError) was a
+    500 with a logged traceback, on the sign-in page too, for anyone."""
+    await set_password(conn, admin.email)
+    csrf = await signed_in(app_client, admin.email)
+    for path in ("/signin", "/rfps"):
+        response = await app_client.post(path, data=b"title=abc", allow_redirects=False,
+                                         headers={"Content-Type": content_type, "X-CSRF-Token": csrf})
+        assert response.status == 400, (path, response.status)
+        assert "the form could not be read" in await response.text()
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
+
 # -- roles and tenants on the pages --------------------------------------------------------------
 
 

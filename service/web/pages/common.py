@@ -117,7 +117,12 @@ async def read_form(request: web.Request) -> Any:
     Line breaks come back as LF. A browser sends every line break of a textarea as CRLF (HTML's
     form encoding), so text stored as sent differs from what was shown (an unchanged answer would
     read as rewritten, and take over an item still being answered) and from what the API stores."""
-    form = await arriving(request, request.post(), "the form")
+    try:
+        form = await arriving(request, request.post(), "the form")
+    except (ValueError, LookupError, HttpProcessingError) as exc:
+        # A multipart type without its boundary, a charset Python does not know or that does not
+        # decode the body (UnicodeDecodeError is a ValueError): the client's fault, not a 500.
+        raise ServiceError(f"the form could not be read: {str(exc)[:200]}") from None
     return MultiDict(
         (name, value.replace("\r\n", "\n") if isinstance(value, str) else value)
         for name, value in form.items()
