@@ -144,11 +144,18 @@ MAX_PARTS_BEFORE_FILE = 32
 _CHUNK = 64 * 1024
 
 
+def _storable_filename(name: str | None) -> str | None:
+    """A file's name as sent, less what PostgreSQL text cannot hold (a multipart part's
+    `filename*=UTF-8''q%00.csv` decodes to a NUL): it is stored with the kept questionnaire and
+    in the import's audit event, and failed there as a 500."""
+    return None if name is None else _UNSTORABLE.sub("", name)
+
+
 @attrs.frozen
 class Upload:
     file: IO[bytes]
     media_type: str | None
-    filename: str | None
+    filename: str | None = attrs.field(converter=_storable_filename)
 
 
 

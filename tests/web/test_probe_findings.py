@@ -119,6 +119,31 @@ async def test_forms__a_body_that_is_not_a_form_is_400_not_500(app_client, admin
         assert "the form could not be read" in await response.text()
     assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
 
+
+async def test_upload__a_file_name_holding_nul_is_stored_without_it(app_client, admin, conn, make_rfp):
+    """Finding (fixed): a multipart file name sent as `filename*=UTF-8''q%00.csv` decodes to one
+    holding NUL, which PostgreSQL text cannot store: the import (page and API) was a 500."""
+    await set_password(conn, admin.email)
+    csrf = await signed_in(app_client, admin.email)
+    rfp_id = await make_rfp(admin)
+
+    def body(fields: bytes) -> bytes:
+        return (fields + b"--xyz\r\nContent-Disposition: form-data; name=\"file\"; "
+                b"filename*=UTF-8''q%00.csv\r\nContent-Type: text/csv\r\n\r\n"
+                b"Question\r\nDo you?\r\n--xyz--\r\n")
+
+    multipart = {"Content-Type": "multipart/form-data; boundary=xyz"}
+    page = await app_client.post(
+        f"/rfps/{rfp_id}/import", headers=multipart,
+        data=body(b"--xyz\r\nContent-Disposition: form-data; name=\"csrf_token\"\r\n\r\n"
+                  + csrf.encode() + b"\r\n"))
+    assert page.status == 201, await page.text()
+    api = await app_client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import",
+                                headers={**multipart, **admin.headers}, data=body(b""))
+    assert api.status == 201, await api.text()
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) == 2
+    assert await conn.fetchval("SELECT filename FROM questionnaire_files") == "q.csv"
+
 # -- roles and tenants on the pages --------------------------------------------------------------
 
 
