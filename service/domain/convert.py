@@ -230,6 +230,8 @@ def _tag_list(value: Any, _: type) -> list[str]:
     # cattrs would take a string for a list of its characters.
     if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
         raise ValueError("must be an array of strings")
+    if any("\x00" in tag for tag in value):  # as every other string (_strict_str)
+        raise ValueError("must not contain NUL characters")
     return value
 
 

@@ -424,7 +424,7 @@ async def authenticate(
     after it is checked: it is not the user's own, so it must be replaced by a reset first.
     """
     email = email.strip()
-    if len(email) > 254:
+    if len(email) > 254 or "\x00" in email:  # NUL: a form may carry one; PostgreSQL cannot
         raise ValidationFailed(["email: is not a valid e-mail address"])
     async with pool.acquire() as conn:
         user = await conn.fetchrow(db.query("user_by_email"), email)

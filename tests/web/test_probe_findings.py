@@ -144,6 +144,26 @@ async def test_upload__a_file_name_holding_nul_is_stored_without_it(app_client, 
     assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) == 2
     assert await conn.fetchval("SELECT filename FROM questionnaire_files") == "q.csv"
 
+
+async def test_forms__nul_in_a_tag_or_the_sign_in_address_is_422_not_500(app_client, admin, conn):
+    """Finding (fixed): a form field holding NUL reached PostgreSQL, which cannot store it, from
+    two places the API's JSON never could (its parser refuses NUL): a knowledge entry's tags
+    (the only strings not checked by convert's _strict_str) and the sign-in address, a 500 with
+    a traceback that anyone could cause."""
+    await set_password(conn, admin.email)
+    form = await app_client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    refused = await app_client.post("/signin", data={
+        "email": "a\x00@example.test", "password": "x", "sign_in_token": token})
+    assert refused.status == 422
+    assert "That is not a valid e-mail address." in await refused.text()
+    csrf = await signed_in(app_client, admin.email)
+    response = await app_client.post("/kb", data={"csrf_token": csrf, "answer": "Yes.",
+                                                  "tags": "ok; a\x00b"})
+    assert response.status == 422, response.status
+    assert "must not contain NUL characters" in await response.text()
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
+
 # -- roles and tenants on the pages --------------------------------------------------------------
 
 

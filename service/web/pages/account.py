@@ -73,6 +73,9 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
             account_id=None, client=client_key(request.remote), actor=actor(request, email),
         )
     except ServiceError as exc:
+        if exc.code == "validation_failed":  # the address is too long or holds NUL
+            return _sign_in_form(request, email="", status=422,
+                                 error="That is not a valid e-mail address.")
         if exc.code in ("unauthorized", "email_unconfirmed", "rate_limited", "forbidden"):
             response = _sign_in_form(request, email=email, error=exc.message,
                                      status=401 if exc.code == "unauthorized" else 403
