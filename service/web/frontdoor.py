@@ -71,13 +71,22 @@ async def refuse_unguarded(app: web.Application) -> None:
             )
 
 
+# Headers a wrapper inside the front door puts on every response it returns (the web app's
+# security headers, service/web/pages/common.py), which a stream must send itself.
+WRAPPER_HEADERS = web.RequestKey("wrapper_headers", dict)
+
+
 def stream_headers(request: web.Request) -> dict[str, str]:
     """What the front door adds to a response (the request id, the rate limit's headers), for
-    a response the handler prepares itself (a stream): its headers are sent before it returns."""
+    a response the handler prepares itself (a stream): its headers are sent before it returns.
+    With them, any WRAPPER_HEADERS (a page's export is the API's stream)."""
     headers = {REQUEST_ID_HEADER: request[REQUEST_ID]}
     decided = request.get(DECISION)
     if decided is not None:
         headers.update(decided.headers())
+    wrapper = request.get(WRAPPER_HEADERS)
+    if wrapper is not None:
+        headers.update(wrapper)
     return headers
 
 

@@ -164,6 +164,26 @@ async def test_forms__nul_in_a_tag_or_the_sign_in_address_is_422_not_500(app_cli
     assert "must not contain NUL characters" in await response.text()
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
 
+
+async def test_export_page__the_csv_stream_carries_the_pages_security_headers(
+    app_client, admin, conn, make_rfp
+):
+    """Finding (fixed): the CSV export is the API's stream, prepared before the page's wrapper
+    could add its headers: the RFP's answers went out without Cache-Control: no-store (and
+    without the CSP and nosniff) that every other page, and the XLSX export, carry."""
+    from service.web.pages.common import SECURITY_HEADERS
+
+    await set_password(conn, admin.email)
+    await signed_in(app_client, admin.email)
+    rfp_id = await make_rfp(admin)
+    for fmt in ("csv", "xlsx"):
+        response = await app_client.get(f"/rfps/{rfp_id}/export?format={fmt}")
+        assert response.status == 200
+        for name, value in SECURITY_HEADERS.items():
+            assert response.headers.get(name) == value, (fmt, name)
+    api = await app_client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=admin.headers)
+    assert api.status == 200 and "Content-Security-Policy" not in api.headers  # the API's own
+
 # -- roles and tenants on the pages --------------------------------------------------------------
 
 

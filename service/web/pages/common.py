@@ -32,6 +32,7 @@ from ...domain.tokens import ROLES, Principal
 from ..auth import PRINCIPAL, Handler, Policy, check, connection, holding_connection, public
 from ..body import MAX_PARTS_BEFORE_FILE, Upload, arriving
 from ..errors import status_of
+from ..frontdoor import WRAPPER_HEADERS
 from ..keys import CONFIG
 from ..telemetry import REQUEST_ID
 
@@ -176,6 +177,7 @@ def page(
 
         @functools.wraps(handler)
         async def run(request: web.Request) -> web.StreamResponse:
+            request[WRAPPER_HEADERS] = SECURITY_HEADERS  # a stream's too (the CSV export)
             try:
                 if request.method == "GET":
                     # One pooled connection for the session lookup and the page's queries, as
