@@ -158,7 +158,8 @@ LIBRARY_SCHEMAS: dict[str, Any] = {
             "similarity": {"type": "number", "minimum": 0, "maximum": 1},
             "items": {"type": "array", "items": _KB_ENTRY, "minItems": 2, "maxItems": 2},
         }, ["kind", "reason", "similarity", "items"])},
-    }, ["state", "running", "computed_at", "pairs"]),
+        "pagination": _ref("Pagination"),
+    }, ["state", "running", "computed_at", "pairs", "pagination"]),
 }
 
 
@@ -600,12 +601,14 @@ def _library_paths() -> dict[str, Any]:
             "knowledge_base_duplicates", "near-duplicate entries and conflicts (Yes vs No, "
             "different numbers), from the last background run; a run starts when there is none "
             "or entries changed since", {
-                "200": _json(_ref("KnowledgeBaseDuplicates"), "the findings"),
-                "400": _error("refresh is not true or false (parameter_invalid)"),
+                "200": _json(_ref("KnowledgeBaseDuplicates"), "one page of the findings (100 pairs, "
+                             "conflicts first)"),
+                "400": _error("refresh is not true or false, or page is not a page number of the "
+                              "first 10,000 pairs (parameter_invalid)"),
                 "403": _error("the token lacks the read scope; or refresh=true without the write "
                               "scope (insufficient_scope) or by a viewer (forbidden)")},
             params=[_query("refresh", "true: start a new run now (needs the write scope and the "
-                           "admin or member role)", {"enum": ["true", "false"]})])},
+                           "admin or member role)", {"enum": ["true", "false"]}), _PAGE])},
     }
     paths["/api/v1/knowledge_base_items/{id}/reviewed"]["post"]["requestBody"]["required"] = False
     return paths

@@ -110,8 +110,8 @@ SELECT r.*, EXISTS (SELECT 1 FROM knowledge_items k
  WHERE r.account_id = $1;
 
 -- list_duplicates --
--- An account's findings (only pairs whose entries both still exist), conflicts first; the first $2
--- of them (null: all).
+-- An account's findings (only pairs whose entries both still exist), conflicts first; $2 of them
+-- (null: all) after the first $3.
 SELECT d.kind, d.reason, d.similarity,
        a.id AS a_id, a.question AS a_question, a.answer AS a_answer,
        b.id AS b_id, b.question AS b_question, b.answer AS b_answer
@@ -120,7 +120,15 @@ SELECT d.kind, d.reason, d.similarity,
   JOIN knowledge_items b ON b.id = d.item_b
  WHERE d.account_id = $1
  ORDER BY d.kind = 'conflict' DESC, d.similarity DESC, d.item_a, d.item_b
- LIMIT $2::bigint;
+ LIMIT $2::bigint OFFSET $3;
+
+-- count_duplicates --
+-- How many findings list_duplicates has for an account.
+SELECT count(*)::integer
+  FROM knowledge_duplicates d
+  JOIN knowledge_items a ON a.id = d.item_a
+  JOIN knowledge_items b ON b.id = d.item_b
+ WHERE d.account_id = $1;
 
 -- repoint_question_references --
 -- Questions that cited entry $2 cite entry $3 instead, remembering the entry they cited.

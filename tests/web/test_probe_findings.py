@@ -413,7 +413,7 @@ async def test_library__versions_and_duplicates_of_another_account_stay_hidden(
 
 
 
-async def test_library_care_page__lists_a_bounded_number_of_pairs(app_client, admin, conn):
+async def test_library_care_page__lists_a_bounded_number_of_pairs_and_the_api_pages_them(app_client, admin, conn):
     """Finding (fixed): the care page listed every duplicate pair. n entries asking the same
     question are n(n-1)/2 pairs: a CSV of 1,500 made 1.1 million, a 350 MB page whose rendering
     held the event loop 25 s (a /healthz sent meanwhile waited as long), for any signed-in viewer."""
@@ -434,9 +434,18 @@ async def test_library_care_page__lists_a_bounded_number_of_pairs(app_client, ad
     rows = page.count("<td>duplicate</td>")
     assert rows == 200, rows
     assert "Found more than 200 pairs among 40 entries (the first 200 are listed" in page
-    report = await (await app_client.get("/api/v1/knowledge_base_items/duplicates",
-                                         headers=admin.headers)).json()
-    assert len(report["pairs"]) == 780  # the API's report is unchanged
+    # The API's report comes a page of 100 pairs at a time (it was every pair in one response).
+    duplicates = "/api/v1/knowledge_base_items/duplicates"
+    report = await (await app_client.get(duplicates, headers=admin.headers)).json()
+    assert len(report["pairs"]) == 100
+    assert report["pagination"] == {"current_page": 1, "total_pages": 8, "total_count": 780,
+                                    "items_per_page": 100, "from": 1, "to": 100}
+    last = await (await app_client.get(f"{duplicates}?page=8", headers=admin.headers)).json()
+    assert len(last["pairs"]) == 80 and last["pagination"]["to"] == 780
+    assert {tuple(i["id"] for i in p["items"]) for p in report["pairs"]}.isdisjoint(
+        tuple(i["id"] for i in p["items"]) for p in last["pairs"])
+    too_deep = await app_client.get(f"{duplicates}?page=101", headers=admin.headers)
+    assert too_deep.status == 400 and "page must be at most 100" in await too_deep.text()
 
 
 async def test_kb_import_page__quotes_cells_shortly(app_client, admin, conn):

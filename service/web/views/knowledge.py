@@ -183,6 +183,9 @@ async def get_versions(request: web.Request) -> web.Response:
 # base. A new run costs seconds of CPU at thousands of entries: a reader's GET must not start one
 # at will (entries changing is what starts one otherwise, and takes a writer).
 REFRESH_POLICY = Policy(scope="write", roles=frozenset(("admin", "member")))
+# Pairs a page of findings holds, and how deep pages go (OFFSET reads every pair it skips).
+DUPLICATES_PAGE_SIZE = 100
+DUPLICATES_MAX_ROWS = 10_000
 
 
 @requires("read")
@@ -194,8 +197,9 @@ async def get_duplicates(request: web.Request) -> web.Response:
     refresh = _flag(request.query, "refresh")
     if refresh:
         check(REFRESH_POLICY, who)
+    page = Page.from_query(request.query, size=DUPLICATES_PAGE_SIZE, max_rows=DUPLICATES_MAX_ROWS)
     async with connection(request) as conn:
-        report = await library.duplicate_report(conn, account_id)
+        report = await library.duplicate_report(conn, account_id, page=page)
     if report["state"] != "fresh" or refresh:
         start_duplicate_run(request.app, account_id)
     report["running"] = account_id in request.app[LIBRARY_JOBS]
