@@ -405,6 +405,12 @@ async def test_knowledge_pages__add_search_edit_import_delete(app_client, admin,
     assert edited.status == 303
     row = await conn.fetchrow("SELECT answer, yes_no, tags FROM knowledge_items WHERE id = $1", kb_id)
     assert row["answer"] == "Backups run hourly." and row["yes_no"] is True and row["tags"] == []
+    cleared = await app_client.post(f"/kb/{kb_id}", allow_redirects=False, data={  # as the form sends it
+        "csrf_token": csrf, "question": "", "answer": "Backups run hourly.", "title": " ", "source": "",
+        "tags": "", "yes_no": "yes",
+    })
+    assert cleared.status == 303
+    assert await conn.fetchval("SELECT title FROM knowledge_items WHERE id = $1", kb_id) is None
     form = FormData()
     form.add_field("csrf_token", csrf)
     form.add_field("file", b"question,answer\nIs there a DPO?,Yes.\nNo answer here,\n", filename="kb.csv")

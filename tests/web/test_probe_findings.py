@@ -413,7 +413,9 @@ async def test_library__versions_and_duplicates_of_another_account_stay_hidden(
 
 
 
-async def test_library_care_page__lists_a_bounded_number_of_pairs_and_the_api_pages_them(app_client, admin, conn):
+async def test_library_care_page__lists_a_bounded_number_of_pairs_and_the_api_pages_them(
+    app_client, admin, conn
+):
     """Finding (fixed): the care page listed every duplicate pair. n entries asking the same
     question are n(n-1)/2 pairs: a CSV of 1,500 made 1.1 million, a 350 MB page whose rendering
     held the event loop 25 s (a /healthz sent meanwhile waited as long), for any signed-in viewer."""

@@ -36,13 +36,14 @@ WRITERS = ("admin", "member")
 PAIRS_SHOWN = 200
 
 
-def _entry_fields(form: Any) -> dict[str, Any]:
+def _entry_fields(form: Any, *, editing: bool = False) -> dict[str, Any]:
     """A form's entry as the API's JSON object: tags one per line or separated by ';', yes_no
-    from a select (blank: none)."""
+    from a select (blank: none). A blank question, title or source is left out of a new entry
+    and, `editing` one, clears it (the form shows every field: blank is what the editor chose)."""
     fields: dict[str, Any] = {}
     for name in ("question", "answer", "title", "source"):
         value = form.get(name)
-        if isinstance(value, str) and (value.strip() or name == "answer"):
+        if isinstance(value, str) and (value.strip() or name == "answer" or editing):
             fields[name] = value
     tags = str(form.get("tags") or "")
     fields["tags"] = [t.strip() for t in tags.replace("\n", ";").split(";") if t.strip()]
@@ -84,7 +85,7 @@ async def kb_entry(request: web.Request) -> web.StreamResponse:
 @page(write=True, roles=WRITERS)
 async def kb_update(request: web.Request) -> web.StreamResponse:
     """The API's PATCH of an entry (library.update_item: the previous version is kept)."""
-    fields = _entry_fields(await read_form(request))
+    fields = _entry_fields(await read_form(request), editing=True)
     who = principal(request)
     item_id = request.match_info["id"]
     async with connection(request) as conn:
