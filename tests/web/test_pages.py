@@ -91,6 +91,22 @@ async def test_sign_out__ends_its_session_and_leaves_old_ones_to_housekeeping(
     assert await conn.fetchval("SELECT count(*) FROM web_sessions") == 0
 
 
+async def test_sign_out__of_a_session_already_over_removes_its_cookie(app_client, admin, conn):
+    """It was a 401 page that left the dead cookie in the browser."""
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    await conn.execute("UPDATE web_sessions SET expires_at = now() - interval '1 second'")
+    out = await app_client.post("/signout", data={"csrf_token": csrf}, allow_redirects=False)
+    assert out.status == 303 and out.headers["Location"] == "/signin"
+    assert any(c.startswith("rfp_session=") and "Max-Age=0" in c for c in out.headers.getall("Set-Cookie"))
+    # A live session's sign-out still needs its form token.
+    csrf = await sign_in(app_client, admin.email)
+    refused = await app_client.post("/signout", data={"csrf_token": "stale"}, allow_redirects=False)
+    assert refused.status == 403
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL"
+                               " AND expires_at > now()") == 1
+
+
 async def test_sign_in__wrong_password_unconfirmed_and_throttled_as_the_api(
     app_client, admin, conn, config
 ):

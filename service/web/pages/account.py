@@ -13,7 +13,18 @@ from ...domain.sessions import end_session, start_session
 from ..actors import actor
 from ..auth import connection
 from ..keys import CONFIG, PASSWORDS, POOL
-from .common import COOKIE, SIGN_IN_COOKIE, error_page, new_sign_in_token, page, read_form, render, see_other
+from .common import (
+    COOKIE,
+    SESSION,
+    SIGN_IN_COOKIE,
+    check_form_origin,
+    error_page,
+    new_sign_in_token,
+    page,
+    read_form,
+    render,
+    see_other,
+)
 
 
 def _safe_next(raw: str | None) -> str:
@@ -98,10 +109,14 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
     raise response
 
 
-@page()
+@page(signed_in=False)
 async def post_sign_out(request: web.Request) -> web.StreamResponse:
-    async with connection(request) as conn:
-        await end_session(conn, request.cookies.get(COOKIE))
+    """Ends the session. A session already over (expired, or ended elsewhere) has nothing to
+    protect: its dead cookie goes all the same, rather than a 401 page that leaves it behind."""
+    if SESSION in request:
+        await check_form_origin(request, request[SESSION])
+        async with connection(request) as conn:
+            await end_session(conn, request.cookies.get(COOKIE))
     response = see_other("/signin")
     response.del_cookie(COOKIE, path="/")
     raise response

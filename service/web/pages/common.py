@@ -140,6 +140,14 @@ async def _sent_csrf(request: web.Request) -> str | None:
     return None
 
 
+async def check_form_origin(request: web.Request, session: Session, *, token: bool = True) -> None:
+    """A POST of a signed-in session: sent from this site, carrying the session's CSRF token."""
+    if not _same_origin(request):
+        raise Forbidden("this form was sent from another site; it was refused")
+    if token and not csrf_matches(session, await _sent_csrf(request)):
+        raise Forbidden("the form's security token is missing or stale; reload the page and try again")
+
+
 def page(
     *, roles: Iterable[str] = ROLES, write: bool = False, signed_in: bool = True,
     multipart: bool = False,
@@ -165,13 +173,7 @@ def page(
                         raise see_other(f"/signin?next={quote(request.path_qs, safe='')}")
                     raise Unauthorized("you are not signed in (or your session has ended)")
                 if request.method == "POST":
-                    if not _same_origin(request):
-                        raise Forbidden("this form was sent from another site; it was refused")
-                    if not multipart and not csrf_matches(session, await _sent_csrf(request)):
-                        raise Forbidden(
-                            "the form's security token is missing or stale; reload the page "
-                            "and try again"
-                        )
+                    await check_form_origin(request, session, token=not multipart)
                 check(policy, session.principal)
             return await handler(request)
 
