@@ -30,9 +30,9 @@ from ..views.knowledge import entries_written, start_duplicate_run
 from .common import may_write, page, principal, read_form, read_upload, render, see_other
 
 WRITERS = ("admin", "member")
-# Duplicate and conflict pairs the care page lists (conflicts first). An account's findings have
-# no bound (1,500 entries asking the same question are 1.1 million pairs): listing them all made
-# a 350 MB page that held the event loop for 25 s, every request of the process waiting.
+# Duplicate and conflict pairs the care page lists (conflicts first). An account's findings grow
+# with its entries (up to ~20 an entry, service/domain/library.py); listing them all once made a
+# 350 MB page that held the event loop for 25 s, every request of the process waiting.
 PAIRS_SHOWN = 200
 
 
