@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -263,18 +263,29 @@ def similarity(question: str, text: str) -> float:
     """How much of the question a text says: the share of the question's content words it
     contains, each weighed by how rare the word is in English (words.factor), so that "patched"
     counts for more than "run"."""
+    return _weighed(question)(text)
+
+
+def _weighed(question: str) -> Callable[[str], float]:
+    """`similarity` to this question, its words and their weights worked out once: an entry of
+    thousands of sentences against a question of thousands of words was their product (36 s)."""
     wanted = terms(question)
-    if not wanted:
-        return 0.0
     weight = {t: english.factor(t) for t in wanted}
-    found = wanted & terms(text)
-    return sum(weight[t] for t in found) / sum(weight.values())
+    total = sum(weight.values())
+
+    def of(text: str) -> float:
+        if not wanted:
+            return 0.0
+        return sum(weight[t] for t in wanted & terms(text)) / total
+
+    return of
 
 
 def bearing_sentences(question: str, reference: Reference) -> list[tuple[float, int, str]]:
     """The sentences of the entry's answer that bear on the question (say any of its words):
     (similarity, position, sentence), the most similar first (the earlier on a tie)."""
-    ranked = [(similarity(question, sentence), position, sentence)
+    said = _weighed(question)
+    ranked = [(said(sentence), position, sentence)
               for position, sentence in enumerate(split_sentences(reference.answer))]
     return sorted((r for r in ranked if r[0] > 0), key=lambda r: (-r[0], r[1]))
 
@@ -282,7 +293,8 @@ def bearing_sentences(question: str, reference: Reference) -> list[tuple[float, 
 def bearing(question: str, reference: Reference) -> float:
     """How well the entry's best part, its own question or one sentence, says the question."""
     pieces = [reference.question or "", reference.title or "", *split_sentences(reference.answer)]
-    return max(similarity(question, piece) for piece in pieces)
+    said = _weighed(question)
+    return max(said(piece) for piece in pieces)
 
 
 def relevant(question: str, references: Sequence[Reference]) -> list[Match]:

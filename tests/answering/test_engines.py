@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import attrs
 import pytest
@@ -77,6 +78,21 @@ async def test_local__custom_prompt_it_cannot_follow_is_flagged():
         request("Is customer data encrypted at rest?", ENCRYPTION, custom_prompt="answer in French")
     )
     assert any("French" in point for point in draft.attention_points)
+
+
+async def test_local__extract_from_a_long_entry_is_linear_in_its_sentences():
+    """An entry of the largest size (100,000 characters: 11,000 one-word sentences) quoted for a
+    question of the largest size (10,000 characters of distinct words): each sentence's similarity
+    worked the question's words out again, 12 s of CPU on the event loop for one entry."""
+    words = [f"w{n:05d}x" for n in range(1300)]
+    question = ("Do you " + " ".join(words))[:10000]
+    answer = " ".join(f"{words[n % 1240]}." for n in range(20000))[:100000]
+    long_entry = attrs.evolve(ENCRYPTION, question="Something else", title=None, answer=answer,
+                              score=0.9, coverage=0.9)
+    started = time.process_time()
+    draft = await LocalEngine().answer(request(question, long_entry, level=2))
+    assert time.process_time() - started < 2.0
+    assert draft.sufficient_context and draft.used == ("kb_enc",) and draft.text
 
 
 async def test_local_end_to_end__not_covered_requires_attention(client, conn, admin):

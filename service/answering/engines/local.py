@@ -95,10 +95,13 @@ class LocalEngine:
             chosen = [(0, 0, sentences(best.answer)[0])]
         used = [best.kb_item_id]
         said = set().union(*(coverage.terms(sentence) for _, _, sentence in chosen))
+        asked = coverage.terms(request.question)  # once, not once a sentence
         for order, m in enumerate(coverage.relevant(request.question, references[1:3]), 1):
             for _, position, sentence in coverage.bearing_sentences(request.question, m.reference):
-                new = coverage.terms(sentence) & coverage.terms(request.question) - said
-                if len(chosen) >= count or (level < 2 and not new):
+                if len(chosen) >= count:
+                    break
+                new = coverage.terms(sentence) & asked - said
+                if level < 2 and not new:
                     continue
                 chosen.append((order, position, sentence))
                 said |= coverage.terms(sentence)
