@@ -315,7 +315,7 @@ async def persist(
                 await conn.execute(db.query("touch_rfp"), rfp_id)
                 # The RFP row lock taken above orders the completions of its items: the last
                 # one sees no other in flight, and says so once.
-                if await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id) == 0:
+                if await conn.fetchval(db.query("first_rfp_item_in_flight"), rfp_id) is None:
                     deliveries += await _rfp_answered(conn, after.account_id, rfp_id, web_base_url)
         if after.state == "complete":
             deliveries += await webhooks.emit(conn, after.account_id, "question.completed",

@@ -68,6 +68,15 @@ SELECT id, question
  ORDER BY position
    FOR UPDATE;
 
+-- first_rfp_item_in_flight --
+-- The position of an RFP's first item still being answered; none when every one is done. By the
+-- rfp_items_in_flight index in position order, so the plan reads only items in flight even when
+-- the statistics still say, as at the start of a run, that every item is.
+SELECT position FROM rfp_items
+ WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NOT NULL
+ ORDER BY position
+ LIMIT 1;
+
 -- count_rfp_items_in_flight --
 -- How many items of an RFP are being answered now.
 SELECT count(*)::integer FROM rfp_items

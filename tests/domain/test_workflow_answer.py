@@ -306,3 +306,42 @@ async def test_review__what_a_reviewer_writes_on_an_item_being_answered_is_not_r
     assert (items["item_a"]["answer"], items["item_a"]["state"]) == ("Yes, AES-256.", "pending")
     assert items["item_a"]["question_id"] is None  # no longer in flight: the reviewer has it
     assert (items["item_b"]["answer"], items["item_b"]["state"]) == ("Machine answer.", "auto_answered")
+
+
+async def test_completing_items__whether_any_is_left_reads_only_those_in_flight(
+    conn, make_account, make_rfp
+):
+    """Each item's completion asks whether another is still in flight (the last one says
+    rfp.answered). Counting read every item of the RFP, so "answer all" of n items read n² rows:
+    35 s of counting at 20,000 items. Here 3,000 items, the statistics taken while all were in
+    flight (as at the start of a run), each completion followed by the question as the pipeline
+    asks it; the last questions read a few pages, not the RFP's items (counting, 119 pages)."""
+    import json
+
+    from service import db
+    from service.domain.rfps import append_items
+
+    query = "first_rfp_item_in_flight"  # as pipeline.persist asks it
+    actor = await make_account()
+    rfp_id = await make_rfp(actor, "Large")
+    count = 3000
+    await append_items(conn, actor.account_id, rfp_id, [f"Question {n}?" for n in range(count)],
+                       [None] * count)
+    await conn.execute("UPDATE rfp_items SET question_id = 'q_' || id WHERE rfp_id = $1", rfp_id)
+    await conn.execute("ANALYZE rfp_items")
+    ids = [r["id"] for r in await conn.fetch(
+        "SELECT id FROM rfp_items WHERE rfp_id = $1 ORDER BY position", rfp_id)]
+    for item_id in ids[:-1]:
+        async with conn.transaction():
+            await conn.fetchval(db.query("answer_rfp_item"), item_id, "An answer.", 0.5, "needs_input",
+                                "q_" + item_id)
+            await conn.fetchval(db.query(query), rfp_id)
+    [plan] = json.loads(await conn.fetchval(
+        f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {db.query(query)}", rfp_id))
+    read = plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
+    assert read < 40, read
+    last = await conn.fetchval("SELECT position FROM rfp_items WHERE id = $1", ids[-1])
+    assert await conn.fetchval(db.query(query), rfp_id) == last
+    await conn.fetchval(db.query("answer_rfp_item"), ids[-1], "An answer.", 0.5, "needs_input",
+                        "q_" + ids[-1])
+    assert await conn.fetchval(db.query(query), rfp_id) is None
