@@ -144,9 +144,13 @@ async def prepare(ctx: StepContext, work: Work) -> Work:
 
 
 async def fetch_references(ctx: StepContext, work: Work) -> Work:
+    # Retrieval reads as much of a question as the ask API accepts. An RFP item's question may be
+    # ten times longer (an imported cell), and ranking its words against entries that hold them
+    # cost ~2 s of CPU on the event loop, every request of the process waiting.
+    question = work.question[:ctx.config.max_question_chars]
     async with ctx.pool.acquire() as conn:
         found = await find_references(
-            conn, work.account_id, work.question, ctx.config.references_limit, ctx.embedder
+            conn, work.account_id, question, ctx.config.references_limit, ctx.embedder
         )
     return attrs.evolve(work, references=tuple(found))
 

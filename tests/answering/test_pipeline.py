@@ -521,3 +521,19 @@ async def test_adopt__after_the_scheduler_closed_refuses_and_leaves_no_coroutine
             await pipeline.adopt(row)
         gc.collect()
     assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
+
+
+async def test_fetch_references__reads_as_much_of_a_question_as_the_ask_api_accepts(conn, pool, admin):
+    # An RFP item's question (an imported cell) may be ten times what an ask may send; ranking all
+    # of it against entries holding its words took ~2 s of CPU on the event loop.
+    from service.answering.pipeline import StepContext, fetch_references
+
+    await add_entry(conn, admin.account_id, "Do you keep a xylophonequartz?", "Yes, one.")
+    work = await _work(conn, await _question(conn, admin.account_id, admin.user_id))
+    ctx = StepContext(pool=pool, engine=LocalEngine(), config=QuestionsConfig(max_question_chars=300),
+                      embedder=None)
+    asked, filler = "Do you keep a xylophonequartz?", "lorem " * 100
+    read = await fetch_references(ctx, attrs.evolve(work, question=f"{asked} {filler}"))
+    assert [r.question for r in read.references] == [asked]
+    unread = await fetch_references(ctx, attrs.evolve(work, question=f"{filler} {asked}"))
+    assert unread.references == ()
