@@ -7,9 +7,10 @@ which is a file copy and takes a few tens of milliseconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -268,18 +269,21 @@ async def lock_waiters(conn: asyncpg.Connection, count: int) -> None:
             await asyncio.sleep(0.01)
 
 
-async def deadlock_a_review(conn: asyncpg.Connection, rfp_id: str, item_id: str,
-                            send: Callable[[], Awaitable[Any]]) -> Any:
-    """`send()`'s response, `send` being a review of the item made to deadlock for real: this
-    connection holds the item, the review locks the RFP and waits for the item, and then this
-    connection asks for the RFP. The review waited first, so its deadlock check (after
-    deadlock_timeout, 1 s) finds the cycle first and PostgreSQL rolls the review back."""
-    async with conn.transaction():
-        await conn.execute("SELECT 1 FROM rfp_items WHERE id = $1 FOR UPDATE", item_id)
-        request = asyncio.create_task(send())
-        await lock_waiters(conn, 1)
-        await conn.execute("SELECT 1 FROM rfps WHERE id = $1 FOR UPDATE", rfp_id)
-        return await request
+@contextlib.asynccontextmanager
+async def item_updates_failing(conn: asyncpg.Connection, sqlstate: str, message: str) -> AsyncIterator[None]:
+    """While inside, PostgreSQL fails every update of an RFP item of this test's database with
+    this SQLSTATE, as it does the transaction it picks to break a deadlock (40P01) or one that
+    cannot be serialized (40001). A real deadlock's victim depends on which waiter's
+    deadlock_timeout fires first, which a loaded machine decides (seen in CI)."""
+    await conn.execute(f"""
+        CREATE FUNCTION fail_item_update() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = '{sqlstate}'; END $$;
+        CREATE TRIGGER fail_item_update BEFORE UPDATE ON rfp_items
+            FOR EACH ROW EXECUTE FUNCTION fail_item_update();""")
+    try:
+        yield
+    finally:
+        await conn.execute("DROP TRIGGER fail_item_update ON rfp_items; DROP FUNCTION fail_item_update();")
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from aiohttp import web
-from conftest import deadlock_a_review
+from conftest import item_updates_failing
 
 from service.web.app import create_app
 from service.web.auth import public, requires
@@ -387,23 +387,28 @@ async def test_http_parser_errors__400_in_the_error_shape_logged_in_one_line(cli
     assert "\n" not in refused[0].getMessage()
 
 
-async def test_deadlock__the_request_rolled_back_is_503_with_retry_after_then_passes(
-    client, conn, admin, make_rfp, caplog
+@pytest.mark.parametrize(("sqlstate", "message"), [
+    ("40P01", "deadlock detected"),
+    ("40001", "could not serialize access due to concurrent update"),
+])
+async def test_transaction_conflict__the_request_rolled_back_is_503_with_retry_after_then_passes(
+    client, conn, admin, make_rfp, caplog, sqlstate, message
 ):
-    """A deadlock PostgreSQL breaks by rolling the request's transaction back is not the
-    request's fault and passes when sent again: 503 with Retry-After, not a 500."""
+    """A transaction PostgreSQL rolls back to break a deadlock, or because it cannot be
+    serialized, is not the request's fault and passes when sent again: 503 with Retry-After,
+    logged as a warning with PostgreSQL's words, not a 500."""
     rfp_id = await make_rfp(admin, "Acme")
     await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position)"
                        " VALUES ('item_dl', $1, 'Is data encrypted?', 1)", rfp_id)
     path = f"/api/v1/rfps/{rfp_id}/rfp_items/item_dl"
     draft = {"rfp_item": {"answer": "A draft."}}
     with caplog.at_level(logging.WARNING, logger="service.web.errors"):
-        response = await deadlock_a_review(
-            conn, rfp_id, "item_dl", lambda: client.patch(path, json=draft, headers=admin.headers))
+        async with item_updates_failing(conn, sqlstate, message):
+            response = await client.patch(path, json=draft, headers=admin.headers)
     assert response.status == 503, await response.text()
     assert response.headers["Retry-After"] == "1"
     assert (await response.json())["error"]["code"] == "service_unavailable"
-    assert any("deadlock detected" in record.getMessage() for record in caplog.records)
+    assert any(message in record.getMessage() for record in caplog.records)
     assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = 'item_dl'") is None
     again = await client.patch(path, json=draft, headers=admin.headers)
     assert again.status == 200 and (await again.json())["answer"] == "A draft."

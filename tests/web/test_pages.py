@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 from aiohttp.test_utils import TestClient
-from conftest import CONNECT, deadlock_a_review, with_config
+from conftest import CONNECT, item_updates_failing, with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
@@ -392,9 +392,10 @@ async def test_review_form__a_deadlock_is_the_503_page_saying_to_try_again(app_c
     await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position)"
                        " VALUES ('item_dp', $1, 'Is data encrypted?', 1)", rfp_id)
     csrf = await sign_in(app_client, admin.email)
-    response = await deadlock_a_review(conn, rfp_id, "item_dp", lambda: app_client.post(
-        f"/rfps/{rfp_id}/items/item_dp", allow_redirects=False,
-        data={"csrf_token": csrf, "action": "save", "answer": "A draft."}))
+    async with item_updates_failing(conn, "40P01", "deadlock detected"):
+        response = await app_client.post(
+            f"/rfps/{rfp_id}/items/item_dp", allow_redirects=False,
+            data={"csrf_token": csrf, "action": "save", "answer": "A draft."})
     assert response.status == 503
     assert "another change made at the same moment" in await response.text()
     assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = 'item_dp'") is None
