@@ -11,7 +11,7 @@ import os
 import re
 import tomllib
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -204,12 +204,20 @@ DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and what it was raised from or while handling, nearest first (at most ten)."""
+    current: BaseException | None = exc
+    for _ in range(10):
+        if current is None:
+            return
+        yield current
+        current = current.__cause__ or current.__context__
+
+
 def database_unavailable(exc: BaseException) -> bool:
     """Whether `exc` is, or was raised while handling, a lost or refused database connection
     (a transaction's exit on a dead connection raises InterfaceError over the real cause)."""
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 10:
+    for current in _chain(exc):
         if isinstance(current, DATABASE_UNAVAILABLE):
             return True
         # asyncpg's own word for a connection lost under it mid-call (the server or PgBouncer
@@ -221,7 +229,6 @@ def database_unavailable(exc: BaseException) -> bool:
         # state 12; another operation (2) is in progress". The connection is gone with it.
         if isinstance(current, asyncpg.InternalClientError) and "cannot switch to state" in str(current):
             return True
-        current, seen = current.__cause__ or current.__context__, seen + 1
     return False
 
 
@@ -237,13 +244,7 @@ TRANSACTION_CONFLICTS: tuple[type[BaseException], ...] = (
 
 def transaction_conflict(exc: BaseException) -> asyncpg.PostgresError | None:
     """The deadlock or serialization failure `exc` is or was raised while handling, if any."""
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 10:
-        if isinstance(current, TRANSACTION_CONFLICTS):
-            return current  # type: ignore[return-value]
-        current, seen = current.__cause__ or current.__context__, seen + 1
-    return None
+    return next((c for c in _chain(exc) if isinstance(c, TRANSACTION_CONFLICTS)), None)  # type: ignore[return-value]
 
 
 def log_round_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
