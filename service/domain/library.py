@@ -324,15 +324,17 @@ def similarity(a: frozenset[str], b: frozenset[str]) -> float:
 
 def similar_pairs(texts: Mapping[str, str], threshold: float) -> dict[tuple[str, str], float]:
     """{(id a, id b): similarity} of the texts at least `threshold` alike, a < b."""
-    words = {item_id: set(_WORD.findall(text.lower())) for item_id, text in texts.items()}
+    tokens = {item_id: _WORD.findall(text.lower()) for item_id, text in texts.items()}
+    words = {item_id: set(found) for item_id, found in tokens.items()}
     postings: dict[str, list[str]] = {}
     for item_id, found in words.items():
         for word in found:
             postings.setdefault(word, []).append(item_id)
     # Identical texts pair up even when every word is common: each with the first of them.
+    same = {item_id: " ".join(found) for item_id, found in tokens.items()}
     first_of: dict[str, str] = {}
     for item_id in sorted(texts):
-        first_of.setdefault(" ".join(_WORD.findall(texts[item_id].lower())), item_id)
+        first_of.setdefault(same[item_id], item_id)
     grams: dict[str, frozenset[str]] = {}
     pairs: dict[tuple[str, str], float] = {}
     for item_id, found in words.items():
@@ -344,7 +346,7 @@ def similar_pairs(texts: Mapping[str, str], threshold: float) -> dict[tuple[str,
         needed = min(2, len(rare))
         shared = sorted(((-count, other) for other, count in hits.items() if count >= needed))
         candidates = {other for _, other in shared[:MAX_CANDIDATES]}
-        first = first_of[" ".join(_WORD.findall(texts[item_id].lower()))]
+        first = first_of[same[item_id]]
         if first != item_id:
             candidates.add(first)
         if not candidates:
