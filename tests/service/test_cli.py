@@ -335,15 +335,21 @@ def test_serve__embedded_postgres_stopped_on_ctrl_c_after_a_kill_9(tmp_path):
         time.sleep(0.1)
 
 
-@pytest.mark.slow
-def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
+def serve_on_a_taken_port(database_url: str, *args: str) -> tuple[int, int, str]:
+    """`serve` on a port another socket listens on: (the port, the exit code, stderr)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = start_serve({"DATABASE_URL": database_url}, "--port", str(port), "--workers", "2")
+        proc = start_serve({"DATABASE_URL": database_url}, "--port", str(port), *args)
         _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 1
+    return port, proc.returncode, stderr
+
+
+@pytest.mark.slow
+def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
+    port, returncode, stderr = serve_on_a_taken_port(database_url, "--workers", "2")
+    assert returncode == 1
     assert "exited with code" in stderr
     assert f"cannot listen on 127.0.0.1:{port}: address already in use" in stderr
     assert "Traceback" not in stderr
@@ -352,13 +358,8 @@ def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
 @pytest.mark.slow
 def test_serve__a_taken_port_is_one_error_line_and_exit_2(database_url):
     """A probe: the port in use ended start-up in a 25-line traceback (exit 1)."""
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        proc = start_serve({"DATABASE_URL": database_url}, "--port", str(port))
-        _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 2
+    port, returncode, stderr = serve_on_a_taken_port(database_url)
+    assert returncode == 2
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: server.port: cannot listen on 127.0.0.1:{port}: address already in use"]
     assert "Traceback" not in stderr
