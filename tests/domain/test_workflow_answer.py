@@ -315,7 +315,7 @@ async def test_completing_items__whether_any_is_left_reads_only_those_in_flight(
     rfp.answered). Counting read every item of the RFP, so "answer all" of n items read n² rows:
     35 s of counting at 20,000 items. Here 3,000 items, the statistics taken while all were in
     flight (as at the start of a run), each completion followed by the question as the pipeline
-    asks it; the last questions read a few pages, not the RFP's items (counting, 119 pages)."""
+    asks it; the last question reads the index of items in flight, not the RFP's items."""
     import json
 
     from service import db
@@ -336,10 +336,18 @@ async def test_completing_items__whether_any_is_left_reads_only_those_in_flight(
             await conn.fetchval(db.query("answer_rfp_item"), item_id, "An answer.", 0.5, "needs_input",
                                 "q_" + item_id)
             await conn.fetchval(db.query(query), rfp_id)
-    [plan] = json.loads(await conn.fetchval(
-        f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {db.query(query)}", rfp_id))
-    read = plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
-    assert read < 40, read
+
+    async def pages_read(name: str) -> tuple[int, str]:
+        [plan] = json.loads(await conn.fetchval(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {db.query(name)}", rfp_id))
+        return plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"], json.dumps(plan)
+
+    # How many pages the answered items' dead index entries cost depends on when PostgreSQL can
+    # mark them dead (other transactions open): 30-43 seen. Counting reads every item (~120).
+    read, plan = await pages_read(query)
+    counted, _ = await pages_read("count_rfp_items_in_flight")
+    assert '"Index Name": "rfp_items_in_flight"' in plan
+    assert read * 2 < counted, (read, counted)
     last = await conn.fetchval("SELECT position FROM rfp_items WHERE id = $1", ids[-1])
     assert await conn.fetchval(db.query(query), rfp_id) == last
     await conn.fetchval(db.query("answer_rfp_item"), ids[-1], "An answer.", 0.5, "needs_input",
