@@ -11,7 +11,13 @@ import attrs
 from .. import db
 from . import audit
 from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, structure
-from .errors import NotFound, ParameterInvalid, ParameterMissing, ServiceUnavailable
+from .errors import (
+    NotFound,
+    ParameterInvalid,
+    ParameterMissing,
+    ServiceUnavailable,
+    ValidationFailed,
+)
 from .ids import new_id
 from .models import Page, RfpItem
 
@@ -19,6 +25,10 @@ MAX_TITLE = 500
 MAX_TEXT = 100_000
 
 MAX_ITEMS_PER_CREATE = 5_000
+# What an RFP may hold in all, however its items came (creates, additions, imports of up to
+# uploads.max_items each): its page, overview and exports grow with it (20,000 items of 5 KB
+# export in 1-2 s), and without a bound repeated imports grew one RFP without end.
+MAX_ITEMS_PER_RFP = 20_000
 
 
 # Search counts matches up to this many (500 pages): every search's work stays bounded. It is
@@ -150,7 +160,15 @@ async def append_items(
     async with conn.transaction():
         if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, account_id) is None:
             raise NotFound(f"no RFP {rfp_id} in this account")
+        # Items are never deleted (a discarded one stays), so positions count the RFP's items.
         start = await conn.fetchval(db.query("next_item_position"), rfp_id)
+        held = start - 1
+        if held + len(questions) > MAX_ITEMS_PER_RFP:
+            raise ValidationFailed(
+                [f"items: the RFP holds {held:,} items and these are {len(questions):,} more; an "
+                 f"RFP holds at most {MAX_ITEMS_PER_RFP:,}"],
+                message="too many items for one RFP",
+            )
         args = (
             rfp_id,
             [new_id("item") for _ in questions],

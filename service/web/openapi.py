@@ -499,7 +499,9 @@ def _workflow_paths() -> dict[str, Any]:
     create = _op("create_rfp_items", "add one item, or a list, after the RFP's last", {
         "201": _json({"anyOf": [item, _wrapped("rfp_items", {"type": "array", "items": item})]},
                      "the item (for rfp_item), or {rfp_items: [...]} (for rfp_items)"),
-        "404": no_rfp}, params=[_ID],
+        "404": no_rfp,
+        "422": _error("an invalid item, more than 5,000 in one request, or more than the 20,000 "
+                      "an RFP holds (validation_failed)")}, params=[_ID],
         body={"anyOf": [_wrapped("rfp_item", _ref("RfpItemInput")),
                         _wrapped("rfp_items", {"type": "array", "items": _ref("RfpItemInput")})]})
     upload = _op("import_rfp_items", "import a CSV or XLSX questionnaire as items, in file order", {
@@ -511,7 +513,8 @@ def _workflow_paths() -> dict[str, Any]:
                       "[uploads] (rows, columns, cells, items, zip parts, parse time or memory; "
                       "the message names it)"),
         "422": _error("no question column (the columns found are named), no questions, "
-                      "unknown sheet, or an unreadable file")},
+                      "unknown sheet, an unreadable file, or more items than the 20,000 an "
+                      "RFP holds")},
         params=[_ID,
                 _query("sheet", "sheet name; default: the first with a question-like header"),
                 _query("question_column", "header name or column letter"),

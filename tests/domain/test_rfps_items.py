@@ -131,3 +131,39 @@ async def test_rfp_items__other_account_rfp_is_404(client, make_account):
 async def test_rfp_items__unknown_rfp_is_404(client, admin):
     response = await client.get("/api/v1/rfps/rfp_nope/rfp_items", headers=admin.headers)
     assert response.status == 404
+
+
+async def test_an_rfp_holds_at_most_max_items_per_rfp__additions_and_imports_past_it_are_422(
+    client, conn, admin
+):
+    from service.domain.rfps import MAX_ITEMS_PER_CREATE, MAX_ITEMS_PER_RFP
+
+    rfp_id = await create_with_items(client, admin, MAX_ITEMS_PER_CREATE)
+    url = f"/api/v1/rfps/{rfp_id}/rfp_items"
+    batch = [{"question": f"More {n}?"} for n in range(MAX_ITEMS_PER_CREATE)]
+    for _ in range(MAX_ITEMS_PER_RFP // MAX_ITEMS_PER_CREATE - 1):
+        response = await client.post(url, json={"rfp_items": batch}, headers=admin.headers)
+        assert response.status == 201, await response.text()
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) \
+        == MAX_ITEMS_PER_RFP
+
+    one_more = await client.post(url, json={"rfp_item": {"question": "Full?"}}, headers=admin.headers)
+    assert one_more.status == 422
+    error = (await one_more.json())["error"]
+    assert error["code"] == "validation_failed"
+    assert error["details"] == [
+        f"items: the RFP holds {MAX_ITEMS_PER_RFP:,} items and these are 1 more; an RFP holds "
+        f"at most {MAX_ITEMS_PER_RFP:,}"
+    ]
+    imported = await client.post(
+        f"{url}/import", data="Question\nStill room?\n",
+        headers={**admin.headers, "Content-Type": "text/csv"},
+    )
+    assert imported.status == 422
+    assert "an RFP holds at most" in (await imported.json())["error"]["details"][0]
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) \
+        == MAX_ITEMS_PER_RFP
+    audited = await conn.fetchval(
+        "SELECT count(*) FROM audit_events WHERE record_id = $1 AND action LIKE 'rfp%items%'", rfp_id
+    )
+    assert audited == MAX_ITEMS_PER_RFP // MAX_ITEMS_PER_CREATE - 1
