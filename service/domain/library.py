@@ -305,6 +305,10 @@ MAX_POSTING = 200  # a word in more entries than this says nothing about samenes
 # memory. Now a run's work and findings grow with the number of entries, not its square.
 MAX_CANDIDATES = 20
 ANSWER_OPENING = 300  # answers are compared by their opening characters
+# and questions by theirs: a comparison costs as many trigrams as the texts hold, and 20 of them
+# per entry of 10,000-character questions were ~80 s of CPU for 100 MB of questions, in a thread
+# that holds the GIL against the event loop. Questions as written are far shorter than this.
+QUESTION_OPENING = 1_000
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -318,8 +322,9 @@ def trigrams(text: str) -> frozenset[str]:
 
 
 def similarity(a: frozenset[str], b: frozenset[str]) -> float:
-    union = len(a | b)
-    return len(a & b) / union if union else 0.0
+    shared = len(a & b)
+    union = len(a) + len(b) - shared
+    return shared / union if union else 0.0
 
 
 def similar_pairs(texts: Mapping[str, str], threshold: float) -> dict[tuple[str, str], float]:
@@ -366,7 +371,7 @@ def classify_library(
     """Every duplicate and conflict among an account's entries (CPU only: run it in a thread)."""
     by_id = {row["id"]: row for row in entries}
     by_question = similar_pairs(
-        {row["id"]: row["question"] for row in entries if row["question"]},
+        {row["id"]: row["question"][:QUESTION_OPENING] for row in entries if row["question"]},
         min(duplicate_similarity, conflict_similarity),
     )
     by_answer = similar_pairs(

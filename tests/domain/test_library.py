@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import string
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -397,3 +399,22 @@ def test_classify_library__many_copies_of_one_entry_cost_as_many_findings_not_th
              "yes_no": None} for i in range(200)]
     found = classify_library(near, 0.9, 0.8)
     assert 0 < len(found) <= 200 * MAX_CANDIDATES  # every pair of the 200 was 19,900
+
+
+def test_classify_library__questions_are_compared_by_their_opening():
+    """A comparison costs as many trigrams as the texts hold: 10,000-character questions cost
+    ~80 s of CPU per 100 MB. Questions are compared by their first QUESTION_OPENING characters,
+    so two that open alike are alike whatever follows."""
+    from service.domain.library import QUESTION_OPENING, classify_library
+
+    letters = random.Random(7)
+    opening = " ".join(f"control{n} evidence{n}" for n in range(QUESTION_OPENING // 10))
+    entries = [
+        {"id": f"kb_{i}", "answer": f"Answer {i} in its own words.", "yes_no": None,
+         "question": opening[:QUESTION_OPENING] + " " + " ".join(
+             "".join(letters.choices(string.ascii_lowercase, k=9)) for _ in range(1100))}
+        for i in range(2)
+    ]
+    assert all(len(e["question"]) > 10 * QUESTION_OPENING for e in entries)
+    found = classify_library(entries, 0.9, 0.8)
+    assert [(f.item_a, f.item_b) for f in found] == [("kb_0", "kb_1")]
