@@ -182,6 +182,9 @@ async def create_pool(
         connection_class=asyncpg.Connection,
         record_class=asyncpg.Record,
         **connect_options(config),
+        # A connection made while acquiring (a pooled one replaced) waits no longer than an
+        # acquire may: TimedPool.take makes it without the acquire timeout. (asyncpg: 60 s.)
+        **({"timeout": acquire_timeout} if acquire_timeout else {}),
     )
     pool.acquire_timeout = acquire_timeout
     return await pool
@@ -269,6 +272,17 @@ class TimedPool(asyncpg.Pool):
         # The timeout is ours (asyncio.timeout), not asyncpg's: on Python 3.11 asyncpg's wraps
         # every acquire in wait_for, which starts a task per request.
         return _Acquire(super().acquire(), timeout)
+
+    async def take(self, timeout: float) -> asyncpg.Connection:  # noqa: ASYNC109 (as acquire)
+        """acquire() as one plain await, for the requests' path; give it back with `release`.
+        While a connection is idle it is handed over at once, and the timeout and the error
+        wrapping are set up only when the caller may have to wait: per request they cost ~13 µs
+        of a GET's 140 (a timer scheduled and cancelled, two context managers). Should the
+        connection handed over need making anew (asyncpg replaces one after max_queries), the
+        pool's connect timeout bounds that, as long as an acquire's (create_pool)."""
+        if self.get_idle_size():
+            return await super().acquire()
+        return await self.acquire(timeout=timeout)
 
 
 class _Acquire:

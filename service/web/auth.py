@@ -151,13 +151,17 @@ async def authorized(
             await _admit(request, conn, policy, token, query, args, keep)
         return await handler(request)
     # No body: keep the connection for the handler (db.connection), one acquire per request.
-    async with acquire(request.app) as conn:
+    # (`acquire` written out: its context manager is a measurable share of a cheap request.)
+    conn = await take_connection(request.app)
+    try:
         await _admit(request, conn, policy, token, query, args, keep)
         request[REQUEST_CONNECTION] = conn
         try:
             return await handler(request)
         finally:
             del request[REQUEST_CONNECTION]
+    finally:
+        await request.app[POOL].release(conn)
 
 
 async def _admit(
@@ -213,13 +217,22 @@ async def connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
 
 @asynccontextmanager
 async def acquire(app: web.Application) -> AsyncIterator[asyncpg.Connection]:
-    """A pooled connection, waited for at most `database.acquire_timeout_seconds`: past that,
-    or when the database cannot be reached at all (its Unix socket gone, refused), 503 with
-    Retry-After instead of a request that hangs or a 500."""
-    pool = app[POOL]
+    """A pooled connection for the block (see `take_connection`)."""
+    conn = await take_connection(app)
+    try:
+        yield conn
+    finally:
+        await app[POOL].release(conn)
+
+
+async def take_connection(app: web.Application) -> asyncpg.Connection:
+    """A pooled connection, to be released, waited for at most
+    `database.acquire_timeout_seconds`: past that, or when the database cannot be reached at all
+    (its Unix socket gone, refused), 503 with Retry-After instead of a request that hangs or a
+    500."""
     timeout = app[CONFIG].database.acquire_timeout_seconds
     try:
-        conn = await pool.acquire(timeout=timeout)
+        return await app[POOL].take(timeout)
     except TimeoutError:
         raise ServiceUnavailable(
             f"no database connection became free within {timeout:g} s; retry shortly",
@@ -230,10 +243,6 @@ async def acquire(app: web.Application) -> AsyncIterator[asyncpg.Connection]:
             f"the database is unreachable ({type(exc).__name__}); retry shortly",
             headers={"Retry-After": "1"},
         ) from None
-    try:
-        yield conn
-    finally:
-        await pool.release(conn)
 
 
 @asynccontextmanager
