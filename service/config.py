@@ -512,7 +512,11 @@ def load(
     raw: dict = {}
     if config_path.exists():
         try:
-            raw = tomllib.loads(config_path.read_text())
+            raw = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except OSError as exc:  # a directory, or a file this user may not read
+            raise ConfigError(f"{config_path}: cannot be read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:  # TOML is UTF-8; a file saved as Latin-1, say, is not
+            raise ConfigError(f"{config_path}: not valid TOML: not UTF-8 (byte {exc.start})") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{config_path}: not valid TOML: {exc}") from None
     elif explicit:

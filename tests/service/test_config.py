@@ -95,6 +95,21 @@ def test_load__invalid_toml_names_the_file(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda path: path.mkdir(), "cannot be read: Is a directory"),
+        (lambda path: path.write_bytes(b"[server]\nhost = '\xff'\n"), "not valid TOML: not UTF-8"),
+    ],
+)
+def test_load__unreadable_file_is_an_error_naming_it(tmp_path, make, message):
+    # A probe: a directory or a Latin-1 file where config.toml was expected ended in a traceback.
+    path = tmp_path / "config.toml"
+    make(path)
+    with pytest.raises(ConfigError, match=f"config\\.toml: {message}"):
+        load(path, env={})
+
+
+@pytest.mark.parametrize(
     ("toml", "message"),
     [
         ("[server]\nport = 70000", "server.port: must be a TCP port"),
