@@ -395,15 +395,25 @@ async def migrate(
     on one server connection and never released (the unlock reaching another), so everything runs
     in one transaction under a transaction-scoped lock; each migration is then a savepoint.
     """
-    if not session:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_ID)
-            return await _migrate_locked(conn, sql, before)
-    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
     try:
-        return await _migrate_locked(conn, sql, before)
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)
+        if not session:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_ID)
+                return await _migrate_locked(conn, sql, before)
+        await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
+        try:
+            return await _migrate_locked(conn, sql, before)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)
+    except asyncpg.InsufficientPrivilegeError as exc:
+        # Every start migrates and re-creates the functions, which only their owner may do: a
+        # role granted less (PostgreSQL 15+ gives non-owners no CREATE on public) cannot start.
+        hint = f" ({exc.hint})" if exc.hint else ""
+        raise MigrationError(
+            f"the database role {conn.get_settings().session_authorization} may not change the "
+            f"schema: {exc.message}{hint} (SQLSTATE {exc.sqlstate}); the service's role must own "
+            'its database (DEPLOYMENT.md, "Supported PostgreSQL")'
+        ) from exc
 
 
 async def _migrate_locked(conn: asyncpg.Connection, sql: Traversable, before: str | None) -> list[str]:
@@ -420,6 +430,8 @@ async def _migrate_locked(conn: asyncpg.Connection, sql: Traversable, before: st
             async with conn.transaction():
                 await conn.execute(file.read_text())
                 await conn.execute(query("record_migration"), version, checksum(file))
+        except asyncpg.InsufficientPrivilegeError:
+            raise  # not a database left otherwise than expected: the role's rights (migrate)
         except asyncpg.PostgresError as exc:
             # The database is not what the migrations before this one left (a migration applied
             # by hand, its schema_migrations row deleted, a restore): one line naming it, not a

@@ -462,3 +462,36 @@ async def _drop_role(server_url: str, database_url: str, role: str) -> None:
         await conn.execute(f'DROP ROLE IF EXISTS "{role}"')
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize(("may_create", "migrated_by_owner"), [(False, False), (True, False), (True, True)])
+async def test_cli_migrate__a_role_that_may_not_change_the_schema_is_one_line_saying_so(
+    server_url, empty_database_url, may_create, migrated_by_owner
+):
+    """A probe: a role without CREATE on schema public (any non-owner on PostgreSQL 15+), or with
+    it but not the database's owner (a migration creates an extension; the owner's tables and
+    functions are re-created), ended `serve` and `migrate` in a traceback (InsufficientPrivilegeError)."""
+    from cli_runner import cli
+    from yarl import URL
+
+    role = f"rfp_user_{new_id('r')[-8:].lower()}"
+    admin = await asyncpg.connect(empty_database_url)
+    try:
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+        if migrated_by_owner:
+            await db.migrate(admin)
+        if may_create:
+            await admin.execute(f'GRANT CREATE ON SCHEMA public TO "{role}"')
+        await admin.execute(
+            f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"')
+    finally:
+        await admin.close()
+    try:
+        result = await asyncio.to_thread(cli, str(URL(empty_database_url).with_user(role)), "migrate")
+    finally:
+        await _drop_role(server_url, empty_database_url, role)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    line = result.stderr.strip()
+    assert line.startswith(f"error: the database role {role} may not change the schema: ")
+    assert line.endswith("the service's role must own its database (DEPLOYMENT.md, \"Supported PostgreSQL\")")
