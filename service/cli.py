@@ -56,11 +56,14 @@ async def connect(url: str, config: Config) -> tuple[asyncpg.Connection, bool]:
     except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         from yarl import URL
 
-        try:
-            where = str(URL(url).with_password(None)) if URL(url).password else url
+        setting = "database.url"
+        if config.database.pooler == db.TRANSACTION_POOLER and config.database.direct_url:
+            setting, url = "database.direct_url", config.database.direct_url  # what was tried
+        try:  # a password in the URL's user part or its query (`?password=`) is not shown
+            where = str(URL(url).with_password(None).without_query_params("password"))
         except ValueError:
             where = "the configured URL"
-        raise ConfigError(f"database.url: cannot connect to {where}: {exc}") from None
+        raise ConfigError(f"{setting}: cannot connect to {where}: {exc}") from None
 
 
 def run_with_connection(config: Config, work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:

@@ -150,6 +150,25 @@ def test_unreachable_database__exit_2_naming_the_setting():
     assert "Traceback" not in result.stderr
 
 
+def test_unreachable_database__a_password_in_the_url_query_is_not_shown():
+    # A probe: `?password=` (as libpq takes it) was printed whole in the error line.
+    result = cli("postgresql://nobody@127.0.0.1:1/none?password=hunter2&sslmode=disable", "migrate")
+    assert result.returncode == 2
+    assert result.stderr == ("error: database.url: cannot connect to postgresql://nobody@127.0.0.1:1/none"
+                             "?sslmode=disable: [Errno 111] Connect call failed ('127.0.0.1', 1)\n")
+
+
+def test_unreachable_direct_url__names_that_setting_and_server(database_url):
+    # A probe: behind a pooler with direct_url set, commands connect to direct_url, yet the error
+    # named database.url and the pooler's address, which was fine.
+    result = cli(database_url, "migrate", env={
+        "RFP_DATABASE_POOLER": "pgbouncer-transaction",
+        "DATABASE_DIRECT_URL": "postgresql://nobody:secret@127.0.0.1:1/none"})
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "error: database.direct_url: cannot connect to postgresql://nobody@127.0.0.1:1/none: ")
+
+
 # -- serve ------------------------------------------------------------------------------
 
 
