@@ -15,10 +15,12 @@ import signal
 import sys
 import tempfile
 from multiprocessing.connection import wait
+from typing import NoReturn
 
+import asyncpg
 from aiohttp import web
 
-from . import logs
+from . import db, logs
 from .config import Config
 from .metrics import MULTIPROC_ENV
 from .web.app import create_app
@@ -41,14 +43,27 @@ def serve_worker(config: Config) -> None:
             print=None,
             handler_cancellation=True,
         )
-    except OSError as exc:
-        if exc.errno not in _CANNOT_LISTEN:
-            raise
-        # One line, as a bad setting gets (cli.main): a traceback would say nothing more. The app
-        # has started and stopped by now (aiohttp binds after start-up), its leases handed back.
-        print(f"error: server.port: cannot listen on {config.server.host}:{config.server.port}: "
-              f"{os.strerror(exc.errno).lower()}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+    except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in _CANNOT_LISTEN:
+            # One line, as a bad setting gets (cli.main): a traceback would say nothing more. The
+            # app has started and stopped by now (aiohttp binds after start-up), leases handed back.
+            print(f"error: server.port: cannot listen on {config.server.host}:{config.server.port}: "
+                  f"{os.strerror(exc.errno).lower()}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        if db.database_unavailable(exc):
+            _cannot_connect(exc)
+        raise
+
+
+def _cannot_connect(exc: BaseException) -> NoReturn:
+    """One line for the pools that start-up could not open (the migrations' connection could): a
+    connection limit reached, or the server gone meanwhile."""
+    hint = ""
+    if isinstance(exc, asyncpg.TooManyConnectionsError):
+        hint = " (each service process holds up to database.pool_max_size + questions.pool_size + 1)"
+    print(f"error: database.url: cannot open the service's connections: {exc}{hint}",
+          file=sys.stderr, flush=True)
+    raise SystemExit(2) from None
 
 
 # Why binding the port fails: taken, an address this host does not have, a privileged port.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -388,3 +389,40 @@ def test_psql__runs_the_bundled_psql_on_the_configured_database(database_url):
     result = cli(database_url, "psql", "-tA", "-c", "SELECT count(*) FROM schema_migrations")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(len(list((ROOT / "sql" / "migrations").glob("*.sql"))))
+
+
+@pytest.mark.slow
+def test_serve__connections_refused_at_start_up_are_one_error_line_and_exit_2(server_url, empty_database_url):
+    """A probe: a role allowed fewer connections than a process opens at start (a managed
+    server's per-role limit) migrated, then ended in a 60-line traceback from opening the pools."""
+    import asyncio
+
+    import asyncpg
+    from yarl import URL
+
+    role = f"rfp_limited_{secrets.token_hex(4)}"
+
+    async def admin(url: str, *statements: str) -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            for statement in statements:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    name = URL(empty_database_url).path.lstrip("/")
+    asyncio.run(admin(empty_database_url, f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 1',
+                      f'ALTER DATABASE "{name}" OWNER TO "{role}"', f'ALTER SCHEMA public OWNER TO "{role}"'))
+    try:
+        result = cli(str(URL(empty_database_url).with_user(role)), "serve", "--port", str(free_port()),
+                     env={"RFP_EMBEDDINGS": "none"})
+    finally:
+        asyncio.run(admin(empty_database_url, f'REASSIGN OWNED BY "{role}" TO CURRENT_USER',
+                          f'DROP OWNED BY "{role}"'))
+        asyncio.run(admin(server_url, f'DROP ROLE "{role}"'))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: database.url: cannot open the service's connections: too many connections for role "
+        f'"{role}" (each service process holds up to database.pool_max_size + questions.pool_size + 1)']
