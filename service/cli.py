@@ -160,10 +160,9 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         overrides["port"] = args.port
     if args.workers is not None:
         overrides["workers"] = args.workers
-    try:
-        config = attrs.evolve(config, server=attrs.evolve(config.server, **overrides))
-    except ValueError as exc:  # the same validators as config.toml: `workers: must be …`
-        raise ConfigError(f"invalid option --{exc}") from None
+    if overrides:  # read again with the options on top, so that what follows the port (an
+        # empty web_base_url) follows --port as it follows PORT; checked as config.toml is
+        config = config_module.load(args.config, overrides={"server": overrides})
     database = Database(config)
     config = attrs.evolve(config, database=attrs.evolve(config.database, url=database.url))
     demo = asyncio.run(bootstrap_demo(database.url, config))

@@ -259,6 +259,21 @@ def test_serve__first_start_prints_a_working_demo_token_and_stops_on_ctrl_c(empt
 
 
 @pytest.mark.slow
+def test_serve__port_option_is_the_port_of_web_links(empty_database_url):
+    """A probe: `serve --port 9000` without server.web_base_url made every web_link (and e-mailed
+    link) http://localhost:8080/…, the port of the config, while PORT=9000 made them :9000."""
+    port = free_port()
+    proc = start_serve({"DATABASE_URL": empty_database_url, "RFP_EMBEDDINGS": "none"}, "--port", str(port))
+    try:
+        token, _ = read_demo_block(proc)
+        wait_until_serving(port, proc)
+        _, created = api(port, "/api/v1/rfps", token, {"rfp": {"title": "Acme"}})
+    finally:
+        interrupt(proc)
+    assert created["web_link"] == f"http://localhost:{port}/rfps/{created['id']}"
+
+
+@pytest.mark.slow
 def test_serve__second_start_creates_no_second_demo(empty_database_url):
     port = free_port()
     outputs = []

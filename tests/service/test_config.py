@@ -169,6 +169,17 @@ def test_serve__bad_setting_stops_start_up_naming_it(tmp_path, env, message):
     assert not (tmp_path / "var").exists()
 
 
+def test_serve__bad_option_stops_start_up_naming_its_setting(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "service", "serve", "--workers", "0"],
+        cwd=tmp_path, env={**_without_database(os.environ), "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (
+        2, "error: invalid configuration: server.workers: must be greater than 0, got 0\n")
+    assert not (tmp_path / "var").exists()
+
+
 def test_web_base_url__follows_the_port_served_on():
     # The default link base pointed at :8080 whatever PORT said (issue 18).
     assert load(env={"PORT": "9123"}).server.web_base_url == "http://localhost:9123"
