@@ -366,7 +366,7 @@ class Config:
     mail: MailConfig = MailConfig()
     members: MembersConfig = MembersConfig()
     uploads: UploadsConfig = UploadsConfig()
-    # Keyed by route name (see service/app.py); routes without an entry are not limited.
+    # Keyed by route name (see routes() in service/web/app.py); routes without an entry are not limited.
     rate_limits: dict[str, RateLimit] = attrs.field(factory=_default_rate_limits)
     questions: QuestionsConfig = QuestionsConfig()
     openai: OpenAIConfig = OpenAIConfig()

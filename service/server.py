@@ -23,6 +23,7 @@ from aiohttp import web
 from . import db, logs
 from .config import Config
 from .metrics import MULTIPROC_ENV
+from .web.app import check_rate_limits as check_rate_limits  # for cmd_serve (cli may not import web)
 from .web.app import create_app
 from .web.telemetry import AccessLogger
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import difflib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ from aiohttp import web
 from .. import db
 from ..answering import embeddings
 from ..answering.engines import AnswerEngine
-from ..config import Config
+from ..config import Config, ConfigError
 from ..domain import housekeeping
 from ..metrics import Metrics
 from ..web import openapi
@@ -186,10 +187,25 @@ def routes() -> list[web.RouteDef]:
     ]
 
 
+def check_rate_limits(config: Config) -> None:
+    """Refuse a `[rate_limits.<name>]` that names no route: a misspelt name would limit nothing,
+    and, replacing the default section, leave asking unlimited."""
+    names = {route.kwargs.get("name") for route in routes()}
+    unknown = sorted(set(config.rate_limits) - names)
+    if unknown:
+        raise ConfigError("invalid configuration: " + "; ".join(
+            f"rate_limits.{name}: no route has this name ("
+            + "".join(f"did you mean {m}? " for m in difflib.get_close_matches(name, names, n=1))
+            + "the names are in service/web/app.py routes())"
+            for name in unknown
+        ))
+
+
 def create_app(config: Config) -> web.Application:
     """The service's application; `config.database.url` must name a reachable database."""
     if not config.database.url:
         raise ValueError("create_app needs config.database.url (start the embedded server first)")
+    check_rate_limits(config)
     # The request id, errors, auth and rate limits wrap each handler (service/middleware.py); an
     # aiohttp middleware only when metrics are on: it sees the rendered status.
     middlewares = [metrics_middleware] if config.metrics.enabled else []

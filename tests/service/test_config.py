@@ -180,6 +180,21 @@ def test_serve__bad_option_stops_start_up_naming_its_setting(tmp_path):
     assert not (tmp_path / "var").exists()
 
 
+def test_serve__rate_limit_of_no_route_stops_start_up_naming_it(tmp_path):
+    """A probe: a misspelt route ([rate_limits.ask_questoin]) started the service with no limit on
+    asking, the default's section replaced by one that limits nothing."""
+    (tmp_path / "config.toml").write_text("[rate_limits.ask_questoin]\nlimit = 5\nperiod_seconds = 60\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "service", "serve"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**_without_database(os.environ), "PYTHONPATH": str(ROOT),
+             "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"},  # checked before connecting
+    )
+    assert (result.returncode, result.stderr) == (2, (
+        "error: invalid configuration: rate_limits.ask_questoin: no route has this name "
+        "(did you mean ask_question? the names are in service/web/app.py routes())\n"))
+
+
 def test_web_base_url__follows_the_port_served_on():
     # The default link base pointed at :8080 whatever PORT said (issue 18).
     assert load(env={"PORT": "9123"}).server.web_base_url == "http://localhost:9123"
