@@ -303,6 +303,9 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
         # on_shutdown runs before aiohttp waits for in-flight requests: both drain together.
         pipeline.stop()
         stopping_since[0] = time.monotonic()
+        log.info("stopping: in-flight requests and the steps of %d question(s) get up to %g s to finish; "
+                 "each question is then handed back to be resumed by any process",
+                 len(pipeline.active), config.server.shutdown_timeout)
 
     stopping_since = [0.0]
     app.on_shutdown.append(stop_pipeline)
@@ -333,6 +336,7 @@ async def _pipeline(app: web.Application) -> AsyncIterator[None]:
             await scheduler.close()
             with contextlib.suppress(Exception):
                 await pipeline.release(unfinished)
+            log.info("stopped: %d question step(s) cut off at the shutdown timeout", len(unfinished))
         finally:
             await events.close()
             await session.close()

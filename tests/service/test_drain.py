@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import aiohttp
@@ -66,6 +67,11 @@ async def test_sigterm__drains_requests_and_steps_releases_leases_and_exits_0(
     code = await asyncio.to_thread(first.process.wait, SHUTDOWN_TIMEOUT + 5)
     assert code == 0, first.log.read_text()[-3000:]
     assert time.monotonic() - signalled < SHUTDOWN_TIMEOUT + 3
+    # The operator sees the stop in the log: it was silent from SIGTERM to exit.
+    log = first.log.read_text()
+    assert re.search(r"INFO service\.web\.app: stopping: in-flight requests and the steps of [1-8] ",
+                     log), log
+    assert "INFO service.web.app: stopped: 0 question step(s) cut off at the shutdown timeout" in log, log
 
     unfinished = await conn.fetch(
         "SELECT id, state::text, lease_owner, lease_expires_at <= now() AS free"
