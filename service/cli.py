@@ -173,7 +173,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         print_demo(demo, config)
     where = "embedded PostgreSQL in " + str(database.embedded.pgdata) if database.embedded else "DATABASE_URL"
     log.info(
-        "serving on http://%s:%s with %d worker(s), database: %s",
+        "starting on http://%s:%s with %d worker(s), database: %s",
         config.server.host, config.server.port, config.server.workers, where,
     )
     try:

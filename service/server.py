@@ -41,7 +41,9 @@ def serve_worker(config: Config) -> None:
             reuse_port=config.server.workers > 1,
             access_log_class=AccessLogger,
             shutdown_timeout=config.server.shutdown_timeout,
-            print=None,
+            # Called once the port is bound: the line an operator waits for.
+            print=lambda _banner: log.info("listening on http://%s:%s (pid %d)", config.server.host,
+                                           config.server.port, os.getpid()),
             handler_cancellation=True,
         )
     except Exception as exc:

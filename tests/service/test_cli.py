@@ -251,6 +251,7 @@ def test_serve__first_start_prints_a_working_demo_token_and_stops_on_ctrl_c(empt
     finally:
         _, stderr = interrupt(proc)
     assert proc.returncode == 0, stderr
+    assert re.search(rf"INFO service: listening on http://127\.0\.0\.1:{port} \(pid \d+\)\n", stderr), stderr
     assert (status, status_search, status_sign_in) == (201, 200, 201)
     assert [rfp["id"] for rfp in found["rfps"]] == [created["id"]]
     assert printed.count("curl ") == 2
@@ -398,6 +399,7 @@ def test_serve__a_taken_port_is_one_error_line_and_exit_2(database_url):
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: server.port: cannot listen on 127.0.0.1:{port}: address already in use"]
     assert "Traceback" not in stderr
+    assert "listening on" not in stderr
 
 
 def test_psql__runs_the_bundled_psql_on_the_configured_database(database_url):
