@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from .config import Config
+from .config import Config, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,11 @@ def database_url(config: Config) -> tuple[str, EmbeddedPostgres | None]:
     """The configured URL, or the embedded server's (started if need be) when none is set."""
     if config.database.url:
         return config.database.url, None
-    server = EmbeddedPostgres(config.data_dir)
+    try:
+        server = EmbeddedPostgres(config.data_dir)
+    except OSError as exc:  # making its directory failed: a file in the way, no permission
+        raise ConfigError(f"database.data_dir: cannot keep the embedded PostgreSQL's data in "
+                          f"{config.data_dir / 'pg'}: {exc.strerror} ({exc.filename})") from None
     return server.url(), server
 
 

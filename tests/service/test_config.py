@@ -195,6 +195,21 @@ def test_serve__rate_limit_of_no_route_stops_start_up_naming_it(tmp_path):
         "(did you mean ask_question? the names are in service/web/app.py routes())\n"))
 
 
+@pytest.mark.parametrize("data_dir", ["a-file", "a-file/below"])
+def test_migrate__unusable_data_dir_is_one_error_line_naming_it(tmp_path, data_dir):
+    # A probe: RFP_DATA_DIR naming a file, or a path under one, ended in a traceback (FileExistsError).
+    (tmp_path / "a-file").write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "service", "migrate"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**_without_database(os.environ), "PYTHONPATH": str(ROOT), "RFP_DATA_DIR": data_dir},
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"error: database.data_dir: cannot keep the embedded PostgreSQL's data in {data_dir}/pg: ")
+
+
 def test_web_base_url__follows_the_port_served_on():
     # The default link base pointed at :8080 whatever PORT said (issue 18).
     assert load(env={"PORT": "9123"}).server.web_base_url == "http://localhost:9123"
