@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from multiprocessing.connection import wait
@@ -47,11 +48,13 @@ def serve_worker(config: Config) -> None:
             handler_cancellation=True,
         )
     except Exception as exc:
-        if isinstance(exc, OSError) and exc.errno in _CANNOT_LISTEN:
+        unresolved = isinstance(exc, socket.gaierror)  # a --host the resolver does not know
+        if unresolved or (isinstance(exc, OSError) and exc.errno in _CANNOT_LISTEN):
             # One line, as a bad setting gets (cli.main): a traceback would say nothing more. The
             # app has started and stopped by now (aiohttp binds after start-up), leases handed back.
-            print(f"error: server.port: cannot listen on {config.server.host}:{config.server.port}: "
-                  f"{os.strerror(exc.errno).lower()}", file=sys.stderr, flush=True)
+            reason = exc.strerror if unresolved else os.strerror(exc.errno)
+            print(f"error: server.{'host' if unresolved else 'port'}: cannot listen on "
+                  f"{config.server.host}:{config.server.port}: {reason.lower()}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
         if db.database_unavailable(exc):
             _cannot_connect(exc)

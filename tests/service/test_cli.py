@@ -402,6 +402,21 @@ def test_serve__a_taken_port_is_one_error_line_and_exit_2(database_url):
     assert "listening on" not in stderr
 
 
+@pytest.mark.slow
+def test_serve__a_host_that_does_not_resolve_is_one_error_line_and_exit_2(database_url):
+    """A probe: `serve --host` with a name the resolver does not know ended in a traceback
+    (socket.gaierror, exit 1)."""
+    port = free_port()
+    proc = start_serve({"DATABASE_URL": database_url, "RFP_EMBEDDINGS": "none"},
+                       "--host", "no-such-host.invalid", "--port", str(port))
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: server.host: cannot listen on no-such-host.invalid:{port}: "
+                      "name or service not known"]
+    assert "Traceback" not in stderr
+
+
 def test_psql__runs_the_bundled_psql_on_the_configured_database(database_url):
     result = cli(database_url, "psql", "-tA", "-c", "SELECT count(*) FROM schema_migrations")
     assert result.returncode == 0, result.stderr
