@@ -448,6 +448,11 @@ async def _migrate_locked(conn: asyncpg.Connection, sql: Traversable, before: st
         applied.append(version)
     if before is None:
         async with conn.transaction():
+            if not await pgvector_available(conn):
+                await conn.execute(query("create_embeddings_table"))
+                if await pgvector_available(conn):
+                    log.info("pgvector is now installed: dense retrieval's table was created, and "
+                             "the indexer embeds the knowledge base in the background")
             for _name, file in function_files(sql):
                 await conn.execute(file.read_text())
             await sync_vocabulary(conn, vocabulary(sql))

@@ -169,7 +169,8 @@ def make_embedder(config: EmbeddingsConfig, session: aiohttp.ClientSession | Non
 
 PGVECTOR_MISSING = (
     "pgvector is not installed on this PostgreSQL server (no knowledge_embeddings table): "
-    "retrieval stays lexical; install pgvector and re-create the database for dense retrieval, "
+    "retrieval stays lexical; install pgvector on the server and restart the service for dense "
+    "retrieval (it creates the extension, which needs a role allowed to), "
     "or set embeddings.backend = \"none\" to silence this"
 )
 

@@ -47,3 +47,39 @@ SELECT f.concept, f.phrase, true
                       AND lower(v.phrase) = lower(f.phrase))
  ORDER BY f.n
 RETURNING concept, phrase;
+
+-- create_embeddings_table --
+-- Migration 0011's dense-retrieval table, for a database it was applied to while pgvector was
+-- missing (0011 then only left a notice): run at every migrate once pgvector can be created
+-- here, so that installing pgvector later and restarting turns dense retrieval on. A server
+-- that still lacks pgvector (or the right to create it) is left as it is.
+DO $setup$
+BEGIN
+    IF to_regclass('knowledge_embeddings') IS NOT NULL
+       OR NOT EXISTS (SELECT FROM pg_available_extensions WHERE name = 'vector') THEN
+        RETURN;
+    END IF;
+    BEGIN
+        CREATE EXTENSION IF NOT EXISTS vector;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE NOTICE 'pgvector is installed but cannot be created here (%): dense retrieval stays off', SQLERRM;
+        RETURN;
+    END;
+    EXECUTE $sql$
+        CREATE TABLE knowledge_embeddings (
+            item_id      text NOT NULL REFERENCES knowledge_items ON DELETE CASCADE,
+            model        text NOT NULL,
+            account_id   text NOT NULL,
+            content_hash text NOT NULL,
+            dimensions   integer NOT NULL,
+            embedding    vector NOT NULL,
+            PRIMARY KEY (item_id, model)
+        )
+    $sql$;
+    EXECUTE 'CREATE INDEX knowledge_embeddings_account ON knowledge_embeddings (account_id, model)';
+    EXECUTE $sql$
+        CREATE INDEX knowledge_embeddings_hnsw_384 ON knowledge_embeddings
+            USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE dimensions = 384
+    $sql$;
+END
+$setup$;

@@ -495,3 +495,34 @@ async def test_cli_migrate__a_role_that_may_not_change_the_schema_is_one_line_sa
     line = result.stderr.strip()
     assert line.startswith(f"error: the database role {role} may not change the schema: ")
     assert line.endswith("the service's role must own its database (DEPLOYMENT.md, \"Supported PostgreSQL\")")
+
+
+async def test_migrate__pgvector_installed_after_migration_0011_gets_its_table_at_the_next_start(
+    empty_database_url, caplog
+):
+    """0011 only leaves a notice on a server without pgvector, and is then recorded as applied:
+    installing pgvector later changed nothing, and the warning said to re-create the database.
+    Every migrate now makes the table once pgvector can be created."""
+    await _migrate(empty_database_url)
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        if not await db.pgvector_available(conn):
+            pytest.skip("this server has no pgvector")
+        # As 0011 leaves a server without pgvector: recorded as applied, no extension, no table.
+        await conn.execute("DROP TABLE knowledge_embeddings; DROP EXTENSION vector CASCADE")
+        assert not await db.pgvector_available(conn)
+        with caplog.at_level("INFO", logger="service.db"):
+            assert await db.migrate(conn) == []
+        assert await db.pgvector_available(conn)
+        assert "pgvector is now installed" in caplog.text
+        indexes = await conn.fetch(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'knowledge_embeddings'")
+        assert {r["indexname"] for r in indexes} == {
+            "knowledge_embeddings_pkey", "knowledge_embeddings_account", "knowledge_embeddings_hnsw_384",
+        }
+        caplog.clear()
+        with caplog.at_level("INFO", logger="service.db"):
+            await db.migrate(conn)  # once there, left alone
+        assert "pgvector is now installed" not in caplog.text
+    finally:
+        await conn.close()
