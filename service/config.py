@@ -430,6 +430,20 @@ def _deep_merge(base: dict, extra: dict) -> dict:
     return merged
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def _env_flag(env: os._Environ[str] | dict[str, str], name: str) -> bool:
+    """An on/off variable; anything else is an error (a typo read as off went unnoticed)."""
+    value = env[name].strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ConfigError(
+            f"{name}: must be one of {', '.join(_TRUE)} (on) or {', '.join(_FALSE[1:])} or empty "
+            f"(off); got {env[name]!r}"
+        )
+    return value in _TRUE
+
+
 def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
     overrides: dict = {}
     if "DATABASE_URL" in env:
@@ -449,13 +463,9 @@ def _env_overrides(env: os._Environ[str] | dict[str, str]) -> dict:
     if "RFP_SMTP_PASSWORD" in env:
         overrides.setdefault("mail", {})["smtp_password"] = env["RFP_SMTP_PASSWORD"]
     if "RFP_LOG_JSON" in env:
-        overrides.setdefault("logging", {})["json"] = env["RFP_LOG_JSON"].lower() in (
-            "1", "true", "yes",
-        )
+        overrides.setdefault("logging", {})["json"] = _env_flag(env, "RFP_LOG_JSON")
     if "RFP_METRICS" in env:
-        overrides.setdefault("metrics", {})["enabled"] = env["RFP_METRICS"].lower() in (
-            "1", "true", "yes",
-        )
+        overrides.setdefault("metrics", {})["enabled"] = _env_flag(env, "RFP_METRICS")
     if "RFP_EMBEDDINGS" in env:  # e.g. RFP_EMBEDDINGS=none: lexical only, no model loaded
         overrides.setdefault("embeddings", {})["backend"] = env["RFP_EMBEDDINGS"]
     return overrides
@@ -523,4 +533,14 @@ def load(
         raise ConfigError(f"configuration file {config_path} does not exist")
     raw = _deep_merge(raw, _env_overrides(env))
     raw = _deep_merge(raw, overrides or {})
-    return structure(raw)
+    return structure(_with_default_rate_limits(raw))
+
+
+def _with_default_rate_limits(raw: dict) -> dict:
+    """A [rate_limits.<route>] section replaces that route's default limit; the default limits of
+    routes not listed stay. (A section for another route used to drop ask_question's limit.)"""
+    listed = raw.get("rate_limits", {})
+    if not isinstance(listed, dict):
+        return raw  # the error names it
+    defaults = {name: attrs.asdict(limit) for name, limit in _default_rate_limits().items()}
+    return {**raw, "rate_limits": {**defaults, **listed}}

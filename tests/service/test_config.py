@@ -219,3 +219,30 @@ def test_web_base_url__follows_the_port_served_on():
 def test_web_base_url__set_explicitly_is_kept_whatever_the_port():
     config = config_module.structure({"server": {"port": 9123, "web_base_url": "https://rfp.example.org"}})
     assert config.server.web_base_url == "https://rfp.example.org"
+
+
+def test_load__a_rate_limit_section_keeps_the_other_routes_defaults(tmp_path):
+    """A probe: a [rate_limits.<route>] section for another route replaced the whole table, so
+    asking questions was left unlimited."""
+    path = tmp_path / "config.toml"
+    path.write_text("[rate_limits.create_rfp]\nlimit = 100\nperiod_seconds = 60\n")
+    limits = load(path, env={}).rate_limits
+    assert (limits["create_rfp"].limit, limits["ask_question"].limit) == (100, 10)
+    path.write_text("[rate_limits.ask_question]\nlimit = 3\nperiod_seconds = 1\n")
+    assert load(path, env={}).rate_limits["ask_question"].limit == 3
+
+
+@pytest.mark.parametrize(("value", "on"), [("1", True), ("on", True), ("TRUE", True), ("yes", True),
+                                           ("0", False), ("off", False), ("", False), ("no", False)])
+def test_env__flags_read_on_and_off(value, on):
+    config = load(None, env={"RFP_LOG_JSON": value, "RFP_METRICS": value})
+    assert (config.logging.json, config.metrics.enabled) == (on, on)
+
+
+@pytest.mark.parametrize("name", ["RFP_LOG_JSON", "RFP_METRICS"])
+def test_env__a_flag_neither_on_nor_off_is_an_error_naming_it(name):
+    """A typo (`RFP_METRICS=ture`) was read as off without a word."""
+    with pytest.raises(ConfigError) as caught:
+        load(None, env={name: "ture"})
+    assert str(caught.value).startswith(f"{name}: must be one of 1, true, yes, on (on)")
+    assert "got 'ture'" in str(caught.value)
