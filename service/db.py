@@ -455,7 +455,9 @@ async def _migrate_locked(conn: asyncpg.Connection, sql: Traversable, before: st
                              "the indexer embeds the knowledge base in the background")
             for _name, file in function_files(sql):
                 await conn.execute(file.read_text())
-            await sync_vocabulary(conn, vocabulary(sql))
+            # On a database made by this run, the sync finishes what the seeding migrations began
+            # (phrases they added and later releases dropped): nothing for an operator to read.
+            await sync_vocabulary(conn, vocabulary(sql), logging.INFO if done else logging.DEBUG)
     return applied
 
 
@@ -489,14 +491,17 @@ async def check_applied(conn: asyncpg.Connection, files: list[tuple[str, Travers
     return {row["version"] for row in rows}
 
 
-async def sync_vocabulary(conn: asyncpg.Connection, rows: list[tuple[str, str]]) -> None:
-    """Make the seeded rows of knowledge_vocabulary those of `rows`; operators' rows stay."""
+async def sync_vocabulary(
+    conn: asyncpg.Connection, rows: list[tuple[str, str]], level: int = logging.INFO
+) -> None:
+    """Make the seeded rows of knowledge_vocabulary those of `rows`; operators' rows stay. What
+    changed is logged at `level`."""
     concepts, phrases = [c for c, _ in rows], [p for _, p in rows]
     for name, change in (("delete_unlisted_vocabulary", "removed"), ("update_vocabulary_case", "updated"),
                          ("insert_listed_vocabulary", "added")):
         changed = await conn.fetch(query(name), concepts, phrases)
         if changed:
-            log.info("vocabulary: %s %d seeded phrase(s)", change, len(changed))
+            log.log(level, "vocabulary: %s %d seeded phrase(s)", change, len(changed))
 
 
 async def migrate_url(dsn: str) -> list[str]:

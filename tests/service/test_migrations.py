@@ -526,3 +526,24 @@ async def test_migrate__pgvector_installed_after_migration_0011_gets_its_table_a
         assert "pgvector is now installed" not in caplog.text
     finally:
         await conn.close()
+
+
+async def test_migrate__a_new_database_logs_its_migrations_not_the_vocabulary_sync(
+    empty_database_url, caplog
+):
+    """A probe: a fresh install logged "vocabulary: removed 15 seeded phrase(s)", the sync
+    finishing what the seeding migrations began, which puzzled an operator. A later run still
+    logs what its sync changes."""
+    with caplog.at_level("INFO", logger="service.db"):
+        applied = await _migrate(empty_database_url)
+    assert applied and "applied migration" in caplog.text
+    assert "vocabulary:" not in caplog.text
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await conn.execute("DELETE FROM knowledge_vocabulary WHERE seeded AND concept = 'backup'")
+        caplog.clear()
+        with caplog.at_level("INFO", logger="service.db"):
+            await db.migrate(conn)
+        assert "vocabulary: added" in caplog.text
+    finally:
+        await conn.close()
