@@ -1021,4 +1021,10 @@ def main(argv: list[str] | None = None) -> int:
     except ServiceError as exc:  # a domain rule refused it: the same message the API gives
         print(f"error: {exc.describe()}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: whatever transaction was open is rolled back
+        # What the interrupted loop leaves behind (a connection's future failing as it is
+        # collected) is asyncio's complaint to log at exit, not the operator's to read.
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        print("error: interrupted", file=sys.stderr)
+        return 130
 

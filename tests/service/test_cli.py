@@ -170,6 +170,27 @@ def test_unreachable_direct_url__names_that_setting_and_server(database_url):
         "error: database.direct_url: cannot connect to postgresql://nobody@127.0.0.1:1/none: ")
 
 
+def test_interrupted__one_line_exit_130_no_traceback():
+    """A probe: Ctrl-C while a command waits on the database printed a KeyboardInterrupt
+    traceback. The server here accepts the connection and never answers, so `migrate` waits."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        url = f"postgresql://nobody@127.0.0.1:{server.getsockname()[1]}/none"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "migrate"],
+            env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        server.settimeout(60)
+        accepted, _ = server.accept()  # the command is past its imports, waiting on us
+        with accepted:
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert stderr == "error: interrupted\n"
+
+
 # -- serve ------------------------------------------------------------------------------
 
 
