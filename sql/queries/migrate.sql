@@ -49,10 +49,10 @@ SELECT f.concept, f.phrase, true
 RETURNING concept, phrase;
 
 -- create_embeddings_table --
--- Migration 0011's dense-retrieval table, for a database it was applied to while pgvector was
--- missing (0011 then only left a notice): run at every migrate once pgvector can be created
--- here, so that installing pgvector later and restarting turns dense retrieval on. A server
--- that still lacks pgvector (or the right to create it) is left as it is.
+-- Migration 0011's dense-retrieval table (with 0031's comments on it), for a database it was
+-- applied to while pgvector was missing (0011 then only left a notice): run at every migrate once
+-- pgvector can be created here, so that installing pgvector later and restarting turns dense
+-- retrieval on. A server that still lacks pgvector (or the right to create it) is left as it is.
 DO $setup$
 BEGIN
     IF to_regclass('knowledge_embeddings') IS NOT NULL
@@ -81,5 +81,16 @@ BEGIN
         CREATE INDEX knowledge_embeddings_hnsw_384 ON knowledge_embeddings
             USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE dimensions = 384
     $sql$;
+    -- As migration 0031 comments the table 0011 made (keep the two in step).
+    COMMENT ON TABLE knowledge_embeddings IS
+        'Dense retrieval: one vector per knowledge entry and embedding model, written by the embeddings indexer. Only where pgvector is installed.';
+    COMMENT ON COLUMN knowledge_embeddings.model IS
+        'The embedding model''s name (config embeddings.model).';
+    COMMENT ON COLUMN knowledge_embeddings.account_id IS
+        'The entry''s account, copied so that a search never joins to find it.';
+    COMMENT ON COLUMN knowledge_embeddings.content_hash IS
+        'md5 (hex) of the text embedded (question, title and answer): when the entry''s differs, it is embedded again.';
+    COMMENT ON COLUMN knowledge_embeddings.dimensions IS
+        'The vector''s length; an HNSW index exists per dimension (384 for all-MiniLM-L6-v2).';
 END
 $setup$;

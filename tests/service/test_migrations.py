@@ -178,6 +178,13 @@ SCHEMA_QUERIES = {
         SELECT t.typname, array_agg(e.enumlabel ORDER BY e.enumsortorder)::text
           FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid GROUP BY 1 ORDER BY 1""",
     "migrations": "SELECT version, checksum FROM schema_migrations ORDER BY 1",
+    "comments": """
+        SELECT pg_describe_object(d.classoid, d.objoid, d.objsubid), d.description
+          FROM pg_description d
+          LEFT JOIN pg_class c ON d.classoid = 'pg_class'::regclass AND c.oid = d.objoid
+          LEFT JOIN pg_type t ON d.classoid = 'pg_type'::regclass AND t.oid = d.objoid
+         WHERE coalesce(c.relnamespace, t.typnamespace) = 'public'::regnamespace
+         ORDER BY 1""",
     "seeded vocabulary": """
         SELECT concept, phrase, phrase_query::text FROM knowledge_vocabulary
          WHERE seeded ORDER BY concept, lower(phrase)""",
@@ -323,6 +330,62 @@ async def test_functions__are_reapplied_from_their_files(conn, tmp_path):
     assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
     await db.migrate(conn, sql)
     assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
+
+
+# -- comments (what psql's \d+ and \dT+ show) -----------------------------------------------
+
+# Not made by an extension (pgvector's and pg_trgm's objects are theirs to describe).
+NOT_FROM_AN_EXTENSION = "NOT EXISTS (SELECT FROM pg_depend e WHERE e.objid = {}.oid AND e.deptype = 'e')"
+UNCOMMENTED_RELATIONS = f"""
+    SELECT c.relname FROM pg_class c
+     WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+       AND obj_description(c.oid, 'pg_class') IS NULL AND {NOT_FROM_AN_EXTENSION.format("c")}
+     ORDER BY 1"""
+UNCOMMENTED_TYPES = f"""
+    SELECT t.typname FROM pg_type t
+     WHERE t.typnamespace = 'public'::regnamespace AND t.typtype IN ('e', 'd', 'r')
+       AND obj_description(t.oid, 'pg_type') IS NULL AND {NOT_FROM_AN_EXTENSION.format("t")}
+     ORDER BY 1"""
+# Columns that hold a hash, a secret or a lease/claim: what they hold is never obvious.
+UNCOMMENTED_SENSITIVE_COLUMNS = f"""
+    SELECT c.relname || '.' || a.attname
+      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+     WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm')
+       AND a.attnum > 0 AND NOT a.attisdropped
+       AND a.attname ~ '(hash|sha256|secret|token|password|lease|claim)'
+       AND col_description(c.oid, a.attnum) IS NULL AND {NOT_FROM_AN_EXTENSION.format("c")}
+     ORDER BY 1"""
+
+
+async def test_comments__every_table_view_and_type_of_the_schema_has_one(conn):
+    r"""Operators read the schema with psql (\d+, \dt+, \dT+): a migration that adds a table,
+    view or enum type comments it (COMMENT ON), as 0031_comments did for those before it."""
+    assert await conn.fetch(UNCOMMENTED_RELATIONS) == []
+    assert await conn.fetch(UNCOMMENTED_TYPES) == []
+    assert await conn.fetch(UNCOMMENTED_SENSITIVE_COLUMNS) == []
+    # Made by `migrate` itself rather than a migration, and commented all the same.
+    assert await conn.fetchval("SELECT obj_description('schema_migrations'::regclass, 'pg_class')")
+
+
+async def test_comments__a_table_type_or_secret_column_without_one_is_named(conn):
+    await conn.execute("CREATE TABLE uncommented (id int, secret text);"
+                       " CREATE TYPE uncommented_state AS ENUM ('a')")
+    assert [tuple(r) for r in await conn.fetch(UNCOMMENTED_RELATIONS)] == [("uncommented",)]
+    assert [tuple(r) for r in await conn.fetch(UNCOMMENTED_TYPES)] == [("uncommented_state",)]
+    assert [tuple(r) for r in await conn.fetch(UNCOMMENTED_SENSITIVE_COLUMNS)] == [("uncommented.secret",)]
+
+
+async def test_migration_0031__applies_without_the_embeddings_table(empty_database_url):
+    """0011 makes knowledge_embeddings only where pgvector is found: 0031 comments it only there."""
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await db.migrate(conn, before="0031")
+        await conn.execute("DROP TABLE IF EXISTS knowledge_embeddings")
+        await db.migrate(conn, before="0032")
+        assert await conn.fetchval("SELECT to_regclass('knowledge_embeddings')") is None
+        assert await conn.fetchval("SELECT obj_description('questions'::regclass, 'pg_class')")
+    finally:
+        await conn.close()
 
 
 def test_function_files__each_after_the_functions_it_calls():
@@ -497,6 +560,11 @@ async def test_cli_migrate__a_role_that_may_not_change_the_schema_is_one_line_sa
     assert line.endswith("the service's role must own its database (DEPLOYMENT.md, \"Supported PostgreSQL\")")
 
 
+EMBEDDINGS_COMMENTS = """
+    SELECT objsubid, description FROM pg_description
+     WHERE objoid = 'knowledge_embeddings'::regclass AND classoid = 'pg_class'::regclass ORDER BY 1"""
+
+
 async def test_migrate__pgvector_installed_after_migration_0011_gets_its_table_at_the_next_start(
     empty_database_url, caplog
 ):
@@ -508,6 +576,8 @@ async def test_migrate__pgvector_installed_after_migration_0011_gets_its_table_a
     try:
         if not await db.pgvector_available(conn):
             pytest.skip("this server has no pgvector")
+        comments = await conn.fetch(EMBEDDINGS_COMMENTS)
+        assert len(comments) == 5  # as 0031_comments left them
         # As 0011 leaves a server without pgvector: recorded as applied, no extension, no table.
         await conn.execute("DROP TABLE knowledge_embeddings; DROP EXTENSION vector CASCADE")
         assert not await db.pgvector_available(conn)
@@ -520,6 +590,8 @@ async def test_migrate__pgvector_installed_after_migration_0011_gets_its_table_a
         assert {r["indexname"] for r in indexes} == {
             "knowledge_embeddings_pkey", "knowledge_embeddings_account", "knowledge_embeddings_hnsw_384",
         }
+        # Commented as 0031 comments the table 0011 made (sql/queries/migrate.sql repeats them).
+        assert await conn.fetch(EMBEDDINGS_COMMENTS) == comments
         caplog.clear()
         with caplog.at_level("INFO", logger="service.db"):
             await db.migrate(conn)  # once there, left alone
