@@ -198,7 +198,9 @@ def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
     async def work() -> list[str]:
         conn, session = await connect(database.url, config)
         try:
-            return await db.migrate(conn, session=session)
+            # The functions are re-created even when their files did not change: the command
+            # that repairs one changed in the database by hand (starts leave them be).
+            return await db.migrate(conn, session=session, recreate_functions=True)
         finally:
             await conn.close()
 

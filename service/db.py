@@ -383,12 +383,18 @@ def vocabulary(sql: Traversable = SQL) -> list[tuple[str, str]]:
 
 async def migrate(
     conn: asyncpg.Connection, sql: Traversable = SQL, *, before: str | None = None,
-    session: bool = True,
+    session: bool = True, recreate_functions: bool = False,
 ) -> list[str]:
     """Bring the database to the schema in `sql`: pending migrations, each in its own transaction,
-    then, in one transaction, every function of sql/functions/ (re-created: the file is its
-    definition) and the seeded vocabulary (synced with sql/vocabulary.toml). Returns the versions
-    applied.
+    then, in one transaction, the functions of sql/functions/ (re-created from their files when
+    those changed since the last migrate, a function is missing, or `recreate_functions`: the
+    `migrate` command's) and the seeded vocabulary (synced with sql/vocabulary.toml). Returns the
+    versions applied.
+
+    On a database already current nothing here needs more than read/write rights on the tables,
+    so the service can start as a role that does not own the schema (DEPLOYMENT.md, "A separate
+    runtime role"); when something is pending and the role may not apply it, MigrationError says
+    what and how to apply it.
 
     Refuses with MigrationError, before applying anything, when an applied migration's file
     changed or is missing. `before` applies only the migrations older than that version and
@@ -403,39 +409,79 @@ async def migrate(
         if not session:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_ID)
-                return await _migrate_locked(conn, sql, before)
+                return await _migrate_locked(conn, sql, before, recreate_functions)
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
         try:
-            return await _migrate_locked(conn, sql, before)
+            return await _migrate_locked(conn, sql, before, recreate_functions)
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)
-    except asyncpg.InsufficientPrivilegeError as exc:
-        # Every start migrates and re-creates the functions, which only their owner may do: a
-        # role granted less (PostgreSQL 15+ gives non-owners no CREATE on public) cannot start.
-        hint = f" ({exc.hint})" if exc.hint else ""
-        raise MigrationError(
-            f"the database role {conn.get_settings().session_authorization} may not change the "
-            f"schema: {exc.message}{hint} (SQLSTATE {exc.sqlstate}); the service's role must own "
-            'its database (DEPLOYMENT.md, "Supported PostgreSQL")'
-        ) from exc
+    except _Refused as refused:
+        raise MigrationError(_refused_message(conn, refused.exc, refused.pending)) from refused.exc
+    except asyncpg.InsufficientPrivilegeError as exc:  # anything else the role may not do
+        raise MigrationError(_refused_message(conn, exc, "")) from exc
 
 
-async def _migrate_locked(conn: asyncpg.Connection, sql: Traversable, before: str | None) -> list[str]:
-    await conn.execute(query("create_schema_migrations"))
+class _Refused(Exception):
+    """The role may not apply `pending` (what it was applying when PostgreSQL refused)."""
+
+    def __init__(self, pending: str, exc: asyncpg.InsufficientPrivilegeError) -> None:
+        super().__init__(pending)
+        self.pending = pending
+        self.exc = exc
+
+
+def _refused_message(conn: asyncpg.Connection, exc: asyncpg.InsufficientPrivilegeError, pending: str) -> str:
+    # One line: a role that does not own the schema (PostgreSQL 15+ gives non-owners no CREATE on
+    # public) starts only on a database its owner has brought up to date.
+    hint = f" ({exc.hint})" if exc.hint else ""
+    return (
+        f"the database role {conn.get_settings().session_authorization} may not change the schema: "
+        f"{exc.message}{hint} (SQLSTATE {exc.sqlstate}); {pending + '; ' if pending else ''}"
+        "apply it with `python -m service migrate` run as the role that owns the schema (its URL in "
+        'DATABASE_URL), then start this one again (DEPLOYMENT.md, "A separate runtime role")'
+    )
+
+
+def _pending_migrations(versions: list[str]) -> str:
+    if len(versions) <= 3:
+        return f"pending: migration{'s' if len(versions) > 1 else ''} {', '.join(versions)}"
+    return f"pending: {len(versions)} migrations, {versions[0]} to {versions[-1]}"
+
+
+FUNCTIONS = "functions"  # schema_state's row for sql/functions/
+
+
+def functions_checksum(sql: Traversable = SQL) -> str:
+    """The sha256 of sql/functions/: every file's name and text, by name."""
+    digest = hashlib.sha256()
+    for file in sql_files(sql / "functions"):
+        digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+async def _migrate_locked(
+    conn: asyncpg.Connection, sql: Traversable, before: str | None, recreate_functions: bool
+) -> list[str]:
     files = migration_files(sql)
+    if not await conn.fetchval(query("schema_migrations_current")):
+        try:
+            await conn.execute(query("create_schema_migrations"))
+        except asyncpg.InsufficientPrivilegeError as exc:
+            raise _Refused(_pending_migrations([v for v, _ in files]), exc) from exc
     done = await check_applied(conn, files)
+    pending = [version for version, _ in files
+               if version not in done and (before is None or version < before)]
     applied = []
     for version, file in files:
-        if before is not None and version >= before:
-            break
-        if version in done:
+        if version not in pending:
             continue
         try:
             async with conn.transaction():
                 await conn.execute(file.read_text())
                 await conn.execute(query("record_migration"), version, checksum(file))
-        except asyncpg.InsufficientPrivilegeError:
-            raise  # not a database left otherwise than expected: the role's rights (migrate)
+        except asyncpg.InsufficientPrivilegeError as exc:
+            # Not a database left otherwise than expected: the role's rights (migrate).
+            raise _Refused(_pending_migrations(pending[len(applied):]), exc) from exc
         except asyncpg.PostgresError as exc:
             # The database is not what the migrations before this one left (a migration applied
             # by hand, its schema_migrations row deleted, a restore): one line naming it, not a
@@ -453,12 +499,42 @@ async def _migrate_locked(conn: asyncpg.Connection, sql: Traversable, before: st
                 if await pgvector_available(conn):
                     log.info("pgvector is now installed: dense retrieval's table was created, and "
                              "the indexer embeds the knowledge base in the background")
-            for _name, file in function_files(sql):
-                await conn.execute(file.read_text())
+                elif await conn.fetchval(query("vector_extension_created")):
+                    log.warning("pgvector is created in this database but its table is missing, and "
+                                "the database role may not create it: retrieval stays lexical until "
+                                "`python -m service migrate` is run as the role that owns the schema")
+            newer = bool(done - {version for version, _ in files})
+            await _create_functions(conn, sql, recreate_functions, newer)
             # On a database made by this run, the sync finishes what the seeding migrations began
             # (phrases they added and later releases dropped): nothing for an operator to read.
             await sync_vocabulary(conn, vocabulary(sql), logging.INFO if done else logging.DEBUG)
     return applied
+
+
+async def _create_functions(conn: asyncpg.Connection, sql: Traversable, always: bool, newer: bool) -> None:
+    """Re-create the functions of sql/functions/ from their files unless the database has them
+    as these files define them (the checksum stored when they were last created, and none
+    missing). `newer`: the database holds migrations of a newer release (a rolling upgrade); a
+    role that may not re-create the functions then runs with that release's."""
+    files = function_files(sql)
+    wanted = functions_checksum(sql)
+    if not always and await conn.fetchval(query("schema_state_checksum"), FUNCTIONS) == wanted \
+            and not await conn.fetchval(query("functions_missing"), [name for name, _ in files]):
+        return
+    try:
+        async with conn.transaction():  # a savepoint: the vocabulary's sync goes on without it
+            for _name, file in files:
+                await conn.execute(file.read_text())
+            await conn.execute(query("record_schema_state"), FUNCTIONS, wanted)
+    except asyncpg.InsufficientPrivilegeError as exc:
+        if newer and not always:
+            log.warning("the functions of sql/functions/ differ from the database's, which a newer "
+                        "release migrated: running with that release's (this role may not "
+                        "re-create them: %s)", exc.message)
+            return
+        raise _Refused("`migrate` re-creates the functions of sql/functions/" if always else
+                       "pending: the functions of sql/functions/, whose files differ from those "
+                       "the database's were created from", exc) from exc
 
 
 async def check_applied(conn: asyncpg.Connection, files: list[tuple[str, Traversable]]) -> set[str]:

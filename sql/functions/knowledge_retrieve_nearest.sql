@@ -18,8 +18,8 @@
 -- settings are set for the nearest-entries query only and then put back as the caller had them,
 -- so they never leak into the caller's transaction. They are not the function's own SET clauses:
 -- PostgreSQL checks those when the function is created, and a role that is not a superuser may
--- not attach a setting of an extension not loaded yet in its connection (every start re-creates
--- the functions), so the service would not start on a managed server.
+-- not attach a setting of an extension not loaded yet in its connection (`migrate` re-creates
+-- the functions), so the service would not migrate on a managed server.
 CREATE OR REPLACE FUNCTION knowledge_retrieve_nearest(
     p_account text, p_model text, p_vector text, dims integer, nearest integer, ef_search integer,
     candidates text[], lexemes text[], concepts text[]

@@ -1,3 +1,11 @@
+-- schema_migrations_current --
+-- Whether schema_migrations is there with its checksum column, so that `migrate` need not run
+-- create_schema_migrations: even with IF NOT EXISTS that needs CREATE on the schema (and the
+-- ALTER the table's ownership), which a runtime role has not.
+SELECT EXISTS (SELECT FROM pg_attribute
+                WHERE attrelid = to_regclass('schema_migrations') AND attname = 'checksum'
+                  AND NOT attisdropped);
+
 -- create_schema_migrations --
 -- The migrations applied to this database, each with the sha256 of its file when applied.
 -- (Databases migrated before checksums existed gain the column; `migrate` fills it in.)
@@ -19,6 +27,28 @@ UPDATE schema_migrations SET checksum = $2 WHERE version = $1 AND checksum IS NU
 -- record_migration --
 -- A migration applied, in the transaction that applied it.
 INSERT INTO schema_migrations (version, checksum) VALUES ($1, $2);
+
+-- schema_state_checksum --
+-- What `migrate` last made of a part of the schema it re-creates from files ($1: 'functions'),
+-- or null (migration 0032 creates the table).
+SELECT checksum FROM schema_state WHERE name = $1;
+
+-- record_schema_state --
+-- That part of the schema ($1) as the files with checksum $2 define it, in the transaction that
+-- made it so.
+INSERT INTO schema_state (name, checksum) VALUES ($1, $2)
+    ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, updated_at = now();
+
+-- functions_missing --
+-- Which of the functions named $1 the database lacks (dropped by hand, say): re-created then,
+-- whatever the stored checksum says.
+SELECT array(SELECT unnest($1::text[])
+             EXCEPT SELECT proname::text FROM pg_proc WHERE pg_function_is_visible(oid));
+
+-- vector_extension_created --
+-- Whether pgvector is created in this database (its table may still be missing: a role that
+-- may not create tables then cannot make it).
+SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'vector');
 
 -- delete_unlisted_vocabulary --
 -- Seeded phrases no longer in sql/vocabulary.toml (concepts $1 and phrases $2, parallel arrays).
@@ -65,6 +95,9 @@ BEGIN
         RAISE NOTICE 'pgvector is installed but cannot be created here (%): dense retrieval stays off', SQLERRM;
         RETURN;
     END;
+    IF NOT has_schema_privilege(current_schema(), 'CREATE') THEN
+        RETURN;  -- a runtime role: the schema's owner makes the table (`migrate` logs it)
+    END IF;
     EXECUTE $sql$
         CREATE TABLE knowledge_embeddings (
             item_id      text NOT NULL REFERENCES knowledge_items ON DELETE CASCADE,

@@ -474,7 +474,7 @@ async def test_migrate__a_database_owner_that_is_no_superuser_migrates_again_and
     server_url, empty_database_url
 ):
     # Managed PostgreSQL: the service's role owns its database but is no superuser, and pgvector
-    # was installed by the provider's. Every start re-creates the functions; a function carrying
+    # was installed by the provider's. `migrate` re-creates the functions; a function carrying
     # an extension's setting (SET hnsw.ef_search) was refused then, so the service did not start.
     role = f"rfp_owner_{new_id('r')[-8:].lower()}"
     admin = await asyncpg.connect(empty_database_url)
@@ -489,11 +489,13 @@ async def test_migrate__a_database_owner_that_is_no_superuser_migrates_again_and
     finally:
         await admin.close()
     try:
-        for _ in range(2):
+        for again in (False, True):
             conn = await asyncpg.connect(empty_database_url, user=role)
             try:
                 assert not await conn.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
-                await db.migrate(conn)
+                # Again as `migrate` does: the functions re-created although their files are
+                # unchanged (a start leaves them be).
+                await db.migrate(conn, recreate_functions=again)
             finally:
                 await conn.close()
         conn = await asyncpg.connect(empty_database_url, user=role)
@@ -557,7 +559,13 @@ async def test_cli_migrate__a_role_that_may_not_change_the_schema_is_one_line_sa
     assert len(result.stderr.splitlines()) == 1, result.stderr
     line = result.stderr.strip()
     assert line.startswith(f"error: the database role {role} may not change the schema: ")
-    assert line.endswith("the service's role must own its database (DEPLOYMENT.md, \"Supported PostgreSQL\")")
+    # What it was applying, and how to apply it.
+    versions = [version for version, _ in db.migration_files()]
+    assert (f"; pending: {len(versions)} migrations, {versions[0]} to {versions[-1]}; " in line
+            if not migrated_by_owner else "; `migrate` re-creates the functions of sql/functions/; " in line)
+    assert line.endswith("apply it with `python -m service migrate` run as the role that owns the schema "
+                         "(its URL in DATABASE_URL), then start this one again (DEPLOYMENT.md, "
+                         "\"A separate runtime role\")")
 
 
 EMBEDDINGS_COMMENTS = """
@@ -619,3 +627,19 @@ async def test_migrate__a_new_database_logs_its_migrations_not_the_vocabulary_sy
         assert "vocabulary: added" in caplog.text
     finally:
         await conn.close()
+
+
+async def test_functions__a_start_leaves_current_ones_and_restores_a_missing_one(conn):
+    """A start re-creates the functions only when their files changed or one is missing: re-creating
+    needs their owner, and a runtime role must be able to start (DEPLOYMENT.md)."""
+    made = "SELECT xmin::text FROM pg_proc WHERE proname = 'display_name'"
+    before = await conn.fetchval(made)
+    assert await conn.fetchval("SELECT checksum FROM schema_state WHERE name = 'functions'") == \
+        db.functions_checksum()
+    await db.migrate(conn)
+    assert await conn.fetchval(made) == before
+    await db.migrate(conn, recreate_functions=True)  # as the `migrate` command
+    assert await conn.fetchval(made) != before
+    await conn.execute("DROP FUNCTION webhook_wanted")
+    await db.migrate(conn)
+    assert await conn.fetchval("SELECT count(*) FROM pg_proc WHERE proname = 'webhook_wanted'") == 1
