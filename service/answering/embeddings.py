@@ -187,6 +187,23 @@ async def usable_embedder(conn: asyncpg.Connection, embedder: Embedder | None) -
 # -- the indexer ---------------------------------------------------------------------------------
 
 
+async def ensure_hnsw_index(conn: asyncpg.Connection, dimensions: int) -> None:
+    """The HNSW index for vectors of `dimensions`, created if missing. A role that does not own
+    the table (DEPLOYMENT.md, "A separate runtime role") may not create it: one warning giving the
+    statement for the owner to run, and the vectors are stored all the same (dense retrieval of
+    this model then reads every vector of the account, slower but the same result)."""
+    if await conn.fetchval(db.query("embeddings_hnsw_index_exists"), dimensions):
+        return
+    sql = query_sql("embeddings_hnsw_index", dimensions)
+    try:
+        await conn.execute(sql)
+    except asyncpg.InsufficientPrivilegeError as exc:
+        statement = " ".join(sql[sql.rindex("CREATE INDEX"):].split())
+        log.warning("no HNSW index for %d-dimension vectors, and this database role may not create "
+                    "one (%s): dense retrieval reads every vector until the table's owner runs: %s",
+                    dimensions, exc.message, statement)
+
+
 class Indexer:
     """Embeds entries that have no current vector, `batch_size` at a time, in the background."""
 
@@ -217,7 +234,7 @@ class Indexer:
             dimensions = len(vectors[0])
             async with self.pool.acquire() as conn:
                 if dimensions not in self._indexed_dimensions:
-                    await conn.execute(query_sql("embeddings_hnsw_index", dimensions))
+                    await ensure_hnsw_index(conn, dimensions)
                     self._indexed_dimensions.add(dimensions)
                 async with conn.transaction():
                     await conn.execute(
@@ -282,7 +299,12 @@ async def prune_other_models(conn: asyncpg.Connection, model: str) -> tuple[int,
         return missing, 0
     deleted = int((await conn.execute(db.query("embeddings_prune"), model)).split()[-1])
     if deleted:
-        await conn.execute(db.query("embeddings_vacuum"))
+        if await conn.fetchval(db.query("embeddings_may_vacuum")):
+            await conn.execute(db.query("embeddings_vacuum"))
+        else:
+            log.warning("this database role may not vacuum knowledge_embeddings: the deleted vectors "
+                        "stay in its HNSW indexes until autovacuum, or the table's owner, runs "
+                        "VACUUM (ANALYZE) knowledge_embeddings")
     return 0, deleted
 
 

@@ -59,9 +59,26 @@ SELECT count(*)
 WITH claims AS (DELETE FROM knowledge_embedding_claims WHERE model <> $1)
 DELETE FROM knowledge_embeddings WHERE model <> $1;
 
+-- embeddings_may_vacuum --
+-- Whether this role's VACUUM of knowledge_embeddings does anything: the table's owner (or a
+-- member of its role), the database's owner before PostgreSQL 17, a role granted MAINTAIN on it
+-- from 17. Any other role's VACUUM only warns and skips the table (autovacuum does it later).
+SELECT pg_has_role(c.relowner, 'USAGE')
+       OR CASE WHEN current_setting('server_version_num')::int >= 170000
+               THEN has_table_privilege(c.oid, 'MAINTAIN')
+               ELSE pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()),
+                                'USAGE') END
+  FROM pg_class c
+ WHERE c.oid = 'knowledge_embeddings'::regclass;
+
 -- embeddings_vacuum --
 -- After a prune: HNSW drops deleted rows from its graph only when vacuumed.
 VACUUM (ANALYZE) knowledge_embeddings;
+
+-- embeddings_hnsw_index_exists --
+-- Whether the HNSW index for vectors of $1 dimensions is there: creating it needs the table's
+-- owner even when it exists (IF NOT EXISTS is checked after ownership), which a runtime role is not.
+SELECT to_regclass('knowledge_embeddings_hnsw_' || $1::integer) IS NOT NULL;
 
 -- embeddings_hnsw_index --
 -- The HNSW index for vectors of {dims} dimensions (384 is created by the migration). Indexers in
