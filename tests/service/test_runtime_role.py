@@ -1,0 +1,258 @@
+"""The service as a role that may only read and write the tables, on a database whose owner
+migrates (DEPLOYMENT.md, "A separate runtime role"): granted exactly what that section says."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+from collections.abc import AsyncIterator, Sequence
+from importlib import resources
+
+import asyncpg
+import attrs
+import pytest
+from cli_runner import cli
+from conftest import PGBOUNCER_URL, ROOT, with_config
+from helpers_questions import add_entry, ask, wait_complete
+from yarl import URL
+
+from service import cli as service_cli
+from service import db
+from service.answering.embeddings import Indexer, prune_other_models
+from service.config import EmbeddingsConfig
+from service.domain.ids import new_id
+from service.web.app import create_app
+
+NEW_MIGRATION = "0032_schema_state"  # the first one the owner's database lacks in these tests
+
+
+def documented_grants(owner: str, app: str, database: str) -> list[str]:
+    """The statements DEPLOYMENT.md has the owner run, for these names."""
+    text = (ROOT / "DEPLOYMENT.md").read_text()
+    section = text[text.index("## A separate runtime role"):]
+    block = re.findall(r"```sql\n(.*?)```", section, re.S)[1]
+    statements = [" ".join(s.split()) for s in block.split(";") if s.strip()]
+    assert statements and all(s.startswith(("GRANT ", "ALTER DEFAULT PRIVILEGES ")) for s in statements)
+    names = {"rfp_owner": f'"{owner}"', "rfp_app": f'"{app}"', "rfp": f'"{database}"'}
+    return [re.sub(r"\b(rfp_owner|rfp_app|rfp)\b", lambda m: names[m[1]], s) for s in statements]
+
+
+@attrs.frozen
+class Roles:
+    owner_url: str  # the owner's, on the database itself
+    app_url: str  # the runtime role's, on the database itself
+
+
+@pytest.fixture
+async def roles(server_url: str, empty_database_url: str) -> AsyncIterator[Roles]:
+    """A database owned by a role that is no superuser (pgvector created by the server's
+    superuser, as managed offerings do), and a runtime role with nothing granted yet."""
+    suffix = new_id("r")[-8:].lower()
+    owner, app = f"rfp_owner_{suffix}", f"rfp_app_{suffix}"
+    admin = await asyncpg.connect(empty_database_url)
+    try:
+        name = await admin.fetchval("SELECT current_database()")
+        await admin.execute(f'CREATE ROLE "{owner}" LOGIN NOSUPERUSER; CREATE ROLE "{app}" LOGIN NOSUPERUSER')
+        await admin.execute(f'ALTER DATABASE "{name}" OWNER TO "{owner}";'
+                            f' ALTER SCHEMA public OWNER TO "{owner}"')
+        if await admin.fetchval("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"):
+            await admin.execute("CREATE EXTENSION vector")
+    finally:
+        await admin.close()
+    url = URL(empty_database_url)
+    yield Roles(str(url.with_user(owner)), str(url.with_user(app)))
+    admin = await asyncpg.connect(empty_database_url)
+    try:
+        # One statement a transaction (together they trip over the default privileges' rows).
+        for statement in (f'DROP OWNED BY "{app}"', f'REASSIGN OWNED BY "{owner}" TO CURRENT_USER',
+                          f'DROP OWNED BY "{owner}"'):
+            await admin.execute(statement)
+    finally:
+        await admin.close()
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'DROP ROLE IF EXISTS "{app}"; DROP ROLE IF EXISTS "{owner}"')
+    finally:
+        await admin.close()
+
+
+async def _as(url: str, sql: str | list[str], *args: object) -> object:
+    conn = await asyncpg.connect(url)
+    try:
+        if isinstance(sql, list):
+            for statement in sql:
+                await conn.execute(statement)
+            return None
+        return await conn.fetchval(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def _grant(roles: Roles) -> None:
+    owner, app, name = URL(roles.owner_url).user, URL(roles.app_url).user, URL(roles.owner_url).path[1:]
+    await _as(roles.owner_url, documented_grants(owner, app, name))
+
+
+def _app_config(config, roles: Roles):
+    """The tests' configuration on the database as the runtime role (past PgBouncer in its pass:
+    there PgBouncer's own server user runs the requests, the runtime role what takes direct_url)."""
+    if PGBOUNCER_URL:
+        through = URL(db.with_database(PGBOUNCER_URL, URL(roles.app_url).path[1:]))
+        return with_config(config, database={"url": str(through.with_user(URL(roles.app_url).user)),
+                                             "direct_url": roles.app_url})
+    return with_config(config, database={"url": roles.app_url})
+
+
+async def test_runtime_role__refused_a_pending_migration_naming_it_then_serves_once_the_owner_migrated(
+    roles, config, aiohttp_client, caplog
+):
+    # An owner's database of the release before: the grants given, the new migration pending.
+    async with asyncio.timeout(60):
+        conn = await asyncpg.connect(roles.owner_url)
+        try:
+            await db.migrate(conn, before=NEW_MIGRATION)
+        finally:
+            await conn.close()
+    await _grant(roles)
+    app = URL(roles.app_url).user
+    assert not await _as(roles.app_url, "SELECT has_schema_privilege('public', 'CREATE')")
+
+    # The runtime role may not apply it: one line naming it and saying how.
+    for command in (["serve", "--port", "1"], ["housekeeping"]):
+        result = await asyncio.to_thread(cli, roles.app_url, *command)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"error: the database role {app} may not change the schema: "), line
+        assert f"; pending: migration {NEW_MIGRATION}" in line or \
+            f"; pending: migrations {NEW_MIGRATION}, " in line, line
+        assert "apply it with `python -m service migrate` run as the role that owns the schema" in line
+    assert await _as(roles.owner_url, "SELECT count(*) FROM schema_migrations WHERE version = $1",
+                     NEW_MIGRATION) == 0
+
+    # The owner migrates; the runtime role then starts as `serve` does, and serves.
+    result = await asyncio.to_thread(cli, roles.owner_url, "migrate")
+    assert result.returncode == 0, result.stderr
+    assert NEW_MIGRATION in result.stdout
+    result = await asyncio.to_thread(cli, roles.app_url, "housekeeping")  # migrates first, then sweeps
+    assert result.returncode == 0, result.stderr
+    config = _app_config(config, roles)
+    caplog.set_level(logging.INFO)
+    demo = await service_cli.bootstrap_demo(config.database.url, config)
+    assert demo is not None  # the first start's demo account, made by the runtime role
+    assert await service_cli.bootstrap_demo(config.database.url, config) is None
+    headers = {"Authorization": f"Bearer {demo['token']}"}
+    client = await aiohttp_client(create_app(config))
+    try:
+        response = await client.post(
+            "/api/v1/knowledge_base_items/import", headers={**headers, "Content-Type": "text/csv"},
+            data=b"question,answer\nDo you encrypt customer data at rest?,Yes. Customer data at rest "
+                 b"is encrypted with AES-256.\n")
+        assert response.status == 200, await response.text()
+        response = await client.post("/api/v1/rfps", json={"rfp": {"title": "Acme"}}, headers=headers)
+        assert response.status == 201, await response.text()
+        rfp_id = (await response.json())["id"]
+        response = await client.post(
+            f"/api/v1/rfps/{rfp_id}/rfp_items/import", headers={**headers, "Content-Type": "text/csv"},
+            data=b"Section,Question\nEncryption,Do you encrypt customer data at rest?\n")
+        assert response.status == 201, await response.text()
+        response = await client.post(f"/api/v1/rfps/{rfp_id}/answer", headers=headers)
+        assert response.status == 202, await response.text()
+        response = await ask(client, headers, "Is customer data encrypted at rest?")
+        assert response.status == 202, await response.text()
+        question = await wait_complete(client, (await response.json())["id"], headers, 30)
+        assert "AES-256" in question["answer"]
+        async with asyncio.timeout(30):
+            while True:
+                response = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=headers)
+                [item] = (await response.json())["rfp_items"]
+                if item["answer"]:
+                    break
+                await asyncio.sleep(0.05)
+        response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{item['id']}",
+                                      json={"rfp_item": {"state": "approved"}}, headers=headers)
+        assert response.status == 200, await response.text()
+        response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=headers)
+        assert (await response.json())["state"] == "approved"
+    finally:
+        await client.close()
+    assert "permission denied" not in caplog.text and "must be owner" not in caplog.text, caplog.text
+    # Nothing owned by the runtime role: it changed no part of the schema.
+    assert await _as(roles.owner_url, "SELECT count(*) FROM pg_class WHERE relowner = $1::regrole",
+                     app) == 0
+
+
+async def test_runtime_role__a_changed_function_file_is_pending_until_the_owner_migrates(roles, tmp_path):
+    conn = await asyncpg.connect(roles.owner_url)
+    try:
+        await db.migrate(conn)
+    finally:
+        await conn.close()
+    await _grant(roles)
+    sql = tmp_path / "sql"
+    shutil.copytree(resources.files("service.sql"), sql)
+    file = sql / "functions" / "display_name.sql"
+    file.write_text(file.read_text().replace("split_part(email, '@', 1)", "'someone'"))
+    conn = await asyncpg.connect(roles.app_url)
+    try:
+        await db.migrate(conn)  # current: nothing to do, and nothing refused
+        with pytest.raises(db.MigrationError, match=r"; pending: the functions of sql/functions/, "):
+            await db.migrate(conn, sql)
+        assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(roles.owner_url)
+    try:
+        await db.migrate(conn, sql)
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(roles.app_url)
+    try:
+        await db.migrate(conn, sql)
+        assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
+    finally:
+        await conn.close()
+
+
+class ThreeDimensions:
+    """An embedder whose vectors have a size the migrations made no HNSW index for."""
+
+    def __init__(self, model: str = "three") -> None:
+        self.model = model
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[1.0, float(len(text) % 7), 0.5] for text in texts]
+
+
+@pytest.mark.pgvector
+async def test_runtime_role__indexes_a_new_vector_size_without_its_hnsw_index_saying_so(roles, caplog):
+    conn = await asyncpg.connect(roles.owner_url)
+    try:
+        await db.migrate(conn)
+        account = new_id("acc")
+        await conn.execute("INSERT INTO accounts (id, name) VALUES ($1, 'A')", account)
+        await add_entry(conn, account, "Is data encrypted at rest?", "Yes, AES-256.")
+    finally:
+        await conn.close()
+    await _grant(roles)
+    pool = await asyncpg.create_pool(roles.app_url, min_size=1, max_size=2)
+    try:
+        caplog.set_level(logging.INFO)
+        indexer = Indexer(pool, ThreeDimensions(), EmbeddingsConfig(backend="openai"))
+        assert await indexer.catch_up() == 1  # stored without the index the role may not make
+        [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert warning.startswith("no HNSW index for 3-dimension vectors, and this database role may "
+                                  "not create one (must be owner of table knowledge_embeddings)")
+        statement = warning[warning.index("CREATE INDEX"):]
+        await _as(roles.owner_url, statement)  # as the warning says
+        caplog.clear()
+        # Another process (its indexer new) finds the index: no statement, no warning.
+        assert await Indexer(pool, ThreeDimensions("three-b"), EmbeddingsConfig()).catch_up() == 1
+        async with pool.acquire() as app:
+            assert await prune_other_models(app, "three-b") == (0, 1)  # VACUUM is the owner's
+    finally:
+        await pool.close()
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith("this database role may not vacuum knowledge_embeddings: ")
+    assert await _as(roles.owner_url, "SELECT count(*) FROM knowledge_embeddings") == 1
