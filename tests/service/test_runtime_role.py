@@ -256,3 +256,28 @@ async def test_runtime_role__indexes_a_new_vector_size_without_its_hnsw_index_sa
     [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warning.startswith("this database role may not vacuum knowledge_embeddings: ")
     assert await _as(roles.owner_url, "SELECT count(*) FROM knowledge_embeddings") == 1
+
+
+async def test_runtime_role__during_a_rolling_upgrade_an_old_version_runs_with_the_newer_functions(
+    roles, caplog
+):
+    conn = await asyncpg.connect(roles.owner_url)
+    try:
+        await db.migrate(conn)
+        # As a newer release's `migrate` leaves it: a migration this version does not know, and
+        # functions from other files.
+        await conn.execute("INSERT INTO schema_migrations (version, checksum) VALUES ('9999_future', 'x');"
+                           "UPDATE schema_state SET checksum = 'newer' WHERE name = 'functions'")
+    finally:
+        await conn.close()
+    await _grant(roles)
+    conn = await asyncpg.connect(roles.app_url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.db"):
+            assert await db.migrate(conn) == []
+    finally:
+        await conn.close()
+    assert "migration 9999_future is applied but unknown to this version" in caplog.text
+    assert "the functions of sql/functions/ differ from the database's, which a newer release " \
+           "migrated: running with that release's" in caplog.text
+    assert await _as(roles.owner_url, "SELECT checksum FROM schema_state WHERE name = 'functions'") == "newer"
