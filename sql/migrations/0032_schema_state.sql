@@ -9,3 +9,7 @@ CREATE TABLE schema_state (
     checksum   text NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+COMMENT ON TABLE schema_state IS
+    'What migrate last made of the schema it re-creates from files: the row ''functions'' holds '
+    'the sha256 of sql/functions/ as last created; a start with the same checksum leaves the '
+    'functions alone (so a read/write runtime role can start).';
