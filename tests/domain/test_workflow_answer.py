@@ -342,12 +342,18 @@ async def test_completing_items__whether_any_is_left_reads_only_those_in_flight(
             f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {db.query(name)}", rfp_id))
         return plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"], json.dumps(plan)
 
-    # How many pages the answered items' dead index entries cost depends on when PostgreSQL can
-    # mark them dead (other transactions open): 30-43 seen. Counting reads every item (~120).
+    # Mid-run, the statistics saying that every item is in flight, the plan still walks the index
+    # of items in flight in position order and stops at the first. How many pages that reads
+    # depends on when PostgreSQL may mark the answered items' dead entries dead, which depends on
+    # what else the server runs (30-80 pages seen under CI's load, where counting read 120-140):
+    # so the pages are measured after a VACUUM (as autovacuum's), when the index holds only the
+    # item still in flight. Counting, planned from the same statistics, read every page of items.
+    _, plan = await pages_read(query)
+    assert '"Node Type": "Limit"' in plan and '"Index Name": "rfp_items_in_flight"' in plan, plan
+    await conn.execute("VACUUM rfp_items")
     read, plan = await pages_read(query)
-    counted, _ = await pages_read("count_rfp_items_in_flight")
     assert '"Index Name": "rfp_items_in_flight"' in plan
-    assert read * 2 < counted, (read, counted)
+    assert read <= 5, (read, plan)
     last = await conn.fetchval("SELECT position FROM rfp_items WHERE id = $1", ids[-1])
     assert await conn.fetchval(db.query(query), rfp_id) == last
     await conn.fetchval(db.query("answer_rfp_item"), ids[-1], "An answer.", 0.5, "needs_input",
