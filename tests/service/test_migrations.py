@@ -454,6 +454,12 @@ LANDED = {
     "0024_web_sessions": "8de9416064e146fa3cb90d72c3f18df30a38da7c28540343d6944f2323ed55d2",
     "0025_retrieval_marks": "1563685bb7930bb074703be6bfe1f04e29b9f4e980c1314d1bee6acc9b80381e",
     "0026_webhook_retention": "6a69695ae941452cb3870ec3ec08e694ebac8782b89ba8055de02d0b7579f7ed",
+    "0027_question_claim_by_account": "20e415980f840972419f95d7af205464de817f8cb2bd85e4b46874f215bbcd4f",
+    "0028_webhook_claim_by_account": "1bd3a260452c523047db4899e1491039233ba659b2ba2f8f7d64aee40ee8ddb4",
+    "0029_knowledge_search_trgm": "97a3ef647df77a6035cf3a1798215b67be782e0f4f20a5659dce5f9047513f9c",
+    "0030_rfp_items_in_flight": "c37ab3f8eaffc626a5dd77cfe989a76188c2b6bc6fe783358e9e2b9d95f46b99",
+    "0031_comments": "2b87a0fdb06e750db94a0c0b3f9a782734e19a6d775fb492da17928cbd646cf4",
+    "0032_schema_state": "e4242330a375b46c122bcdc45cc1f48e528e60997c7ae8c79072efb0f1ea5d5c",
 }
 
 
