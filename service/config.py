@@ -172,7 +172,8 @@ class RateLimit:
 
 @attrs.frozen(kw_only=True)
 class MailConfig:
-    # Empty smtp_host: no SMTP; each message (with its link) is written to the log instead.
+    # Empty smtp_host: no SMTP; each message is held (state `held`, body kept) for
+    # `python -m service mail show ID`.
     smtp_host: str = ""
     smtp_port: int = attrs.field(default=587, validator=_port)
     # "starttls" (upgrade a plain connection; port 587), "tls" (implicit TLS; port 465) or "none".
