@@ -449,6 +449,10 @@ def _pending_migrations(versions: list[str]) -> str:
 
 
 FUNCTIONS = "functions"  # schema_state's row for sql/functions/
+# And for what those functions are in the database once created: a start compares it with what
+# pg_proc holds now, since a release from before schema_state re-creates its own at every start
+# (recording nothing), and a hand's CREATE OR REPLACE records nothing either.
+FUNCTIONS_DEFINED = "functions_defined"
 
 
 def functions_checksum(sql: Traversable = SQL) -> str:
@@ -513,24 +517,38 @@ async def _migrate_locked(
 
 async def _create_functions(conn: asyncpg.Connection, sql: Traversable, always: bool, newer: bool) -> None:
     """Re-create the functions of sql/functions/ from their files unless the database has them
-    as these files define them (the checksum stored when they were last created, and none
-    missing). `newer`: the database holds migrations of a newer release (a rolling upgrade); a
-    role that may not re-create the functions then runs with that release's."""
+    as these files define them: the checksum of the files stored when they were last created,
+    none missing, and their definitions in pg_proc those that creation left (a release from before
+    schema_state puts its own back at each start of one of its hosts, recording nothing). `newer`:
+    the database holds migrations of a newer release (a rolling upgrade); a role that may not
+    re-create the functions then runs with that release's."""
     files = function_files(sql)
+    names = [name for name, _ in files]
     wanted = functions_checksum(sql)
-    if not always and await conn.fetchval(query("schema_state_checksum"), FUNCTIONS) == wanted \
-            and not await conn.fetchval(query("functions_missing"), [name for name, _ in files]):
+    files_current = await conn.fetchval(query("schema_state_checksum"), FUNCTIONS) == wanted \
+        and not await conn.fetchval(query("functions_missing"), names)
+    defined = await conn.fetchval(query("functions_defined"), names)
+    if not always and files_current \
+            and await conn.fetchval(query("schema_state_checksum"), FUNCTIONS_DEFINED) == defined:
         return
     try:
         async with conn.transaction():  # a savepoint: the vocabulary's sync goes on without it
             for _name, file in files:
                 await conn.execute(file.read_text())
             await conn.execute(query("record_schema_state"), FUNCTIONS, wanted)
+            await conn.execute(query("record_schema_state"), FUNCTIONS_DEFINED,
+                               await conn.fetchval(query("functions_defined"), names))
     except asyncpg.InsufficientPrivilegeError as exc:
         if newer and not always:
             log.warning("the functions of sql/functions/ differ from the database's, which a newer "
                         "release migrated: running with that release's (this role may not "
                         "re-create them: %s)", exc.message)
+            return
+        if files_current and not always:
+            log.warning("the functions in the database are not those `migrate` last created from "
+                        "sql/functions/ (an older release's start or a hand re-created some): "
+                        "running with them, since this role may not re-create them (%s); run "
+                        "`python -m service migrate` as the role that owns the schema", exc.message)
             return
         raise _Refused("`migrate` re-creates the functions of sql/functions/" if always else
                        "pending: the functions of sql/functions/, whose files differ from those "

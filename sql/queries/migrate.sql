@@ -45,6 +45,18 @@ INSERT INTO schema_state (name, checksum) VALUES ($1, $2)
 SELECT array(SELECT unnest($1::text[])
              EXCEPT SELECT proname::text FROM pg_proc WHERE pg_function_is_visible(oid));
 
+-- functions_defined --
+-- A digest of the functions named $1 as pg_proc holds them (signature, result, attributes,
+-- settings, body): stored when `migrate` creates them, compared at each start, so that ones
+-- re-created otherwise (by a release from before schema_state, by hand) are noticed.
+SELECT md5(coalesce(string_agg(
+           concat_ws(' ', p.oid::regprocedure::text, p.prorettype::regtype::text, p.prokind,
+                     p.provolatile, p.proparallel, p.proisstrict, p.prosecdef, p.proretset,
+                     p.proconfig::text, p.prosrc),
+           E'\n' ORDER BY p.oid::regprocedure::text), ''))
+  FROM pg_proc p
+ WHERE p.proname = ANY($1::text[]) AND pg_function_is_visible(p.oid);
+
 -- vector_extension_created --
 -- Whether pgvector is created in this database (its table may still be missing: a role that
 -- may not create tables then cannot make it).

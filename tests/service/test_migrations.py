@@ -649,3 +649,16 @@ async def test_functions__a_start_leaves_current_ones_and_restores_a_missing_one
     await conn.execute("DROP FUNCTION webhook_wanted")
     await db.migrate(conn)
     assert await conn.fetchval("SELECT count(*) FROM pg_proc WHERE proname = 'webhook_wanted'") == 1
+
+
+async def test_functions__a_start_after_an_older_release_re_created_them_restores_these_files(conn):
+    """A release from before schema_state (0032) re-creates every function at each start, from its
+    own files, and records nothing: during a rolling upgrade such a host restarting after the new
+    release's `migrate` put its definitions back. The checksum of the files still matched, so every
+    later start of the new release left those definitions in place for good."""
+    older = (db.SQL / "functions" / "display_name.sql").read_text().replace(
+        "split_part(email, '@', 1)", "'someone'")
+    await conn.execute(older)  # the older release's start: its files, schema_state untouched
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
+    await db.migrate(conn)  # the new release's next start
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"

@@ -281,3 +281,39 @@ async def test_runtime_role__during_a_rolling_upgrade_an_old_version_runs_with_t
     assert "the functions of sql/functions/ differ from the database's, which a newer release " \
            "migrated: running with that release's" in caplog.text
     assert await _as(roles.owner_url, "SELECT checksum FROM schema_state WHERE name = 'functions'") == "newer"
+
+
+async def test_runtime_role__functions_an_older_release_put_back_are_a_warning_until_the_owner_migrates(
+    roles, caplog
+):
+    older = (db.SQL / "functions" / "display_name.sql").read_text().replace(
+        "split_part(email, '@', 1)", "'someone'")
+    conn = await asyncpg.connect(roles.owner_url)
+    try:
+        await db.migrate(conn)
+        await conn.execute(older)  # a host of a release from before schema_state started
+    finally:
+        await conn.close()
+    await _grant(roles)
+    conn = await asyncpg.connect(roles.app_url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.db"):
+            assert await db.migrate(conn) == []  # starts: its files are those last migrated
+        assert "the functions in the database are not those `migrate` last created" in caplog.text
+        assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(roles.owner_url)
+    try:
+        await db.migrate(conn)  # the owner's start (or `migrate`) puts them right
+    finally:
+        await conn.close()
+    caplog.clear()
+    conn = await asyncpg.connect(roles.app_url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.db"):
+            await db.migrate(conn)
+        assert caplog.text == ""
+        assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
+    finally:
+        await conn.close()
