@@ -475,6 +475,13 @@ async def _migrate_locked(
     done = await check_applied(conn, files)
     pending = [version for version, _ in files
                if version not in done and (before is None or version < before)]
+    # Only the role that migrated before (the owner of schema_migrations, or a member of it)
+    # changes the schema. Another may still be able to create tables (a schema public that grants
+    # CREATE to PUBLIC, as before PostgreSQL 15 and after pg_upgrade from it): a migration it
+    # applied would leave tables it owns, on which the owner's next `migrate` then fails.
+    owner = bool(await conn.fetchval(query("owns_the_schema")))
+    if pending and not owner:
+        raise _Refused(_pending_migrations(pending), _not_owner())
     applied = []
     for version, file in files:
         if version not in pending:
@@ -508,14 +515,22 @@ async def _migrate_locked(
                                 "the database role may not create it: retrieval stays lexical until "
                                 "`python -m service migrate` is run as the role that owns the schema")
             newer = bool(done - {version for version, _ in files})
-            await _create_functions(conn, sql, recreate_functions, newer)
+            await _create_functions(conn, sql, recreate_functions, newer, owner)
             # On a database made by this run, the sync finishes what the seeding migrations began
             # (phrases they added and later releases dropped): nothing for an operator to read.
             await sync_vocabulary(conn, vocabulary(sql), logging.INFO if done else logging.DEBUG)
     return applied
 
 
-async def _create_functions(conn: asyncpg.Connection, sql: Traversable, always: bool, newer: bool) -> None:
+def _not_owner() -> asyncpg.InsufficientPrivilegeError:
+    exc = asyncpg.InsufficientPrivilegeError("must be owner of table schema_migrations")
+    exc.message = str(exc)
+    return exc
+
+
+async def _create_functions(
+    conn: asyncpg.Connection, sql: Traversable, always: bool, newer: bool, owner: bool = True
+) -> None:
     """Re-create the functions of sql/functions/ from their files unless the database has them
     as these files define them: the checksum of the files stored when they were last created,
     none missing, and their definitions in pg_proc those that creation left (a release from before
@@ -532,6 +547,8 @@ async def _create_functions(conn: asyncpg.Connection, sql: Traversable, always: 
             and await conn.fetchval(query("schema_state_checksum"), FUNCTIONS_DEFINED) == defined:
         return
     try:
+        if not owner:  # functions it made would be its own (see _migrate_locked)
+            raise _not_owner()
         async with conn.transaction():  # a savepoint: the vocabulary's sync goes on without it
             for _name, file in files:
                 await conn.execute(file.read_text())

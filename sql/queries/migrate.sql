@@ -28,6 +28,12 @@ UPDATE schema_migrations SET checksum = $2 WHERE version = $1 AND checksum IS NU
 -- A migration applied, in the transaction that applied it.
 INSERT INTO schema_migrations (version, checksum) VALUES ($1, $2);
 
+-- owns_the_schema --
+-- Whether this role owns schema_migrations (or is a member of its owner, or a superuser): the
+-- role that migrates. True on a database not migrated yet.
+SELECT coalesce((SELECT pg_has_role(relowner, 'USAGE') FROM pg_class
+                  WHERE oid = to_regclass('schema_migrations')), true);
+
 -- schema_state_checksum --
 -- What `migrate` last made of a part of the schema it re-creates from files ($1: 'functions'),
 -- or null (migration 0032 creates the table).
@@ -107,7 +113,8 @@ BEGIN
         RAISE NOTICE 'pgvector is installed but cannot be created here (%): dense retrieval stays off', SQLERRM;
         RETURN;
     END;
-    IF NOT has_schema_privilege(current_schema(), 'CREATE') THEN
+    IF NOT has_schema_privilege(current_schema(), 'CREATE')
+       OR NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = 'knowledge_items'::regclass), 'USAGE') THEN
         RETURN;  -- a runtime role: the schema's owner makes the table (`migrate` logs it)
     END IF;
     EXECUTE $sql$

@@ -317,3 +317,33 @@ async def test_runtime_role__functions_an_older_release_put_back_are_a_warning_u
         assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
     finally:
         await conn.close()
+
+
+async def test_runtime_role__a_public_schema_anyone_may_create_in_gets_no_migration_from_it(roles):
+    """A database made before PostgreSQL 15 (pg_upgrade keeps its ACLs) lets PUBLIC create in the
+    schema public. The runtime role then applied a migration that only creates a table (0032) and
+    owned that table, and the owner's `migrate` failed on it (permission denied for schema_state)."""
+    conn = await asyncpg.connect(roles.owner_url)
+    try:
+        await db.migrate(conn, before=NEW_MIGRATION)
+        await conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")  # PostgreSQL 14's default
+    finally:
+        await conn.close()
+    await _grant(roles)
+    conn = await asyncpg.connect(roles.app_url)
+    try:
+        with pytest.raises(db.MigrationError, match=rf"; pending: migration {NEW_MIGRATION}; "):
+            await db.migrate(conn)
+    finally:
+        await conn.close()
+    assert await _as(roles.owner_url, "SELECT to_regclass('schema_state')") is None
+    conn = await asyncpg.connect(roles.owner_url)
+    try:
+        assert NEW_MIGRATION in await db.migrate(conn)
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(roles.app_url)
+    try:
+        assert await db.migrate(conn) == []
+    finally:
+        await conn.close()
