@@ -535,8 +535,8 @@ async def _create_functions(
     as these files define them: the checksum of the files stored when they were last created,
     none missing, and their definitions in pg_proc those that creation left (a release from before
     schema_state puts its own back at each start of one of its hosts, recording nothing). `newer`:
-    the database holds migrations of a newer release (a rolling upgrade); a role that may not
-    re-create the functions then runs with that release's."""
+    the database holds migrations of a newer release (a rolling upgrade): a start then runs with
+    that release's functions, creating only any it dropped."""
     files = function_files(sql)
     names = [name for name, _ in files]
     wanted = functions_checksum(sql)
@@ -545,6 +545,25 @@ async def _create_functions(
     defined = await conn.fetchval(query("functions_defined"), names)
     if not always and files_current \
             and await conn.fetchval(query("schema_state_checksum"), FUNCTIONS_DEFINED) == defined:
+        return
+    if newer and not always:
+        # A rolling upgrade: hosts of the newer release run on its functions, which this release's
+        # would replace under them (until one of them restarts), or fail to replace (a result type
+        # changed: "cannot change return type"), so that this host could not start again. Only
+        # a function the newer release dropped is made, for this release's code to call.
+        missing = set(await conn.fetchval(query("functions_missing"), names))
+        made = ""
+        if missing and owner:
+            try:
+                async with conn.transaction():
+                    for name, file in files:
+                        if name in missing:
+                            await conn.execute(file.read_text())
+                made = f"; created the missing {', '.join(sorted(missing))}"
+            except asyncpg.InsufficientPrivilegeError:
+                pass
+        log.warning("the functions of sql/functions/ differ from the database's, which a newer "
+                    "release migrated: running with that release's%s", made)
         return
     try:
         if not owner:  # functions it made would be its own (see _migrate_locked)
@@ -556,11 +575,6 @@ async def _create_functions(
             await conn.execute(query("record_schema_state"), FUNCTIONS_DEFINED,
                                await conn.fetchval(query("functions_defined"), names))
     except asyncpg.InsufficientPrivilegeError as exc:
-        if newer and not always:
-            log.warning("the functions of sql/functions/ differ from the database's, which a newer "
-                        "release migrated: running with that release's (this role may not "
-                        "re-create them: %s)", exc.message)
-            return
         if files_current and not always:
             log.warning("the functions in the database are not those `migrate` last created from "
                         "sql/functions/ (an older release's start or a hand re-created some): "

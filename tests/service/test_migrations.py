@@ -662,3 +662,28 @@ async def test_functions__a_start_after_an_older_release_re_created_them_restore
     assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
     await db.migrate(conn)  # the new release's next start
     assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
+
+
+async def test_functions__a_start_during_a_rolling_upgrade_keeps_the_newer_release_s(conn, caplog):
+    """A host of this release restarting after a newer release's `migrate` put this release's
+    functions back under the newer hosts, and when the newer release had changed a function's
+    result type (as 0025 did) it could not start at all: InvalidFunctionDefinitionError
+    "cannot change return type of existing function", a traceback."""
+    await conn.execute("""
+        INSERT INTO schema_migrations (version, checksum) VALUES ('9999_newer', 'x');
+        UPDATE schema_state SET checksum = 'newer' WHERE name = 'functions';
+        DROP FUNCTION webhook_wanted(text, text);
+        CREATE FUNCTION webhook_wanted(p_account text, event_type text) RETURNS integer
+            STABLE LANGUAGE sql AS $$ SELECT 1 $$;
+        CREATE OR REPLACE FUNCTION display_name(first_name text, last_name text, email text)
+            RETURNS text IMMUTABLE LANGUAGE sql AS $$ SELECT 'newer' $$;
+        DROP FUNCTION api_token_is_live(timestamptz, timestamptz);
+    """)
+    with caplog.at_level("WARNING", logger="service.db"):
+        assert await db.migrate(conn) == []
+    assert "which a newer release migrated: running with that release's; created the missing " \
+           "api_token_is_live" in caplog.text
+    assert await conn.fetchval("SELECT webhook_wanted('a', 'b')") == 1
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "newer"
+    assert await conn.fetchval("SELECT api_token_is_live(NULL, NULL)") is True
+    assert await conn.fetchval("SELECT checksum FROM schema_state WHERE name = 'functions'") == "newer"
