@@ -191,7 +191,15 @@ async def create_pool(
         **({"timeout": acquire_timeout} if acquire_timeout else {}),
     )
     pool.acquire_timeout = acquire_timeout
-    return await pool
+    try:
+        return await pool
+    except PoolTimeout:
+        raise
+    except TimeoutError as exc:
+        # A server that accepts the connection and never answers: "database unavailable" (one
+        # line at start-up, 503 later), not a bare TimeoutError's traceback.
+        seconds = acquire_timeout or 60  # asyncpg's connect timeout when none is given
+        raise ConnectionError(f"no answer from the database server within {seconds:g} s") from exc
 
 
 class PoolTimeout(TimeoutError):

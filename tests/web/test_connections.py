@@ -151,6 +151,27 @@ async def test_database_socket_missing__is_503(config, admin, aiohttp_client, tm
     assert (await response.json())["error"]["code"] == "service_unavailable"
 
 
+async def test_pool_opening__a_server_that_never_answers_is_database_unavailable(config):
+    """A server that accepts the connection and says nothing (a stuck proxy, a firewall holding
+    the packets): opening the pools ended in a bare TimeoutError, a traceback at start-up, since
+    the connect timeout became the acquire timeout. Now it is "database unavailable", which
+    start-up reports in one line (server._cannot_connect)."""
+    accepted: list[asyncio.StreamWriter] = []
+    silent = await asyncio.start_server(lambda _r, writer: accepted.append(writer), "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    try:
+        expected = r"no answer from the database server within 0\.3 s"
+        with pytest.raises(ConnectionError, match=expected) as raised:
+            await db.create_pool(f"postgresql://nobody@127.0.0.1:{port}/rfp", config, acquire_timeout=0.3)
+        assert db.database_unavailable(raised.value)
+        assert accepted  # it did connect: the handshake is what went unanswered
+    finally:
+        for writer in accepted:
+            writer.close()
+        silent.close()
+        await silent.wait_closed()
+
+
 async def _slow_question(client, admin) -> str:
     asked = await client.post(
         "/api/v1/questions", json={"question": {"question": "Is data encrypted?"}}, headers=admin.headers
