@@ -8,6 +8,7 @@ import logging
 import re
 import shutil
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from importlib import resources
 
 import asyncpg
@@ -39,6 +40,15 @@ def documented_grants(owner: str, app: str, database: str) -> list[str]:
     return [re.sub(r"\b(rfp_owner|rfp_app|rfp)\b", lambda m: names[m[1]], s) for s in statements]
 
 
+@asynccontextmanager
+async def _connected(url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
 @attrs.frozen
 class Roles:
     owner_url: str  # the owner's, on the database itself
@@ -51,43 +61,31 @@ async def roles(server_url: str, empty_database_url: str) -> AsyncIterator[Roles
     superuser, as managed offerings do), and a runtime role with nothing granted yet."""
     suffix = new_id("r")[-8:].lower()
     owner, app = f"rfp_owner_{suffix}", f"rfp_app_{suffix}"
-    admin = await asyncpg.connect(empty_database_url)
-    try:
+    async with _connected(empty_database_url) as admin:
         name = await admin.fetchval("SELECT current_database()")
         await admin.execute(f'CREATE ROLE "{owner}" LOGIN NOSUPERUSER; CREATE ROLE "{app}" LOGIN NOSUPERUSER')
         await admin.execute(f'ALTER DATABASE "{name}" OWNER TO "{owner}";'
                             f' ALTER SCHEMA public OWNER TO "{owner}"')
         if await admin.fetchval("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"):
             await admin.execute("CREATE EXTENSION vector")
-    finally:
-        await admin.close()
     url = URL(empty_database_url)
     yield Roles(str(url.with_user(owner)), str(url.with_user(app)))
-    admin = await asyncpg.connect(empty_database_url)
-    try:
+    async with _connected(empty_database_url) as admin:
         # One statement a transaction (together they trip over the default privileges' rows).
         for statement in (f'DROP OWNED BY "{app}"', f'REASSIGN OWNED BY "{owner}" TO CURRENT_USER',
                           f'DROP OWNED BY "{owner}"'):
             await admin.execute(statement)
-    finally:
-        await admin.close()
-    admin = await asyncpg.connect(server_url)
-    try:
+    async with _connected(server_url) as admin:
         await admin.execute(f'DROP ROLE IF EXISTS "{app}"; DROP ROLE IF EXISTS "{owner}"')
-    finally:
-        await admin.close()
 
 
 async def _as(url: str, sql: str | list[str], *args: object) -> object:
-    conn = await asyncpg.connect(url)
-    try:
+    async with _connected(url) as conn:
         if isinstance(sql, list):
             for statement in sql:
                 await conn.execute(statement)
             return None
         return await conn.fetchval(sql, *args)
-    finally:
-        await conn.close()
 
 
 async def _grant(roles: Roles) -> None:
@@ -110,11 +108,8 @@ async def test_runtime_role__refused_a_pending_migration_naming_it_then_serves_o
 ):
     # An owner's database of the release before: the grants given, the new migration pending.
     async with asyncio.timeout(60):
-        conn = await asyncpg.connect(roles.owner_url)
-        try:
+        async with _connected(roles.owner_url) as conn:
             await db.migrate(conn, before=NEW_MIGRATION)
-        finally:
-            await conn.close()
     await _grant(roles)
     app = URL(roles.app_url).user
     assert not await _as(roles.app_url, "SELECT has_schema_privilege('public', 'CREATE')")
@@ -184,35 +179,23 @@ async def test_runtime_role__refused_a_pending_migration_naming_it_then_serves_o
 
 
 async def test_runtime_role__a_changed_function_file_is_pending_until_the_owner_migrates(roles, tmp_path):
-    conn = await asyncpg.connect(roles.owner_url)
-    try:
+    async with _connected(roles.owner_url) as conn:
         await db.migrate(conn)
-    finally:
-        await conn.close()
     await _grant(roles)
     sql = tmp_path / "sql"
     shutil.copytree(resources.files("service.sql"), sql)
     file = sql / "functions" / "display_name.sql"
     file.write_text(file.read_text().replace("split_part(email, '@', 1)", "'someone'"))
-    conn = await asyncpg.connect(roles.app_url)
-    try:
+    async with _connected(roles.app_url) as conn:
         await db.migrate(conn)  # current: nothing to do, and nothing refused
         with pytest.raises(db.MigrationError, match=r"; pending: the functions of sql/functions/, "):
             await db.migrate(conn, sql)
         assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
-    finally:
-        await conn.close()
-    conn = await asyncpg.connect(roles.owner_url)
-    try:
+    async with _connected(roles.owner_url) as conn:
         await db.migrate(conn, sql)
-    finally:
-        await conn.close()
-    conn = await asyncpg.connect(roles.app_url)
-    try:
+    async with _connected(roles.app_url) as conn:
         await db.migrate(conn, sql)
         assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
-    finally:
-        await conn.close()
 
 
 class ThreeDimensions:
@@ -227,14 +210,11 @@ class ThreeDimensions:
 
 @pytest.mark.pgvector
 async def test_runtime_role__indexes_a_new_vector_size_without_its_hnsw_index_saying_so(roles, caplog):
-    conn = await asyncpg.connect(roles.owner_url)
-    try:
+    async with _connected(roles.owner_url) as conn:
         await db.migrate(conn)
         account = new_id("acc")
         await conn.execute("INSERT INTO accounts (id, name) VALUES ($1, 'A')", account)
         await add_entry(conn, account, "Is data encrypted at rest?", "Yes, AES-256.")
-    finally:
-        await conn.close()
     await _grant(roles)
     pool = await asyncpg.create_pool(roles.app_url, min_size=1, max_size=2)
     try:
@@ -261,22 +241,16 @@ async def test_runtime_role__indexes_a_new_vector_size_without_its_hnsw_index_sa
 async def test_runtime_role__during_a_rolling_upgrade_an_old_version_runs_with_the_newer_functions(
     roles, caplog
 ):
-    conn = await asyncpg.connect(roles.owner_url)
-    try:
+    async with _connected(roles.owner_url) as conn:
         await db.migrate(conn)
         # As a newer release's `migrate` leaves it: a migration this version does not know, and
         # functions from other files.
         await conn.execute("INSERT INTO schema_migrations (version, checksum) VALUES ('9999_future', 'x');"
                            "UPDATE schema_state SET checksum = 'newer' WHERE name = 'functions'")
-    finally:
-        await conn.close()
     await _grant(roles)
-    conn = await asyncpg.connect(roles.app_url)
-    try:
+    async with _connected(roles.app_url) as conn:
         with caplog.at_level(logging.WARNING, logger="service.db"):
             assert await db.migrate(conn) == []
-    finally:
-        await conn.close()
     assert "migration 9999_future is applied but unknown to this version" in caplog.text
     assert "the functions of sql/functions/ differ from the database's, which a newer release " \
            "migrated: running with that release's" in caplog.text
@@ -288,62 +262,38 @@ async def test_runtime_role__functions_an_older_release_put_back_are_a_warning_u
 ):
     older = (db.SQL / "functions" / "display_name.sql").read_text().replace(
         "split_part(email, '@', 1)", "'someone'")
-    conn = await asyncpg.connect(roles.owner_url)
-    try:
+    async with _connected(roles.owner_url) as conn:
         await db.migrate(conn)
         await conn.execute(older)  # a host of a release from before schema_state started
-    finally:
-        await conn.close()
     await _grant(roles)
-    conn = await asyncpg.connect(roles.app_url)
-    try:
+    async with _connected(roles.app_url) as conn:
         with caplog.at_level(logging.WARNING, logger="service.db"):
             assert await db.migrate(conn) == []  # starts: its files are those last migrated
         assert "the functions in the database are not those `migrate` last created" in caplog.text
         assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
-    finally:
-        await conn.close()
-    conn = await asyncpg.connect(roles.owner_url)
-    try:
+    async with _connected(roles.owner_url) as conn:
         await db.migrate(conn)  # the owner's start (or `migrate`) puts them right
-    finally:
-        await conn.close()
     caplog.clear()
-    conn = await asyncpg.connect(roles.app_url)
-    try:
+    async with _connected(roles.app_url) as conn:
         with caplog.at_level(logging.WARNING, logger="service.db"):
             await db.migrate(conn)
         assert caplog.text == ""
         assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
-    finally:
-        await conn.close()
 
 
 async def test_runtime_role__a_public_schema_anyone_may_create_in_gets_no_migration_from_it(roles):
     """A database made before PostgreSQL 15 (pg_upgrade keeps its ACLs) lets PUBLIC create in the
     schema public. The runtime role then applied a migration that only creates a table (0032) and
     owned that table, and the owner's `migrate` failed on it (permission denied for schema_state)."""
-    conn = await asyncpg.connect(roles.owner_url)
-    try:
+    async with _connected(roles.owner_url) as conn:
         await db.migrate(conn, before=NEW_MIGRATION)
         await conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")  # PostgreSQL 14's default
-    finally:
-        await conn.close()
     await _grant(roles)
-    conn = await asyncpg.connect(roles.app_url)
-    try:
+    async with _connected(roles.app_url) as conn:
         with pytest.raises(db.MigrationError, match=rf"; pending: migration {NEW_MIGRATION}; "):
             await db.migrate(conn)
-    finally:
-        await conn.close()
     assert await _as(roles.owner_url, "SELECT to_regclass('schema_state')") is None
-    conn = await asyncpg.connect(roles.owner_url)
-    try:
+    async with _connected(roles.owner_url) as conn:
         assert NEW_MIGRATION in await db.migrate(conn)
-    finally:
-        await conn.close()
-    conn = await asyncpg.connect(roles.app_url)
-    try:
+    async with _connected(roles.app_url) as conn:
         assert await db.migrate(conn) == []
-    finally:
-        await conn.close()
