@@ -423,9 +423,11 @@ async def test_library_care_page__lists_a_bounded_number_of_pairs_and_the_api_pa
         "INSERT INTO knowledge_items (id, account_id, question, answer)"
         " SELECT 'kb_d' || n, $1, 'Do you encrypt data at rest?', 'Yes (' || n || ').'"
         "   FROM generate_series(1, 40) AS n", admin.account_id)
-    await conn.execute(  # a finished, fresh run: all 780 pairs
+    # A finished run, started after the entries were written, so the page does not start another
+    # (one finishing mid-test replaced the 780 pairs with its own findings: a flaky count).
+    await conn.execute(
         "INSERT INTO knowledge_duplicate_runs (account_id, started_at, computed_at, entries, seconds)"
-        " VALUES ($1, now() - interval '1 minute', now(), 40, 0.1)", admin.account_id)
+        " VALUES ($1, now(), now(), 40, 0.1)", admin.account_id)
     await conn.execute(
         "INSERT INTO knowledge_duplicates (account_id, item_a, item_b, kind, reason, similarity)"
         " SELECT $1, 'kb_d' || a, 'kb_d' || b, 'duplicate', 'same question', 1"
@@ -439,6 +441,7 @@ async def test_library_care_page__lists_a_bounded_number_of_pairs_and_the_api_pa
     # The API's report comes a page of 100 pairs at a time (it was every pair in one response).
     duplicates = "/api/v1/knowledge_base_items/duplicates"
     report = await (await app_client.get(duplicates, headers=admin.headers)).json()
+    assert report["state"] == "fresh" and not report["running"], report["state"]
     assert len(report["pairs"]) == 100
     assert report["pagination"] == {"current_page": 1, "total_pages": 8, "total_count": 780,
                                     "items_per_page": 100, "from": 1, "to": 100}
