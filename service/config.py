@@ -155,6 +155,9 @@ class UploadsConfig:
     # XML elements in each XLSX part openpyxl reads whole when it opens the file (content types,
     # the workbook and its relationships, the styles: 10-20 µs each), counted before it does.
     max_xml_elements: int = attrs.field(default=200_000, validator=_positive)
+    # Characters in all the cells read from one file. A CSV holds at most its bytes; an XLSX
+    # cell names a shared string, which counts each time (55 KB made 1 GB of questions).
+    max_text_chars: int = attrs.field(default=50_000_000, validator=_positive)
     # Files are parsed in child processes: this many at once per service process, each killed
     # after parse_timeout_seconds (an upload waiting that long for a free one gets 503), each
     # limited to parse_memory_bytes of address space.

@@ -29,7 +29,7 @@ import attrs
 
 from . import uploads
 from .errors import ValidationFailed
-from .uploads import Limits, checked_row, column_letter
+from .uploads import Limits, Tally, checked_row, column_letter
 
 HEADER_SCAN_ROWS = 50  # a header further down than this is not looked for (pass header_row)
 SHEETS_SEARCHED = 100  # a question sheet further on than this is not looked for (pass sheet)
@@ -510,7 +510,7 @@ def _open_workbook(binary: IO[bytes], limits: Limits) -> _Workbook:
                      workbook=reader.wb)
 
 
-def _sheet_rows(book: _Workbook, path: str, limits: Limits) -> Iterator[tuple[int, list[str]]]:
+def _sheet_rows(book: _Workbook, path: str, limits: Limits, tally: Tally) -> Iterator[tuple[int, list[str]]]:
     """A sheet's rows as (row number, cells), rows that are not in the file left out, read with
     openpyxl's row parser from our own pass over the XML, which checks the limits as it goes:
     the rows and a row's cells are counted as they start (a row of 543,000 cells, 75 KB
@@ -576,7 +576,7 @@ def _sheet_rows(book: _Workbook, path: str, limits: Limits) -> Iterator[tuple[in
                 values = [""] * width
                 for cell in row:
                     values[cell["column"] - 1] = cell_text(cell["value"])
-                yield number, checked_row(number, values, limits)
+                yield number, checked_row(number, values, limits, tally)
             elif tag == DATA_TAG:
                 return
 
@@ -623,6 +623,9 @@ def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | N
     except (zipfile.BadZipFile, KeyError, ValueError, OSError, ParseError, TypeError) as exc:
         raise ValidationFailed([f"file: not a readable XLSX workbook ({exc})"],
                                message="the file could not be read") from None
+    # The cells' characters are counted across every sheet read: a shared string counts each
+    # time a cell names it.
+    tally = Tally()
     try:
         if options.sheet is not None:
             path = book.path(options.sheet)
@@ -633,13 +636,13 @@ def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | N
                     listed += f" and {len(names) - 30} more"
                 raise ValidationFailed([f"sheet: no sheet {options.sheet!r}; sheets: {listed}"],
                                        message="the sheet was not found")
-            return _parse_rows(_sheet_rows(book, path, limits), options, options.sheet,
+            return _parse_rows(_sheet_rows(book, path, limits, tally), options, options.sheet,
                                progress, limits, where=f" in sheet {options.sheet!r}")
         problems: list[str] = []
         # Each sheet looked at costs its opening rows: a workbook naming its one sheet 20,000
         # times (107 KB) took 6.6 s, and its 422 listed 20,000 problems.
         for name, path in book.sheets[:SHEETS_SEARCHED]:
-            rows = _sheet_rows(book, path, limits)
+            rows = _sheet_rows(book, path, limits, tally)
             head = list(islice(rows, HEADER_SCAN_ROWS))
             try:
                 layout = _layout(head, options, f" in sheet {name!r}")

@@ -39,6 +39,7 @@ class Limits:
     max_items: int = 10_000  # questions one import may add
     max_shared_strings: int = 500_000  # strings in an XLSX's shared strings table
     max_xml_elements: int = 200_000  # in each XLSX part read whole at opening (workbook, styles …)
+    max_text_chars: int = 50_000_000  # in all the cells read from one file, a shared string each time
 
     @classmethod
     def of(cls, uploads: UploadsConfig) -> Limits:
@@ -97,9 +98,19 @@ def column_letter(index: int) -> str:
     return letters
 
 
-def checked_row(number: int, cells: list[str], limits: Limits) -> list[str]:
+@attrs.define
+class Tally:
+    """The characters of the cells read so far from one file (`Limits.max_text_chars`). A CSV
+    holds at most as many as its bytes; an XLSX cell names a shared string by its index, so 55 KB
+    naming one string of 100,000 characters 10,000 times made 1 GB of questions (the service
+    process grew by 2.9 GB storing them)."""
+
+    chars: int = 0
+
+
+def checked_row(number: int, cells: list[str], limits: Limits, tally: Tally) -> list[str]:
     """A row's cells, refused (the whole file) past a limit or with a NUL character, which
-    PostgreSQL text cannot hold."""
+    PostgreSQL text cannot hold; their characters are added to `tally`, the file's."""
     if len(cells) > limits.max_columns:
         raise limits.refuse(f"row {number} has {len(cells)} columns", "max_columns")
     for index, cell in enumerate(cells):
@@ -107,6 +118,10 @@ def checked_row(number: int, cells: list[str], limits: Limits) -> list[str]:
             raise limits.refuse(
                 f"cell {column_letter(index)}{number} holds {len(cell)} characters", "max_cell_chars"
             )
+        tally.chars += len(cell)
+        if tally.chars > limits.max_text_chars:
+            raise limits.refuse(f"its cells hold more than {limits.max_text_chars} characters by row "
+                                f"{number}", "max_text_chars")
         if "\x00" in cell:
             raise ValidationFailed(
                 [f"file: cell {column_letter(index)}{number} holds a NUL character; save the file "
@@ -143,11 +158,12 @@ def csv_records(text: IO[str], limits: Limits, dialect: Any = None) -> Iterator[
     lines = iter(text)
     reader = csv.reader(chain([next(lines, "").lstrip(BOM)], lines), dialect)
     number = 0
+    tally = Tally()
     try:
         for number, record in enumerate(reader, start=1):
             if number > limits.max_rows:
                 raise limits.refuse(f"more than {limits.max_rows} rows", "max_rows")
-            yield number, checked_row(number, record, limits)
+            yield number, checked_row(number, record, limits, tally)
     except csv.Error as exc:
         if "field larger than field limit" in str(exc):
             raise limits.refuse(f"row {number + 1} holds a cell longer than {limits.max_cell_chars} "

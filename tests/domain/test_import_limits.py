@@ -588,3 +588,73 @@ def test_xlsx_part_read_whole_at_opening__413_max_xml_elements(part, change):
     assert time.process_time() - started < 2.0
     assert refused.value.details == [f"file: the part {part!r} holds more than 200000 XML elements; "
                                      "the limit is uploads.max_xml_elements = 200000"]
+
+
+def _one_long_string_named_by(rows: int, columns: int = 1) -> bytes:
+    """Header "Question", then `rows` rows whose `columns` cells all name one shared string of
+    100,000 characters."""
+    text = ("Is data encrypted at rest " * 3_847)[:99_999] + "?"
+    strings = (f'<?xml version="1.0"?><sst xmlns="{_MAIN}"><si><t>Question</t></si>'
+               f"<si><t>{text}</t></si></sst>").encode()
+    cells = "".join(f'<c r="{chr(ord("A") + c)}%d" t="s"><v>1</v></c>' for c in range(columns))
+    return xlsx(sheet('<row r="1"><c r="A1" t="s"><v>0</v></c></row>',
+                      *(f'<row r="{n}">{cells.replace("%d", str(n))}</row>' for n in range(2, rows + 2))),
+                shared_strings=strings)
+
+
+async def test_xlsx_one_long_shared_string_in_10_000_questions__413_max_text_chars(client, admin):
+    """A probe: 55 KB naming one shared string of 100,000 characters in 10,000 question cells was
+    imported as 1 GB of questions: 6 s in the parse worker, then the service process grew by
+    2.9 GB and spent 8.5 s of CPU storing them. An XLSX's cells may hold 50,000,000 characters
+    in all, a shared string counted each time a cell names it (a CSV holds at most its bytes)."""
+    body = _one_long_string_named_by(10_000)
+    assert len(body) < 60_000
+    rfp_id = await new_rfp(client, admin)
+    started = time.process_time()
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    assert time.process_time() - started < 1.0
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_text_chars = 50000000")
+
+
+def test_xlsx_characters_counted_in_every_cell_and_every_sheet_read():
+    """Not only the questions: a row of a short question and 25 cells naming the long string
+    (the cells of 200 such rows, 132 KB, took the parse worker 30 s to read). And across the
+    sheets looked at for a question column."""
+    from service.domain.questionnaires import ImportOptions, Limits, parse_upload
+
+    started = time.process_time()
+    with pytest.raises(PayloadTooLarge) as refused:
+        _parse_xlsx(_one_long_string_named_by(2_000, columns=26))
+    assert time.process_time() - started < 2.0
+    assert refused.value.details == ["file: its cells hold more than 50000000 characters by row 21; "
+                                     "the limit is uploads.max_text_chars = 50000000"]
+    # 30 rows of 100,000 characters in a sheet without a question column, then the same sheet
+    # named again: 3,000,000 characters read in the first, 3,000,000 more in the second.
+    body = _one_long_string_named_by(30)
+    made = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(body)) as source, zipfile.ZipFile(made, "w") as target:
+        for member in source.infolist():
+            data = source.read(member.filename)
+            if member.filename == "xl/workbook.xml":
+                data = data.replace(b'<sheet name="Sheet" sheetId="1"', b'<sheet name="Other" sheetId="2" '
+                                    b'state="visible" r:id="rId1"/><sheet name="Sheet" sheetId="1"', 1)
+            target.writestr(member.filename, data)
+    options = ImportOptions(question_column="Question", section_column="Nowhere")
+    with pytest.raises(ValidationFailed) as both_read:
+        parse_upload(made.getvalue(), options, XLSX_MEDIA_TYPE, None, Limits(max_text_chars=6_000_016))
+    assert [detail[:31] for detail in both_read.value.details] == ["section_column: no column 'Nowh"] * 2
+    with pytest.raises(PayloadTooLarge) as refused:
+        parse_upload(made.getvalue(), options, XLSX_MEDIA_TYPE, None, Limits(max_text_chars=6_000_015))
+    assert refused.value.details == ["file: its cells hold more than 6000015 characters by row 31; the "
+                                     "limit is uploads.max_text_chars = 6000015"]
+
+
+def test_csv_characters_counted_too():
+    from service.domain.questionnaires import ImportOptions, Limits, parse_upload
+
+    body = b"Question,Notes\n" + b"Is MFA enforced?,none\n" * 10
+    assert len(parse_upload(body, ImportOptions(), "text/csv", None, Limits(max_text_chars=213)).rows) == 10
+    with pytest.raises(PayloadTooLarge) as refused:
+        parse_upload(body, ImportOptions(), "text/csv", None, Limits(max_text_chars=212))
+    assert refused.value.details == ["file: its cells hold more than 212 characters by row 11; the limit "
+                                     "is uploads.max_text_chars = 212"]
