@@ -240,10 +240,12 @@ def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
     try:
         first = next(records, None)
     except uploads.NotCsv as exc:
-        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc.error}"]) from None
+        raise ValidationFailed([f"csv: the header row is not valid CSV: {exc.error}"],
+                               message="the file could not be read") from None
     header = None if first is None else first[1]
     if header is None:
-        raise ValidationFailed(["csv: the file is empty; expected a header row question,answer,…"])
+        raise ValidationFailed(["csv: the file is empty; expected a header row question,answer,…"],
+                               message="the file is empty")
     names = [name.strip().lower() for name in header]
     problems = []
     known = [name for name in names if name in CSV_COLUMNS]
@@ -252,7 +254,7 @@ def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
     if "answer" not in names:
         problems.append("csv: the header must have an answer column")
     if problems:
-        raise ValidationFailed(problems)
+        raise ValidationFailed(problems, message="the header row is not usable")
 
     valid: list[tuple[int, ImportRow]] = []
     rejected: list[Rejection] = []
@@ -269,7 +271,8 @@ def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
         if not any(value.strip() for value in values):
             continue  # blank lines are not entries
         if row_number - 1 > MAX_IMPORT_ROWS:
-            raise ValidationFailed([f"csv: at most {MAX_IMPORT_ROWS} rows per import; split the file"])
+            raise ValidationFailed([f"csv: at most {MAX_IMPORT_ROWS} rows per import; split the file"],
+                                   message="the file has too many rows")
         if len(values) != len(names):
             rejected.append(Rejection(
                 row=row_number, reason=f"has {len(values)} fields; the header has {len(names)}"

@@ -7,6 +7,7 @@ import sys
 import aiohttp
 
 from service.answering.retrieval import find_references
+from service.domain.knowledge import MAX_IMPORT_ROWS
 from service.domain.uploads import decode
 
 ITEMS = "/api/v1/knowledge_base_items"
@@ -157,7 +158,25 @@ async def test_import_csv__without_answer_column_is_422(client, admin):
         headers={**admin.headers, "Content-Type": "text/csv"},
     )
     assert response.status == 422
-    assert (await response.json())["error"]["details"] == ["csv: the header must have an answer column"]
+    error = (await response.json())["error"]
+    assert error["details"] == ["csv: the header must have an answer column"]
+    assert error["message"] == "the header row is not usable"
+
+
+async def test_import_csv__more_rows_than_an_import_takes_is_422_naming_it_and_stores_nothing(
+    client, admin, conn
+):
+    rows = "".join(f"Q{n}?,A{n}.\n" for n in range(MAX_IMPORT_ROWS + 1))
+    response = await client.post(
+        f"{ITEMS}/import", data=f"question,answer\n{rows}",
+        headers={**admin.headers, "Content-Type": "text/csv"},
+    )
+    assert response.status == 422
+    error = (await response.json())["error"]
+    assert error["message"] == "the file has too many rows"  # it was "the record could not be saved"
+    assert error["details"] == [f"csv: at most {MAX_IMPORT_ROWS} rows per import; split the file"]
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items WHERE account_id = $1",
+                               admin.account_id) == 0
 
 
 async def test_import_csv__json_body_is_415_and_viewer_403(client, admin, make_member):
