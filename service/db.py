@@ -548,18 +548,17 @@ async def _create_functions(
     files = function_files(sql)
     names = [name for name, _ in files]
     wanted = functions_checksum(sql)
-    files_current = await conn.fetchval(query("schema_state_checksum"), FUNCTIONS) == wanted \
-        and not await conn.fetchval(query("functions_missing"), names)
-    defined = await conn.fetchval(query("functions_defined"), names)
-    if not always and files_current \
-            and await conn.fetchval(query("schema_state_checksum"), FUNCTIONS_DEFINED) == defined:
-        return
+    missing = set(await conn.fetchval(query("functions_missing"), names))
+    files_current = not missing and await conn.fetchval(query("schema_state_checksum"), FUNCTIONS) == wanted
+    if not always and files_current:  # and as that creation left them (the digest only then)
+        defined = await conn.fetchval(query("functions_defined"), names)
+        if await conn.fetchval(query("schema_state_checksum"), FUNCTIONS_DEFINED) == defined:
+            return
     if newer and not always:
         # A rolling upgrade: hosts of the newer release run on its functions, which this release's
         # would replace under them (until one of them restarts), or fail to replace (a result type
         # changed: "cannot change return type"), so that this host could not start again. Only
         # a function the newer release dropped is made, for this release's code to call.
-        missing = set(await conn.fetchval(query("functions_missing"), names))
         made = ""
         if missing and owner:
             try:
