@@ -451,9 +451,30 @@ def _refused_message(conn: asyncpg.Connection, exc: asyncpg.InsufficientPrivileg
 
 
 def _pending_migrations(versions: list[str]) -> str:
+    return f"pending: {_migrations(versions)}"
+
+
+def _migrations(versions: list[str]) -> str:
     if len(versions) <= 3:
-        return f"pending: migration{'s' if len(versions) > 1 else ''} {', '.join(versions)}"
-    return f"pending: {len(versions)} migrations, {versions[0]} to {versions[-1]}"
+        return f"migration{'s' if len(versions) > 1 else ''} {', '.join(versions)}"
+    return f"{len(versions)} migrations, {versions[0]} to {versions[-1]}"
+
+
+async def _pending_without_schema_migrations(
+    conn: asyncpg.Connection, files: list[tuple[str, Traversable]]
+) -> str:
+    """What is pending where the role may not make schema_migrations as `migrate` keeps it: every
+    migration where there is none; where it is a table from before checksums (a release up to
+    0018 made it), its checksum column and the migrations it does not list."""
+    readable = await conn.fetchval(query("schema_migrations_readable"))
+    if readable is None:
+        return _pending_migrations([version for version, _ in files])
+    pending = "pending: the checksum column of schema_migrations, a table from before checksums"
+    if not readable:  # which migrations it lists is the owner's to see
+        return pending
+    recorded = set(await conn.fetchval(query("recorded_migrations")))
+    versions = [version for version, _ in files if version not in recorded]
+    return f"{pending}, and {_migrations(versions)}" if versions else pending
 
 
 FUNCTIONS = "functions"  # schema_state's row for sql/functions/
@@ -477,9 +498,10 @@ async def _migrate_locked(
     files = migration_files(sql)
     if not await conn.fetchval(query("schema_migrations_current")):
         try:
-            await conn.execute(query("create_schema_migrations"))
+            async with conn.transaction():  # so that after a refusal what is pending can be read
+                await conn.execute(query("create_schema_migrations"))
         except asyncpg.InsufficientPrivilegeError as exc:
-            raise _Refused(_pending_migrations([v for v, _ in files]), exc) from exc
+            raise _Refused(await _pending_without_schema_migrations(conn, files), exc) from exc
     done = await check_applied(conn, files)
     pending = [version for version, _ in files
                if version not in done and (before is None or version < before)]

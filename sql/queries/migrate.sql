@@ -16,6 +16,15 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 );
 ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS checksum text;
 
+-- schema_migrations_readable --
+-- Where schema_migrations_current says no: null when there is no schema_migrations, else whether
+-- this role may read the one from before checksums that is there.
+SELECT has_table_privilege(to_regclass('schema_migrations'), 'SELECT');
+
+-- recorded_migrations --
+-- The versions a schema_migrations from before checksums lists (it has no checksum column).
+SELECT array(SELECT version FROM schema_migrations ORDER BY version);
+
 -- applied_migrations --
 -- Every applied migration with its stored checksum (null until `migrate` first fills it in).
 SELECT version, checksum FROM schema_migrations ORDER BY version;

@@ -297,3 +297,24 @@ async def test_runtime_role__a_public_schema_anyone_may_create_in_gets_no_migrat
         assert NEW_MIGRATION in await db.migrate(conn)
     async with _connected(roles.app_url) as conn:
         assert await db.migrate(conn) == []
+
+
+async def test_runtime_role__a_schema_migrations_from_before_checksums_is_named_with_what_is_pending(roles):
+    """A database last migrated by a release from before checksums (0018 and earlier): its
+    schema_migrations lacks the checksum column, which only the owner may add. The runtime role
+    said "pending: 32 migrations, 0001_foundation to …", although 0001 to 0018 were applied."""
+    async with _connected(roles.owner_url) as conn:
+        await db.migrate(conn, before="0019")
+        await conn.execute("ALTER TABLE schema_migrations DROP COLUMN checksum")  # as that runner made it
+    await _grant(roles)
+    versions = [version for version, _ in db.migration_files() if version >= "0019"]
+    async with _connected(roles.app_url) as conn:
+        with pytest.raises(db.MigrationError) as refused:
+            await db.migrate(conn)
+    message = str(refused.value)
+    assert f"; pending: the checksum column of schema_migrations, a table from before checksums, and " \
+           f"{len(versions)} migrations, {versions[0]} to {versions[-1]}; apply it with " in message
+    async with _connected(roles.owner_url) as conn:
+        assert await db.migrate(conn) == versions
+    async with _connected(roles.app_url) as conn:
+        assert await db.migrate(conn) == []
