@@ -482,6 +482,19 @@ FUNCTIONS = "functions"  # schema_state's row for sql/functions/
 # pg_proc holds now, since a release from before schema_state re-creates its own at every start
 # (recording nothing), and a hand's CREATE OR REPLACE records nothing either.
 FUNCTIONS_DEFINED = "functions_defined"
+# And the revision of sql/functions.toml those functions' files had, with their checksum: a
+# release that changed only functions adds no migration, and a start of an older one tells the
+# newer functions by their higher revision (a rolling upgrade).
+FUNCTIONS_REVISION = "functions_revision"
+
+
+def functions_revision(sql: Traversable = SQL) -> int:
+    """The revision of sql/functions/ (sql/functions.toml): one higher in each release that
+    changed a file there."""
+    revision = tomllib.loads((sql / "functions.toml").read_text()).get("revision")
+    if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
+        raise ValueError("functions.toml: revision must be a positive integer")
+    return revision
 
 
 def functions_checksum(sql: Traversable = SQL) -> str:
@@ -566,16 +579,22 @@ async def _create_functions(
     none missing, and their definitions in pg_proc those that creation left (a release from before
     schema_state puts its own back at each start of one of its hosts, recording nothing). `newer`:
     the database holds migrations of a newer release (a rolling upgrade): a start then runs with
-    that release's functions, creating only any it dropped."""
+    that release's functions, creating only any it dropped; so it does when the functions there
+    are of a higher revision (sql/functions.toml) than these files, a newer release that changed
+    only functions."""
     files = function_files(sql)
     names = [name for name, _ in files]
-    wanted = functions_checksum(sql)
+    wanted, revision = functions_checksum(sql), functions_revision(sql)
+    stored = await conn.fetchval(query("schema_state_checksum"), FUNCTIONS)
     missing = set(await conn.fetchval(query("functions_missing"), names))
-    files_current = not missing and await conn.fetchval(query("schema_state_checksum"), FUNCTIONS) == wanted
+    files_current = not missing and stored == wanted
     if not always and files_current:  # and as that creation left them (the digest only then)
         defined = await conn.fetchval(query("functions_defined"), names)
         if await conn.fetchval(query("schema_state_checksum"), FUNCTIONS_DEFINED) == defined:
             return
+    if not always and not newer and not files_current:
+        newer = _newer_revision(await conn.fetchval(query("schema_state_checksum"), FUNCTIONS_REVISION),
+                                stored, revision)
     if newer and not always:
         # A rolling upgrade: hosts of the newer release run on its functions, which this release's
         # would replace under them (until one of them restarts), or fail to replace (a result type
@@ -601,6 +620,7 @@ async def _create_functions(
             for _name, file in files:
                 await conn.execute(file.read_text())
             await conn.execute(query("record_schema_state"), FUNCTIONS, wanted)
+            await conn.execute(query("record_schema_state"), FUNCTIONS_REVISION, f"{revision} {wanted}")
             await conn.execute(query("record_schema_state"), FUNCTIONS_DEFINED,
                                await conn.fetchval(query("functions_defined"), names))
     except asyncpg.InsufficientPrivilegeError as exc:
@@ -613,6 +633,16 @@ async def _create_functions(
         raise _Refused("`migrate` re-creates the functions of sql/functions/" if always else
                        "pending: the functions of sql/functions/, whose files differ from those "
                        "the database's were created from", exc) from exc
+
+
+def _newer_revision(recorded: str | None, stored: str | None, revision: int) -> bool:
+    """Whether `recorded` (the row functions_revision: a revision and the checksum of its files)
+    is of a higher revision than `revision` and still describes the functions there: its checksum
+    that of the row `functions` (`stored`). A release from before revisions re-creates its own
+    functions at a start, recording their checksum only; a revision left from before then is
+    not theirs."""
+    number, _, checksum = (recorded or "").partition(" ")
+    return number.isdigit() and checksum == stored and int(number) > revision
 
 
 async def check_applied(conn: asyncpg.Connection, files: list[tuple[str, Traversable]]) -> set[str]:

@@ -50,7 +50,7 @@ SELECT checksum FROM schema_state WHERE name = $1;
 
 -- record_schema_state --
 -- That part of the schema ($1) as the files with checksum $2 define it, in the transaction that
--- made it so.
+-- made it so ('functions_revision': $2 is sql/functions.toml's revision, a space, that checksum).
 INSERT INTO schema_state (name, checksum) VALUES ($1, $2)
     ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, updated_at = now();
 

@@ -687,3 +687,67 @@ async def test_functions__a_start_during_a_rolling_upgrade_keeps_the_newer_relea
     assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "newer"
     assert await conn.fetchval("SELECT api_token_is_live(NULL, NULL)") is True
     assert await conn.fetchval("SELECT checksum FROM schema_state WHERE name = 'functions'") == "newer"
+
+
+def _newer_release_s_functions(tmp_path):
+    """A copy of sql/ as a later release that changed only a function would hold: display_name
+    answers 'newer', the revision of sql/functions.toml one higher, no new migration."""
+    sql = _sql_copy(tmp_path)
+    file = sql / "functions" / "display_name.sql"
+    file.write_text(file.read_text().replace("split_part(email, '@', 1)", "'newer'"))
+    (sql / "functions.toml").write_text(f"revision = {db.functions_revision() + 1}\n")
+    return sql
+
+
+async def test_functions__a_start_after_a_newer_release_that_changed_only_a_function_keeps_it(
+    conn, tmp_path, caplog
+):
+    """With no migration to tell it, a host of this release restarting during a rolling upgrade
+    put its own functions back under the newer hosts (their files' checksum differs), until one of
+    those restarted. The revision `migrate` stores with the functions now tells it."""
+    newer = _newer_release_s_functions(tmp_path)
+    await db.migrate(conn, newer)  # the newer release's `migrate`
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "newer"
+    with caplog.at_level("WARNING", logger="service.db"):
+        assert await db.migrate(conn) == []  # a host of this release restarts
+    assert "which a newer release migrated: running with that release's" in caplog.text
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "newer"
+    assert await conn.fetchval("SELECT checksum FROM schema_state WHERE name = 'functions'") == \
+        db.functions_checksum(newer)
+    # This release's `migrate` command (a rollback, say) still puts this release's back.
+    await db.migrate(conn, recreate_functions=True)
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="service.db"):
+        await db.migrate(conn)
+    assert caplog.text == ""
+
+
+async def test_functions__a_newer_revision_counts_only_with_the_functions_it_was_stored_with(conn, tmp_path):
+    """A release from before revisions (a third release in the same rollout) re-creates its own
+    functions at a start, recording their checksum and leaving the revision row: the revision
+    stored no longer describes the functions there, and this release's start re-creates its own."""
+    await db.migrate(conn, _newer_release_s_functions(tmp_path))
+    older = (db.SQL / "functions" / "display_name.sql").read_text().replace(
+        "split_part(email, '@', 1)", "'older'")
+    await conn.execute(older)
+    await conn.execute("UPDATE schema_state SET checksum = 'older' WHERE name = 'functions'")
+    await db.migrate(conn)
+    assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "ann"
+
+
+# The checksum of sql/functions/ (db.functions_checksum) at each revision of sql/functions.toml.
+# A change to a function raises the revision, and its checksum is recorded here: a start of an
+# older release keeps the functions of a newer revision (a rolling upgrade), which it cannot tell
+# from its own files' checksum alone.
+FUNCTION_REVISIONS = {
+    1: "ad90b97e41b16fb09a9ef6517385fabd8c2c92b7244c2abba63d1a53d24f6148",
+}
+
+
+def test_functions__a_change_raises_their_revision():
+    revision, current = db.functions_revision(), db.functions_checksum()
+    assert revision == max(FUNCTION_REVISIONS), "record the new revision of sql/functions.toml here"
+    assert FUNCTION_REVISIONS[revision] == current, (
+        f"sql/functions/ changed: raise the revision in sql/functions.toml (once a branch, over the "
+        f"last landed) and record its checksum here: {current}")

@@ -318,3 +318,24 @@ async def test_runtime_role__a_schema_migrations_from_before_checksums_is_named_
         assert await db.migrate(conn) == versions
     async with _connected(roles.app_url) as conn:
         assert await db.migrate(conn) == []
+
+
+async def test_runtime_role__a_newer_release_that_changed_only_a_function_leaves_an_older_one_starting(
+    roles, tmp_path, caplog
+):
+    """During a rolling upgrade to a release that changed a function and added no migration, a host
+    of the older release could not start as the runtime role once the owner had migrated: its files
+    differed from the database's, which it may not re-create ("pending: the functions of …")."""
+    sql = tmp_path / "sql"
+    shutil.copytree(resources.files("service.sql"), sql)
+    file = sql / "functions" / "display_name.sql"
+    file.write_text(file.read_text().replace("split_part(email, '@', 1)", "'newer'"))
+    (sql / "functions.toml").write_text(f"revision = {db.functions_revision() + 1}\n")
+    async with _connected(roles.owner_url) as conn:
+        await db.migrate(conn, sql)  # the newer release's `migrate`
+    await _grant(roles)
+    async with _connected(roles.app_url) as conn:
+        with caplog.at_level(logging.WARNING, logger="service.db"):
+            assert await db.migrate(conn) == []
+        assert "which a newer release migrated: running with that release's" in caplog.text
+        assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "newer"
