@@ -158,6 +158,13 @@ class UploadsConfig:
     # Characters in all the cells read from one file. A CSV holds at most its bytes; an XLSX
     # cell names a shared string, which counts each time (55 KB made 1 GB of questions).
     max_text_chars: int = attrs.field(default=50_000_000, validator=_positive)
+    # XML elements read from one XLSX, across every part and sheet walked (the parts read whole
+    # at opening, 4 an element, the shared strings table, the opening rows of each sheet looked
+    # at for a question column, the question sheet's rows): each costs the parser 2-4 µs however
+    # small it zips, and files of 24-92 KB within every other limit took 7-30 s. The largest
+    # realistic questionnaire (10,000 questions x 8 columns, styled, shared strings, 3 more
+    # sheets) has ~210,000; past 600,000 the worst file costs ~2.5 s.
+    max_file_xml_elements: int = attrs.field(default=600_000, validator=_positive)
     # Files are parsed in child processes: this many at once per service process, each killed
     # after parse_timeout_seconds (an upload waiting that long for a free one gets 503), each
     # limited to parse_memory_bytes of address space.

@@ -28,7 +28,7 @@ from typing import IO, Any
 import attrs
 
 from . import uploads
-from .errors import ValidationFailed
+from .errors import PayloadTooLarge, ValidationFailed
 from .uploads import Limits, Tally, checked_row, column_letter
 
 HEADER_SCAN_ROWS = 50  # a header further down than this is not looked for (pass header_row)
@@ -429,19 +429,42 @@ def _elements(data: bytes, cut: int) -> int:
     return data.count(b"<", 0, cut) - data.count(b"</", 0, cut + 1)
 
 
-def _check_elements(archive: Any, path: str, limits: Limits) -> None:
+# An element of a part openpyxl reads whole when it opens the workbook costs it 8-13 µs, three or
+# four times one of a sheet or of the shared strings table (2-4 µs): it counts this many times
+# against max_file_xml_elements.
+WHOLE_PART_ELEMENT_WEIGHT = 4
+
+
+def _too_many_elements(limits: Limits, where: str) -> PayloadTooLarge:
+    return limits.refuse(f"more than {limits.max_file_xml_elements} XML elements read from its parts "
+                         f"and sheets, by {where}", "max_file_xml_elements")
+
+
+def _spend(tally: Tally, elements: int, limits: Limits, where: str) -> None:
+    """Count `elements` read from the file (`Limits.max_file_xml_elements`): a small file of many
+    parts and sheets, each within its own limits, took 7-30 s of a parse worker."""
+    tally.elements += elements
+    if tally.elements > limits.max_file_xml_elements:
+        raise _too_many_elements(limits, where)
+
+
+def _check_elements(archive: Any, path: str, limits: Limits, tally: Tally) -> None:
     """Refuse a part openpyxl reads whole when it opens the workbook (content types, the
     workbook and its relationships, the styles) of more than max_xml_elements XML elements,
-    counted in its bytes first: each costs it 10-20 µs (300,000 fonts, 17 KB zipped, 6.3 s)."""
+    counted in its bytes first: each costs it 10-20 µs (300,000 fonts, 17 KB zipped, 6.3 s).
+    They count WHOLE_PART_ELEMENT_WEIGHT times each in the file's elements."""
     elements = 0
     for data, cut in _chunks(archive, path):
-        elements += _elements(data, cut)
+        found = _elements(data, cut)
+        elements += found
         if elements > limits.max_xml_elements:
             raise limits.refuse(f"the part {path!r} holds more than {limits.max_xml_elements} XML "
                                 "elements", "max_xml_elements")
+        _spend(tally, WHOLE_PART_ELEMENT_WEIGHT * found, limits,
+               f"the part {path!r} (read whole at opening: {WHOLE_PART_ELEMENT_WEIGHT} an element)")
 
 
-def _check_shared_strings(archive: Any, path: str, limits: Limits) -> None:
+def _check_shared_strings(archive: Any, path: str, limits: Limits, tally: Tally) -> None:
     """Refuse a shared strings table of more than max_shared_strings strings before openpyxl
     reads it whole (1.47 million strings, 75 KB zipped, took 9.8 s), or of more than
     SHARED_STRING_ELEMENTS a string allowed of XML elements (one string of 500,000 rich text
@@ -451,7 +474,8 @@ def _check_shared_strings(archive: Any, path: str, limits: Limits) -> None:
     most_elements = SHARED_STRING_ELEMENTS * limits.max_shared_strings
     for data, cut in _chunks(archive, path):
         count += len(_SHARED_STRING.findall(data)) - len(_SHARED_STRING.findall(data, cut))
-        elements += _elements(data, cut)
+        found = _elements(data, cut)
+        elements += found
         if count > limits.max_shared_strings:
             raise limits.refuse(f"the shared strings table holds more than "
                                 f"{limits.max_shared_strings} strings", "max_shared_strings")
@@ -459,6 +483,7 @@ def _check_shared_strings(archive: Any, path: str, limits: Limits) -> None:
             raise limits.refuse(f"the shared strings table holds more than {most_elements} XML "
                                 f"elements ({SHARED_STRING_ELEMENTS} a string allowed)",
                                 "max_shared_strings")
+        _spend(tally, found, limits, "the shared strings table")
 
 
 # Excel's "Strict Open XML Spreadsheet" names its parts' elements in these namespaces, which
@@ -476,9 +501,10 @@ def _refuse_strict(archive: Any, workbook_path: str) -> None:
             message="the file could not be read")
 
 
-def _open_workbook(binary: IO[bytes], limits: Limits) -> _Workbook:
+def _open_workbook(binary: IO[bytes], limits: Limits, tally: Tally) -> _Workbook:
     """The workbook's sheets, shared strings and number formats, as load_workbook(read_only=True)
-    reads them but for the sheets themselves, which only `_sheet_rows` reads."""
+    reads them but for the sheets themselves, which only `_sheet_rows` reads. The elements of the
+    parts it reads are counted in `tally` before they are read."""
     from openpyxl.packaging.relationship import get_rels_path
     from openpyxl.reader.excel import ExcelReader, _find_workbook_part
     from openpyxl.styles.stylesheet import apply_stylesheet
@@ -487,19 +513,19 @@ def _open_workbook(binary: IO[bytes], limits: Limits) -> _Workbook:
     # keep_links=False: external links (cached copies of other workbooks) are not read.
     reader = ExcelReader(binary, read_only=True, data_only=True, keep_links=False)
     try:
-        _check_elements(reader.archive, ARC_CONTENT_TYPES, limits)
+        _check_elements(reader.archive, ARC_CONTENT_TYPES, limits, tally)
         reader.read_manifest()
         strings = reader.package.find(SHARED_STRINGS)
         if strings is not None:
-            _check_shared_strings(reader.archive, strings.PartName[1:], limits)
+            _check_shared_strings(reader.archive, strings.PartName[1:], limits, tally)
         reader.read_strings()
         workbook_path = _find_workbook_part(reader.package).PartName[1:]
         for path in (workbook_path, get_rels_path(workbook_path)):
-            _check_elements(reader.archive, path, limits)
+            _check_elements(reader.archive, path, limits, tally)
         _refuse_strict(reader.archive, workbook_path)
         reader.read_workbook()
         if ARC_STYLE in reader.valid_files:
-            _check_elements(reader.archive, ARC_STYLE, limits)
+            _check_elements(reader.archive, ARC_STYLE, limits, tally)
         apply_stylesheet(reader.archive, reader.wb)
         sheets = [(sheet.name, rel.target) for sheet, rel in reader.parser.find_sheets()
                   if rel.target in reader.valid_files and "chartsheet" not in rel.Type]
@@ -516,7 +542,8 @@ def _sheet_rows(book: _Workbook, path: str, limits: Limits, tally: Tally) -> Ite
     the rows and a row's cells are counted as they start (a row of 543,000 cells, 75 KB
     zipped, was built whole before its width was checked: 7.6 s), and the pass stops at the
     end of `<sheetData>` (nothing after it is read). openpyxl's own iter_rows() makes up
-    every missing row before a `<row r="20000000">`; row numbers are checked here first."""
+    every missing row before a `<row r="20000000">`; row numbers are checked here first. Each
+    element is counted in `tally`, the file's, as it starts."""
     from openpyxl.worksheet._reader import CELL_TAG, DATA_TAG, ROW_TAG, WorkSheetParser
     from openpyxl.xml.functions import iterparse
 
@@ -534,6 +561,10 @@ def _sheet_rows(book: _Workbook, path: str, limits: Limits, tally: Tally) -> Ite
         for event, element in iterparse(source, events=("start", "end")):
             tag = element.tag
             if event == "start":
+                tally.elements += 1
+                if tally.elements > limits.max_file_xml_elements:
+                    raise _too_many_elements(limits, f"row {number} of the sheet {path!r}" if number
+                                             else f"the sheet {path!r}")
                 if in_row:
                     elements += 1
                     if tag == CELL_TAG:
@@ -618,14 +649,14 @@ def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | N
     from xml.etree.ElementTree import ParseError
 
     _check_zip(binary, limits)
+    # The cells' characters and the XML elements walked are counted across every part and sheet
+    # read: a shared string counts each time a cell names it.
+    tally = Tally()
     try:
-        book = _open_workbook(binary, limits)
+        book = _open_workbook(binary, limits, tally)
     except (zipfile.BadZipFile, KeyError, ValueError, OSError, ParseError, TypeError) as exc:
         raise ValidationFailed([f"file: not a readable XLSX workbook ({exc})"],
                                message="the file could not be read") from None
-    # The cells' characters are counted across every sheet read: a shared string counts each
-    # time a cell names it.
-    tally = Tally()
     try:
         if options.sheet is not None:
             path = book.path(options.sheet)

@@ -40,6 +40,7 @@ class Limits:
     max_shared_strings: int = 500_000  # strings in an XLSX's shared strings table
     max_xml_elements: int = 200_000  # in each XLSX part read whole at opening (workbook, styles …)
     max_text_chars: int = 50_000_000  # in all the cells read from one file, a shared string each time
+    max_file_xml_elements: int = 600_000  # read from one XLSX: every part and every sheet's rows walked
 
     @classmethod
     def of(cls, uploads: UploadsConfig) -> Limits:
@@ -100,12 +101,15 @@ def column_letter(index: int) -> str:
 
 @attrs.define
 class Tally:
-    """The characters of the cells read so far from one file (`Limits.max_text_chars`). A CSV
-    holds at most as many as its bytes; an XLSX cell names a shared string by its index, so 55 KB
-    naming one string of 100,000 characters 10,000 times made 1 GB of questions (the service
-    process grew by 2.9 GB storing them)."""
+    """What has been read so far from one file. `chars`: the characters of its cells
+    (`Limits.max_text_chars`); a CSV holds at most as many as its bytes, but an XLSX cell names a
+    shared string by its index, so 55 KB naming one string of 100,000 characters 10,000 times
+    made 1 GB of questions (the service process grew by 2.9 GB storing them). `elements`: the XML
+    elements of an XLSX's parts and sheets walked (`Limits.max_file_xml_elements`), each costing
+    the parser 2-4 µs however small it zips."""
 
     chars: int = 0
+    elements: int = 0
 
 
 def checked_row(number: int, cells: list[str], limits: Limits, tally: Tally) -> list[str]:

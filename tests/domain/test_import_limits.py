@@ -434,12 +434,13 @@ def shared_strings(count: int, text: str = "x", declared: int | None = None) -> 
 def test_xlsx_1_470_000_shared_strings__413_max_shared_strings_before_they_are_read():
     """A probe: 1,470,000 shared strings (66 KB zipped) took 9.8 s and were accepted: openpyxl
     reads every one when it opens the file. They are counted in the bytes first (the declared
-    count, 1 here, is not trusted). Here 1,000,000, prefixed or not."""
+    count, 1 here, is not trusted). Here 1,000,000, prefixed or not. (At the defaults the file's
+    600,000 XML elements come first: 2 a string; see test_xlsx_xml_elements_of_the_whole_file.)"""
     body = xlsx(shared_strings=shared_strings(1_000_000, declared=1))
     assert len(body) < 100_000
     started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
-        _parse_xlsx(body)
+        _parse_xlsx(body, max_file_xml_elements=10_000_000)
     assert time.process_time() - started < 2.0
     assert refused.value.details == ["file: the shared strings table holds more than 500000 strings; "
                                      "the limit is uploads.max_shared_strings = 500000"]
@@ -458,11 +459,12 @@ def test_xlsx_shared_strings__counted_exactly_across_the_chunks_read():
         _parse_xlsx(body, max_shared_strings=29_999)
 
 
-async def test_xlsx_shared_strings_past_the_limit__413_through_the_import(client, admin):
+async def test_xlsx_shared_strings_past_the_limit__413_through_the_import(config, aiohttp_client, admin):
+    client = await aiohttp_client(create_app(with_config(config, uploads={"max_shared_strings": 100_000})))
     rfp_id = await new_rfp(client, admin)
-    response = await upload(client, admin, rfp_id, xlsx(shared_strings=shared_strings(500_001)),
+    response = await upload(client, admin, rfp_id, xlsx(shared_strings=shared_strings(100_001)),
                             XLSX_MEDIA_TYPE)
-    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_shared_strings = 500000")
+    await assert_refused(client, admin, rfp_id, response, 413, "uploads.max_shared_strings = 100000")
 
 
 def test_xlsx_5000_by_20_distinct_strings__read():
@@ -551,7 +553,8 @@ def test_xlsx_one_shared_string_of_500_000_runs__413_max_shared_strings():
                + "<r><t>x</t></r>" * 500_000 + "</si></sst>").encode()
     started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
-        _parse_xlsx(xlsx(shared_strings=strings), max_shared_strings=100_000)
+        _parse_xlsx(xlsx(shared_strings=strings), max_shared_strings=100_000,
+                    max_file_xml_elements=10_000_000)
     assert time.process_time() - started < 2.0
     assert refused.value.details == ["file: the shared strings table holds more than 1000000 XML "
                                      "elements (10 a string allowed); the limit is "
@@ -581,10 +584,11 @@ def _with_part(name: str, change) -> bytes:
 def test_xlsx_part_read_whole_at_opening__413_max_xml_elements(part, change):
     """Parts openpyxl reads whole when it opens a workbook cost 10-20 µs an element: 300,000
     fonts (17 KB zipped) took 6.3 s, 500,000 content types 5.4 s, 300,000 defined names 3.8 s,
-    500,000 relationships 3.7 s, all accepted. Their elements are counted in the bytes first."""
+    500,000 relationships 3.7 s, all accepted. Their elements are counted in the bytes first.
+    (At the defaults the file's 600,000 XML elements come first: 4 an element of these parts.)"""
     started = time.process_time()
     with pytest.raises(PayloadTooLarge) as refused:
-        _parse_xlsx(_with_part(part, change))
+        _parse_xlsx(_with_part(part, change), max_file_xml_elements=10_000_000)
     assert time.process_time() - started < 2.0
     assert refused.value.details == [f"file: the part {part!r} holds more than 200000 XML elements; "
                                      "the limit is uploads.max_xml_elements = 200000"]
@@ -658,3 +662,191 @@ def test_csv_characters_counted_too():
         parse_upload(body, ImportOptions(), "text/csv", None, Limits(max_text_chars=212))
     assert refused.value.details == ["file: its cells hold more than 212 characters by row 11; the limit "
                                      "is uploads.max_text_chars = 212"]
+
+
+# -- the XML elements of the whole file (uploads.max_file_xml_elements) -------------------------
+
+FILE_ELEMENTS = "uploads.max_file_xml_elements = 600000"
+
+
+def _cells_of_runs(columns: int, runs: int, run: str) -> str:
+    """A row of `columns` inline-string cells of `runs` empty rich text runs each."""
+    return "<row>" + ('<c t="inlineStr"><is>' + run * runs + "</is></c>") * columns + "</row>"
+
+
+@pytest.mark.parametrize(("run", "runs", "rows"), [("<r/>", 97, 100), ("<r><t/></r>", 48, 100)])
+async def test_xlsx_empty_rich_text_runs_in_cells__413_max_file_xml_elements(client, admin, run, runs, rows):
+    """A probe: 200 rows of 256 inline-string cells of 97 empty runs `<r/>` (81 KB zipped) took
+    17.9 s of a parse worker, and 150 rows of 48 `<r><t/></r>` (85 KB) 10.5 s, both accepted:
+    each row is within the 100 elements a column it may hold, and an empty row is no question.
+    The file's elements are counted as they are read; refused by row 26 (here of 100)."""
+    body = xlsx(sheet(inline_row(1, "Question"), inline_row(2, "Is MFA enforced?"),
+                      *[_cells_of_runs(256, runs, run)] * rows))
+    assert len(body) < 100_000
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 413, FILE_ELEMENTS)
+    body = await response.json()
+    assert "by row 26 of the sheet 'xl/worksheets/sheet1.xml'" in body["error"]["details"][0]
+
+
+async def test_xlsx_empty_rich_text_runs_in_shared_strings__413_max_file_xml_elements(client, admin):
+    """A probe: 500,000 shared strings of 8 empty runs each (65 KB zipped; within 10 elements a
+    string allowed) took 17.8 s. The table's elements are counted in its bytes before openpyxl
+    reads it."""
+    strings = (f'<?xml version="1.0"?><sst xmlns="{_MAIN}">' + ("<si>" + "<r/>" * 8 + "</si>") * 500_000
+               + "</sst>").encode()
+    body = xlsx(shared_strings=strings)
+    assert len(body) < 100_000
+    rfp_id = await new_rfp(client, admin)
+    started = time.process_time()
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    assert time.process_time() - started < 1.0
+    await assert_refused(client, admin, rfp_id, response, 413, FILE_ELEMENTS)
+    body = await response.json()
+    assert body["error"]["details"] == [
+        "file: more than 600000 XML elements read from its parts and sheets, by the shared strings "
+        "table; the limit is uploads.max_file_xml_elements = 600000"]
+
+
+def _named_sheets(sheet_xml: bytes, count: int) -> bytes:
+    """A workbook naming one sheet part `count` times (S0, S1 …)."""
+    import re
+
+    body = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(xlsx(sheet_xml))) as source, \
+            zipfile.ZipFile(body, "w", zipfile.ZIP_DEFLATED) as target:
+        for member in source.infolist():
+            data = source.read(member.filename)
+            if member.filename == "xl/workbook.xml":
+                one = re.search(rb"<sheet [^>]*/>", data).group(0)
+                named = one.replace(b'name="Sheet"', b'name="S%d"').replace(b'sheetId="1"', b'sheetId="%d"')
+                data = data.replace(one, b"".join(named % (n, n + 1) for n in range(count)))
+            target.writestr(member.filename, data)
+    return body.getvalue()
+
+
+async def test_xlsx_100_sheets_scanned_for_a_header__413_max_file_xml_elements(client, admin):
+    """A probe: 100 sheets (one part named 100 times, 24 KB), each of 50 rows of 256 cells of
+    97 empty runs and no question header, held a parse worker to its 30 s limit: each sheet's
+    50 opening rows are read looking for a header. Here rows of 5 such cells, 24,800 elements a
+    sheet: 20 sheets are read (422: no question column), 100 are not."""
+    rows = sheet(*[_cells_of_runs(5, 97, "<r/>")] * 50)
+    with pytest.raises(ValidationFailed) as no_question:
+        _parse_xlsx(_named_sheets(rows, 20))
+    assert len(no_question.value.details) == 20
+    body = _named_sheets(rows, 100)
+    assert len(body) < 100_000
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 413, FILE_ELEMENTS)
+
+
+def _with_parts(changes: dict) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(xlsx())) as source, \
+            zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for member in source.infolist():
+            data = source.read(member.filename)
+            change = changes.get(member.filename)
+            target.writestr(member.filename, change(data) if change else data)
+    return out.getvalue()
+
+
+def _content_types(count: int):
+    return lambda data: data.replace(b"</Types>", b'<Default Extension="x" ContentType="a/b"/>' * count
+                                     + b"</Types>")
+
+
+async def test_xlsx_parts_read_whole_at_opening__413_max_file_xml_elements(client, admin):
+    """A probe: 199,000 more elements in each of the content types, the workbook, its
+    relationships and the styles (84 KB), each within max_xml_elements, took 6.3 s. An element
+    of these parts costs openpyxl 8-13 µs, and counts 4 against the file's elements."""
+    body = _with_parts({
+        "[Content_Types].xml": _content_types(199_000),
+        "xl/workbook.xml": lambda data: data.replace(
+            b"</workbook>", b"<definedNames>" + b'<definedName name="a">Sheet!$A$1</definedName>' * 199_000
+            + b"</definedNames></workbook>"),
+        "xl/_rels/workbook.xml.rels": lambda data: data.replace(
+            b"</Relationships>",
+            b'<Relationship Id="x" Type="t" Target="y"/>' * 199_000 + b"</Relationships>"),
+        "xl/styles.xml": lambda data: data.replace(b"</fonts>", b"<font><b/></font>" * 99_500 + b"</fonts>"),
+    })
+    assert len(body) < 100_000
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 413, FILE_ELEMENTS)
+    # 4 x 145,000 with the rest of the file is within 600,000; 4 x 155,000 is not.
+    within = _parse_xlsx(_with_parts({"[Content_Types].xml": _content_types(145_000)}))
+    assert [row.question for row in within.rows] == ["Is data encrypted at rest?"]
+    with pytest.raises(PayloadTooLarge) as refused:
+        _parse_xlsx(_with_parts({"[Content_Types].xml": _content_types(155_000)}))
+    assert refused.value.details == [
+        "file: more than 600000 XML elements read from its parts and sheets, by the part "
+        "'[Content_Types].xml' (read whole at opening: 4 an element); the limit is "
+        "uploads.max_file_xml_elements = 600000"]
+
+
+def _large_questionnaire(questions: int) -> bytes:
+    """A questionnaire as large as a legitimate one gets (uploads.max_items): a cover and an
+    instructions sheet, then `questions` rows of 8 columns all filled in, every cell styled
+    (borders, wrapping), a question in ten in rich text, a Yes/No dropdown, and a lists sheet."""
+    from openpyxl.cell.rich_text import CellRichText, TextBlock
+    from openpyxl.cell.text import InlineFont
+    from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
+    from openpyxl.worksheet.datavalidation import DataValidation
+
+    words = "data access control encryption vendor policy review incident backup network key audit".split()
+
+    def text(n: int, length: int) -> str:
+        return " ".join(words[(n * 7 + i * 3) % len(words)] for i in range(length))
+
+    workbook = Workbook()
+    workbook.active.title = "Cover"
+    for n in range(30):
+        workbook.active.append([f"Cover {n}: {text(n, 12)}"])
+    instructions = workbook.create_sheet("Instructions")
+    for n in range(60):
+        instructions.append([f"{n + 1}.", f"Instruction {text(n, 25)}"])
+    questions_sheet = workbook.create_sheet("Questionnaire")
+    questions_sheet.append(["ID", "Section", "Question", "Guidance", "Answer", "Comments", "Evidence",
+                            "Owner"])
+    for cell in questions_sheet[1]:
+        cell.font, cell.fill = Font(bold=True, color="FFFFFF"), PatternFill("solid", fgColor="1F4E78")
+    thin = Side(style="thin")
+    border = Border(left=thin, right=thin, top=thin, bottom=thin)
+    wrap = Alignment(wrap_text=True, vertical="top")
+    for n in range(2, questions + 2):
+        question: object = f"Q{n}: {text(n, 8 + n % 22)}?"
+        if n % 10 == 0:
+            question = CellRichText([TextBlock(InlineFont(b=True), "Important: "), question,
+                                     TextBlock(InlineFont(i=True), " (see policy)")])
+        questions_sheet.append([f"Q-{n}", f"Section {n * 40 // questions}", question,
+                                f"Guidance: {text(n, 5 + n % 15)}", "Yes", f"Comment {text(n, 3 + n % 9)}",
+                                f"https://example.com/evidence/{n}", f"owner{n % 37}@example.com"])
+        for column in range(1, 9):
+            cell = questions_sheet.cell(n, column)
+            cell.border, cell.alignment = border, wrap
+    dropdown = DataValidation(type="list", formula1="Lists!$A$1:$A$3", allow_blank=True)
+    questions_sheet.add_data_validation(dropdown)
+    dropdown.add(f"E2:E{questions + 1}")
+    questions_sheet.freeze_panes = "A2"
+    lists = workbook.create_sheet("Lists")
+    for value in ("Yes", "No", "N/A"):
+        lists.append([value])
+    made = io.BytesIO()
+    workbook.save(made)
+    return made.getvalue()
+
+
+async def test_xlsx_largest_realistic_questionnaire__imports_within_half_the_xml_elements(client, admin):
+    """10,000 questions (uploads.max_items) x 8 columns as openpyxl writes them: ~260,000 XML
+    elements read (as Excel writes it, shared strings and longer rich text runs, ~290,000). It
+    imports, and would within half the default."""
+    body = _large_questionnaire(10_000)
+    assert len(_parse_xlsx(body, max_file_xml_elements=300_000).rows) == 10_000
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, body, XLSX_MEDIA_TYPE)
+    report = await response.json()
+    assert response.status == 201, report
+    assert report["import"]["imported"] == 10_000
