@@ -449,7 +449,7 @@ def _kept_questionnaire(path: str, limit: int) -> Any:
 
 
 def _export_original(args: argparse.Namespace, config: Config) -> int:
-    from .domain import writeback
+    from .domain import questionnaires, writeback
     from .domain.rfps import fetch_rfp
 
     options = writeback.WriteOptions(drafted=args.answers == "drafted", unanswered=args.unanswered)
@@ -461,7 +461,8 @@ def _export_original(args: argparse.Namespace, config: Config) -> int:
 
     file, cells = run_with_connection(config, work)
     try:
-        Path(args.output).write_bytes(writeback.write(file, cells))
+        written_back = writeback.write(file, cells, questionnaires.Limits.of(config.uploads))
+        Path(args.output).write_bytes(written_back)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
     written = sum(1 for cell in cells if cell.text is not None)

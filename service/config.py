@@ -163,7 +163,8 @@ class UploadsConfig:
     # at for a question column, the question sheet's rows): each costs the parser 2-4 µs however
     # small it zips, and files of 24-92 KB within every other limit took 7-30 s. The largest
     # realistic questionnaire (10,000 questions x 8 columns, styled, shared strings, 3 more
-    # sheets) has ~210,000; past 600,000 the worst file costs ~2.5 s.
+    # sheets) has ~210,000-290,000; the worst file within 600,000 costs ~2.2 s. Writing answers back
+    # counts the sheets it writes and, to resolve a dropdown's list, every part (422 past it).
     max_file_xml_elements: int = attrs.field(default=600_000, validator=_positive)
     # Files are parsed in child processes: this many at once per service process, each killed
     # after parse_timeout_seconds (an upload waiting that long for a free one gets 503), each

@@ -39,7 +39,7 @@ from .errors import ParameterInvalid, ValidationFailed
 from .ids import new_id
 from .library import yes_no_lead
 from .questionnaires import XLSX_MEDIA_TYPE, Questionnaire, column_index, column_letter, detect_format
-from .uploads import unforeseen
+from .uploads import Limits, Tally, unforeseen
 
 MAX_MARK = 200  # the `unanswered` marker's length
 MAX_COLUMN = 16383  # XFD, a spreadsheet's last column (0-based)
@@ -535,8 +535,39 @@ def _grow_dimension(sheet_xml: str, cells: Iterable[tuple[int, int]]) -> str:
     return sheet_xml[:at + match.start(1)] + ref + sheet_xml[at + match.end(1):]
 
 
-def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
-    """The workbook with the answer cells written; every other byte of every other part as it was."""
+def _spend(tally: Tally, elements: int, limits: Limits, where: str) -> None:
+    """Count XML elements write-back reads against `uploads.max_file_xml_elements`, as an import
+    does: a kept file within the import's count may still hold elements it never read (after a
+    sheet's rows, comments, sheets not looked at), and resolving a dropdown's list loads every
+    part (a sheet of 5 million empty cells, 121 KB, took 20 s; 3.5 million comments before a
+    sheet's rows, 40 KB, 11.6 s). Counted in the text, `<` less `</`, before it is searched."""
+    tally.elements += elements
+    if tally.elements > limits.max_file_xml_elements:
+        raise limits.refuse(f"more than {limits.max_file_xml_elements} XML elements read from its parts "
+                            f"and sheets, by {where}", "max_file_xml_elements")
+
+
+def _resolving_elements(archive: zipfile.ZipFile, counted: set[str]) -> int:
+    """The XML elements (and comments) of every part openpyxl may read when it loads the workbook
+    (every part: it finds them by their relationships, whatever their names) but those `counted`
+    already (the sheets written), which join them."""
+    count = 0
+    for info in archive.infolist():
+        if info.filename not in counted:
+            data = archive.read(info)
+            count += data.count(b"<") - data.count(b"</")
+            counted.add(info.filename)
+    return count
+
+
+def write_xlsx(original: bytes, cells: Sequence[Cell], limits: Limits | None = None) -> bytes:
+    """The workbook with the answer cells written; every other byte of every other part as it
+    was. The sheets written and, to resolve a dropdown's list, the whole workbook are counted
+    against `limits.max_file_xml_elements` first (past it, 413)."""
+    limits = limits or Limits()
+    tally = Tally()
+    counted: set[str] = set()  # the parts counted: the sheets written, every part once a list is resolved
+    loaded: list[bool] = []  # whether the whole workbook has been counted (a dropdown resolved)
     by_sheet: dict[str | None, dict[int, dict[int, str]]] = {}
     for cell in cells:
         if cell.text is not None:
@@ -549,6 +580,9 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
             if path is None or path not in archive.namelist():
                 raise ValidationFailed([f"file: the kept workbook has no sheet {sheet!r}"])
             xml = archive.read(path).decode("utf-8")
+            if path not in counted:
+                counted.add(path)
+                _spend(tally, xml.count("<") - xml.count("</"), limits, f"the sheet {path!r}")
             # Excel writes the sheet unprefixed; some generators (the OpenXML SDK) as <x:row> …
             data = next(_tags(xml, "sheetData"), None)
             p = data.prefix if data is not None else ""
@@ -563,6 +597,10 @@ def write_xlsx(original: bytes, cells: Sequence[Cell]) -> bytes:
                         options = validation.options
                         if options is None:
                             if validation.formula not in resolved:
+                                if not loaded:
+                                    _spend(tally, _resolving_elements(archive, counted), limits,
+                                           f"the workbook, loaded to resolve the list {validation.formula!r}")
+                                    loaded.append(True)
                                 resolved[validation.formula] = _resolve_list(original, validation.formula)
                             options = resolved[validation.formula]
                         return _dropdown_value(text, options) if options else text
@@ -627,12 +665,12 @@ def _write_rows(xml: str, rows: dict[int, dict[int, str]], dropdown: Any, p: str
     return "".join(out)
 
 
-def write(file: Mapping[str, Any], cells: Sequence[Cell]) -> bytes:
+def write(file: Mapping[str, Any], cells: Sequence[Cell], limits: Limits | None = None) -> bytes:
     content = bytes(file["content"])
     if file["format"] == "xlsx":
         with unforeseen("file: the kept XLSX workbook could not be written back: its XML is "
                         "malformed or its parts do not agree"):
-            return write_xlsx(content, cells)
+            return write_xlsx(content, cells, limits)
     with unforeseen("file: the kept CSV could not be written back: its CSV structure is malformed"):
         return write_csv(content, cells)
 

@@ -551,7 +551,10 @@ async def test_original_export__a_workbook_slow_to_write_back_is_stopped_and_sta
 
     from service.web.app import create_app
 
-    client = await aiohttp_client(create_app(with_config(config, uploads={"parse_timeout_seconds": 1.0})))
+    # (Its 1,200,000 XML elements are past uploads.max_file_xml_elements: raised here, to reach the
+    # time limit; the test below.)
+    client = await aiohttp_client(create_app(with_config(
+        config, uploads={"parse_timeout_seconds": 1.0, "max_file_xml_elements": 100_000_000})))
     rfp_id = await _rfp(client, admin)
     await _import(client, admin, rfp_id, _slow_to_resolve(3_000), XLSX)
 
@@ -572,6 +575,51 @@ async def test_original_export__a_workbook_slow_to_write_back_is_stopped_and_sta
     body = await response.json()
     assert "export it as CSV instead" in body["error"]["message"]
     assert time.monotonic() - started < 8
+
+
+def test_write_xlsx__the_elements_read_are_counted_against_max_file_xml_elements():
+    """A kept file within the import's count of XML elements may hold more it never read: a probe
+    wrote back into 3,500,000 comments before a sheet's rows (40 KB; the import skips them in C)
+    in 11.6 s, and resolved a dropdown listing cells of a sheet of 5,000,000 empty cells that the
+    import never looked at (121 KB) in 20 s. The sheets written and, before a list is resolved,
+    every part of the workbook are counted first, each once: here 99,900 comments are written
+    past within 100,000 and 100,100 are not, and the 1,200,000 elements of _slow_to_resolve(3,000)
+    are refused within the default before openpyxl loads them."""
+    from service.domain.errors import PayloadTooLarge
+    from service.domain.questionnaires import Limits
+    from service.domain.writeback import Cell, write_xlsx
+
+    answer = [Cell(sheet="S1", row=2, column=1, text="Yes.")]
+    limits = Limits(max_file_xml_elements=100_000)
+    for comments, refused in ((99_900, False), (100_100, True)):
+        original = _workbook("<!---->" * comments + f"<sheetData>{_ONE_QUESTION}</sheetData>")
+        if refused:
+            with pytest.raises(PayloadTooLarge) as error:
+                write_xlsx(original, answer, limits)
+            assert error.value.details == [
+                "file: more than 100000 XML elements read from its parts and sheets, by the sheet "
+                "'xl/worksheets/sheet1.xml'; the limit is uploads.max_file_xml_elements = 100000"]
+        else:
+            assert load_workbook(io.BytesIO(write_xlsx(original, answer, limits)))["S1"]["B2"].value == "Yes."
+    with pytest.raises(PayloadTooLarge) as error:
+        write_xlsx(_slow_to_resolve(3_000), answer)
+    assert error.value.details == [
+        "file: more than 600000 XML elements read from its parts and sheets, by the workbook, loaded to "
+        "resolve the list 'Big!$A$1:$A$3'; the limit is uploads.max_file_xml_elements = 600000"]
+    resolved = load_workbook(io.BytesIO(write_xlsx(_slow_to_resolve(100), answer)))["S1"]
+    assert resolved["A2"].value == "Do you enforce MFA?"
+    assert resolved["B2"].value is None  # resolved: its list holds numbers, no option for "Yes."
+
+
+async def test_original_export__past_max_file_xml_elements__422_naming_it(client, conn, admin):
+    rfp_id = await _rfp(client, admin)
+    await _import(client, admin, rfp_id, _slow_to_resolve(3_000), XLSX)
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original&unanswered=TBD",
+                                headers=admin.headers)
+    body = await response.json()
+    assert response.status == 422, body
+    assert "export it as CSV instead" in body["error"]["message"]
+    assert "uploads.max_file_xml_elements = 600000" in body["error"]["details"][0]
 
 
 def test_write_rows__many_missing_rows_are_placed_by_bisection_in_linear_time():

@@ -217,7 +217,9 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
     # held the GIL, and so every request of the process, for minutes; resolving a dropdown's list
     # loaded the whole workbook into this process.
     try:
-        body = await request.app[PARSERS].run(writeback.write, dict(file), cells, owner=account_id)
+        body = await request.app[PARSERS].run(writeback.write, dict(file), cells,
+                                              questionnaires.Limits.of(request.app[CONFIG].uploads),
+                                              owner=account_id)
     except PayloadTooLarge as exc:
         raise ValidationFailed(
             [f"file: the kept questionnaire could not be written back: {detail}"
