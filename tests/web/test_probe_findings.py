@@ -642,3 +642,60 @@ async def test_unknown_fields__422_lists_at_most_twenty(client, admin):
     one = await client.post("/api/v1/rfps", headers=admin.headers,
                             json={"rfp": {"title": "T", "y" * 100: 1}})
     assert (await one.json())["error"]["details"] == [f"rfp: unknown field(s): {'y' * 64}…"]
+
+
+# -- exports: what a reader of an account can make the service hold ------------------------------
+
+
+async def _big_rfp(conn: Any, who: Any, make_rfp: Any, items: int = 2_000, chars: int = 5_000) -> str:
+    rfp_id = await make_rfp(who, "Big")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state)"
+        " SELECT 'item_big' || n, $1, repeat('Do you encrypt data at rest? ', $2 / 29) || n, n, 'pending'"
+        " FROM generate_series(1, $3) AS n", rfp_id, chars, items,
+    )
+    return rfp_id
+
+
+async def test_export_page__a_client_that_never_reads_holds_no_pooled_connection(
+    aiohttp_client, config, admin, make_member, make_account, make_rfp, conn
+):
+    """Finding (fixed): the page's export (GET /rfps/{id}/export) is the API's, but ran inside the
+    page's held connection, so the connection stayed taken until the client had read the whole
+    file. Twelve exports of a 20,000-item RFP (50 MB) that a viewer never read kept every pooled
+    connection of a running service: another account's member could not sign in (503 after the
+    5 s acquire timeout). The API's export released its connection before the first byte."""
+    from page_client import create_app, with_config
+
+    app = create_app(with_config(config, server={"web_base_url": "http://localhost"},
+                                 database={"pool_max_size": 3, "acquire_timeout_seconds": 2.0}))
+    client = await aiohttp_client(app)
+    viewer = await make_member(admin.account_id, "viewer", "read")
+    other = await make_account("Other")
+    for who in (viewer, other):
+        await set_password(conn, who.email)
+    rfp_id = await _big_rfp(conn, admin, make_rfp)  # a 10 MB CSV: more than the sockets buffer
+    await signed_in(client, viewer.email)
+    cookie = "; ".join(f"{c.key}={c.value}" for c in client.session.cookie_jar)
+    readers = []
+    try:
+        for _ in range(5):  # more exports than the pool has connections, none of them read
+            reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+            writer.write(f"GET /rfps/{rfp_id}/export?format=csv HTTP/1.1\r\nHost: localhost\r\n"
+                         f"Cookie: {cookie}\r\n\r\n".encode())
+            readers.append((reader, writer))
+            status = await asyncio.wait_for(reader.readline(), 10)
+            assert status.startswith(b"HTTP/1.1 200"), status
+        # Still unread: everyone else's pages are served.
+        stranger = TestClient(client.server)  # a browser of its own, same service
+        try:
+            assert (await sign_in(stranger, other.email)).status == 303
+            assert (await stranger.get("/rfps")).status == 200
+            theirs = await make_rfp(other)
+            assert (await stranger.get(f"/api/v1/rfps/{theirs}", headers=other.headers)).status == 200
+        finally:
+            await stranger.session.close()
+    finally:
+        for _, writer in readers:
+            writer.close()
+

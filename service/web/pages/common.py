@@ -150,12 +150,16 @@ async def check_form_origin(request: web.Request, session: Session, *, token: bo
 
 def page(
     *, roles: Iterable[str] = ROLES, write: bool = False, signed_in: bool = True,
-    multipart: bool = False,
+    multipart: bool = False, hold_connection: bool = True,
 ) -> Any:
     """A page's access policy: a live session (else to the sign-in page, or 401 for a POST), the
     member's role as in the API (`write` needs admin or member unless `roles` says otherwise),
     and for every POST a same-origin request carrying the session's CSRF token (a `multipart`
-    page checks it itself, with `read_upload`). Failures become pages in the app's look."""
+    page checks it itself, with `read_upload`). Failures become pages in the app's look.
+
+    A GET holds one pooled connection from the session lookup to its response; one that streams
+    to the client (an export) says `hold_connection=False` and takes connections as it needs
+    them, or a client that never reads would keep a pooled connection from everyone."""
     policy = Policy(scope="write" if write else "read", roles=frozenset(roles))
 
     def mark(handler: Handler) -> Handler:
@@ -181,7 +185,7 @@ def page(
         async def run(request: web.Request) -> web.StreamResponse:
             request[WRAPPER_HEADERS] = SECURITY_HEADERS  # a stream's too (the CSV export)
             try:
-                if request.method == "GET":
+                if request.method == "GET" and hold_connection:
                     # One pooled connection for the session lookup and the page's queries, as
                     # the API's body-less requests do (auth.connection hands it on); a POST
                     # takes its own after its body, which may arrive slowly.

@@ -196,8 +196,10 @@ async def progress(request: web.Request) -> web.StreamResponse:
     return json_response(body)
 
 
-@page()
+@page(hold_connection=False)
 async def export(request: web.Request) -> web.StreamResponse:
     """The API's export itself (GET /api/v1/rfps/{id}/export: csv, xlsx or original), for the
-    session's member; its failures are shown as pages."""
+    session's member; its failures are shown as pages. As the API's, it holds no pooled
+    connection while the file goes to the client (holding the page's, twelve exports a client
+    never read held every connection: other accounts could not even sign in)."""
     return await rfp_items_views.export_rfp(request)
