@@ -85,6 +85,13 @@ class ServerConfig:
     # before it sends an event when its last check is older than this; a quiet stream's periodic
     # re-read of its question checks it too, in the same statement.
     stream_token_check_seconds: float = attrs.field(default=5.0, validator=_positive)
+    # Exports (GET …/rfps/{id}/export, the web app's too) read and build at once in one service
+    # process, an account at most all but one of them; one waiting longer than
+    # export_wait_seconds for its turn is 503 with Retry-After. Each reads the RFP's items while
+    # holding a pooled connection and builds its file in this process: unbounded, one viewer's
+    # parallel exports of a large RFP held every pooled connection (other accounts: 503).
+    export_workers: int = attrs.field(default=2, validator=_positive)
+    export_wait_seconds: float = attrs.field(default=30.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
 

@@ -12,13 +12,14 @@ its turn (then 503), and a child still running after `timeout` is killed (then 4
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import multiprocessing
 import multiprocessing.connection
 import resource
 import traceback
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, TypeVar
 
@@ -45,6 +46,57 @@ class Unread:
     file: IO[bytes]
 
 
+class Turns:
+    """At most `workers` holders at once, one owner (an account) at most all but one of them, so
+    that another account is never kept waiting by a run of slow work from one; a wait longer
+    than `timeout` is 503 `busy` (with Retry-After). Upload parsers take their turns here, and
+    exports (service/web/views/rfp_items.py) in a Turns of their own."""
+
+    def __init__(self, *, workers: int, timeout: float, busy: str) -> None:
+        self.workers = workers
+        self.timeout = timeout
+        self.busy = busy
+        self._slots = asyncio.Semaphore(workers)
+        self.per_owner = max(1, workers - 1)
+        self.owners: dict[str, int] = {}
+        self._owners_changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def taken(self, owner: str | None) -> AsyncIterator[None]:
+        owned = False
+        try:
+            async with asyncio.timeout(self.timeout):
+                if owner is not None:
+                    async with self._owners_changed:
+                        await self._owners_changed.wait_for(
+                            lambda: self.owners.get(owner, 0) < self.per_owner)
+                        self.owners[owner] = self.owners.get(owner, 0) + 1
+                        owned = True
+                await self._slots.acquire()
+        except BaseException as exc:  # no slot: the owner's share is given back whatever ended the wait
+            if owned:
+                await self._release_owner(owner)
+            if isinstance(exc, TimeoutError):
+                raise ServiceUnavailable(
+                    f"{self.busy} stayed busy for {self.timeout:g} s; retry shortly",
+                    headers={"Retry-After": str(max(1, round(self.timeout)))},
+                ) from None
+            raise
+        try:
+            yield
+        finally:
+            self._slots.release()
+            if owned:
+                await self._release_owner(owner)
+
+    async def _release_owner(self, owner: str | None) -> None:
+        async with self._owners_changed:
+            left = self.owners.pop(owner or "", 0) - 1
+            if left > 0:
+                self.owners[owner or ""] = left
+            self._owners_changed.notify_all()
+
+
 class IsolatedWorkers:
     """Run picklable functions in killable child processes, a bounded number at a time."""
 
@@ -52,12 +104,7 @@ class IsolatedWorkers:
         self.workers = workers
         self.timeout = timeout
         self.memory_bytes = memory_bytes
-        self._slots = asyncio.Semaphore(workers)
-        # One owner (an account) may hold all but one of the slots, so that another's upload is
-        # never kept waiting by a run of slow files from one account (each up to `timeout`).
-        self.per_owner = max(1, workers - 1)
-        self._owners: dict[str, int] = {}
-        self._owners_changed = asyncio.Condition()
+        self.turns = Turns(workers=workers, timeout=timeout, busy=f"all {workers} upload parsers")
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(PRELOAD)
         # Threads that wait on the children (a pipe read blocks); one per slot, never shared.
@@ -66,40 +113,10 @@ class IsolatedWorkers:
 
     async def run(self, function: Callable[..., T], *args: Any, owner: str | None = None) -> T:
         """`function(*args)` in a child; its ServiceError is raised here as it was raised there.
-        `owner` (an account's id) holds at most `per_owner` of the slots at once."""
-        owned = False
-        try:
-            async with asyncio.timeout(self.timeout):
-                if owner is not None:
-                    async with self._owners_changed:
-                        await self._owners_changed.wait_for(
-                            lambda: self._owners.get(owner, 0) < self.per_owner)
-                        self._owners[owner] = self._owners.get(owner, 0) + 1
-                        owned = True
-                await self._slots.acquire()
-        except BaseException as exc:  # no slot: the owner's share is given back whatever ended the wait
-            if owned:
-                await self._release_owner(owner)
-            if isinstance(exc, TimeoutError):
-                raise ServiceUnavailable(
-                    f"all {self.workers} upload parsers stayed busy for {self.timeout:g} s; retry shortly",
-                    headers={"Retry-After": str(max(1, round(self.timeout)))},
-                ) from None
-            raise
-        try:
+        `owner` (an account's id) holds at most `turns.per_owner` of the slots at once."""
+        async with self.turns.taken(owner):
             args = tuple(arg.file.read() if isinstance(arg, Unread) else arg for arg in args)
             return await self._run(function, args, owner)
-        finally:
-            self._slots.release()
-            if owned:
-                await self._release_owner(owner)
-
-    async def _release_owner(self, owner: str | None) -> None:
-        async with self._owners_changed:
-            left = self._owners.pop(owner or "", 0) - 1
-            if left > 0:
-                self._owners[owner or ""] = left
-            self._owners_changed.notify_all()
 
     async def _run(self, function: Callable[..., T], args: tuple, owner: str | None) -> T:
         loop = asyncio.get_running_loop()

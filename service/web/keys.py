@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..answering.events import QuestionEvents
     from ..answering.pipeline import Pipeline
     from ..config import Config
-    from ..domain.isolation import IsolatedWorkers
+    from ..domain.isolation import IsolatedWorkers, Turns
     from ..domain.mail import MailSender
     from ..domain.passwords import Passwords
     from ..domain.webhooks import Deliverer
@@ -33,6 +33,8 @@ MAIL_SENDER: web.AppKey[MailSender] = web.AppKey("mail_sender")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 # Child processes that parse uploaded questionnaires (config [uploads]).
 PARSERS: web.AppKey[IsolatedWorkers] = web.AppKey("parsers")
+# Turns of the exports being read and built (server.export_workers).
+EXPORTS: web.AppKey[Turns] = web.AppKey("exports")
 PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
 # Open question event streams per member id, in this process (server.max_streams_per_member).

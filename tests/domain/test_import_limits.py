@@ -315,7 +315,7 @@ async def test_isolated_worker__one_owner_never_holds_every_slot():
         assert not any(run.done() for run in slow)
         for run in slow:
             assert await run is None  # the second of acct_a's waited for the first, within the limit
-        assert workers._owners == {}  # nothing held once all are done
+        assert workers.turns.owners == {}  # nothing held once all are done
     finally:
         workers.close()
 

@@ -699,3 +699,41 @@ async def test_export_page__a_client_that_never_reads_holds_no_pooled_connection
         for _, writer in readers:
             writer.close()
 
+
+async def test_export__parallel_exports_of_an_account_take_turns_without_a_connection(
+    client, admin, make_account, make_member, make_rfp, conn
+):
+    """Finding (fixed): exports had no bound but the pool. 24 parallel CSV (or XLSX) exports of a
+    20,000-item RFP by one viewer of a running service took every pooled connection, each for
+    seconds as they shared the event loop: another account's page was 503 after the 5 s acquire
+    timeout (and webhook and mail rounds failed). Exports now take turns (server.export_workers,
+    2), one account at most all but one, waiting for a turn without a connection; a wait past
+    server.export_wait_seconds is 503 with Retry-After."""
+    from service.web.keys import EXPORTS
+
+    turns = client.server.app[EXPORTS]
+    assert (turns.workers, turns.per_owner) == (2, 1)
+    turns.timeout = 1.0
+    rfp_id = await _big_rfp(conn, admin, make_rfp, items=20, chars=100)
+    viewer = await make_member(admin.account_id, "viewer", "read")
+    other = await make_account("Other")
+    other_rfp = await make_rfp(other)
+    async with turns.taken(admin.account_id):  # an export of the account is being built
+        waiting = [asyncio.ensure_future(client.get(f"/api/v1/rfps/{rfp_id}/export?format={fmt}",
+                                                    headers=viewer.headers))
+                   for fmt in ("csv", "xlsx", "original") * 3]
+        await asyncio.sleep(0.3)
+        # Nine exports wait for the account's turn, holding no pooled connection (5 in this pool).
+        for _ in range(3):
+            listed = await client.get(f"/api/v1/rfps/{other_rfp}", headers=other.headers)
+            assert listed.status == 200
+        theirs = await client.get(f"/api/v1/rfps/{other_rfp}/export?format=csv", headers=other.headers)
+        assert theirs.status == 200  # another account's export has a turn of its own
+        refused = [await response for response in waiting]
+    assert {r.status for r in refused} == {503}
+    error = (await refused[0].json())["error"]
+    assert error["message"] == "all 2 exports (server.export_workers) stayed busy for 1 s; retry shortly"
+    assert refused[0].headers["Retry-After"] == "1"
+    assert turns.owners == {}
+    again = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=viewer.headers)
+    assert again.status == 200

@@ -19,7 +19,7 @@ from aiohttp import hdrs, web
 from ...domain import audit, questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import PayloadTooLarge, ValidationFailed
-from ...domain.isolation import IsolatedWorkers, Unread
+from ...domain.isolation import IsolatedWorkers, Turns, Unread
 from ...domain.models import RfpItem, rfp_json
 from ...domain.rfp_items import (
     EXPORT_FORMATS,
@@ -41,7 +41,7 @@ from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import Upload, read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
-from ..keys import CONFIG, DELIVERER, METRICS, PARSERS, PIPELINE
+from ..keys import CONFIG, DELIVERER, EXPORTS, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
 
 # A CSV export is written to the client in pieces of this size, from a file that stays in
@@ -82,8 +82,11 @@ async def post_rfp_items(request: web.Request) -> web.Response:
 
 
 async def parsers_context(app: web.Application) -> AsyncIterator[None]:
-    """The upload parsers of this process; children still running at shutdown are killed."""
-    uploads = app[CONFIG].uploads
+    """The upload parsers of this process; children still running at shutdown are killed. And
+    the exports' turns (server.export_workers)."""
+    uploads, server = app[CONFIG].uploads, app[CONFIG].server
+    app[EXPORTS] = Turns(workers=server.export_workers, timeout=server.export_wait_seconds,
+                         busy=f"all {server.export_workers} exports (server.export_workers)")
     app[PARSERS] = IsolatedWorkers(workers=uploads.parse_workers, timeout=uploads.parse_timeout_seconds,
                                    memory_bytes=uploads.parse_memory_bytes)
     yield
@@ -175,21 +178,26 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     if fmt == "original":
         return await _export_original(request, rfp_id)
+    account_id = principal(request).account_id
     with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
-        async with connection(request) as conn:
-            rfp = await fetch_rfp(conn, rfp_id, principal(request).account_id)
-            # Not a change, but data leaving the service: the audit log shows who took it.
-            await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
-                               after={"format": fmt})
-            rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
-            if rows is None:
-                await spool_csv(conn, rfp_id, spool)
+        # A turn before the connection: an export waiting for one holds neither a pooled
+        # connection nor the RFP's items, and a client's parallel exports read one at a time.
+        async with request.app[EXPORTS].taken(account_id):
+            async with connection(request) as conn:
+                rfp = await fetch_rfp(conn, rfp_id, account_id)
+                # Not a change, but data leaving the service: the audit log shows who took it.
+                await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
+                                   after={"format": fmt})
+                rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
+                if rows is None:
+                    await spool_csv(conn, rfp_id, spool)
+            body = None if rows is None else await asyncio.to_thread(build_xlsx, rows, rfp["title"])
+            del rows
         headers = {
             hdrs.CONTENT_DISPOSITION:
                 f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"',
         }
-        if rows is not None:
-            body = await asyncio.to_thread(build_xlsx, rows, rfp["title"])
+        if body is not None:
             return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
         response = web.StreamResponse(headers={**headers, **stream_headers(request)})
         response.content_type = "text/csv"
@@ -207,7 +215,7 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
     """The imported questionnaire with the answers written into their cells (write-back)."""
     options = writeback.write_options(request.query)
     account_id = principal(request).account_id
-    async with connection(request) as conn:
+    async with request.app[EXPORTS].taken(account_id), connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, account_id)
         await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
                            after={"format": "original"})
