@@ -561,7 +561,10 @@ def _workflow_paths() -> dict[str, Any]:
             "400": _error("format is not csv, xlsx or original, or a write-back option is "
                           "invalid (parameter_invalid)"), "404": no_rfp,
             "422": _error("format=original without a kept questionnaire, or without an answer "
-                          "column")},
+                          "column"),
+            "503": _error("the database is unavailable, or the account's exports kept every turn "
+                          "(server.export_workers) busy for server.export_wait_seconds; retry "
+                          "after Retry-After seconds (service_unavailable)")},
             params=[_ID, _query("format", "csv (default), xlsx, or original: the imported "
                                 "questionnaire with the answers written into their cells",
                                 {"enum": ["csv", "xlsx", "original"]}),
