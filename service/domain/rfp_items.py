@@ -280,7 +280,9 @@ def build_xlsx(rows: Sequence[Sequence[Any]], title: str) -> bytes:
             else:
                 out.append(value)
         sheet.append(out)
-    workbook.properties.title = title[:200]
+    # The title too: a control character there (a vertical tab pasted from a spreadsheet) made
+    # docProps/core.xml malformed, and the whole file one that Excel and openpyxl refuse to open.
+    workbook.properties.title = ILLEGAL_CHARACTERS_RE.sub("", title)[:200]
     buffer = io.BytesIO()
     workbook.save(buffer)
     return buffer.getvalue()

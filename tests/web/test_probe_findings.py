@@ -737,3 +737,21 @@ async def test_export__parallel_exports_of_an_account_take_turns_without_a_conne
     assert turns.owners == {}
     again = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=viewer.headers)
     assert again.status == 200
+
+
+async def test_export_xlsx__a_control_character_in_the_title_leaves_a_readable_workbook(client, admin):
+    """Finding (fixed): the cells dropped the characters XML 1.0 cannot hold, the workbook's title
+    (the RFP's, which the API accepts with them) did not: an RFP titled "a\x0bb" exported an XLSX
+    whose docProps/core.xml was not well-formed, a file Excel and openpyxl refuse to open."""
+    import openpyxl
+
+    made = await client.post("/api/v1/rfps", headers=admin.headers,
+                             json={"rfp": {"title": "Acme\x0b review\x01"}})
+    rfp_id = (await made.json())["id"]
+    await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=admin.headers,
+                      json={"rfp_item": {"question": "Do you\x0b encrypt?"}})
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=xlsx", headers=admin.headers)
+    assert response.status == 200
+    workbook = openpyxl.load_workbook(io.BytesIO(await response.read()))
+    assert workbook.properties.title == "Acme review"
+    assert workbook.active["A2"].value == "Do you encrypt?"
