@@ -101,6 +101,28 @@ async def test_session__a_forged_cookie_or_cross_site_post_changes_nothing(app_c
 
 
 
+async def test_sign_in__a_form_posted_from_another_host_signs_nobody_in(app_client, admin, conn):
+    """Finding (fixed): the sign-in form checked only its double-submit cookie. A page on a
+    sibling host can write that cookie (Domain=.example.com) and post the form same-site, so
+    SameSite does not stop it: the victim's browser was signed into the forger's account (login
+    CSRF), and what they then typed went to it. The sign-in POST now checks Origin (or Referer)
+    as every signed-in form does."""
+    await set_password(conn, admin.email)
+    form = await app_client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    data = {"email": admin.email, "password": PASSWORD, "sign_in_token": token}
+    for headers in ({"Origin": "https://evil.example.com"}, {"Origin": "null"},
+                    {"Referer": "https://evil.example.com/login"}):
+        response = await app_client.post("/signin", data=data, headers=headers, allow_redirects=False)
+        assert response.status == 403, headers
+        assert "rfp_session" not in response.cookies
+        data["sign_in_token"] = field(await response.text(), "sign_in_token")  # the new form's
+    response = await app_client.post("/signin", data=data, headers={"Origin": "http://localhost"},
+                                     allow_redirects=False)
+    assert response.status == 303 and "rfp_session" in response.cookies
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions") == 1
+
+
 @pytest.mark.parametrize("content_type", [
     "multipart/form-data",  # no boundary
     "multipart/form-data; boundary=xyz",  # a body without it

@@ -23,6 +23,7 @@ from .common import (
     page,
     read_form,
     render,
+    same_origin,
     see_other,
 )
 
@@ -69,7 +70,10 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
     password = str(form.get("password", ""))
     sent = str(form.get("sign_in_token", ""))
     cookie = request.cookies.get(SIGN_IN_COOKIE, "")
-    if not sent or sent != cookie:
+    # Sent from this site, as every signed-in form: the double-submit cookie alone is forged by
+    # a page on a sibling host (evil.example.com writes a cookie for .example.com, and its POST
+    # is same-site, so SameSite does not stop it), signing the victim into the forger's account.
+    if not sent or sent != cookie or not same_origin(request):
         return _sign_in_form(
             request, email=email, status=403,
             error="The sign-in form had expired or came from another site. Please sign in again.",

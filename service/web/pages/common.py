@@ -98,7 +98,7 @@ def see_other(location: str) -> web.HTTPSeeOther:
     return web.HTTPSeeOther(location)
 
 
-def _same_origin(request: web.Request) -> bool:
+def same_origin(request: web.Request) -> bool:
     """A POST's Origin (or, without one, Referer) is this service: a cross-site form is refused
     even before its missing CSRF token is noticed. No header at all passes (old clients); the
     CSRF token still has to be right."""
@@ -142,7 +142,7 @@ async def _sent_csrf(request: web.Request) -> str | None:
 
 async def check_form_origin(request: web.Request, session: Session, *, token: bool = True) -> None:
     """A POST of a signed-in session: sent from this site, carrying the session's CSRF token."""
-    if not _same_origin(request):
+    if not same_origin(request):
         raise Forbidden("this form was sent from another site; it was refused")
     if token and not csrf_matches(session, await _sent_csrf(request)):
         raise Forbidden("the form's security token is missing or stale; reload the page and try again")
