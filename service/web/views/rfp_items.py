@@ -7,7 +7,6 @@ bounds bodies read whole, i.e. JSON, so the JSON limit stays small while uploads
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,15 +25,14 @@ from ...domain.rfp_items import (
     AnswerOptions,
     answer_pending_items,
     append_items,
-    build_xlsx,
     export_filename,
     export_format,
-    export_rows,
     fetch_item,
     import_items,
     import_options,
     review,
     spool_csv,
+    spool_xlsx,
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..actors import actor
@@ -171,9 +169,9 @@ async def review_and_announce(
 
 @requires("read", hold_connection=False)
 async def export_rfp(request: web.Request) -> web.StreamResponse:
-    """The items as CSV or XLSX. Read whole while a pooled connection is held, then sent from a
-    spooled file (CSV) or memory (XLSX) with no connection held: a client that reads slowly, or
-    never, must not keep a connection from other requests."""
+    """The items as CSV or XLSX, read from a cursor into a spooled file while a pooled connection
+    is held, then sent from it with no connection held: a client that reads slowly, or never,
+    must not keep a connection from other requests."""
     fmt = export_format(request.query)
     rfp_id = request.match_info["id"]
     if fmt == "original":
@@ -188,20 +186,18 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
                 # Not a change, but data leaving the service: the audit log shows who took it.
                 await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
                                    after={"format": fmt})
-                rows = await export_rows(conn, rfp_id) if fmt == "xlsx" else None
-                if rows is None:
+                if fmt == "xlsx":
+                    await spool_xlsx(conn, rfp_id, rfp["title"], spool)
+                else:
                     await spool_csv(conn, rfp_id, spool)
-            body = None if rows is None else await asyncio.to_thread(build_xlsx, rows, rfp["title"])
-            del rows
         headers = {
             hdrs.CONTENT_DISPOSITION:
                 f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"',
         }
-        if body is not None:
-            return web.Response(body=body, content_type=EXPORT_FORMATS[fmt], headers=headers)
         response = web.StreamResponse(headers={**headers, **stream_headers(request)})
-        response.content_type = "text/csv"
-        response.charset = "utf-8"
+        response.content_type = EXPORT_FORMATS[fmt]
+        if fmt == "csv":
+            response.charset = "utf-8"
         response.content_length = spool.tell()
         spool.seek(0)
         await response.prepare(request)
