@@ -119,9 +119,13 @@ class Cell:
 
 
 async def load(
-    conn: asyncpg.Connection, account_id: str, rfp_id: str, options: WriteOptions
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, options: WriteOptions,
+    max_chars: int | None = None,
 ) -> tuple[asyncpg.Record, list[Cell]]:
-    """The kept questionnaire of an RFP and the cells to write; 422 when there is none."""
+    """The kept questionnaire of an RFP and the cells to write; 422 when there is none, or when
+    the answers to write hold more than `max_chars` characters (uploads.max_text_chars: an
+    answer holds up to 100,000 and a kept file's items up to 20,000, and the answers, the
+    file written and its copy between processes are all held in memory)."""
     file = await conn.fetchrow(db.query("latest_questionnaire_file"), rfp_id, account_id)
     if file is None:
         raise ValidationFailed(
@@ -129,6 +133,15 @@ async def load(
              "items added by hand, or files over library.max_kept_file_bytes, have none"],
             message="the RFP has no original questionnaire",
         )
+    if max_chars is not None:
+        chars = await conn.fetchval(db.query("questionnaire_file_answer_chars"), file["id"],
+                                    options.drafted)
+        if chars > max_chars:
+            raise ValidationFailed(
+                [f"file: the answers to write back hold {chars:,} characters, more than "
+                 f"uploads.max_text_chars = {max_chars:,}"],
+                "the questionnaire could not be written back; export it as CSV instead",
+            )
     items = await conn.fetch(db.query("questionnaire_file_items"), file["id"])
     cells = []
     for item in items:

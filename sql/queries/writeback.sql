@@ -22,6 +22,12 @@ SELECT f.*
  ORDER BY f.created_at DESC, f.id DESC
  LIMIT 1;
 
+-- questionnaire_file_answer_chars --
+-- The characters of the answers a write-back of a kept questionnaire writes ($2: drafted ones too).
+SELECT coalesce(sum(length(answer)), 0)
+  FROM rfp_items
+ WHERE questionnaire_file_id = $1 AND state <> 'discarded' AND ($2 OR state = 'approved');
+
 -- questionnaire_file_items --
 -- The items of a kept questionnaire with their cells, in file order.
 SELECT id, source_sheet, source_row, answer_column, answer, state::text AS state

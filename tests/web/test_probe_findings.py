@@ -844,3 +844,38 @@ async def test_export_xlsx__memory_does_not_grow_with_the_rfp(client, admin, mak
     sheet = openpyxl.load_workbook(io.BytesIO(body), read_only=True).worksheets[0]
     rows = list(sheet.iter_rows(values_only=True))
     assert len(rows) == 501 and rows[500][0].startswith("500Do you encrypt?")
+
+
+async def test_export_original__answers_past_max_text_chars_are_422_not_held_in_memory(
+    aiohttp_client, config, admin, conn
+):
+    """Finding (fixed): writing answers back into the kept questionnaire read every answer into
+    this process, sent them to the worker and held the file it returned, with no bound but the
+    items'. An answer holds up to 100,000 characters and a kept file up to 20,000 items: on a
+    running service a viewer's write-back of 2,000 answers of 100,000 characters (a 198 MB file)
+    took the process from 85 to 896 MB (531 MB kept). The answers to write now count against
+    uploads.max_text_chars (50,000,000, what an import may read), summed in the database before
+    any is read: past it 422, and the CSV export still has every answer."""
+    from page_client import create_app, with_config
+
+    client = await aiohttp_client(create_app(with_config(config, uploads={"max_text_chars": 1000})))
+    made = await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {"title": "WB"}})
+    rfp_id = (await made.json())["id"]
+    imported = await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import",
+                                 data=b"Question,Answer\nDo you?,\nAnd you?,\n",
+                                 headers={**admin.headers, "Content-Type": "text/csv"})
+    assert imported.status == 201, await imported.text()
+    items = (await (await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items",
+                                     headers=admin.headers)).json())["rfp_items"]
+    for item, state in zip(items, ("approved", "auto_answered"), strict=True):
+        await conn.execute("UPDATE rfp_items SET answer = $2, state = $3 WHERE id = $1",
+                           item["id"], "Yes. " * 120, state)  # 600 characters each
+    export = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    assert export.status == 200, await export.text()  # the approved one: 600 characters
+    drafted = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original&answers=drafted",
+                               headers=admin.headers)
+    assert drafted.status == 422
+    error = (await drafted.json())["error"]
+    assert error["message"] == "the questionnaire could not be written back; export it as CSV instead"
+    assert error["details"] == ["file: the answers to write back hold 1,200 characters, more than "
+                                "uploads.max_text_chars = 1,000"]

@@ -215,7 +215,8 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
         rfp = await fetch_rfp(conn, rfp_id, account_id)
         await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
                            after={"format": "original"})
-        file, cells = await writeback.load(conn, account_id, rfp_id, options)
+        file, cells = await writeback.load(conn, account_id, rfp_id, options,
+                                           request.app[CONFIG].uploads.max_text_chars)
     # The kept file is an upload too: written back in a child with the parsers' time and memory
     # limits (service/domain/isolation.py). In a thread, a workbook built to be slow to search
     # held the GIL, and so every request of the process, for minutes; resolving a dropdown's list
