@@ -560,8 +560,9 @@ def _workflow_paths() -> dict[str, Any]:
                                 _XLSX: {"schema": {"type": "string", "format": "binary"}}}},
             "400": _error("format is not csv, xlsx or original, or a write-back option is "
                           "invalid (parameter_invalid)"), "404": no_rfp,
-            "422": _error("format=original without a kept questionnaire, or without an answer "
-                          "column"),
+            "422": _error("format=original without a kept questionnaire, without an answer "
+                          "column, with answers of more than uploads.max_text_chars characters, "
+                          "or a file the parse workers' limits refuse to write back"),
             "503": _error("the database is unavailable, or the account's exports kept every turn "
                           "(server.export_workers) busy for server.export_wait_seconds; retry "
                           "after Retry-After seconds (service_unavailable)")},
