@@ -811,7 +811,8 @@ async def test_export_csv__long_items_never_hold_the_event_loop(client, admin, m
     finally:
         ticker.cancel()
     assert response.status == 200 and size > 99_000_000
-    assert max(gaps) < 0.4, f"the event loop was held for {max(gaps):.2f} s"
+    # A wall-time bound, kept far from both sides: ~1 s before the fix, ~0.03 s after.
+    assert max(gaps) < 0.5, f"the event loop was held for {max(gaps):.2f} s"
 
 
 async def test_export_xlsx__memory_does_not_grow_with_the_rfp(client, admin, make_rfp, conn):
@@ -840,7 +841,8 @@ async def test_export_xlsx__memory_does_not_grow_with_the_rfp(client, admin, mak
     finally:
         tracemalloc.stop()
     assert response.status == 200
-    assert peak < 60_000_000, f"the export took {peak / 1e6:.0f} MB"
+    # ~41 MB now; the items alone are 100 MB when read whole, as before the fix.
+    assert peak < 75_000_000, f"the export took {peak / 1e6:.0f} MB"
     sheet = openpyxl.load_workbook(io.BytesIO(body), read_only=True).worksheets[0]
     rows = list(sheet.iter_rows(values_only=True))
     assert len(rows) == 501 and rows[500][0].startswith("500Do you encrypt?")
