@@ -277,16 +277,15 @@ def _new_xlsx(title: str) -> Any:
 
 
 def _append_xlsx(workbook: Any, rows: Sequence[Sequence[Any]]) -> None:
-    """Rows of export_cells; text never becomes a formula."""
+    """Rows of export_cells; text never becomes a formula, nor passes Excel's cell limit."""
     from openpyxl.cell import WriteOnlyCell
-    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 
     sheet = workbook.worksheets[0]
     for cells in rows:
         out = []
         for value in cells:
             if isinstance(value, str):
-                cell = WriteOnlyCell(sheet, value=ILLEGAL_CHARACTERS_RE.sub("", value))
+                cell = WriteOnlyCell(sheet, value=writeback.excel_text(value))
                 cell.data_type = "s"  # "=…" from a questionnaire is text, not a formula
                 out.append(cell)
             else:

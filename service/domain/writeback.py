@@ -219,6 +219,27 @@ def _encode(text: str, encoding: str, bom: bool) -> bytes:
 # -- XLSX ----------------------------------------------------------------------------------------
 
 _ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# Excel holds at most 32,767 characters in a cell and "repairs" a file with a longer one (it
+# drops the cell's text); items hold up to 200,000. A longer text is cut, saying so, in every XLSX
+# we write; the CSV export has it whole. Excel counts UTF-16 units, so the cut does too.
+EXCEL_CELL_CHARS = 32_767
+EXCEL_CUT_NOTE = " … [cut at Excel's limit of 32,767 characters; the CSV export has it all]"
+
+
+def excel_text(text: str) -> str:
+    """Text as an XLSX cell can hold it: without the characters XML 1.0 cannot, and cut (saying
+    so) to Excel's limit."""
+    clean = _ILLEGAL_XML.sub("", text)
+    if len(clean) <= EXCEL_CELL_CHARS // 2:
+        return clean
+    units = clean.encode("utf-16-le")
+    if len(units) <= 2 * EXCEL_CELL_CHARS:
+        return clean
+    room = EXCEL_CELL_CHARS - len(EXCEL_CUT_NOTE)
+    # "ignore" drops a pair of surrogates the cut splits.
+    return units[:2 * room].decode("utf-16-le", errors="ignore") + EXCEL_CUT_NOTE
+
+
 _CELL_REF = re.compile(r"^([A-Z]+)(\d+)$")
 
 
@@ -377,7 +398,7 @@ def _cell_xml(ref: str, attributes: str, text: str, p: str = "") -> str:
     """An inline-string cell keeping the original cell's other attributes (its style above all);
     `p` is the sheet's namespace prefix ("x:" in some generators' files, usually none)."""
     kept = re.sub(r'\s+(?:t|r)="[^"]*"', "", attributes)
-    clean = _ILLEGAL_XML.sub("", text)
+    clean = excel_text(text)
     return (f'<{p}c r="{ref}"{kept} t="inlineStr"><{p}is><{p}t xml:space="preserve">'
             f"{escape(clean)}</{p}t></{p}is></{p}c>")
 

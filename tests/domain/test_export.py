@@ -93,3 +93,26 @@ async def test_export__other_account_is_404(client, conn, make_account):
     response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=theirs.headers)
     assert response.status == 404
     assert (await response.json())["error"]["code"] == "not_found"
+
+
+async def test_export_xlsx__a_cell_past_excels_limit_is_cut_saying_so_and_csv_has_it_all(
+    client, conn, admin
+):
+    """Excel holds at most 32,767 characters in a cell and drops the text of a longer one when it
+    "repairs" the file; an item holds up to 200,000. The XLSX cell is cut there, saying so (it was
+    written whole); the CSV export keeps it all. Excel counts UTF-16 units: an emoji counts two."""
+    from service.domain.writeback import EXCEL_CELL_CHARS, EXCEL_CUT_NOTE
+
+    rfp_id = await answered_rfp(client, conn, admin)
+    answer = "Yes. " + "We encrypt. " * 5_000  # 60,005 characters
+    await conn.execute("UPDATE rfp_items SET answer = $2, question = $3 WHERE rfp_id = $1 AND position = 1",
+                       rfp_id, answer, "😀" * 20_000)
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=xlsx", headers=admin.headers)
+    row = [cell.value for cell in load_workbook(io.BytesIO(await response.read())).active[2]]
+    assert len(row[1]) == EXCEL_CELL_CHARS and row[1].endswith(EXCEL_CUT_NOTE)
+    assert answer.startswith(row[1].removesuffix(EXCEL_CUT_NOTE))
+    assert len(row[0].encode("utf-16-le")) // 2 == EXCEL_CELL_CHARS  # 16,350 emoji and the note
+    assert row[0].endswith(EXCEL_CUT_NOTE) and set(row[0].removesuffix(EXCEL_CUT_NOTE)) == {"😀"}
+    csv_rows = list(csv.reader(io.StringIO(await (await client.get(
+        f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=admin.headers)).text())))
+    assert csv_rows[1][1] == answer

@@ -659,3 +659,16 @@ def test_write_rows__a_row_without_r_is_written_in_place_not_given_a_second_row(
     assert ('<row><c r="A3" t="inlineStr"><is><t>Q2</t></is></c><c r="B3" t="inlineStr"><is>'
             '<t xml:space="preserve">yes</t></is></c></row><row r="4">') in out
     assert out.index('<row r="4">') < out.index('<row r="5">')
+
+
+def test_write_xlsx__an_answer_past_excels_cell_limit_is_cut_saying_so():
+    """Written back into the customer's file, an answer of more than 32,767 characters (Excel's
+    limit; it drops such a cell's text when it repairs the file) is cut there, saying so."""
+    from service.domain.writeback import EXCEL_CELL_CHARS, EXCEL_CUT_NOTE, Cell, write_xlsx
+
+    answer = "Yes. " + "x" * 40_000
+    result = write_xlsx(_workbook(f"<sheetData>{_ONE_QUESTION}</sheetData>"),
+                        [Cell(sheet="S1", row=2, column=1, text=answer)])
+    written = load_workbook(io.BytesIO(result))["S1"]["B2"].value
+    assert len(written) == EXCEL_CELL_CHARS
+    assert written == answer[:EXCEL_CELL_CHARS - len(EXCEL_CUT_NOTE)] + EXCEL_CUT_NOTE
