@@ -352,7 +352,7 @@ async def test_credits__200_concurrent_asks_on_100_credits(
 
 
 async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounced(
-    aiohttp_client, config, conn, admin, listener
+    aiohttp_client, config, conn, admin, listener, database_url
 ):
     from service.web.app import create_app
     from service.web.keys import PIPELINE
@@ -362,11 +362,20 @@ async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounc
     announced: list[str] = []
     await listener.add_listener("question_events", lambda *args: announced.append(args[-1]))
     first = (await (await ask(client, admin.headers, "Is data encrypted at rest?")).json())["id"]
-    # The pipeline is full now (concurrency 1): the next one is stored unleased and announced,
-    # so any process may claim it.
-    second = (await (await ask(client, admin.headers, "Do you back up data?")).json())["id"]
-    rows = {r["id"]: r for r in await conn.fetch(
-        "SELECT id, lease_owner, attempts FROM questions WHERE id = ANY($1)", [first, second])}
+    # The first question cannot be finished while its row is locked (every slowed step is
+    # stored), so the pipeline stays full however slow the machine: the second ask came after
+    # the first had completed on a loaded CI run and found it leased.
+    locker = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        async with locker.transaction():
+            await locker.execute("SELECT 1 FROM questions WHERE id = $1 FOR UPDATE", first)
+            # The pipeline is full now (concurrency 1): the next one is stored unleased and
+            # announced, so any process may claim it.
+            second = (await (await ask(client, admin.headers, "Do you back up data?")).json())["id"]
+            rows = {r["id"]: r for r in await conn.fetch(
+                "SELECT id, lease_owner, attempts FROM questions WHERE id = ANY($1)", [first, second])}
+    finally:
+        await locker.close()
     assert rows[first]["lease_owner"] == client.app[PIPELINE].owner
     assert rows[first]["attempts"] == 1
     assert rows[second]["lease_owner"] is None and rows[second]["attempts"] == 0
