@@ -1,14 +1,18 @@
-"""Shared by the question tests: knowledge-base rows and waiting for a question to complete."""
+"""Shared by the question tests: knowledge-base rows, waiting for a question to complete, and
+holding one where it is."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 
 from service.domain.ids import new_id
+from tests.conftest import CONNECT
 
 
 async def add_entry(
@@ -78,3 +82,17 @@ async def answers_lexically_warning_once(
         assert body["references"], "answered lexically from the knowledge base"
     warnings = [r for r in caplog.records if "pgvector is not installed" in r.getMessage()]
     assert len(warnings) == 1
+
+
+@contextlib.asynccontextmanager
+async def question_held(database_url: str, question_id: str) -> AsyncIterator[None]:
+    """While inside, the pipeline cannot store the question's next state: its row is locked
+    (every step slowed by step_delay_seconds is stored on its own), so a test sees it where it is
+    however loaded the machine. Plain reads are not blocked."""
+    locker = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        async with locker.transaction():
+            await locker.execute("SELECT 1 FROM questions WHERE id = $1 FOR UPDATE", question_id)
+            yield
+    finally:
+        await locker.close()

@@ -8,7 +8,7 @@ import asyncpg
 import attrs
 import pytest
 from conftest import with_config
-from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
+from helpers_questions import add_entry, ask, balance_and_ledger, question_held, wait_complete
 
 from service import db
 from service.answering.engines.local import LocalEngine
@@ -362,20 +362,14 @@ async def test_handoff__an_ask_is_stored_leased_to_the_asking_pipeline_unannounc
     announced: list[str] = []
     await listener.add_listener("question_events", lambda *args: announced.append(args[-1]))
     first = (await (await ask(client, admin.headers, "Is data encrypted at rest?")).json())["id"]
-    # The first question cannot be finished while its row is locked (every slowed step is
-    # stored), so the pipeline stays full however slow the machine: the second ask came after
-    # the first had completed on a loaded CI run and found it leased.
-    locker = await asyncpg.connect(database_url, **CONNECT)
-    try:
-        async with locker.transaction():
-            await locker.execute("SELECT 1 FROM questions WHERE id = $1 FOR UPDATE", first)
-            # The pipeline is full now (concurrency 1): the next one is stored unleased and
-            # announced, so any process may claim it.
-            second = (await (await ask(client, admin.headers, "Do you back up data?")).json())["id"]
-            rows = {r["id"]: r for r in await conn.fetch(
-                "SELECT id, lease_owner, attempts FROM questions WHERE id = ANY($1)", [first, second])}
-    finally:
-        await locker.close()
+    # The first question is held where it is, so the pipeline stays full however slow the
+    # machine: the second ask came after the first had completed on a loaded CI run.
+    async with question_held(database_url, first):
+        # The pipeline is full now (concurrency 1): the next one is stored unleased and announced,
+        # so any process may claim it.
+        second = (await (await ask(client, admin.headers, "Do you back up data?")).json())["id"]
+        rows = {r["id"]: r for r in await conn.fetch(
+            "SELECT id, lease_owner, attempts FROM questions WHERE id = ANY($1)", [first, second])}
     assert rows[first]["lease_owner"] == client.app[PIPELINE].owner
     assert rows[first]["attempts"] == 1
     assert rows[second]["lease_owner"] is None and rows[second]["attempts"] == 0

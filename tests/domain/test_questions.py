@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator
 
 import attrs
-from helpers_questions import add_entry, ask, balance_and_ledger, wait_complete
+from helpers_questions import add_entry, ask, balance_and_ledger, question_held, wait_complete
 
 from service.web.app import create_app
 
@@ -341,18 +341,19 @@ async def test_events__reconnecting_mid_pipeline_misses_nothing_and_repeats_noth
 
 
 async def test_events__a_stream_in_another_process_follows_the_question(
-    aiohttp_client, config, conn, admin
+    aiohttp_client, config, conn, admin, database_url
 ):
     # Two apps on one database: the asking one answers (the question is handed to its pipeline);
-    # the other one's stream learns of each state from the database's announcements. Steps slow
-    # enough that the stream opens while the question is still `new` on a loaded machine (at
-    # 0.05 s it once opened after the first step and missed that event).
+    # the other one's stream learns of each state from the database's announcements. The question
+    # is held at `new` until the stream is open (with slowed steps alone, a loaded machine once
+    # opened it after the first step, and it missed that event).
     slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.25))
     asking = await aiohttp_client(create_app(slow))
     watching = await aiohttp_client(create_app(slow))
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
     body = await (await ask(asking, admin.headers, MFA_Q)).json()
-    response = await watching.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    async with question_held(database_url, body["id"]):
+        response = await watching.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
     text = (await response.read()).decode()
     assert event_ids(text) == ALL_EVENTS
     events = await read_events_text(text)
@@ -364,7 +365,7 @@ async def test_events__a_stream_in_another_process_follows_the_question(
 
 
 async def test_events__a_question_its_pipeline_lets_go_of_is_read_again(
-    aiohttp_client, config, conn, admin
+    aiohttp_client, config, conn, admin, database_url
 ):
     # The stream's process answers the question, so the stream trusts its pipeline over the
     # database's announcements; when that pipeline loses the question (here: someone else moves
@@ -372,8 +373,9 @@ async def test_events__a_question_its_pipeline_lets_go_of_is_read_again(
     slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.3))
     client = await aiohttp_client(create_app(slow))
     body = await (await ask(client, admin.headers, "Anything?")).json()
-    response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
-    first = event_ids((await response.content.readuntil(b"\n\n")).decode())
+    async with question_held(database_url, body["id"]):  # at `new` until the stream has said so
+        response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+        first = event_ids((await response.content.readuntil(b"\n\n")).decode())
     assert first == [("1", "new")]
     async with asyncio.timeout(5):
         while await conn.fetchval(  # noqa: ASYNC110 (polls the database)
