@@ -86,9 +86,10 @@ async def answers_lexically_warning_once(
 
 @contextlib.asynccontextmanager
 async def question_held(database_url: str, question_id: str) -> AsyncIterator[None]:
-    """While inside, the pipeline cannot store the question's next state: its row is locked
-    (every step slowed by step_delay_seconds is stored on its own), so a test sees it where it is
-    however loaded the machine. Plain reads are not blocked."""
+    """While inside, the question stays where it is however loaded the machine: its row is
+    locked, so claims pass it over (SKIP LOCKED) and a pipeline working on it cannot store its
+    next state (every step slowed by step_delay_seconds is stored on its own). Plain reads are
+    not blocked."""
     locker = await asyncpg.connect(database_url, **CONNECT)
     try:
         async with locker.transaction():

@@ -1,9 +1,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 
 import attrs
 from helpers_questions import add_entry, ask, balance_and_ledger, question_held, wait_complete
@@ -220,23 +218,6 @@ async def _stored_question(conn, admin, text: str) -> str:
                                      text=text)
 
 
-@contextlib.asynccontextmanager
-async def _unclaimed(database_url: str, question_id: str) -> AsyncIterator[None]:
-    """The question's row locked by another transaction: claims pass it over (SKIP LOCKED), so
-    it stays `new` until the block ends, however slow the machine. A stream must open on `new`;
-    slowed steps alone left a window (at 0.05 s a stream once opened after the first step)."""
-    import asyncpg
-    from conftest import CONNECT
-
-    holder = await asyncpg.connect(database_url, **CONNECT)
-    try:
-        async with holder.transaction():
-            await holder.execute("SELECT FROM questions WHERE id = $1 FOR UPDATE", question_id)
-            yield
-    finally:
-        await holder.close()
-
-
 def _quick_claims(config, step_delay_seconds: float):
     """Steps slowed down, so each state is its own commit; claims every 0.05 s."""
     return attrs.evolve(config, questions=attrs.evolve(
@@ -248,7 +229,7 @@ async def test_events__one_event_per_state_then_close(
 ):
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
     question_id = await _stored_question(conn, admin, MFA_Q)
-    async with _unclaimed(database_url, question_id):
+    async with question_held(database_url, question_id):
         client = await aiohttp_client(create_app(_quick_claims(config, 0.05)))
         response = await client.get(
             f"/api/v1/questions/{question_id}/events",
@@ -328,7 +309,7 @@ async def test_events__reconnecting_mid_pipeline_misses_nothing_and_repeats_noth
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
     question_id = await _stored_question(conn, admin, MFA_Q)
     path = f"/api/v1/questions/{question_id}/events"
-    async with _unclaimed(database_url, question_id):
+    async with question_held(database_url, question_id):
         client = await aiohttp_client(create_app(_quick_claims(config, 0.1)))
         first = await client.get(path, headers=admin.headers)
         seen = event_ids((await first.content.readuntil(b"\n\n")).decode())
