@@ -28,8 +28,8 @@ from typing import IO, Any
 import attrs
 
 from . import uploads
-from .errors import PayloadTooLarge, ValidationFailed
-from .uploads import Limits, Tally, checked_row, column_letter
+from .errors import ValidationFailed
+from .uploads import Limits, Tally, checked_row, column_letter, too_many_elements
 
 HEADER_SCAN_ROWS = 50  # a header further down than this is not looked for (pass header_row)
 SHEETS_SEARCHED = 100  # a question sheet further on than this is not looked for (pass sheet)
@@ -435,19 +435,6 @@ def _elements(data: bytes, cut: int) -> int:
 WHOLE_PART_ELEMENT_WEIGHT = 4
 
 
-def _too_many_elements(limits: Limits, where: str) -> PayloadTooLarge:
-    return limits.refuse(f"more than {limits.max_file_xml_elements} XML elements read from its parts "
-                         f"and sheets, by {where}", "max_file_xml_elements")
-
-
-def _spend(tally: Tally, elements: int, limits: Limits, where: str) -> None:
-    """Count `elements` read from the file (`Limits.max_file_xml_elements`): a small file of many
-    parts and sheets, each within its own limits, took 7-30 s of a parse worker."""
-    tally.elements += elements
-    if tally.elements > limits.max_file_xml_elements:
-        raise _too_many_elements(limits, where)
-
-
 def _check_elements(archive: Any, path: str, limits: Limits, tally: Tally) -> None:
     """Refuse a part openpyxl reads whole when it opens the workbook (content types, the
     workbook and its relationships, the styles) of more than max_xml_elements XML elements,
@@ -460,8 +447,8 @@ def _check_elements(archive: Any, path: str, limits: Limits, tally: Tally) -> No
         if elements > limits.max_xml_elements:
             raise limits.refuse(f"the part {path!r} holds more than {limits.max_xml_elements} XML "
                                 "elements", "max_xml_elements")
-        _spend(tally, WHOLE_PART_ELEMENT_WEIGHT * found, limits,
-               f"the part {path!r} (read whole at opening: {WHOLE_PART_ELEMENT_WEIGHT} an element)")
+        tally.spend(WHOLE_PART_ELEMENT_WEIGHT * found, limits,
+                    f"the part {path!r} (read whole at opening: {WHOLE_PART_ELEMENT_WEIGHT} an element)")
 
 
 def _check_shared_strings(archive: Any, path: str, limits: Limits, tally: Tally) -> None:
@@ -483,7 +470,7 @@ def _check_shared_strings(archive: Any, path: str, limits: Limits, tally: Tally)
             raise limits.refuse(f"the shared strings table holds more than {most_elements} XML "
                                 f"elements ({SHARED_STRING_ELEMENTS} a string allowed)",
                                 "max_shared_strings")
-        _spend(tally, found, limits, "the shared strings table")
+        tally.spend(found, limits, "the shared strings table")
 
 
 # Excel's "Strict Open XML Spreadsheet" names its parts' elements in these namespaces, which
@@ -563,7 +550,7 @@ def _sheet_rows(book: _Workbook, path: str, limits: Limits, tally: Tally) -> Ite
             if event == "start":
                 tally.elements += 1
                 if tally.elements > limits.max_file_xml_elements:
-                    raise _too_many_elements(limits, f"row {number} of the sheet {path!r}" if number
+                    raise too_many_elements(limits, f"row {number} of the sheet {path!r}" if number
                                              else f"the sheet {path!r}")
                 if in_row:
                     elements += 1

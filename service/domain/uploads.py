@@ -111,6 +111,18 @@ class Tally:
     chars: int = 0
     elements: int = 0
 
+    def spend(self, elements: int, limits: Limits, where: str) -> None:
+        """Count `elements` more XML elements read from the file, `where` saying by what."""
+        self.elements += elements
+        if self.elements > limits.max_file_xml_elements:
+            raise too_many_elements(limits, where)
+
+
+def too_many_elements(limits: Limits, where: str) -> PayloadTooLarge:
+    """The refusal of a file past `Limits.max_file_xml_elements`, reached by `where`."""
+    return limits.refuse(f"more than {limits.max_file_xml_elements} XML elements read from its parts "
+                         f"and sheets, by {where}", "max_file_xml_elements")
+
 
 def checked_row(number: int, cells: list[str], limits: Limits, tally: Tally) -> list[str]:
     """A row's cells, refused (the whole file) past a limit or with a NUL character, which

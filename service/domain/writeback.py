@@ -569,18 +569,6 @@ def _grow_dimension(sheet_xml: str, cells: Iterable[tuple[int, int]]) -> str:
     return sheet_xml[:at + match.start(1)] + ref + sheet_xml[at + match.end(1):]
 
 
-def _spend(tally: Tally, elements: int, limits: Limits, where: str) -> None:
-    """Count XML elements write-back reads against `uploads.max_file_xml_elements`, as an import
-    does: a kept file within the import's count may still hold elements it never read (after a
-    sheet's rows, comments, sheets not looked at), and resolving a dropdown's list loads every
-    part (a sheet of 5 million empty cells, 121 KB, took 20 s; 3.5 million comments before a
-    sheet's rows, 40 KB, 11.6 s). Counted in the text, `<` less `</`, before it is searched."""
-    tally.elements += elements
-    if tally.elements > limits.max_file_xml_elements:
-        raise limits.refuse(f"more than {limits.max_file_xml_elements} XML elements read from its parts "
-                            f"and sheets, by {where}", "max_file_xml_elements")
-
-
 def _resolving_elements(archive: zipfile.ZipFile, counted: set[str]) -> int:
     """The XML elements (and comments) of every part openpyxl may read when it loads the workbook
     (every part: it finds them by their relationships, whatever their names) but those `counted`
@@ -599,9 +587,13 @@ def write_xlsx(original: bytes, cells: Sequence[Cell], limits: Limits | None = N
     was. The sheets written and, to resolve a dropdown's list, the whole workbook are counted
     against `limits.max_file_xml_elements` first (past it, 413)."""
     limits = limits or Limits()
+    # XML elements are counted against max_file_xml_elements as an import counts them: a kept
+    # file within the import's count may still hold elements it never read (after a sheet's rows,
+    # comments, sheets not looked at), and resolving a dropdown's list loads every part (a sheet
+    # of 5 million empty cells, 121 KB, took 20 s; 3.5 million comments before a sheet's rows,
+    # 40 KB, 11.6 s). Counted in the text, `<` less `</`, before it is searched.
     tally = Tally()
     counted: set[str] = set()  # the parts counted: the sheets written, every part once a list is resolved
-    loaded: list[bool] = []  # whether the whole workbook has been counted (a dropdown resolved)
     by_sheet: dict[str | None, dict[int, dict[int, str]]] = {}
     for cell in cells:
         if cell.text is not None:
@@ -616,7 +608,7 @@ def write_xlsx(original: bytes, cells: Sequence[Cell], limits: Limits | None = N
             xml = archive.read(path).decode("utf-8")
             if path not in counted:
                 counted.add(path)
-                _spend(tally, xml.count("<") - xml.count("</"), limits, f"the sheet {path!r}")
+                tally.spend(xml.count("<") - xml.count("</"), limits, f"the sheet {path!r}")
             # Excel writes the sheet unprefixed; some generators (the OpenXML SDK) as <x:row> …
             data = next(_tags(xml, "sheetData"), None)
             p = data.prefix if data is not None else ""
@@ -631,10 +623,10 @@ def write_xlsx(original: bytes, cells: Sequence[Cell], limits: Limits | None = N
                         options = validation.options
                         if options is None:
                             if validation.formula not in resolved:
-                                if not loaded:
-                                    _spend(tally, _resolving_elements(archive, counted), limits,
-                                           f"the workbook, loaded to resolve the list {validation.formula!r}")
-                                    loaded.append(True)
+                                # Every part not counted yet (none after the first list).
+                                tally.spend(
+                                    _resolving_elements(archive, counted), limits,
+                                    f"the workbook, loaded to resolve the list {validation.formula!r}")
                                 resolved[validation.formula] = _resolve_list(original, validation.formula)
                             options = resolved[validation.formula]
                         return _dropdown_value(text, options) if options else text
