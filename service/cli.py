@@ -11,7 +11,9 @@ import asyncio
 import json
 import logging
 import secrets
+import shutil
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import date
 from pathlib import Path
@@ -479,25 +481,24 @@ def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
     if args.format == "original":
         return _export_original(args, config)
 
-    async def work(conn: asyncpg.Connection) -> tuple[str, list[list[Any]]]:
+    async def work(conn: asyncpg.Connection) -> int:
         await accounts.require_account(conn, args.account)
         rfp = await fetch_rfp(conn, args.rfp, args.account)
         await audit.record(conn, audit.Actor.operator(), "rfp.exported", account_id=args.account,
                            record_id=args.rfp, after={"format": args.format})
-        return rfp["title"], await rfp_items.export_rows(conn, args.rfp)
+        return await rfp_items.spool_export(conn, rfp, args.format, spool)
 
-    title, rows = run_with_connection(config, work)
-    try:
-        if args.format == "xlsx":
+    # The web's export, spooled; the output is written only once it is whole.
+    with tempfile.TemporaryFile() as spool:
+        items = run_with_connection(config, work)
+        spool.seek(0)
+        try:
             with open(args.output, "wb") as out:
-                out.write(rfp_items.build_xlsx(rows, title))
-        else:
-            with open(args.output, "w", newline="", encoding="utf-8") as out:
-                rfp_items.write_csv(rows, out)
-    except OSError as exc:
-        raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
-    emit(args, {"rfp_id": args.rfp, "format": args.format, "output": args.output, "items": len(rows)},
-         f"exported {len(rows)} items of {args.rfp} to {args.output}")
+                shutil.copyfileobj(spool, out)
+        except OSError as exc:
+            raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
+    emit(args, {"rfp_id": args.rfp, "format": args.format, "output": args.output, "items": items},
+         f"exported {items} items of {args.rfp} to {args.output}")
     return 0
 
 

@@ -11,7 +11,7 @@ import asyncio
 import csv
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import asyncpg
@@ -255,13 +255,6 @@ def csv_row(cells: Sequence[Any]) -> list[Any]:
     return [csv_cell(cell) for cell in cells]
 
 
-def write_csv(rows: Sequence[Sequence[Any]], out: IO[str]) -> None:
-    writer = csv.writer(out)
-    writer.writerow(EXPORT_COLUMNS)
-    for cells in rows:
-        writer.writerow(csv_row(cells))
-
-
 def _new_xlsx(title: str) -> Any:
     """A write-only workbook (rows go to a temporary file as they are appended) with its header."""
     from openpyxl import Workbook
@@ -291,15 +284,6 @@ def _append_xlsx(workbook: Any, rows: Sequence[Sequence[Any]]) -> None:
             else:
                 out.append(value)
         sheet.append(out)
-
-
-def build_xlsx(rows: Sequence[Sequence[Any]], title: str) -> bytes:
-    """One sheet, a header row and one row per item (the CLI's export)."""
-    workbook = _new_xlsx(title)
-    _append_xlsx(workbook, rows)
-    buffer = io.BytesIO()
-    workbook.save(buffer)
-    return buffer.getvalue()
 
 
 async def spool_xlsx(conn: asyncpg.Connection, rfp_id: str, title: str, out: IO[bytes]) -> int:
@@ -341,8 +325,11 @@ async def spool_csv(conn: asyncpg.Connection, rfp_id: str, out: IO[bytes]) -> in
     return count
 
 
-async def export_rows(conn: asyncpg.Connection, rfp_id: str) -> list[list[Any]]:
-    return [export_cells(row) for row in await conn.fetch(db.query("export_rfp_items"), rfp_id)]
+async def spool_export(conn: asyncpg.Connection, rfp: Mapping[str, Any], fmt: str, out: IO[bytes]) -> int:
+    """Write an RFP's items in `fmt` (csv or xlsx) into `out`; returns the number of items."""
+    if fmt == "xlsx":
+        return await spool_xlsx(conn, rfp["id"], rfp["title"], out)
+    return await spool_csv(conn, rfp["id"], out)
 
 
 @attrs.frozen(kw_only=True)

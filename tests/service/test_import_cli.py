@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 
+from openpyxl import load_workbook
+
 from service.cli import main
 
 
@@ -39,6 +41,12 @@ def test_cli_rfp_import_and_export__round_trip(database_url, monkeypatch, capsys
     assert code == 0 and exported["items"] == 1
     rows = list(csv.reader(output.open(newline="")))
     assert rows[1] == ["Describe access control.", "", "pending", "", ""]
+    workbook = tmp_path / "out.xlsx"
+    code, exported = run(capsys, "rfp", "export", "--account", account, "--rfp", rfp["id"],
+                         "--format", "xlsx", "--output", str(workbook), "--json")
+    assert code == 0 and exported["items"] == 1
+    sheet = load_workbook(workbook).active
+    assert [cell.value for cell in sheet[2]] == ["Describe access control.", None, "pending", None, None]
 
 
 def test_cli_rfp_import__no_question_column_names_columns(database_url, monkeypatch, capsys, tmp_path):

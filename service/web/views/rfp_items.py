@@ -31,8 +31,7 @@ from ...domain.rfp_items import (
     import_items,
     import_options,
     review,
-    spool_csv,
-    spool_xlsx,
+    spool_export,
 )
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..actors import actor
@@ -186,10 +185,7 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
                 # Not a change, but data leaving the service: the audit log shows who took it.
                 await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
                                    after={"format": fmt})
-                if fmt == "xlsx":
-                    await spool_xlsx(conn, rfp_id, rfp["title"], spool)
-                else:
-                    await spool_csv(conn, rfp_id, spool)
+                await spool_export(conn, rfp, fmt, spool)
         headers = {
             hdrs.CONTENT_DISPOSITION:
                 f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"',
