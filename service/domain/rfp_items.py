@@ -258,14 +258,13 @@ def csv_row(cells: Sequence[Any]) -> list[Any]:
 def _new_xlsx(title: str) -> Any:
     """A write-only workbook (rows go to a temporary file as they are appended) with its header."""
     from openpyxl import Workbook
-    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 
     workbook = Workbook(write_only=True)
     sheet = workbook.create_sheet("RFP items")
     sheet.append(list(EXPORT_COLUMNS))
-    # The title too: a control character there (a vertical tab pasted from a spreadsheet) made
-    # docProps/core.xml malformed, and the whole file one that Excel and openpyxl refuse to open.
-    workbook.properties.title = ILLEGAL_CHARACTERS_RE.sub("", title)[:200]
+    # The title is cleaned as the cells are: a control character there (a vertical tab pasted
+    # from a spreadsheet) made docProps/core.xml malformed, a file Excel and openpyxl refuse.
+    workbook.properties.title = writeback.excel_text(title)[:200]
     return workbook
 
 
