@@ -359,6 +359,9 @@ class WebConfig:
     session_ttl_hours: float = attrs.field(default=12.0, validator=_positive)
     # Items per page of the RFP review page.
     items_per_page: int = attrs.field(default=100, validator=_positive)
+    # An item whose question or answer is longer is shown on the review page cut to this many
+    # characters, with a link to review it alone, whole: a page stays under ~2 million characters.
+    item_chars_shown: int = attrs.field(default=10_000, validator=_positive)
 
 
 def _off_or_at_least_a_minute(instance: object, attribute: attrs.Attribute, value: float) -> None:

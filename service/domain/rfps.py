@@ -290,15 +290,24 @@ async def list_rfps(conn: asyncpg.Connection, account_id: str, page: Page) -> Se
 REVIEW_FILTERS = {"needs_input": "needs_input", "review": "auto_answered", "approved": "approved"}
 
 
+_WHOLE = 2_147_483_647  # PostgreSQL's largest integer: left(text, _WHOLE) is all of it
+
+
 async def review_items(
-    conn: asyncpg.Connection, account_id: str, rfp_id: str, state: str | None, page: Page
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, state: str | None, page: Page,
+    *, cut: int | None = None, item_id: str | None = None,
 ) -> tuple[asyncpg.Record, list[asyncpg.Record], int]:
     """The RFP, one page of its items with what their questions found, and how many items pass
-    `state` (one of REVIEW_FILTERS, or None for all)."""
+    `state` (one of REVIEW_FILTERS, or None for all) and `item_id` (None for all). Questions and
+    answers come cut to `cut` characters (None: whole), their whole lengths in question_chars /
+    answer_chars."""
     rfp = await fetch_rfp(conn, rfp_id, account_id)
     rows = await conn.fetch(
-        db.query("review_items_page"), rfp_id, REVIEW_FILTERS.get(state or ""), page.size, page.offset
+        db.query("review_items_page"), rfp_id, REVIEW_FILTERS.get(state or ""), page.size,
+        page.offset, item_id, _WHOLE if cut is None else cut,
     )
+    if item_id is not None and not rows:
+        raise NotFound("no such item in this RFP")
     total = rows[0]["total"] if rows else (
         0 if page.number == 1 else await conn.fetchval(db.query("count_rfp_items"), rfp_id)
     )

@@ -103,11 +103,18 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     shown = request.query.get("state") or None
     if shown is not None and shown not in REVIEW_FILTERS:
         raise ParameterInvalid(f"state must be one of {', '.join(REVIEW_FILTERS)}; got {shown!r}")
-    size = request.app[CONFIG].web.items_per_page
-    current = Page.from_query(request.query, size=size)
+    # ?item=: that item alone, whole, however long (a longer one is cut on the pages of items).
+    alone = request.query.get("item") or None
+    settings = request.app[CONFIG].web
+    cut = settings.item_chars_shown
+    size = 1 if alone else settings.items_per_page
+    current = Page(number=1, size=1) if alone else Page.from_query(request.query, size=size)
     who = principal(request)
     async with connection(request) as conn:
-        rfp, rows, total = await review_items(conn, who.account_id, rfp_id, shown, current)
+        rfp, rows, total = await review_items(
+            conn, who.account_id, rfp_id, None if alone else shown, current,
+            cut=None if alone else cut, item_id=alone,
+        )
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
     sections: list[tuple[str | None, list[dict[str, Any]]]] = []
     for row in rows:
@@ -121,13 +128,16 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             "references": _references(row["references"]),
             "in_flight": row["state"] == "pending" and row["question_id"] is not None,
             "knowledge_item_id": row["knowledge_item_id"],
+            "question_cut": row["question_chars"] > len(row["question"]),
+            "answer_cut": row["answer"] is not None and row["answer_chars"] > len(row["answer"]),
+            "chars": row["question_chars"] + (row["answer_chars"] or 0),
         }
         if not sections or sections[-1][0] != row["section"]:
             sections.append((row["section"], []))
         sections[-1][1].append(item)
     return render(request, "rfp.html", {
         "rfp": rfp, "sections": sections, "shown": shown or "", "filters": REVIEW_FILTERS,
-        "page": current.number, "pages": math.ceil(total / size), "total": total,
+        "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
         "in_flight": in_flight, "may_write": may_write(who),
         "report": None,
     })
