@@ -22,7 +22,7 @@ from ..domain import housekeeping
 from ..metrics import Metrics
 from ..web import openapi
 from .frontdoor import guarded_routes, refuse_unguarded
-from .keys import CONFIG, DELIVERER, EVENTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
+from .keys import CONFIG, DELIVERER, EVENTS, EXPORTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL
 from .pages import common as pages_common
 from .pages.routes import routes as page_routes
 from .protocol import serve_parser_errors_as_json
@@ -214,6 +214,7 @@ def create_app(config: Config) -> web.Application:
     # Always present, so code may count unconditionally; exposed only when enabled.
     app[METRICS] = Metrics()
     app[OPEN_STREAMS] = collections.Counter()
+    app[EXPORTS] = rfp_items.export_turns(config.server)
     pages_common.setup(app)  # the web app's templates
     app.cleanup_ctx.append(_pool)
     app.cleanup_ctx.append(members.passwords_context)

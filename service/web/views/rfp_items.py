@@ -15,6 +15,7 @@ import asyncpg
 import attrs
 from aiohttp import hdrs, web
 
+from ...config import ServerConfig
 from ...domain import audit, questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import PayloadTooLarge, ValidationFailed
@@ -78,12 +79,15 @@ async def post_rfp_items(request: web.Request) -> web.Response:
     return json_response({"rfp_items": created}, status=201)
 
 
+def export_turns(server: ServerConfig) -> Turns:
+    """The turns of the exports being read and built in this process (server.export_workers)."""
+    return Turns(workers=server.export_workers, timeout=server.export_wait_seconds,
+                 busy=f"all {server.export_workers} exports (server.export_workers)")
+
+
 async def parsers_context(app: web.Application) -> AsyncIterator[None]:
-    """The upload parsers of this process; children still running at shutdown are killed. And
-    the exports' turns (server.export_workers)."""
-    uploads, server = app[CONFIG].uploads, app[CONFIG].server
-    app[EXPORTS] = Turns(workers=server.export_workers, timeout=server.export_wait_seconds,
-                         busy=f"all {server.export_workers} exports (server.export_workers)")
+    """The upload parsers of this process; children still running at shutdown are killed."""
+    uploads = app[CONFIG].uploads
     app[PARSERS] = IsolatedWorkers(workers=uploads.parse_workers, timeout=uploads.parse_timeout_seconds,
                                    memory_bytes=uploads.parse_memory_bytes)
     yield
