@@ -424,8 +424,9 @@ def _chunks(archive: Any, path: str) -> Iterator[tuple[bytes, int]]:
             tail = data[cut:]
 
 
-def _elements(data: bytes, cut: int) -> int:
-    """XML elements (start tags; comments and the like too) starting before `cut`."""
+def xml_elements(data: bytes, cut: int | None = None) -> int:
+    """XML elements (start tags; comments and the like too) starting before `cut` (None: all)."""
+    cut = len(data) if cut is None else cut
     return data.count(b"<", 0, cut) - data.count(b"</", 0, cut + 1)
 
 
@@ -442,7 +443,7 @@ def _check_elements(archive: Any, path: str, limits: Limits, tally: Tally) -> No
     They count WHOLE_PART_ELEMENT_WEIGHT times each in the file's elements."""
     elements = 0
     for data, cut in _chunks(archive, path):
-        found = _elements(data, cut)
+        found = xml_elements(data, cut)
         elements += found
         if elements > limits.max_xml_elements:
             raise limits.refuse(f"the part {path!r} holds more than {limits.max_xml_elements} XML "
@@ -461,7 +462,7 @@ def _check_shared_strings(archive: Any, path: str, limits: Limits, tally: Tally)
     most_elements = SHARED_STRING_ELEMENTS * limits.max_shared_strings
     for data, cut in _chunks(archive, path):
         count += len(_SHARED_STRING.findall(data)) - len(_SHARED_STRING.findall(data, cut))
-        found = _elements(data, cut)
+        found = xml_elements(data, cut)
         elements += found
         if count > limits.max_shared_strings:
             raise limits.refuse(f"the shared strings table holds more than "

@@ -38,7 +38,14 @@ from .. import db
 from .errors import ParameterInvalid, ValidationFailed
 from .ids import new_id
 from .library import yes_no_lead
-from .questionnaires import XLSX_MEDIA_TYPE, Questionnaire, column_index, column_letter, detect_format
+from .questionnaires import (
+    XLSX_MEDIA_TYPE,
+    Questionnaire,
+    column_index,
+    column_letter,
+    detect_format,
+    xml_elements,
+)
 from .uploads import Limits, Tally, unforeseen
 
 MAX_MARK = 200  # the `unanswered` marker's length
@@ -577,7 +584,7 @@ def _resolving_elements(archive: zipfile.ZipFile, counted: set[str]) -> int:
     for info in archive.infolist():
         if info.filename not in counted:
             data = archive.read(info)
-            count += data.count(b"<") - data.count(b"</")
+            count += xml_elements(data)
             counted.add(info.filename)
     return count
 
@@ -605,10 +612,11 @@ def write_xlsx(original: bytes, cells: Sequence[Cell], limits: Limits | None = N
             path = paths.get(sheet) if sheet is not None else next(iter(paths.values()), None)
             if path is None or path not in archive.namelist():
                 raise ValidationFailed([f"file: the kept workbook has no sheet {sheet!r}"])
-            xml = archive.read(path).decode("utf-8")
+            raw = archive.read(path)
             if path not in counted:
                 counted.add(path)
-                tally.spend(xml.count("<") - xml.count("</"), limits, f"the sheet {path!r}")
+                tally.spend(xml_elements(raw), limits, f"the sheet {path!r}")
+            xml = raw.decode("utf-8")
             # Excel writes the sheet unprefixed; some generators (the OpenXML SDK) as <x:row> …
             data = next(_tags(xml, "sheetData"), None)
             p = data.prefix if data is not None else ""
