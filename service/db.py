@@ -505,10 +505,44 @@ def functions_checksum(sql: Traversable = SQL) -> str:
     return digest.hexdigest()
 
 
+# schema_migrations as this service keeps it; before checksums it had no checksum column.
+_OWN_COLUMNS = {"version": "text", "applied_at": "timestamp with time zone", "checksum": "text"}
+
+
+async def _another_applications(conn: asyncpg.Connection) -> str | None:
+    """Why the database looks like another application's, if it does: a schema_migrations that
+    is not this service's (its columns, or versions not named as its files are), or tables and no
+    schema_migrations. Migrating there added a column to the other's table and this service's
+    rows to its list (golang-migrate's: a traceback), or would meet its tables half-way."""
+    columns = await conn.fetch(query("schema_migrations_columns"))
+    if not columns:
+        tables = await conn.fetchval(query("tables_without_migrations"))
+        if tables:
+            return (f"the schema {await conn.fetchval('SELECT current_schema()')} already holds "
+                    f"{', '.join(tables)}{' …' if len(tables) > 3 else ''} and no schema_migrations")
+        return None
+    where = f"{columns[0]['schema']}.schema_migrations"
+    if "version" not in (kinds := {c["name"]: c["type"] for c in columns}) or any(
+        _OWN_COLUMNS.get(name) != kind for name, kind in kinds.items()
+    ):
+        shown = ", ".join(f"{c['name']} {c['type']}" for c in columns)
+        return f"{where} is not this service's table (columns: {shown})"
+    if await conn.fetchval(query("schema_migrations_readable")):
+        versions = await conn.fetchval(query("foreign_migration_versions"))
+        if versions:
+            return f"{where} lists migrations that are not this service's ({', '.join(versions)})"
+    return None
+
+
 async def _migrate_locked(
     conn: asyncpg.Connection, sql: Traversable, before: str | None, recreate_functions: bool
 ) -> list[str]:
     files = migration_files(sql)
+    if why := await _another_applications(conn):
+        raise MigrationError(
+            f"this database looks like another application's: {why}. Nothing was changed; give the"
+            " service a database of its own (README, \"Using an existing PostgreSQL\")"
+        )
     if not await conn.fetchval(query("schema_migrations_current")):
         try:
             async with conn.transaction():  # so that after a refusal what is pending can be read

@@ -155,3 +155,32 @@ BEGIN
         'The vector''s length; an HNSW index exists per dimension (384 for all-MiniLM-L6-v2).';
 END
 $setup$;
+
+-- schema_migrations_columns --
+-- The schema, name and type of each column of the schema_migrations on the search path (none
+-- where there is none): another application's (Rails, golang-migrate, Ecto keep a table of that
+-- name) is told from this service's (version text, applied_at timestamptz, checksum text).
+SELECT n.nspname AS schema, a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE a.attrelid = to_regclass('schema_migrations') AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY a.attnum;
+
+-- foreign_migration_versions --
+-- Up to three versions in schema_migrations not named as this service's migration files are
+-- (0001_foundation): another application's rows.
+SELECT array(SELECT version FROM schema_migrations
+              WHERE version !~ '^[0-9]{4}_[a-z0-9_]+$' ORDER BY version LIMIT 3);
+
+-- tables_without_migrations --
+-- Up to four tables, views and sequences in the schema migrations would create in (the first on
+-- the search path), those of extensions left out (PostGIS's spatial_ref_sys): where there is no
+-- schema_migrations, another application's.
+SELECT array(SELECT c.relname::text FROM pg_class c
+              WHERE c.relnamespace = current_schema()::regnamespace
+                AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+                AND NOT EXISTS (SELECT FROM pg_depend d
+                                 WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                                   AND d.deptype = 'e')
+              ORDER BY c.relname LIMIT 4);

@@ -318,6 +318,47 @@ def test_cli_migrate__a_migration_that_fails_is_one_line_naming_it(database_url)
             "migrations before it left it"]
 
 
+@pytest.mark.parametrize(("tables", "why"), [
+    ("CREATE TABLE schema_migrations (version varchar PRIMARY KEY);"  # Rails
+     " INSERT INTO schema_migrations VALUES ('20230101120000')",
+     "public.schema_migrations is not this service's table (columns: version character varying)"),
+    ("CREATE TABLE schema_migrations (version bigint PRIMARY KEY, dirty boolean NOT NULL);"  # golang-migrate
+     " INSERT INTO schema_migrations VALUES (20230101120000, false)",
+     "public.schema_migrations is not this service's table (columns: version bigint, dirty boolean)"),
+    ("CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz);"
+     " INSERT INTO schema_migrations VALUES ('20230101120000'), ('0001_foundation')",
+     "public.schema_migrations lists migrations that are not this service's (20230101120000)"),
+    ("CREATE TABLE users (id bigint PRIMARY KEY); CREATE TABLE accounts (id bigint);"
+     " CREATE VIEW active AS SELECT 1 AS one; CREATE SEQUENCE tickets; CREATE TABLE zones (id int)",
+     "the schema public already holds accounts, active, tickets, users … and no schema_migrations"),
+])
+def test_cli_migrate__another_applications_database_is_refused_unchanged(empty_database_url, tables, why):
+    """A probe: on a database whose schema_migrations was Rails' (version varchar), `migrate`
+    added a checksum column to it and listed its 32 migrations there; on golang-migrate's (version
+    bigint) it added the column, then ended in a TypeError traceback."""
+    from cli_runner import cli
+
+    async def sql(statement: str, *, many: bool = False) -> object:
+        conn = await asyncpg.connect(empty_database_url)
+        try:
+            return await (conn.execute if many else conn.fetchval)(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(sql(tables, many=True))
+    shape = ("SELECT array_agg(attrelid::regclass || '.' || attname ORDER BY attrelid, attnum)"
+             " FROM pg_attribute WHERE attrelid IN (SELECT oid FROM pg_class WHERE relnamespace ="
+             " 'public'::regnamespace) AND attnum > 0")
+    before = asyncio.run(sql(shape))
+    for command in (["migrate"], ["serve", "--port", "1"]):
+        result = cli(empty_database_url, *command)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [
+            f"error: this database looks like another application's: {why}. Nothing was changed; "
+            'give the service a database of its own (README, "Using an existing PostgreSQL")']
+    assert asyncio.run(sql(shape)) == before
+
+
 async def test_functions__every_function_of_the_schema_has_its_file(conn):
     defined = await conn.fetch(SCHEMA_QUERIES["functions"])
     assert sorted(name for name, _ in defined) == sorted(name for name, _ in db.function_files())
