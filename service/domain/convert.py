@@ -237,6 +237,16 @@ def _tag_list(value: Any, _: type) -> list[str]:
 
 
 
+UserId = NewType("UserId", int)
+
+
+def _user_id(value: Any, _: type) -> int:
+    # JSON true is not user 1, nor "7" user 7; past PostgreSQL's bigint no user exists.
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise ValueError(f"must be a user id (a positive integer) or null; got {json.dumps(value)[:40]}")
+    return value
+
+
 REVIEW_STATES = ("approved", "discarded", "pending")
 
 
@@ -263,6 +273,7 @@ converter.register_structure_hook(TermsAcceptance, _terms)
 converter.register_structure_hook(DetailLevel, _detail_level)
 converter.register_structure_hook(TagList, _tag_list)
 converter.register_structure_hook(ReviewState, _review_state)
+converter.register_structure_hook(UserId, _user_id)
 converter.register_unstructure_hook(datetime, timestamp)
 converter.register_unstructure_hook(date, lambda d: d.isoformat())
 

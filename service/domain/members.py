@@ -60,7 +60,7 @@ from .errors import (
 from .ids import new_id
 from .models import Page
 from .passwords import Passwords, address_key, guard_password_attempt, remember_client, take_bucket
-from .tokens import ROLES, SCOPES, Principal, hash_token, issue_token
+from .tokens import ROLES, SCOPES, WRITER_ROLES, Principal, hash_token, issue_token
 
 
 def _non_empty(instance: object, attribute: attrs.Attribute, value: list) -> None:
@@ -616,6 +616,8 @@ async def change_role(
         if member["role"] != role:
             await _keep_an_admin(conn, account_id, member)
             await conn.execute(db.query("change_member_role"), member_id, account_id, role)
+            if role not in WRITER_ROLES:  # a viewer answers nothing: their items are unassigned
+                await conn.fetchval(db.query("unassign_member_items"), account_id, member["user_id"])
             if actor is not None:
                 await audit.record(conn, actor, "member.role_changed", record_id=member_id,
                                    account_id=account_id, before={"role": member["role"]},
@@ -626,11 +628,13 @@ async def change_role(
 async def remove_member(
     conn: asyncpg.Connection, account_id: str, member_id: str, actor: audit.Actor | None = None
 ) -> None:
-    """Remove a membership; its tokens are deleted with it, so they stop working at once."""
+    """Remove a membership; its tokens are deleted with it, so they stop working at once, and
+    the items assigned to it are unassigned."""
     async with conn.transaction():
         member = await _lock_member(conn, account_id, member_id)
         await _keep_an_admin(conn, account_id, member)
         await conn.execute(db.query("delete_member"), member_id, account_id)
+        await conn.fetchval(db.query("unassign_member_items"), account_id, member["user_id"])
         if actor is not None:
             await audit.record(conn, actor, "member.removed", record_id=member_id,
                                account_id=account_id, before={"role": member["role"]})

@@ -16,7 +16,8 @@ PAGE_SIZE = 20
 
 @attrs.frozen(kw_only=True)
 class MemberRef:
-    """The owner of an RFP or asker of a question: the user's integer id, name and e-mail."""
+    """The owner of an RFP, assignee of an item or asker of a question: the user's integer id,
+    name and e-mail."""
 
     id: int
     name: str
@@ -72,6 +73,8 @@ class RfpItem:
     # approved answer was saved as.
     question_id: str | None = None
     knowledge_item_id: str | None = None
+    # The member who answers it (a row with an assignee_id carries assignee_name and _email).
+    assignee: MemberRef | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RfpItem:
@@ -88,6 +91,8 @@ class RfpItem:
             updated_at=row["updated_at"],
             question_id=row.get("question_id"),
             knowledge_item_id=row.get("knowledge_item_id"),
+            assignee=None if row.get("assignee_id") is None else MemberRef(
+                id=row["assignee_id"], name=row["assignee_name"], email=row["assignee_email"]),
         )
 
 

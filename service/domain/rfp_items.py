@@ -18,8 +18,9 @@ import asyncpg
 import attrs
 
 from .. import db
-from . import audit, questionnaires, webhooks, writeback
-from .convert import NonBlank, ReviewState, at_most, structure, unstructure
+from ..config import MailConfig
+from . import audit, mail, questionnaires, webhooks, writeback
+from .convert import NonBlank, ReviewState, UserId, at_most, structure, unstructure
 from .errors import (
     NotFound,
     ParameterInvalid,
@@ -41,6 +42,7 @@ class ItemReview:
     answer: str | None = attrs.field(default=None, validator=at_most(MAX_TEXT))
     state: ReviewState | None = None
     save_to_knowledge_base: bool = False
+    assignee_id: UserId | None = None  # the member (user id) who answers it; null: nobody
 
 
 async def import_items(
@@ -132,25 +134,75 @@ class Reviewed:
 
     row: asyncpg.Record
     queued: int = 0
+    mailed: bool = False  # an assignment's e-mail was queued
 
 
-_REVIEW_AUDITED = ("question", "section", "answer", "state", "knowledge_item_id")
+_REVIEW_AUDITED = ("question", "section", "answer", "state", "knowledge_item_id", "assignee_id")
+
+
+async def lock_assignee(conn: asyncpg.Connection, account_id: str, user_id: int) -> asyncpg.Record:
+    """The member an item is assigned to (id, email, name), their membership locked until the
+    caller's transaction ends (so it cannot be removed or made a viewer meanwhile); anyone but a
+    member of the account whose role may write is a 422."""
+    row = await conn.fetchrow(db.query("lock_assignable_member"), account_id, user_id)
+    if row is None:
+        raise ValidationFailed([
+            f"rfp_item.assignee_id: user {user_id} is not a member of this account who may "
+            f"write (admin or member)"
+        ])
+    return row
+
+
+def _wanted_assignee(fields: Mapping[str, Any]) -> int | None:
+    """The user a review's fields assign the item to, when well formed (structure() reports
+    a malformed one)."""
+    value = fields.get("assignee_id")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        return None
+    return value
+
+
+def assignment_mail(
+    base_url: str, rfp_id: str, rfp_title: str, item: Mapping[str, Any], assigned_by: str
+) -> tuple[str, str]:
+    """The e-mail telling a member an item was assigned to them, linking to the item alone."""
+    link = f"{base_url.rstrip('/')}/rfps/{rfp_id}?item={item['id']}"
+    question = " ".join(item["question"].split())
+    if len(question) > 300:
+        question = question[:300] + "…"
+    body = f"""Hello,
+
+{assigned_by} assigned you item {item['position']} of the RFP "{rfp_title}":
+
+{question}
+
+Review it here:
+
+{link}
+"""
+    return f"Assigned to you: item {item['position']} of {rfp_title}"[:200], body
 
 
 async def review(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, fields: dict[str, Any],
     member_id: str | None = None, *, actor: audit.Actor | None = None, web_base_url: str = "",
+    mail_config: MailConfig | None = None,
 ) -> Reviewed:
     """Review one item (PATCH): locked, merged, checked, stored and, when asked, saved to the
     knowledge base, all in one transaction. With `actor`, the same transaction writes the audit
     events (rfp_item.updated; rfp_item.approved and rfp.approved when the review approves the
     item, or the last item of the RFP) and queues their webhooks (the RFP's `web_link` built
-    on `web_base_url`)."""
+    on `web_base_url`). With `mail_config`, assigning the item to another member than
+    `member_id` queues one e-mail to them, linking to the item alone on `web_base_url`."""
     async with conn.transaction():
         # The RFP before its item, as "answer all" takes them (a review of a pending item saved
         # while an answer all started deadlocked with it).
         if await conn.fetchval(db.query("lock_rfp_before_items"), rfp_id, account_id) is None:
             raise NotFound(f"no item {item_id} in RFP {rfp_id}")
+        # The assignee's membership before the item, in the order removing a member takes them
+        # (members.remove_member locks the membership, then unassigns its items).
+        wanted = _wanted_assignee(fields)
+        assignee = await lock_assignee(conn, account_id, wanted) if wanted is not None else None
         current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
         changes_state = fields.get("state", current["state"]) != current["state"]
         # The RFP's state before, when this review may change it (rfp.approved is sent once).
@@ -158,9 +210,18 @@ async def review(
             await fetch_rfp(conn, current["rfp_id"], account_id)
             if actor is not None and changes_state else None
         )
-        row = await review_item(conn, account_id, current, fields, member_id)
+        row = await review_item(conn, account_id, current, fields, member_id, assignee)
+        mailed = False
+        if (mail_config is not None and assignee is not None
+                and row["assignee_id"] != current["assignee_id"]
+                and assignee["member_id"] != member_id):
+            title = await conn.fetchval(db.query("rfp_title"), rfp_id)
+            by = actor.label if actor is not None and actor.label else "A colleague"
+            subject, body = assignment_mail(web_base_url, rfp_id, title, row, by)
+            await mail.enqueue(conn, mail_config, assignee["email"], subject, body)
+            mailed = True
         if actor is None:
-            return Reviewed(row=row)
+            return Reviewed(row=row, mailed=mailed)
         queued = 0
         await audit.record(conn, actor, "rfp_item.updated", record_id=row["id"],
                            account_id=account_id,
@@ -178,15 +239,18 @@ async def review(
                                    account_id=account_id)
                 rfp = rfp_json(rfp_after, web_base_url, with_context=True)
                 queued += await webhooks.emit(conn, account_id, "rfp.approved", rfp["id"], rfp)
-    return Reviewed(row=row, queued=queued)
+    return Reviewed(row=row, queued=queued, mailed=mailed)
 
 
 async def review_item(
     conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any],
-    member_id: str | None = None,
+    member_id: str | None = None, assignee: asyncpg.Record | None = None,
 ) -> asyncpg.Record:
-    """Apply a review to a locked item (in the caller's transaction) and return the stored row."""
-    stored = {"question": current["question"], "section": current["section"], "answer": current["answer"]}
+    """Apply a review to a locked item (in the caller's transaction) and return the stored row.
+    A new assignee must be a member who may write: `assignee` when the caller locked them
+    already (lock_assignee), else checked and locked here."""
+    stored = {"question": current["question"], "section": current["section"],
+              "answer": current["answer"], "assignee_id": current["assignee_id"]}
     review = structure(stored | fields, ItemReview, root="rfp_item")
     state = review.state or current["state"]
     answer = review.answer if review.answer is None or review.answer.strip() else None
@@ -199,9 +263,12 @@ async def review_item(
         )
     if problems:
         raise ValidationFailed(problems)
+    if (review.assignee_id is not None and review.assignee_id != current["assignee_id"]
+            and (assignee is None or assignee["id"] != review.assignee_id)):
+        await lock_assignee(conn, account_id, review.assignee_id)
     row = await conn.fetchrow(
         db.query("review_rfp_item"), current["id"], review.question.strip(), review.section,
-        answer, state,
+        answer, state, review.assignee_id,
     )
     if review.save_to_knowledge_base:
         entry, _ = await save_reviewed_answer(

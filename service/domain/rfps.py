@@ -269,13 +269,39 @@ async def update_rfp(
     return before, after
 
 
+@attrs.frozen(kw_only=True)
+class AssigneeFilter:
+    """`?assignee=`: only the items assigned to `user_id`, or with None the unassigned ones."""
+
+    user_id: int | None
+
+
+def assignee_filter(raw: str | None, user_id: int) -> AssigneeFilter | None:
+    """`assignee=me|none|<user id>` (`me`: `user_id`, the caller); absent or empty: no filter."""
+    if raw is None or raw == "":
+        return None
+    if raw == "me":
+        return AssigneeFilter(user_id=user_id)
+    if raw == "none":
+        return AssigneeFilter(user_id=None)
+    # Its length first: int() refuses over 4,300 digits; past a bigint no user exists.
+    if raw.isascii() and raw.isdigit() and len(raw) <= 19 and 0 < int(raw) < 2**63:
+        return AssigneeFilter(user_id=int(raw))
+    raise ParameterInvalid(f"assignee must be me, none or a user id; got {raw[:40]!r}")
+
+
 async def list_items(
-    conn: asyncpg.Connection, account_id: str, rfp_id: str, page: Page
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, page: Page,
+    assignee: AssigneeFilter | None = None,
 ) -> tuple[list[RfpItem], int]:
-    """One page of an RFP's items in order, and how many it has."""
+    """One page of an RFP's items in order (with `assignee`, only theirs), and how many there are."""
     await fetch_rfp(conn, rfp_id, account_id)
-    total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
-    rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset)
+    if assignee is None:
+        total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
+    else:
+        total = await conn.fetchval(db.query("count_rfp_items_of_assignee"), rfp_id, assignee.user_id)
+    rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset,
+                            assignee is not None, None if assignee is None else assignee.user_id)
     return [RfpItem.from_row(row) for row in rows], total
 
 
@@ -295,16 +321,16 @@ _WHOLE = 2_147_483_647  # PostgreSQL's largest integer: left(text, _WHOLE) is al
 
 async def review_items(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, state: str | None, page: Page,
-    *, cut: int | None = None, item_id: str | None = None,
+    *, cut: int | None = None, item_id: str | None = None, assignee_id: int | None = None,
 ) -> tuple[asyncpg.Record, list[asyncpg.Record], int]:
     """The RFP, one page of its items with what their questions found, and how many items pass
-    `state` (one of REVIEW_FILTERS, or None for all) and `item_id` (None for all). Questions and
-    answers come cut to `cut` characters (None: whole), their whole lengths in question_chars /
-    answer_chars."""
+    `state` (one of REVIEW_FILTERS, or None for all), `item_id` and `assignee_id` (a user id;
+    None for all). Questions and answers come cut to `cut` characters (None: whole), their whole
+    lengths in question_chars / answer_chars."""
     rfp = await fetch_rfp(conn, rfp_id, account_id)
     rows = await conn.fetch(
         db.query("review_items_page"), rfp_id, REVIEW_FILTERS.get(state or ""), page.size,
-        page.offset, item_id, _WHOLE if cut is None else cut,
+        page.offset, item_id, _WHOLE if cut is None else cut, assignee_id,
     )
     if item_id is not None and not rows:
         raise NotFound("no such item in this RFP")

@@ -25,6 +25,7 @@ from .ids import BASE62, base62
 TOKEN_PREFIX = "rfpk_"
 SCOPES = ("read", "write")
 ROLES = ("admin", "member", "viewer")
+WRITER_ROLES = ("admin", "member")  # the roles that may write RFPs (and be assigned their items)
 _BASE62_CHARS = frozenset(BASE62)
 _RANDOM_LEN = 30
 _CHECKSUM_LEN = 6

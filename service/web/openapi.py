@@ -215,8 +215,10 @@ SCHEMAS: dict[str, Any] = {
                                   "the question answering (or that answered) the item"}),
         "knowledge_item_id": _nullable({"type": "string", "description":
                                         "the knowledge-base entry its answer was saved as"}),
+        "assignee": _nullable({**_ref("MemberRef"), "description":
+                               "the member who answers it (their user id, name, e-mail)"}),
     }, ["id", "rfp_id", "question", "answer", "state", "confidence", "section", "position",
-        "created_at", "updated_at"]),
+        "created_at", "updated_at", "assignee"]),
     "RfpItemInput": {
         "type": "object", "required": ["question"],
         "properties": {"question": {"type": "string", "minLength": 1},
@@ -232,6 +234,10 @@ SCHEMAS: dict[str, Any] = {
                       "description": "approve (needs an answer), discard, or reopen (pending)"},
             "save_to_knowledge_base": {"type": "boolean",
                                        "description": "store the approved answer in the knowledge base"},
+            "assignee_id": _nullable({"type": "integer", "minimum": 1, "description":
+                                      "assign the item to this member (their user id: admin or "
+                                      "member of the account; they are e-mailed a link to it "
+                                      "unless they assign themselves); null unassigns"}),
         },
     },
     "RfpItemImportReport": {
@@ -550,6 +556,7 @@ def _workflow_paths() -> dict[str, Any]:
                 "200": _json(item, "the reviewed item"),
                 "404": _error("no such item in this RFP"),
                 "422": _error("approving without an answer, saving an unapproved answer, "
+                              "an assignee_id who is not an admin or member of the account, "
                               "or an invalid field")},
                 params=[_ID, _ITEM_ID], body=_wrapped("rfp_item", _ref("RfpItemReview"))),
         },
@@ -794,7 +801,10 @@ def document() -> dict[str, Any]:
         },
         "/api/v1/rfps/{id}/rfp_items": {"get": _op("list_rfp_items", "an RFP's items", {
             "200": _json(_page_of("rfp_items", "RfpItem"), "one page of items in order"),
-            "400": _PAGE_INVALID, "404": not_found["rfp"]}, params=[_ID, _PAGE])},
+            "400": _error("page, or assignee, invalid (parameter_invalid)"),
+            "404": not_found["rfp"]},
+            params=[_ID, _PAGE, _query("assignee", "only the items assigned to this member: me, "
+                                       "none (the unassigned ones) or a user id")])},
         "/api/v1/questions": {"post": _op("ask_question", "ask a question (charged; answered "
                                           "asynchronously)", {
             "202": _json(_ref("Question"), "accepted, in state new; poll it or follow its events",

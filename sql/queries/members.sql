@@ -178,6 +178,37 @@ SELECT id, user_id, role::text AS role, is_owner FROM members
 -- How many admins an account has.
 SELECT count(*) FROM members WHERE account_id = $1 AND role = 'admin';
 
+-- lock_assignable_member --
+-- The user $2 as an assignee of the account's items: a member whose role may write, with the
+-- name and e-mail the item shows; none otherwise. The membership is locked (FOR SHARE) until
+-- the assignment commits, so removing the member or making them a viewer waits for it and then
+-- unassigns the item (unassign_member_items).
+SELECT u.id, u.email, display_name(u.first_name, u.last_name, u.email) AS name,
+       m.id AS member_id
+  FROM members m
+  JOIN users u ON u.id = m.user_id
+ WHERE m.account_id = $1 AND m.user_id = $2 AND m.role IN ('admin', 'member')
+   FOR SHARE OF m;
+
+-- assignable_members --
+-- The members of an account who may be assigned items (those whose role may write), by name.
+SELECT u.id, u.email, display_name(u.first_name, u.last_name, u.email) AS name
+  FROM members m
+  JOIN users u ON u.id = m.user_id
+ WHERE m.account_id = $1 AND m.role IN ('admin', 'member')
+ ORDER BY lower(display_name(u.first_name, u.last_name, u.email)), u.id;
+
+-- unassign_member_items --
+-- Unassign every item of the account's RFPs assigned to user $2 (a member removed or made a
+-- viewer); how many were.
+WITH unassigned AS (
+    UPDATE rfp_items i SET assignee_id = NULL, updated_at = now()
+      FROM rfps r
+     WHERE i.assignee_id = $2 AND r.id = i.rfp_id AND r.account_id = $1
+    RETURNING 1
+)
+SELECT count(*)::integer FROM unassigned;
+
 -- delete_member --
 -- Remove a membership; its tokens go with it (api_tokens cascade).
 DELETE FROM members WHERE id = $1 AND account_id = $2 RETURNING id;

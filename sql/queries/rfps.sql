@@ -63,5 +63,18 @@ UPDATE rfps SET updated_at = now() WHERE id = $1;
 SELECT count(*)::integer FROM rfp_items WHERE rfp_id = $1;
 
 -- list_rfp_items --
--- One page of an RFP's items in questionnaire order.
-SELECT * FROM rfp_items WHERE rfp_id = $1 ORDER BY position LIMIT $2 OFFSET $3;
+-- One page of an RFP's items in questionnaire order, each with its assignee's name and e-mail.
+-- With $4 only the items assigned to $5 (null: the unassigned ones).
+SELECT i.*, a.email AS assignee_email,
+       display_name(a.first_name, a.last_name, a.email) AS assignee_name
+  FROM rfp_items i
+  LEFT JOIN users a ON a.id = i.assignee_id
+ WHERE i.rfp_id = $1
+   AND (NOT $4::boolean OR i.assignee_id = $5::bigint OR ($5 IS NULL AND i.assignee_id IS NULL))
+ ORDER BY i.position
+ LIMIT $2 OFFSET $3;
+
+-- count_rfp_items_of_assignee --
+-- How many items of an RFP list_rfp_items filters by assignee ($2 as its $5) would show.
+SELECT count(*)::integer FROM rfp_items
+ WHERE rfp_id = $1 AND (assignee_id = $2::bigint OR ($2 IS NULL AND assignee_id IS NULL));

@@ -56,20 +56,24 @@ SELECT count(*)::integer FROM (SELECT 1 FROM rfps WHERE account_id = $1 LIMIT $2
 -- review_items_page --
 -- One page of an RFP's items in order for review, with what the question that answered each
 -- one found (attention points, references); $2 keeps only items in that state (null: every
--- state), $5 only that item (null: all). Questions and answers are cut to $6 characters, with
--- their whole lengths beside them: a page of 100 items of 100,000 characters was a 62 MB page
--- that held the event loop for 0.3 s. `total` is how many items pass the filters.
+-- state), $5 only that item (null: all), $7 only the items assigned to that user (null: all).
+-- Questions and answers are cut to $6 characters, with their whole lengths beside them: a page
+-- of 100 items of 100,000 characters was a 62 MB page that held the event loop for 0.3 s.
+-- `total` is how many items pass the filters.
 SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_chars,
        left(i.answer, $6) AS answer, length(i.answer) AS answer_chars,
        i.state::text AS state, i.confidence, i.section, i.position,
-       i.question_id, i.knowledge_item_id,
+       i.question_id, i.knowledge_item_id, i.assignee_id,
+       display_name(a.first_name, a.last_name, a.email) AS assignee_name,
        q.state AS question_state, coalesce(q.requires_attention, false) AS requires_attention,
        q.attention_points, q.references,
        count(*) OVER () AS total
   FROM rfp_items i
   LEFT JOIN questions q ON q.id = i.question_id
+  LEFT JOIN users a ON a.id = i.assignee_id
  WHERE i.rfp_id = $1 AND ($2::text IS NULL OR i.state::text = $2)
    AND ($5::text IS NULL OR i.id = $5)
+   AND ($7::bigint IS NULL OR i.assignee_id = $7)
  ORDER BY i.position
  LIMIT $3 OFFSET $4;
 

@@ -16,18 +16,22 @@ RETURNING *;
 SELECT id FROM rfps WHERE id = $1 AND account_id = $2 FOR NO KEY UPDATE;
 
 -- lock_rfp_item --
--- One item of an account's RFP, locked for review.
-SELECT i.*
+-- One item of an account's RFP with its assignee's name and e-mail, locked for review.
+SELECT i.*, a.email AS assignee_email,
+       display_name(a.first_name, a.last_name, a.email) AS assignee_name
   FROM rfp_items i
   JOIN rfps r ON r.id = i.rfp_id
+  LEFT JOIN users a ON a.id = i.assignee_id
  WHERE i.id = $1 AND i.rfp_id = $2 AND r.account_id = $3
    FOR UPDATE OF i;
 
 -- get_rfp_item --
--- One item of an account's RFP.
-SELECT i.*
+-- One item of an account's RFP with its assignee's name and e-mail.
+SELECT i.*, a.email AS assignee_email,
+       display_name(a.first_name, a.last_name, a.email) AS assignee_name
   FROM rfp_items i
   JOIN rfps r ON r.id = i.rfp_id
+  LEFT JOIN users a ON a.id = i.assignee_id
  WHERE i.id = $1 AND i.rfp_id = $2 AND r.account_id = $3;
 
 -- review_rfp_item --
@@ -36,22 +40,36 @@ SELECT i.*
 -- rewrites the question or the answer of a pending item while its question is being answered
 -- takes the item over: the link goes too, so that question's answer, when it comes, does not
 -- replace what the reviewer wrote (answer_rfp_item) and the item is no longer in flight.
-UPDATE rfp_items
-   SET question = $2,
-       section = $3,
-       answer = $4,
-       state = $5::rfp_item_state,
-       question_id = CASE WHEN $5 = 'pending' AND state <> 'pending' THEN NULL
-                          WHEN state = 'pending' AND (question IS DISTINCT FROM $2
-                                                      OR answer IS DISTINCT FROM $4) THEN NULL
-                          ELSE question_id END,
-       updated_at = now()
- WHERE id = $1
-RETURNING *;
+-- $6 is its assignee (a user id the caller checked). Returned as get_rfp_item returns it.
+WITH reviewed AS (
+    UPDATE rfp_items
+       SET question = $2,
+           section = $3,
+           answer = $4,
+           state = $5::rfp_item_state,
+           question_id = CASE WHEN $5 = 'pending' AND state <> 'pending' THEN NULL
+                              WHEN state = 'pending' AND (question IS DISTINCT FROM $2
+                                                          OR answer IS DISTINCT FROM $4) THEN NULL
+                              ELSE question_id END,
+           assignee_id = $6,
+           updated_at = now()
+     WHERE id = $1
+    RETURNING *
+)
+SELECT reviewed.*, a.email AS assignee_email,
+       display_name(a.first_name, a.last_name, a.email) AS assignee_name
+  FROM reviewed
+  LEFT JOIN users a ON a.id = reviewed.assignee_id;
 
 -- link_rfp_item_to_knowledge_item --
--- Remember which knowledge-base entry an item was saved as.
-UPDATE rfp_items SET knowledge_item_id = $2 WHERE id = $1 RETURNING *;
+-- Remember which knowledge-base entry an item was saved as; the item as get_rfp_item returns it.
+WITH linked AS (
+    UPDATE rfp_items SET knowledge_item_id = $2 WHERE id = $1 RETURNING *
+)
+SELECT linked.*, a.email AS assignee_email,
+       display_name(a.first_name, a.last_name, a.email) AS assignee_name
+  FROM linked
+  LEFT JOIN users a ON a.id = linked.assignee_id;
 
 -- export_rfp_items --
 -- Every item of an RFP in questionnaire order, for an export.
@@ -81,3 +99,7 @@ SELECT position FROM rfp_items
 -- How many items of an RFP are being answered now.
 SELECT count(*)::integer FROM rfp_items
  WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NOT NULL;
+
+-- rfp_title --
+-- An RFP's title (an assignment's e-mail names it).
+SELECT title FROM rfps WHERE id = $1;

@@ -89,6 +89,8 @@ async def test_rfp_items__paginated_in_questionnaire_order(client, admin):
         "created_at", "updated_at",
         # the workflow's extension: the question answering the item, the KB entry it was saved as
         "question_id", "knowledge_item_id",
+        # the member who answers it (null: nobody)
+        "assignee",
     }
     assert item["rfp_id"] == rfp_id
     assert item["id"].startswith("item_")

@@ -39,7 +39,7 @@ from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import Upload, read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
-from ..keys import CONFIG, DELIVERER, EXPORTS, METRICS, PARSERS, PIPELINE
+from ..keys import CONFIG, DELIVERER, EXPORTS, MAIL_SENDER, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
 
 # A CSV export is written to the client in pieces of this size, from a file that stays in
@@ -156,17 +156,20 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
 async def review_and_announce(
     request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]
 ) -> dict[str, Any]:
-    """Review one item (domain rfp_items.review_item) with its audit events and webhooks
-    (rfp_item.approved; rfp.approved once the last item is); the item as the API shows it. The
-    API's PATCH and the web app's item buttons both come here."""
+    """Review one item (domain rfp_items.review_item) with its audit events, webhooks
+    (rfp_item.approved; rfp.approved once the last item is) and an assignee's e-mail; the item
+    as the API shows it. The API's PATCH and the web app's item buttons both come here."""
     who = principal(request)
     async with connection(request) as conn:
         reviewed = await review(
             conn, who.account_id, rfp_id, item_id, fields, who.member_id, actor=actor(request),
             web_base_url=request.app[CONFIG].server.web_base_url,
+            mail_config=request.app[CONFIG].mail,
         )
     if reviewed.queued:
         request.app[DELIVERER].wake()
+    if reviewed.mailed:  # the assignee's e-mail
+        request.app[MAIL_SENDER].wake()
     return unstructure(RfpItem.from_row(reviewed.row))
 
 

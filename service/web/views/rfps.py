@@ -91,10 +91,13 @@ async def patch_rfp(request: web.Request) -> web.Response:
 
 @requires("read")
 async def list_rfp_items(request: web.Request) -> web.Response:
+    """One page of an RFP's items; `?assignee=me|none|<user id>` only those assigned so."""
     page = Page.from_query(request.query)
+    who = principal(request)
+    assignee = rfps.assignee_filter(request.query.get("assignee"), who.user_id)
     async with connection(request) as conn:
         items, total = await rfps.list_items(
-            conn, principal(request).account_id, request.match_info["id"], page
+            conn, who.account_id, request.match_info["id"], page, assignee
         )
     return json_response(
         {

@@ -1,0 +1,268 @@
+"""Assigning RFP items to members: the API, the filter, what keeps an assignee a writer of the
+account, and the e-mail the assignee gets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from conftest import CONNECT, lock_waiters
+
+from service.domain import accounts
+from service.domain.errors import ValidationFailed
+from service.domain.members import remove_member
+from service.domain.rfp_items import review as review_item
+
+
+async def new_rfp(client, actor, items=()) -> str:
+    response = await client.post(
+        "/api/v1/rfps", json={"rfp": {"title": "Review", "items": [{"question": q} for q in items]}},
+        headers=actor.headers,
+    )
+    return (await response.json())["id"]
+
+
+async def item_ids(client, actor, rfp_id) -> list[str]:
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=actor.headers)
+    return [i["id"] for i in (await response.json())["rfp_items"]]
+
+
+async def review(client, actor, rfp_id, item_id, **fields):
+    return await client.patch(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/{item_id}", json={"rfp_item": fields}, headers=actor.headers
+    )
+
+
+async def items_of(client, actor, rfp_id, assignee):
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", params={"assignee": assignee},
+                                headers=actor.headers)
+    return response.status, await response.json()
+
+
+async def assignee_of(client, actor, rfp_id, item_id):
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items/{item_id}", headers=actor.headers)
+    return (await response.json())["assignee"]
+
+
+async def test_assign__the_item_shows_its_assignee_and_null_unassigns(client, admin, make_member):
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(client, admin, ["Q1?", "Q2?"])
+    first, _ = await item_ids(client, admin, rfp_id)
+    assert await assignee_of(client, admin, rfp_id, first) is None
+
+    response = await review(client, admin, rfp_id, first, assignee_id=writer.user_id)
+    assert response.status == 200
+    shown = {"id": writer.user_id, "name": writer.email.split("@")[0], "email": writer.email}
+    assert (await response.json())["assignee"] == shown
+    assert await assignee_of(client, admin, rfp_id, first) == shown
+    # Another field's review keeps the assignee.
+    kept = await review(client, writer, rfp_id, first, answer="Yes.")
+    assert (await kept.json())["assignee"] == shown
+
+    response = await review(client, writer, rfp_id, first, assignee_id=None)
+    assert response.status == 200
+    assert (await response.json())["assignee"] is None
+    assert await assignee_of(client, admin, rfp_id, first) is None
+
+
+async def test_assign__is_audited_as_an_item_update(client, admin, make_member, conn):
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(client, admin, ["Q?"])
+    [item_id] = await item_ids(client, admin, rfp_id)
+    await review(client, admin, rfp_id, item_id, assignee_id=writer.user_id)
+    event = await conn.fetchrow(
+        "SELECT before, after FROM audit_events WHERE action = 'rfp_item.updated' AND record_id = $1",
+        item_id)
+    assert '"assignee_id": null' in event["before"]
+    assert f'"assignee_id": {writer.user_id}' in event["after"]
+
+
+async def test_assign__a_viewer_another_account_s_user_or_an_unknown_one_is_422(
+    client, admin, make_account, make_member,
+):
+    viewer = await make_member(admin.account_id, "viewer")
+    stranger = await make_account(name="Other")
+    rfp_id = await new_rfp(client, admin, ["Q?"])
+    [item_id] = await item_ids(client, admin, rfp_id)
+    for user_id in (viewer.user_id, stranger.user_id, 2**62):
+        response = await review(client, admin, rfp_id, item_id, assignee_id=user_id)
+        assert response.status == 422, user_id
+        [detail] = (await response.json())["error"]["details"]
+        assert detail.startswith(f"rfp_item.assignee_id: user {user_id} is not a member of this account")
+    assert await assignee_of(client, admin, rfp_id, item_id) is None
+
+
+async def test_assign__a_malformed_id_is_422_naming_the_field(client, admin):
+    rfp_id = await new_rfp(client, admin, ["Q?"])
+    [item_id] = await item_ids(client, admin, rfp_id)
+    for value in ("7", True, 0, -3, 1.5, 2**63, {"id": 1}):
+        response = await review(client, admin, rfp_id, item_id, assignee_id=value)
+        assert response.status == 422, value
+        [detail] = (await response.json())["error"]["details"]
+        assert detail.startswith("rfp_item.assignee_id: must be a user id"), detail
+
+
+async def test_list__assignee_filter_me_none_and_a_user_id(client, admin, make_member):
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(client, admin, ["Mine?", "Theirs?", "Nobody's?"])
+    mine, theirs, nobodys = await item_ids(client, admin, rfp_id)
+    await review(client, admin, rfp_id, mine, assignee_id=admin.user_id)
+    await review(client, admin, rfp_id, theirs, assignee_id=writer.user_id)
+
+    for actor, value, expected in [
+        (admin, "me", [mine]), (writer, "me", [theirs]), (admin, "none", [nobodys]),
+        (admin, str(writer.user_id), [theirs]), (admin, "", [mine, theirs, nobodys]),
+        (admin, "123456789", []),
+    ]:
+        status, body = await items_of(client, actor, rfp_id, value)
+        assert status == 200
+        assert [i["id"] for i in body["rfp_items"]] == expected, value
+        assert body["pagination"]["total_count"] == len(expected), value
+
+
+async def test_list__a_bad_assignee_value_is_400_naming_it(client, admin):
+    rfp_id = await new_rfp(client, admin, ["Q?"])
+    for value in ("mine", "-1", "0", "1e3", "9" * 40):
+        status, body = await items_of(client, admin, rfp_id, value)
+        assert status == 400, value
+        assert body["error"]["code"] == "parameter_invalid"
+        assert body["error"]["message"].startswith("assignee must be me, none or a user id")
+
+
+async def test_removing_a_member__unassigns_their_items(client, admin, make_member, conn):
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(client, admin, ["A?", "B?"])
+    first, second = await item_ids(client, admin, rfp_id)
+    await review(client, admin, rfp_id, first, assignee_id=writer.user_id)
+    await review(client, admin, rfp_id, second, assignee_id=admin.user_id)
+
+    response = await client.delete(f"/api/v1/members/{writer.member_id}", headers=admin.headers)
+    assert response.status == 204
+    assert await assignee_of(client, admin, rfp_id, first) is None
+    assert (await assignee_of(client, admin, rfp_id, second))["id"] == admin.user_id
+
+
+async def test_removing_a_member__leaves_their_items_in_another_account(
+    client, admin, make_account, conn,
+):
+    """The same person in two accounts: leaving one unassigns only that account's items."""
+    other = await make_account(name="Other")
+    both = await make_member_by_email(conn, admin.account_id, other.email)
+    rfp_id = await new_rfp(client, other, ["Theirs?"])
+    [item_id] = await item_ids(client, other, rfp_id)
+    await review(client, other, rfp_id, item_id, assignee_id=other.user_id)
+    await accounts.remove_member_by_email(conn, admin.account_id, other.email)
+    assert both["user_id"] == other.user_id
+    assert (await assignee_of(client, other, rfp_id, item_id))["id"] == other.user_id
+
+
+async def make_member_by_email(conn, account_id, email):
+    return await accounts.add_member(conn, account_id, email, "member")
+
+
+async def test_making_a_member_a_viewer__unassigns_their_items(client, admin, make_member):
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(client, admin, ["A?"])
+    [item_id] = await item_ids(client, admin, rfp_id)
+    await review(client, admin, rfp_id, item_id, assignee_id=writer.user_id)
+
+    await client.patch(f"/api/v1/members/{writer.member_id}", json={"member": {"role": "admin"}},
+                       headers=admin.headers)
+    assert (await assignee_of(client, admin, rfp_id, item_id))["id"] == writer.user_id
+    response = await client.patch(f"/api/v1/members/{writer.member_id}",
+                                  json={"member": {"role": "viewer"}}, headers=admin.headers)
+    assert response.status == 200
+    assert await assignee_of(client, admin, rfp_id, item_id) is None
+
+
+async def test_assign_and_removal_at_once__the_removed_member_is_never_left_assigned(
+    client, admin, make_member, conn, database_url,
+):
+    """Either order: an assignment waits for a removal in progress and is then refused (422), and
+    a removal waits for an assignment in progress and then unassigns the item. Checked without
+    the membership locked, both committed a removed member as the assignee."""
+    rfp_id = await new_rfp(client, admin, ["A?", "B?"])
+    first, second = await item_ids(client, admin, rfp_id)
+    holder, waiter = [await asyncpg.connect(database_url, **CONNECT) for _ in range(2)]
+    try:
+        # The removal first: the assignment waits, then finds no member to assign.
+        writer = await make_member(admin.account_id, "member")
+        holding = holder.transaction()
+        await holding.start()
+        await remove_member(holder, admin.account_id, writer.member_id)
+        assigning = asyncio.create_task(review_item(
+            waiter, admin.account_id, rfp_id, first, {"assignee_id": writer.user_id}, admin.member_id))
+        await lock_waiters(conn, 1)
+        await holding.commit()
+        async with asyncio.timeout(20):
+            results = await asyncio.gather(assigning, return_exceptions=True)
+        assert isinstance(results[0], ValidationFailed), results
+        assert await assignee_of(client, admin, rfp_id, first) is None
+
+        # The assignment first: the removal waits, then unassigns the item.
+        writer = await make_member(admin.account_id, "member")
+        holding = holder.transaction()
+        await holding.start()
+        await review_item(holder, admin.account_id, rfp_id, second, {"assignee_id": writer.user_id},
+                          admin.member_id)
+        removing = asyncio.create_task(remove_member(waiter, admin.account_id, writer.member_id))
+        await lock_waiters(conn, 1)
+        await holding.commit()
+        async with asyncio.timeout(20):
+            await removing
+        assert await assignee_of(client, admin, rfp_id, second) is None
+    finally:
+        for connection in (holder, waiter):
+            await connection.close()
+
+
+# -- the assignee's e-mail -----------------------------------------------------------------------
+
+
+async def test_assign__mails_the_assignee_a_link_to_the_item_alone(mail_client, admin, make_member,
+                                                                   smtp, config):
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(mail_client, admin, ["Do you encrypt backups?"])
+    [item_id] = await item_ids(mail_client, admin, rfp_id)
+    response = await review(mail_client, admin, rfp_id, item_id, assignee_id=writer.user_id)
+    assert response.status == 200
+
+    [message] = await smtp.wait_for(1)
+    assert message["To"] == writer.email
+    assert "Review" in message["Subject"] and "item 1" in message["Subject"]
+    body = message.get_content()
+    link = f"{config.server.web_base_url.rstrip('/')}/rfps/{rfp_id}?item={item_id}"
+    assert link in body
+    assert "Do you encrypt backups?" in body and admin.email in body
+
+
+async def test_assign__oneself_or_the_same_assignee_again_mails_nobody(
+    mail_client, admin, make_member, smtp, conn,
+):
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(mail_client, admin, ["A?", "B?", "C?"])
+    first, second, third = await item_ids(mail_client, admin, rfp_id)
+    assert (await review(mail_client, admin, rfp_id, first, assignee_id=admin.user_id)).status == 200
+    assert (await review(mail_client, writer, rfp_id, second, assignee_id=writer.user_id)).status == 200
+    assert (await review(mail_client, admin, rfp_id, second, assignee_id=writer.user_id)).status == 200
+    assert await conn.fetchval("SELECT count(*) FROM mail_outbox") == 0
+    # One assignment to another member: one message, the only one.
+    assert (await review(mail_client, writer, rfp_id, third, assignee_id=admin.user_id)).status == 200
+    [message] = await smtp.wait_for(1)
+    assert message["To"] == admin.email
+    await asyncio.sleep(0.3)
+    assert len(smtp.messages) == 1
+
+
+async def test_assign__a_refused_assignment_queues_no_mail(mail_client, admin, make_member, conn):
+    viewer = await make_member(admin.account_id, "viewer")
+    rfp_id = await new_rfp(mail_client, admin, ["A?"])
+    [item_id] = await item_ids(mail_client, admin, rfp_id)
+    # Approving without an answer fails after the assignee was checked: nothing is kept.
+    writer = await make_member(admin.account_id, "member")
+    response = await review(mail_client, admin, rfp_id, item_id, assignee_id=writer.user_id,
+                            state="approved")
+    assert response.status == 422
+    response = await review(mail_client, admin, rfp_id, item_id, assignee_id=viewer.user_id)
+    assert response.status == 422
+    assert await conn.fetchval("SELECT count(*) FROM mail_outbox") == 0
