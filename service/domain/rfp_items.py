@@ -27,7 +27,7 @@ from .errors import (
     ValidationFailed,
 )
 from .knowledge import save_reviewed_answer
-from .models import RfpItem, rfp_json
+from .models import MemberRef, RfpItem, rfp_json
 from .questions import ITEMS_REFUSED, DetailLevel, create_item_questions, require_active_subscription
 from .rfps import MAX_TEXT, MAX_TITLE, append_items, fetch_rfp
 from .tokens import Principal
@@ -160,6 +160,12 @@ def _wanted_assignee(fields: Mapping[str, Any]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
         return None
     return value
+
+
+async def assignable_members(conn: asyncpg.Connection, account_id: str) -> list[MemberRef]:
+    """The members an account's items may be assigned to (admins and members), by name."""
+    rows = await conn.fetch(db.query("assignable_members"), account_id)
+    return [MemberRef(id=row["id"], name=row["name"], email=row["email"]) for row in rows]
 
 
 def assignment_mail(

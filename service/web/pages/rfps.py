@@ -15,6 +15,7 @@ from ...domain.models import Page
 from ...domain.rfp_items import (
     AnswerOptions,
     answering_progress,
+    assignable_members,
     import_options,
 )
 from ...domain.rfps import (
@@ -103,6 +104,10 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     shown = request.query.get("state") or None
     if shown is not None and shown not in REVIEW_FILTERS:
         raise ParameterInvalid(f"state must be one of {', '.join(REVIEW_FILTERS)}; got {shown!r}")
+    # ?assignee=me: only the items assigned to the signed-in member.
+    mine = request.query.get("assignee") or None
+    if mine is not None and mine != "me":
+        raise ParameterInvalid(f"assignee must be me; got {mine[:40]!r}")
     # ?item=: that item alone, whole, however long (a longer one is cut on the pages of items).
     alone = request.query.get("item") or None
     settings = request.app[CONFIG].web
@@ -114,8 +119,10 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         rfp, rows, total = await review_items(
             conn, who.account_id, rfp_id, None if alone else shown, current,
             cut=None if alone else cut, item_id=alone,
+            assignee_id=who.user_id if mine and not alone else None,
         )
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
+        writers = await assignable_members(conn, who.account_id) if may_write(who) else []
     sections: list[tuple[str | None, list[dict[str, Any]]]] = []
     for row in rows:
         item = {
@@ -131,14 +138,18 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             "question_cut": row["question_chars"] > len(row["question"]),
             "answer_cut": row["answer"] is not None and row["answer_chars"] > len(row["answer"]),
             "chars": row["question_chars"] + (row["answer_chars"] or 0),
+            "assignee_id": row["assignee_id"], "assignee_name": row["assignee_name"],
         }
         if not sections or sections[-1][0] != row["section"]:
             sections.append((row["section"], []))
         sections[-1][1].append(item)
+    # The filters a page link, the pager and a form's way back keep: "state=review&" ….
+    kept = "".join(f"{name}={value}&" for name, value in (("state", shown), ("assignee", mine)) if value)
     return render(request, "rfp.html", {
         "rfp": rfp, "sections": sections, "shown": shown or "", "filters": REVIEW_FILTERS,
+        "mine": bool(mine), "kept": kept,
         "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
-        "in_flight": in_flight, "may_write": may_write(who),
+        "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
         "report": None,
     })
 
@@ -172,6 +183,28 @@ def _review_fields(form: Any) -> dict[str, Any]:
 async def review(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     fields = _review_fields(form)
+    rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
+    await review_and_announce(request, rfp_id, item_id, fields)
+    back = str(form.get("back") or "")
+    query = back if back.startswith("?") else ""
+    raise see_other(f"/rfps/{rfp_id}{query}#item-{item_id}")
+
+
+def _assignee_field(form: Any) -> int | None:
+    """The assign form's member: a user id, or empty for nobody."""
+    value = form.get("assignee_id")
+    if value in (None, ""):
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
+        return int(value)
+    raise ValidationFailed([f"assignee_id: must be a member's user id or empty; got {str(value)[:40]!r}"])
+
+
+@page(write=True, roles=WRITERS)
+async def assign(request: web.Request) -> web.StreamResponse:
+    """The API's PATCH of the item's assignee_id (the assignee is e-mailed unless it is oneself)."""
+    form = await read_form(request)
+    fields = {"assignee_id": _assignee_field(form)}
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
     await review_and_announce(request, rfp_id, item_id, fields)
     back = str(form.get("back") or "")

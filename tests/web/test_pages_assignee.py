@@ -1,0 +1,162 @@
+"""The RFP page's assignees: each item's assignee, the writers' select to assign or unassign it,
+the "Assigned to me" filter, and the assignee's e-mail linking to the item alone."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from conftest import mail_settings, with_config
+
+# The shared page fixtures are imported to register them; tests take them as arguments by name.
+# ruff: noqa: F811
+from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password  # noqa: F401
+
+from service.web.app import create_app
+
+
+async def sign_in(client: TestClient, email: str) -> str:
+    """Sign in through the form; the session's CSRF token."""
+    form = await client.get("/signin")
+    response = await client.post("/signin", allow_redirects=False, data={
+        "email": email, "password": PASSWORD, "sign_in_token": field(await form.text(), "sign_in_token")})
+    assert response.status == 303, await response.text()
+    return field(await (await client.get("/rfps")).text(), "csrf_token")
+
+
+async def items(conn: Any, rfp_id: str, count: int) -> list[str]:
+    ids = [f"item_{rfp_id[-6:]}_{n}" for n in range(1, count + 1)]
+    await conn.executemany("INSERT INTO rfp_items (id, rfp_id, question, position) VALUES ($1, $2, $3, $4)",
+                           [(item_id, rfp_id, f"Question {n}?", n) for n, item_id in enumerate(ids, 1)])
+    return ids
+
+
+def select_of(page: str, item_id: str) -> str:
+    found = re.search(rf'<select id="as-{item_id}" name="assignee_id">(.*?)</select>', page, re.S)
+    assert found, f"no assignee select for {item_id}"
+    return found.group(1)
+
+
+async def test_rfp_page__writers_assign_and_unassign_an_item_with_the_select(
+    app_client, admin, make_member, make_rfp, conn,
+):
+    writer = await make_member(admin.account_id, "member")
+    viewer = await make_member(admin.account_id, "viewer")
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    first, second = await items(conn, rfp_id, 2)
+    csrf = await sign_in(app_client, admin.email)
+
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    options = select_of(page, first)
+    # The account's writers, nobody selected yet; never a viewer.
+    assert '<option value="">nobody</option>' in options and " selected" not in options
+    assert f'<option value="{admin.user_id}">' in options and f'<option value="{writer.user_id}">' in options
+    assert str(viewer.user_id) not in options
+    assert f'action="/rfps/{rfp_id}/items/{first}/assign"' in page
+
+    forged = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign",
+                                   data={"assignee_id": str(writer.user_id)}, allow_redirects=False)
+    assert forged.status == 403
+    assigned = await app_client.post(
+        f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False,
+        data={"csrf_token": csrf, "assignee_id": str(writer.user_id), "back": "?state=review&page=1"})
+    assert assigned.status == 303
+    assert assigned.headers["Location"] == f"/rfps/{rfp_id}?state=review&page=1#item-{first}"
+    assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = $1", first) == writer.user_id
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert f'<option value="{writer.user_id}" selected>' in select_of(page, first)
+    assert " selected" not in select_of(page, second)
+
+    refused = await app_client.post(f"/rfps/{rfp_id}/items/{second}/assign",
+                                    data={"csrf_token": csrf, "assignee_id": str(viewer.user_id)})
+    assert refused.status == 422 and "is not a member of this account who may write" in await refused.text()
+    malformed = await app_client.post(f"/rfps/{rfp_id}/items/{second}/assign",
+                                      data={"csrf_token": csrf, "assignee_id": "me"})
+    assert malformed.status == 422 and "assignee_id" in await malformed.text()
+
+    unassigned = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False,
+                                       data={"csrf_token": csrf, "assignee_id": ""})
+    assert unassigned.status == 303
+    assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = $1", first) is None
+
+
+async def test_rfp_page__a_viewer_sees_the_assignee_and_no_select(
+    app_client, admin, make_member, make_rfp, conn,
+):
+    viewer = await make_member(admin.account_id, "viewer")
+    await set_password(conn, viewer.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    first, _ = await items(conn, rfp_id, 2)
+    await conn.execute("UPDATE users SET first_name = 'Grace', last_name = 'Hopper' WHERE id = $1",
+                       admin.user_id)
+    await conn.execute("UPDATE rfp_items SET assignee_id = $2 WHERE id = $1", first, admin.user_id)
+    await sign_in(app_client, viewer.email)
+
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert '<p class="assignee">Assigned to Grace Hopper</p>' in page
+    assert page.count('class="assignee"') == 1
+    assert "<select" not in page and "/assign" not in page
+
+
+async def test_rfp_page__assigned_to_me_shows_only_mine_and_keeps_the_filter(
+    aiohttp_client, config, admin, make_member, make_rfp, conn,
+):
+    writer = await make_member(admin.account_id, "member")
+    await set_password(conn, writer.email)
+    # Two items a page, so that the pager and the forms' way back show the filter kept.
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, web={"items_per_page": 2})))
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await items(conn, rfp_id, 5)
+    await conn.execute("UPDATE rfp_items SET assignee_id = $2 WHERE id = ANY($1::text[])",
+                       [ids[0], ids[2], ids[4]], writer.user_id)
+    await conn.execute("UPDATE rfp_items SET assignee_id = $2 WHERE id = $1", ids[1], admin.user_id)
+    await sign_in(client, writer.email)
+
+    everything = await (await client.get(f"/rfps/{rfp_id}")).text()
+    assert 'href="?assignee=me" id="assigned-to-me"' in everything
+    mine = await (await client.get(f"/rfps/{rfp_id}?assignee=me")).text()
+    assert 'id="assigned-to-me" aria-current="true"' in mine
+    assert [i for i in ids if f'id="item-{i}"' in mine] == [ids[0], ids[2]]
+    assert 'href="?assignee=me&amp;page=2"' in mine
+    assert field(mine, "back") == "?assignee=me&amp;page=1"
+    rest = await (await client.get(f"/rfps/{rfp_id}?assignee=me&page=2")).text()
+    assert [i for i in ids if f'id="item-{i}"' in rest] == [ids[4]]
+    both = await (await client.get(f"/rfps/{rfp_id}?assignee=me&state=approved")).text()
+    assert "No items in this filter." in both
+
+    bad = await client.get(f"/rfps/{rfp_id}?assignee=someone")
+    assert bad.status == 400 and "assignee must be me" in await bad.text()
+    # The item alone stays whole and alone, whatever the filter.
+    alone = await (await client.get(f"/rfps/{rfp_id}?item={ids[1]}&assignee=me")).text()
+    assert [i for i in ids if f'id="item-{i}"' in alone] == [ids[1]]
+
+
+async def test_assign_form__mails_the_assignee_a_link_that_opens_the_item_alone(
+    aiohttp_client, config, admin, make_member, make_rfp, conn, smtp,
+):
+    writer = await make_member(admin.account_id, "member")
+    await set_password(conn, admin.email)
+    await set_password(conn, writer.email)
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, mail=mail_settings(smtp.port))))
+    rfp_id = await make_rfp(admin, "Acme security review")
+    first, second = await items(conn, rfp_id, 2)
+    csrf = await sign_in(client, admin.email)
+    assigned = await client.post(f"/rfps/{rfp_id}/items/{second}/assign", allow_redirects=False,
+                                 data={"csrf_token": csrf, "assignee_id": str(writer.user_id)})
+    assert assigned.status == 303
+
+    [message] = await smtp.wait_for(1)
+    assert message["To"] == writer.email
+    assert message["Subject"] == "Assigned to you: item 2 of Acme security review"
+    link = f"http://localhost/rfps/{rfp_id}?item={second}"
+    assert link in message.get_content()
+
+    await client.post("/signout", data={"csrf_token": csrf})
+    await sign_in(client, writer.email)
+    alone = await (await client.get(link.removeprefix("http://localhost"))).text()
+    assert f'id="item-{second}"' in alone and f'id="item-{first}"' not in alone
+    assert f'<option value="{writer.user_id}" selected>' in select_of(alone, second)
