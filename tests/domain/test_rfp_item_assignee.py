@@ -254,7 +254,9 @@ async def test_assign__oneself_or_the_same_assignee_again_mails_nobody(
     assert len(smtp.messages) == 1
 
 
-async def test_assign__a_refused_assignment_queues_no_mail(mail_client, admin, make_member, conn):
+async def test_assign__a_refused_assignment_queues_no_mail_an_accepted_one_queues_one(
+    mail_client, admin, make_member, conn,
+):
     viewer = await make_member(admin.account_id, "viewer")
     rfp_id = await new_rfp(mail_client, admin, ["A?"])
     [item_id] = await item_ids(mail_client, admin, rfp_id)
@@ -266,3 +268,6 @@ async def test_assign__a_refused_assignment_queues_no_mail(mail_client, admin, m
     response = await review(mail_client, admin, rfp_id, item_id, assignee_id=viewer.user_id)
     assert response.status == 422
     assert await conn.fetchval("SELECT count(*) FROM mail_outbox") == 0
+    response = await review(mail_client, admin, rfp_id, item_id, assignee_id=writer.user_id)
+    assert response.status == 200
+    assert await conn.fetchval("SELECT recipient FROM mail_outbox") == writer.email
