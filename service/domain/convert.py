@@ -240,9 +240,14 @@ def _tag_list(value: Any, _: type) -> list[str]:
 UserId = NewType("UserId", int)
 
 
+def is_user_id(value: Any) -> bool:
+    """Whether a JSON value can be a user id: JSON true is not user 1, nor "7" user 7; past
+    PostgreSQL's bigint no user exists."""
+    return not isinstance(value, bool) and isinstance(value, int) and 0 < value < 2**63
+
+
 def _user_id(value: Any, _: type) -> int:
-    # JSON true is not user 1, nor "7" user 7; past PostgreSQL's bigint no user exists.
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+    if not is_user_id(value):
         raise ValueError(f"must be a user id (a positive integer) or null; got {json.dumps(value)[:40]}")
     return value
 

@@ -20,7 +20,7 @@ import attrs
 from .. import db
 from ..config import MailConfig
 from . import audit, mail, questionnaires, webhooks, writeback
-from .convert import NonBlank, ReviewState, UserId, at_most, structure, unstructure
+from .convert import NonBlank, ReviewState, UserId, at_most, is_user_id, structure, unstructure
 from .errors import (
     NotFound,
     ParameterInvalid,
@@ -157,9 +157,7 @@ def _wanted_assignee(fields: Mapping[str, Any]) -> int | None:
     """The user a review's fields assign the item to, when well formed (structure() reports
     a malformed one)."""
     value = fields.get("assignee_id")
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
-        return None
-    return value
+    return value if is_user_id(value) else None
 
 
 async def assignable_members(conn: asyncpg.Connection, account_id: str) -> list[MemberRef]:

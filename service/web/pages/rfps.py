@@ -179,15 +179,20 @@ def _review_fields(form: Any) -> dict[str, Any]:
     return fields
 
 
+def _back_to_item(form: Any, rfp_id: str, item_id: str) -> web.HTTPSeeOther:
+    """Back to the item on the page the form was sent from (its `back`: "?state=…&page=…")."""
+    back = str(form.get("back") or "")
+    query = back if back.startswith("?") else ""
+    return see_other(f"/rfps/{rfp_id}{query}#item-{item_id}")
+
+
 @page(write=True, roles=WRITERS)
 async def review(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     fields = _review_fields(form)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
     await review_and_announce(request, rfp_id, item_id, fields)
-    back = str(form.get("back") or "")
-    query = back if back.startswith("?") else ""
-    raise see_other(f"/rfps/{rfp_id}{query}#item-{item_id}")
+    raise _back_to_item(form, rfp_id, item_id)
 
 
 def _assignee_field(form: Any) -> int | None:
@@ -207,9 +212,7 @@ async def assign(request: web.Request) -> web.StreamResponse:
     fields = {"assignee_id": _assignee_field(form)}
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
     await review_and_announce(request, rfp_id, item_id, fields)
-    back = str(form.get("back") or "")
-    query = back if back.startswith("?") else ""
-    raise see_other(f"/rfps/{rfp_id}{query}#item-{item_id}")
+    raise _back_to_item(form, rfp_id, item_id)
 
 
 @page(write=True, roles=WRITERS, multipart=True)
