@@ -616,13 +616,20 @@ async def change_role(
         if member["role"] != role:
             await _keep_an_admin(conn, account_id, member)
             await conn.execute(db.query("change_member_role"), member_id, account_id, role)
+            after: dict[str, Any] = {"role": role}
             if role not in WRITER_ROLES:  # a viewer answers nothing: their items are unassigned
-                await conn.fetchval(db.query("unassign_member_items"), account_id, member["user_id"])
+                after |= await _unassign(conn, account_id, member["user_id"])
             if actor is not None:
                 await audit.record(conn, actor, "member.role_changed", record_id=member_id,
                                    account_id=account_id, before={"role": member["role"]},
-                                   after={"role": role})
+                                   after=after)
         return await fetch_member(conn, member_id, account_id)
+
+
+async def _unassign(conn: asyncpg.Connection, account_id: str, user_id: int) -> dict[str, int]:
+    """Unassign the member's items of the account; for the audit event, how many there were."""
+    count = await conn.fetchval(db.query("unassign_member_items"), account_id, user_id)
+    return {"items_unassigned": count} if count else {}
 
 
 async def remove_member(
@@ -634,10 +641,11 @@ async def remove_member(
         member = await _lock_member(conn, account_id, member_id)
         await _keep_an_admin(conn, account_id, member)
         await conn.execute(db.query("delete_member"), member_id, account_id)
-        await conn.fetchval(db.query("unassign_member_items"), account_id, member["user_id"])
+        unassigned = await _unassign(conn, account_id, member["user_id"])
         if actor is not None:
             await audit.record(conn, actor, "member.removed", record_id=member_id,
-                               account_id=account_id, before={"role": member["role"]})
+                               account_id=account_id, before={"role": member["role"]},
+                               after=unassigned or None)
 
 
 

@@ -4,6 +4,7 @@ account, and the e-mail the assignee gets."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import asyncpg
 from conftest import CONNECT, lock_waiters
@@ -140,6 +141,10 @@ async def test_removing_a_member__unassigns_their_items(client, admin, make_memb
     assert response.status == 204
     assert await assignee_of(client, admin, rfp_id, first) is None
     assert (await assignee_of(client, admin, rfp_id, second))["id"] == admin.user_id
+    # The audit event says how many items the removal unassigned.
+    after = await conn.fetchval("SELECT after FROM audit_events WHERE action = 'member.removed'"
+                                " AND record_id = $1", writer.member_id)
+    assert json.loads(after) == {"items_unassigned": 1}
 
 
 async def test_removing_a_member__leaves_their_items_in_another_account(
@@ -160,7 +165,7 @@ async def make_member_by_email(conn, account_id, email):
     return await accounts.add_member(conn, account_id, email, "member")
 
 
-async def test_making_a_member_a_viewer__unassigns_their_items(client, admin, make_member):
+async def test_making_a_member_a_viewer__unassigns_their_items(client, admin, make_member, conn):
     writer = await make_member(admin.account_id, "member")
     rfp_id = await new_rfp(client, admin, ["A?"])
     [item_id] = await item_ids(client, admin, rfp_id)
@@ -173,6 +178,10 @@ async def test_making_a_member_a_viewer__unassigns_their_items(client, admin, ma
                                   json={"member": {"role": "viewer"}}, headers=admin.headers)
     assert response.status == 200
     assert await assignee_of(client, admin, rfp_id, item_id) is None
+    changed = await conn.fetch("SELECT after FROM audit_events WHERE action = 'member.role_changed'"
+                               " AND record_id = $1 ORDER BY id", writer.member_id)
+    assert [json.loads(row["after"]) for row in changed] == [
+        {"role": "admin"}, {"role": "viewer", "items_unassigned": 1}]
 
 
 async def test_assign_and_removal_at_once__the_removed_member_is_never_left_assigned(
