@@ -118,6 +118,13 @@ class DatabaseConfig:
     # A request waits at most this long for a free pooled connection, then gets 503
     # service_unavailable with Retry-After (SECURITY.md, "Connections and streams").
     acquire_timeout_seconds: float = attrs.field(default=5.0, validator=_positive)
+    # Pooled connections one member's body-less requests (API and pages; not event streams or
+    # exports, which hold none while they wait) hold at once in one service process. A request
+    # past it gives its connection back and waits for one of the member's own to finish, at most
+    # acquire_timeout_seconds, then 429. Without it, one viewer's 150 parallel searches (each up
+    # to the 250 ms search timeout) took every pooled connection: another account's read of one
+    # RFP waited 4.4 s, and past 5 s was 503.
+    max_connections_per_member: int = attrs.field(default=5, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)

@@ -3,6 +3,8 @@ connection a body-less request keeps from authentication for its handler (`conne
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -13,9 +15,9 @@ import attrs
 from aiohttp import web
 
 from ..config import RateLimit
-from ..domain.errors import Forbidden, InsufficientScope, ServiceUnavailable, Unauthorized
+from ..domain.errors import Forbidden, InsufficientScope, RateLimited, ServiceUnavailable, Unauthorized
 from ..domain.tokens import ROLES, SCOPES, Principal, authenticate_with
-from .keys import CONFIG, POOL
+from .keys import CONFIG, POOL, SHARES
 
 # -- access policies -------------------------------------------------------------------
 
@@ -150,18 +152,21 @@ async def authorized(
         async with acquire(request.app) as conn:
             await _admit(request, conn, policy, token, query, args, keep)
         return await handler(request)
-    # No body: keep the connection for the handler (db.connection), one acquire per request.
+    # No body: keep the connection for the handler (db.connection), one acquire per request,
+    # within the member's share of the pool (`take_share`, which may swap it for another).
     # (`acquire` written out: its context manager is a measurable share of a cheap request.)
     conn = await take_connection(request.app)
+    request[REQUEST_CONNECTION] = conn
+    member = None
     try:
         await _admit(request, conn, policy, token, query, args, keep)
-        request[REQUEST_CONNECTION] = conn
-        try:
-            return await handler(request)
-        finally:
-            del request[REQUEST_CONNECTION]
+        await take_share(request, request[PRINCIPAL].member_id)
+        member = request[PRINCIPAL].member_id
+        return await handler(request)
     finally:
-        await request.app[POOL].release(conn)
+        if member is not None:
+            request.app[SHARES].give_back(member)
+        await _release_held(request)
 
 
 async def _admit(
@@ -246,13 +251,94 @@ async def take_connection(app: web.Application) -> asyncpg.Connection:
 
 
 @asynccontextmanager
-async def holding_connection(request: web.Request) -> AsyncIterator[asyncpg.Connection]:
+async def holding_connection(request: web.Request) -> AsyncIterator[None]:
     """One pooled connection held for a body-less request whose handler checks access itself
     (the web app's pages: the session lookup and the page's queries share it); `connection`
-    hands it on, as for the API's requests."""
-    async with request.app[POOL].acquire() as conn:
-        request[REQUEST_CONNECTION] = conn
+    hands it on, as for the API's requests. Once the member is known, the handler runs within
+    their share (`take_share`), which may swap the connection for another."""
+    request[REQUEST_CONNECTION] = await request.app[POOL].acquire()
+    try:
+        yield
+    finally:
+        await _release_held(request)
+
+
+async def _release_held(request: web.Request) -> None:
+    conn = request.pop(REQUEST_CONNECTION, None)
+    if conn is not None:
+        await request.app[POOL].release(conn)
+
+
+class MemberShares:
+    """How many pooled connections each member's body-less requests hold at once in this
+    process, at most `per_member` (database.max_connections_per_member): one member's parallel
+    slow requests (searches at their statement timeout) took the whole pool, and every other
+    account's requests queued behind them. A request past its member's share waits, holding no
+    connection, for one of the member's own requests to end (first come, first served)."""
+
+    def __init__(self, per_member: int) -> None:
+        self.per_member = per_member
+        self.held: dict[str, int] = {}
+        self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
+
+    def take_now(self, member: str) -> bool:
+        held = self.held.get(member, 0)
+        if held >= self.per_member:
+            return False
+        self.held[member] = held + 1
+        return True
+
+    async def wait(self, member: str, timeout: float) -> None:  # noqa: ASYNC109
+        """A share handed over by `give_back` within `timeout` seconds; TimeoutError past it."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(member, collections.deque()).append(turn)
         try:
-            yield conn
-        finally:
-            del request[REQUEST_CONNECTION]
+            async with asyncio.timeout(timeout):
+                await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled():
+                self.give_back(member)  # handed over as the wait ended: pass it on
+            else:
+                turn.cancel()  # skipped by give_back
+            raise
+
+    def give_back(self, member: str) -> None:
+        waiting = self._waiting.get(member)
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)  # the share passes to the next waiter as it is
+                if not waiting:
+                    del self._waiting[member]
+                return
+        self._waiting.pop(member, None)
+        left = self.held[member] - 1
+        if left:
+            self.held[member] = left
+        else:
+            del self.held[member]
+
+
+async def take_share(request: web.Request, member: str) -> None:
+    """One of `member`'s shares of the pool for this request, to be given back
+    (`request.app[SHARES].give_back`). While the member holds all of theirs, the request's
+    connection goes back to the pool, the request waits for one of the member's requests to
+    end, at most database.acquire_timeout_seconds (then 429), and takes a connection anew."""
+    shares = request.app[SHARES]
+    if shares.take_now(member):
+        return
+    await _release_held(request)
+    timeout = request.app[CONFIG].database.acquire_timeout_seconds
+    try:
+        await shares.wait(member, timeout)
+    except TimeoutError:
+        raise RateLimited(
+            f"this member's requests held all {shares.per_member} of their pooled connections "
+            f"(database.max_connections_per_member) for {timeout:g} s; send fewer at once",
+            headers={"Retry-After": "1"},
+        ) from None
+    try:
+        request[REQUEST_CONNECTION] = await take_connection(request.app)
+    except BaseException:
+        shares.give_back(member)
+        raise

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..domain.passwords import Passwords
     from ..domain.webhooks import Deliverer
     from ..metrics import Metrics
+    from .auth import MemberShares
 
 CONFIG: web.AppKey[Config] = web.AppKey("config")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
@@ -37,6 +38,8 @@ PARSERS: web.AppKey[IsolatedWorkers] = web.AppKey("parsers")
 EXPORTS: web.AppKey[Turns] = web.AppKey("exports")
 PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
+# Pooled connections held per member id, in this process (database.max_connections_per_member).
+SHARES: web.AppKey[MemberShares] = web.AppKey("member_shares")
 # Open question event streams per member id, in this process (server.max_streams_per_member).
 OPEN_STREAMS: web.AppKey[Counter[str]] = web.AppKey("open_streams")
 # The embeddings indexer when a backend is configured (absent otherwise).

@@ -29,11 +29,21 @@ from ...domain.errors import (
 )
 from ...domain.sessions import Session, csrf_matches, find_session
 from ...domain.tokens import ROLES, Principal
-from ..auth import PRINCIPAL, Handler, Policy, check, connection, holding_connection, public
+from ..auth import (
+    PRINCIPAL,
+    REQUEST_CONNECTION,
+    Handler,
+    Policy,
+    check,
+    connection,
+    holding_connection,
+    public,
+    take_share,
+)
 from ..body import MAX_PARTS_BEFORE_FILE, Upload, arriving
 from ..errors import status_of
 from ..frontdoor import WRAPPER_HEADERS
-from ..keys import CONFIG
+from ..keys import CONFIG, SHARES
 from ..telemetry import REQUEST_ID
 
 log = logging.getLogger(__name__)
@@ -179,7 +189,15 @@ def page(
                 if request.method == "POST":
                     await check_form_origin(request, session, token=not multipart)
                 check(policy, session.principal)
-            return await handler(request)
+            if session is None or REQUEST_CONNECTION not in request:
+                return await handler(request)
+            # A held connection: within the member's share of the pool, as the API's requests.
+            member = session.principal.member_id
+            await take_share(request, member)
+            try:
+                return await handler(request)
+            finally:
+                request.app[SHARES].give_back(member)
 
         @functools.wraps(handler)
         async def run(request: web.Request) -> web.StreamResponse:

@@ -1,0 +1,55 @@
+"""What one client can hold over time (probe "hold"): pooled connections of one member's parallel
+requests. Each test counts what is held (locks waited on, connections) rather than timing it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conftest import with_config
+
+from service.web.app import create_app
+from service.web.keys import SHARES
+
+# Backends of the service waiting for the table lock the test holds: each holds a pooled connection.
+WAITING_ON_RFPS = (
+    "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'rfps'::regclass"
+)
+
+
+async def until(conn, query: str, at_least: int) -> int:
+    async with asyncio.timeout(20):
+        while (count := await conn.fetchval(query)) < at_least:  # noqa: ASYNC110 (polls the DB)
+            await asyncio.sleep(0.02)
+    return count
+
+
+async def test_pool__one_members_parallel_requests_leave_connections_for_other_accounts(
+    config, conn, admin, make_account, make_member, make_rfp, aiohttp_client
+):
+    """A viewer's parallel slow reads (here: stuck behind a lock; in life, searches running to
+    their 250 ms timeout) took every pooled connection, and another account's request waited for
+    the pool until 503. Now a member holds at most max_connections_per_member; the rest wait for
+    one of theirs, holding none."""
+    app = create_app(with_config(config, database={
+        "pool_min_size": 1, "pool_max_size": 4, "acquire_timeout_seconds": 3.0,
+        "max_connections_per_member": 2,
+    }))
+    client = await aiohttp_client(app)
+    viewer = await make_member(admin.account_id, "viewer", "read")
+    other = await make_account("Other")
+    rfp_id = await make_rfp(admin, "Held")
+    async with conn.transaction():
+        await conn.execute("LOCK TABLE rfps IN ACCESS EXCLUSIVE MODE")
+        flood = [asyncio.create_task(client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=viewer.headers))
+                 for _ in range(8)]
+        await until(conn, WAITING_ON_RFPS, 2)
+        await asyncio.sleep(0)  # every request of the flood has asked for its connection by now
+        response = await client.get("/api/v1/members", headers=other.headers)
+        assert response.status == 200
+        assert await conn.fetchval(WAITING_ON_RFPS) == 2  # the viewer's share, no more
+        assert app[SHARES].held == {viewer.member_id: 2}
+    statuses = [response.status for response in await asyncio.gather(*flood)]
+    assert set(statuses) <= {200, 429}, statuses
+    assert statuses.count(200) >= 2
+    assert app[SHARES].held == {}
+
