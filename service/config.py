@@ -70,6 +70,11 @@ class ServerConfig:
     # service itself on the port it serves, http://localhost:{port} (env PORT included).
     web_base_url: str = attrs.field(default="", validator=_http_url)
     max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive)
+    # The body of a request from nobody known yet (the public routes: sign-in, confirmation,
+    # invitations, password resets; the sign-in page), held in memory as it arrives. Past it: 413.
+    # At max_body_bytes, one anonymous client stalling 3,000 bodies a byte short of 1 MiB held
+    # 3.1 GB of the service process for body_timeout_seconds, and could start again.
+    max_public_body_bytes: int = attrs.field(default=16_384, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
     # A JSON body must arrive whole within body_timeout_seconds, an upload within

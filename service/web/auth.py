@@ -115,6 +115,7 @@ async def authorized(
     """Call `handler` once `policy` admits the request's token (service/middleware.py). `limit`
     is the route's rate limit, if it has one: its bucket is taken in the token lookup."""
     if policy.public:
+        public_body_limit(request)
         return await handler(request)
 
     header = request.headers.get("Authorization", "")
@@ -180,6 +181,21 @@ async def _admit(
     request[TOKEN_HASH] = bytes(row["token_hash"])
     if keep is not None:
         request[keep] = row
+
+
+def public_body_limit(request: web.Request) -> None:
+    """Bodies of requests from nobody known yet at most server.max_public_body_bytes (a page
+    raises it back to max_body_bytes once its session is found: `full_body_limit`). A body is
+    held in memory as it arrives, until body_timeout_seconds: at max_body_bytes, one anonymous
+    client's 3,000 stalled bodies held 3.1 GB."""
+    server = request.app[CONFIG].server
+    # aiohttp's own limit, which request.read() and request.post() keep to (no public setter).
+    request._client_max_size = min(server.max_public_body_bytes, server.max_body_bytes)  # type: ignore[attr-defined]
+
+
+def full_body_limit(request: web.Request) -> None:
+    """A signed-in page's body may be as large as the API's (server.max_body_bytes)."""
+    request._client_max_size = request.app[CONFIG].server.max_body_bytes  # type: ignore[attr-defined]
 
 
 def check(policy: Policy, who: Principal | None) -> None:

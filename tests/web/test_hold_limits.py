@@ -53,3 +53,41 @@ async def test_pool__one_members_parallel_requests_leave_connections_for_other_a
     assert statuses.count(200) >= 2
     assert app[SHARES].held == {}
 
+
+
+async def _stalled_body(host: str, port: int, path: str, sent: bytes, declared: int,
+                        headers: str = "") -> bytes:
+    """A POST declaring `declared` bytes of JSON that sends `sent` and then nothing: what the
+    service answers (an empty string if it waited past the test's own timeout)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {declared}\r\n{headers}\r\n".encode() + sent)
+        await writer.drain()
+        return await reader.readline()
+    finally:
+        writer.close()
+
+
+async def test_body__an_anonymous_one_is_held_to_max_public_body_bytes(
+    config, admin, aiohttp_client
+):
+    """A body is held in memory as it arrives, for up to body_timeout_seconds. An anonymous
+    client stalling bodies a byte short of max_body_bytes (1 MiB) held 1.2 MB of the service per
+    connection (3,000: 3.1 GB). Now a body from nobody known is refused (413) once it passes
+    max_public_body_bytes, without waiting for the rest; a token holder's may still be larger."""
+    client = await aiohttp_client(create_app(with_config(config, server={
+        "max_public_body_bytes": 16_384, "body_timeout_seconds": 60.0,
+    })))
+    host, port = client.server.host, client.server.port
+    sent = b'{"email": "' + b"a" * 20_000
+    async with asyncio.timeout(20):  # before: 408 only after the 60 s body timeout
+        status = await _stalled_body(host, port, "/api/v1/tokens", sent, 1_048_000)
+    assert status == b"HTTP/1.1 413 Request Entity Too Large\r\n"
+    # Whole ones: a public route's body past the limit is 413; a token holder's is not.
+    big = {"email": "a@example.test", "password": "x" * 20_000}
+    assert (await client.post("/api/v1/tokens", json=big)).status == 413
+    assert (await client.post("/api/v1/tokens", json={**big, "password": "x" * 100})).status == 401
+    created = await client.post("/api/v1/rfps", headers=admin.headers, json={
+        "rfp": {"title": "Large", "context": "c" * 40_000}})
+    assert created.status == 201

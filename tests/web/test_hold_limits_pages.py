@@ -48,3 +48,24 @@ async def test_pool__a_members_pages_keep_to_the_same_share(
     statuses = [response.status for response in await asyncio.gather(*flood)]
     assert set(statuses) <= {200, 429}, statuses
     assert app[SHARES].held == {}
+
+
+async def test_body__a_signed_in_pages_form_may_pass_max_public_body_bytes(
+    config, conn, admin, aiohttp_client
+):
+    """Pages are public to the front door, which holds an anonymous body to
+    max_public_body_bytes; a page whose session is found takes max_body_bytes again."""
+    client = await aiohttp_client(create_app(with_config(config, server={
+        "web_base_url": "http://localhost", "max_public_body_bytes": 4_096,
+    })))
+    form = await client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    too_large = await client.post("/signin", allow_redirects=False, data={
+        "email": admin.email, "password": "x" * 5_000, "sign_in_token": token})
+    assert too_large.status == 413
+    await set_password(conn, admin.email)
+    await sign_in(client, admin.email)
+    csrf = field(await (await client.get("/kb")).text(), "csrf_token")
+    added = await client.post("/kb", allow_redirects=False, data={
+        "csrf_token": csrf, "answer": "Backups run nightly. " * 500, "title": "Backups"})
+    assert added.status == 303

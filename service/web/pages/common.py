@@ -36,6 +36,7 @@ from ..auth import (
     Policy,
     check,
     connection,
+    full_body_limit,
     holding_connection,
     public,
     take_share,
@@ -178,6 +179,7 @@ def page(
                 session = await find_session(conn, request.cookies.get(COOKIE))
             if session is not None:
                 request[SESSION] = session
+                full_body_limit(request)  # (the front door set the public one: pages are public to it)
                 # Also as the API's principal, so that a page may hand the request to an API
                 # view's function (the export is the API's).
                 request[PRINCIPAL] = session.principal
