@@ -97,6 +97,10 @@ class ServerConfig:
     # parallel exports of a large RFP held every pooled connection (other accounts: 503).
     export_workers: int = attrs.field(default=2, validator=_positive)
     export_wait_seconds: float = attrs.field(default=30.0, validator=_positive)
+    # A connection that has not sent a whole request within this many seconds of opening, or of
+    # its last response, is closed (aiohttp's keep-alive timer; a request line and headers sent a
+    # byte a second are cut off here too). Each open connection holds a file descriptor.
+    keepalive_timeout_seconds: float = attrs.field(default=75.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
 

@@ -10,6 +10,7 @@ import errno
 import logging
 import multiprocessing
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -31,9 +32,38 @@ from .web.telemetry import AccessLogger
 log = logging.getLogger("service")
 
 
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft limit of open files to its hard limit; (before, after).
+
+    Every client connection holds a file descriptor until it closes (aiohttp closes one that
+    sends no whole request within server.keepalive_timeout_seconds), and so do pooled
+    connections, spooled uploads and exports. At the soft limit most systems start services
+    with (1024), one client's 1,100 idle connections left the process unable to accept any
+    other (asyncio: "socket.accept() out of system resource") or to open a file or a database
+    connection, until they closed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):  # a hard limit the kernel will not give (over fs.nr_open)
+        return soft, soft
+    return soft, hard
+
+
+# Below this many open files a process serves few clients at once; start-up says so.
+LOW_OPEN_FILES = 4096
+
+
 def serve_worker(config: Config) -> None:
     """One service process: the app on the shared port until SIGINT or SIGTERM."""
     logs.setup(config.logging)
+    before, after = raise_open_files_limit()
+    if after < LOW_OPEN_FILES:
+        log.warning("this process may open only %d files (RLIMIT_NOFILE, soft and hard): each client "
+                    "connection takes one; raise the hard limit (systemd LimitNOFILE, ulimit -Hn)", after)
+    elif after != before:
+        log.debug("open files limit raised from %d to %d", before, after)
     try:
         web.run_app(
             create_app(config),
@@ -42,6 +72,7 @@ def serve_worker(config: Config) -> None:
             reuse_port=config.server.workers > 1,
             access_log_class=AccessLogger,
             shutdown_timeout=config.server.shutdown_timeout,
+            keepalive_timeout=config.server.keepalive_timeout_seconds,
             # Called once the port is bound: the line an operator waits for.
             print=lambda _banner: log.info("listening on http://%s:%s (pid %d)", config.server.host,
                                            config.server.port, os.getpid()),
