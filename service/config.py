@@ -192,6 +192,12 @@ class UploadsConfig:
     # Files are parsed in child processes: this many at once per service process, each killed
     # after parse_timeout_seconds (an upload waiting that long for a free one gets 503), each
     # limited to parse_memory_bytes of address space.
+    # Uploads one member sends at once in one service process, from their first byte until they
+    # are parsed and stored (API and web app, questionnaires and knowledge-base CSVs); more: 429.
+    # Each holds its file (memory up to 4 MiB, then a temporary file up to max_upload_bytes) for
+    # up to upload_timeout_seconds while it arrives: one member's 300 uploads stalled after 4 MB
+    # held 1.4 GB of the service process (and more would have filled the disk).
+    max_uploads_per_member: int = attrs.field(default=4, validator=_positive)
     parse_workers: int = attrs.field(default=2, validator=_positive)
     parse_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
     parse_memory_bytes: int = attrs.field(default=1_073_741_824, validator=_positive)

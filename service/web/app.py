@@ -23,7 +23,19 @@ from ..metrics import Metrics
 from ..web import openapi
 from .auth import MemberShares
 from .frontdoor import guarded_routes, refuse_unguarded
-from .keys import CONFIG, DELIVERER, EVENTS, EXPORTS, INDEXER, METRICS, OPEN_STREAMS, PIPELINE, POOL, SHARES
+from .keys import (
+    CONFIG,
+    DELIVERER,
+    EVENTS,
+    EXPORTS,
+    INDEXER,
+    METRICS,
+    OPEN_STREAMS,
+    PIPELINE,
+    POOL,
+    SHARES,
+    UPLOADS,
+)
 from .pages import common as pages_common
 from .pages.routes import routes as page_routes
 from .protocol import serve_parser_errors_as_json
@@ -216,6 +228,7 @@ def create_app(config: Config) -> web.Application:
     app[METRICS] = Metrics()
     app[OPEN_STREAMS] = collections.Counter()
     app[EXPORTS] = rfp_items.export_turns(config.server)
+    app[UPLOADS] = collections.Counter()
     app[SHARES] = MemberShares(config.database.max_connections_per_member)
     pages_common.setup(app)  # the web app's templates
     app.cleanup_ctx.append(_pool)

@@ -4,10 +4,11 @@ uploaded files (a raw body or a multipart field `file`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import tempfile
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import IO, Any, TypeVar
 
 import attrs
@@ -18,11 +19,13 @@ from ..domain.errors import (
     InvalidJson,
     InvalidMultipart,
     PayloadTooLarge,
+    RateLimited,
     RequestTimeout,
     UnsupportedMediaType,
     ValidationFailed,
 )
-from .keys import CONFIG
+from .auth import principal
+from .keys import CONFIG, UPLOADS
 
 T = TypeVar("T")
 
@@ -157,6 +160,30 @@ class Upload:
     media_type: str | None
     filename: str | None = attrs.field(converter=_storable_filename)
 
+
+
+@contextlib.asynccontextmanager
+async def one_of_members_uploads(request: web.Request) -> AsyncIterator[None]:
+    """Around an upload from its first byte until it is parsed and stored: at most
+    uploads.max_uploads_per_member of one member's at once in this process, else 429 before any
+    of it is read. Each holds its spooled file while it arrives (a client may send it slowly,
+    for up to upload_timeout_seconds) and while it waits for a parser."""
+    member = principal(request).member_id
+    held = request.app[UPLOADS]
+    most = request.app[CONFIG].uploads.max_uploads_per_member
+    if held[member] >= most:
+        raise RateLimited(
+            f"{held[member]} uploads of this member are being received or parsed already "
+            "(uploads.max_uploads_per_member); send the next once one has finished",
+            headers={"Retry-After": "5"},
+        )
+    held[member] += 1
+    try:
+        yield
+    finally:
+        held[member] -= 1
+        if not held[member]:
+            del held[member]
 
 
 async def receive_upload(request: web.Request, limit: int) -> Upload:

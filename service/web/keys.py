@@ -40,6 +40,8 @@ PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
 # Pooled connections held per member id, in this process (database.max_connections_per_member).
 SHARES: web.AppKey[MemberShares] = web.AppKey("member_shares")
+# Uploads being received or parsed per member id, in this process (uploads.max_uploads_per_member).
+UPLOADS: web.AppKey[Counter[str]] = web.AppKey("uploads")
 # Open question event streams per member id, in this process (server.max_streams_per_member).
 OPEN_STREAMS: web.AppKey[Counter[str]] = web.AppKey("open_streams")
 # The embeddings indexer when a backend is configured (absent otherwise).

@@ -8,7 +8,7 @@ import asyncio
 from conftest import with_config
 
 from service.web.app import create_app
-from service.web.keys import SHARES
+from service.web.keys import SHARES, UPLOADS
 
 # Backends of the service waiting for the table lock the test holds: each holds a pooled connection.
 WAITING_ON_RFPS = (
@@ -91,3 +91,49 @@ async def test_body__an_anonymous_one_is_held_to_max_public_body_bytes(
     created = await client.post("/api/v1/rfps", headers=admin.headers, json={
         "rfp": {"title": "Large", "context": "c" * 40_000}})
     assert created.status == 201
+
+
+async def _stalled_upload(host: str, port: int, path: str, token: str) -> asyncio.StreamWriter:
+    """An upload declaring 40 MB that sends its first rows and then nothing."""
+    _, writer = await asyncio.open_connection(host, port)
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+                 "Content-Type: text/csv\r\nContent-Length: 40000000\r\n\r\n".encode()
+                 + b"question\n" + b"Is data encrypted at rest?\n" * 1000)
+    await writer.drain()
+    return writer
+
+
+async def test_uploads__a_member_sends_at_most_max_uploads_per_member_at_once(
+    config, admin, make_member, make_rfp, aiohttp_client
+):
+    """Each upload holds its spooled file (memory up to 4 MiB, then disk) while it arrives, for
+    up to upload_timeout_seconds: one member's 300 uploads stalled after 4 MB held 1.4 GB of the
+    service. Now a member's uploads past max_uploads_per_member are 429 before any byte is read;
+    another member's are not, and a stalled one counts no more once its client has gone."""
+    app = create_app(with_config(config, uploads={"max_uploads_per_member": 2}))
+    client = await aiohttp_client(app)
+    rfp_id = await make_rfp(admin, "Uploads")
+    colleague = await make_member(admin.account_id, "member")
+    host, port = client.server.host, client.server.port
+    path = f"/api/v1/rfps/{rfp_id}/rfp_items/import"
+    csv = {"data": b"question\nIs data encrypted?\n"}
+    stalled = [await _stalled_upload(host, port, path, admin.token) for _ in range(2)]
+    try:
+        async with asyncio.timeout(20):
+            while app[UPLOADS][admin.member_id] < 2:  # noqa: ASYNC110 (polls the service)
+                await asyncio.sleep(0.02)
+        headers = {**admin.headers, "Content-Type": "text/csv"}
+        refused = await client.post(path, headers=headers, **csv)
+        assert refused.status == 429
+        assert refused.headers["Retry-After"] == "5"
+        kb = await client.post("/api/v1/knowledge_base_items/import", headers=headers, **csv)
+        assert kb.status == 429
+        other = await client.post(path, headers={**colleague.headers, "Content-Type": "text/csv"}, **csv)
+        assert other.status == 201
+    finally:
+        for writer in stalled:
+            writer.close()
+    async with asyncio.timeout(20):
+        while app[UPLOADS]:  # noqa: ASYNC110 (polls the service)
+            await asyncio.sleep(0.02)
+    assert (await client.post(path, headers=headers, **csv)).status == 201

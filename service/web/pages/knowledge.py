@@ -25,6 +25,7 @@ from ...domain.models import Page
 from ...domain.uploads import Limits
 from ..actors import actor
 from ..auth import connection
+from ..body import one_of_members_uploads
 from ..keys import CONFIG, LIBRARY_JOBS, PARSERS
 from ..views.knowledge import entries_written, start_duplicate_run
 from .common import may_write, page, principal, read_form, read_upload, render, see_other
@@ -109,11 +110,13 @@ async def kb_delete(request: web.Request) -> web.StreamResponse:
 @page(write=True, roles=WRITERS, multipart=True)
 async def kb_import(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
-    _, upload = await read_upload(request, config.server.max_upload_bytes)
-    # As the API's import: parsed in a worker process within the upload limits.
-    with upload.file:
-        parsed = await request.app[PARSERS].run(parse_upload, Unread(upload.file), Limits.of(config.uploads),
-                                                owner=principal(request).account_id)
+    async with one_of_members_uploads(request):
+        _, upload = await read_upload(request, config.server.max_upload_bytes)
+        # As the API's import: parsed in a worker process within the upload limits.
+        with upload.file:
+            parsed = await request.app[PARSERS].run(parse_upload, Unread(upload.file),
+                                                    Limits.of(config.uploads),
+                                                    owner=principal(request).account_id)
     async with connection(request) as conn:
         report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)

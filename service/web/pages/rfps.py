@@ -30,6 +30,7 @@ from ...domain.rfps import (
 )
 from ..actors import actor
 from ..auth import connection
+from ..body import one_of_members_uploads
 from ..keys import CONFIG
 from ..responses import json_response
 from ..views import rfp_items as rfp_items_views
@@ -221,8 +222,9 @@ async def upload(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
-    fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
-    report = await import_upload(request, who.account_id, rfp_id, file, import_options(fields))
+    async with one_of_members_uploads(request):
+        fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
+        report = await import_upload(request, who.account_id, rfp_id, file, import_options(fields))
     return render(request, "import_report.html", {"rfp": rfp, "report": report}, status=201)
 
 

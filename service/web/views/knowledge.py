@@ -25,7 +25,7 @@ from ...domain.models import Page
 from ...domain.uploads import Limits
 from ..actors import actor
 from ..auth import Policy, acquire, check, connection, principal, requires
-from ..body import read_json, read_object, receive_upload
+from ..body import one_of_members_uploads, read_json, read_object, receive_upload
 from ..keys import CONFIG, DELIVERER, INDEXER, LIBRARY_JOBS, PARSERS
 from ..responses import json_response
 
@@ -53,11 +53,12 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
         raise UnsupportedMediaType(
             "send the CSV as text/csv, or as multipart/form-data with a field named file"
         )
-    upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
-    with upload.file:
-        return await request.app[PARSERS].run(parse_upload, Unread(upload.file),
-                                              Limits.of(request.app[CONFIG].uploads),
-                                              owner=principal(request).account_id)
+    async with one_of_members_uploads(request):
+        upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
+        with upload.file:
+            return await request.app[PARSERS].run(parse_upload, Unread(upload.file),
+                                                  Limits.of(request.app[CONFIG].uploads),
+                                                  owner=principal(request).account_id)
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:

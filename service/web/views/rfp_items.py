@@ -37,7 +37,7 @@ from ...domain.rfp_items import (
 from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
 from ..actors import actor
 from ..auth import connection, principal, requires
-from ..body import Upload, read_body, read_json, receive_upload
+from ..body import Upload, one_of_members_uploads, read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, DELIVERER, EXPORTS, MAIL_SENDER, METRICS, PARSERS, PIPELINE
 from ..responses import json_response
@@ -101,8 +101,9 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
-    upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
-    report = await import_upload(request, who.account_id, rfp_id, upload, options)
+    async with one_of_members_uploads(request):
+        upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
+        report = await import_upload(request, who.account_id, rfp_id, upload, options)
     return json_response({"import": report}, status=201)
 
 
