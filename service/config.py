@@ -75,6 +75,10 @@ class ServerConfig:
     # At max_body_bytes, one anonymous client stalling 3,000 bodies a byte short of 1 MiB held
     # 3.1 GB of the service process for body_timeout_seconds, and could start again.
     max_public_body_bytes: int = attrs.field(default=16_384, validator=_positive)
+    # Request bodies (JSON, forms) one member's requests receive at once in one service process;
+    # more: 429 before reading. Each is held in memory as it arrives, until body_timeout_seconds:
+    # a viewer's 2,000 bodies stalled a byte short of max_body_bytes held 2.5 GB.
+    max_bodies_per_member: int = attrs.field(default=16, validator=_positive)
     # Questionnaire uploads (POST …/rfp_items/import) stream past max_body_bytes up to this size.
     max_upload_bytes: int = attrs.field(default=52_428_800, validator=_positive)
     # A JSON body must arrive whole within body_timeout_seconds, an upload within

@@ -24,6 +24,7 @@ from ..web import openapi
 from .auth import MemberShares
 from .frontdoor import guarded_routes, refuse_unguarded
 from .keys import (
+    BODIES,
     CONFIG,
     DELIVERER,
     EVENTS,
@@ -229,6 +230,7 @@ def create_app(config: Config) -> web.Application:
     app[OPEN_STREAMS] = collections.Counter()
     app[EXPORTS] = rfp_items.export_turns(config.server)
     app[UPLOADS] = collections.Counter()
+    app[BODIES] = collections.Counter()
     app[SHARES] = MemberShares(config.database.max_connections_per_member)
     pages_common.setup(app)  # the web app's templates
     app.cleanup_ctx.append(_pool)

@@ -24,8 +24,8 @@ from ..domain.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from .auth import principal
-from .keys import CONFIG, UPLOADS
+from .auth import PRINCIPAL, principal
+from .keys import BODIES, CONFIG, UPLOADS
 
 T = TypeVar("T")
 
@@ -40,9 +40,34 @@ def _timed_out(request: web.Request, what: str, seconds: float) -> RequestTimeou
 async def arriving(request: web.Request, receiving: Awaitable[T], what: str, *, upload: bool = False) -> T:
     """`receiving` (a body being read) within server.body_timeout_seconds, or for an upload
     server.upload_timeout_seconds: a client sending a byte at a time must not keep a connection
-    and a handler for minutes. Past it, 408 and the connection closes."""
+    and a handler for minutes. Past it, 408 and the connection closes. A member's requests
+    receive at most server.max_bodies_per_member bodies at once (429 past it, before reading):
+    each is held in memory as it arrives, and a viewer's 2,000 bodies stalled a byte short of
+    max_body_bytes held 2.5 GB."""
     server = request.app[CONFIG].server
     seconds = server.upload_timeout_seconds if upload else server.body_timeout_seconds
+    who = request.get(PRINCIPAL)
+    if upload or who is None:  # (uploads: one_of_members_uploads; nobody: max_public_body_bytes)
+        return await _within(request, receiving, what, seconds)
+    held = request.app[BODIES]
+    if held[who.member_id] >= server.max_bodies_per_member:
+        if asyncio.iscoroutine(receiving):
+            receiving.close()
+        raise RateLimited(
+            f"{held[who.member_id]} request bodies of this member are arriving already "
+            "(server.max_bodies_per_member); send the next once one has arrived",
+            headers={"Retry-After": "1"},
+        )
+    held[who.member_id] += 1
+    try:
+        return await _within(request, receiving, what, seconds)
+    finally:
+        held[who.member_id] -= 1
+        if not held[who.member_id]:
+            del held[who.member_id]
+
+
+async def _within(request: web.Request, receiving: Awaitable[T], what: str, seconds: float) -> T:
     try:
         async with asyncio.timeout(seconds):
             return await receiving

@@ -40,6 +40,8 @@ PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
 # Pooled connections held per member id, in this process (database.max_connections_per_member).
 SHARES: web.AppKey[MemberShares] = web.AppKey("member_shares")
+# Request bodies (JSON, forms) being received per member id, in this process (server.max_bodies_per_member).
+BODIES: web.AppKey[Counter[str]] = web.AppKey("bodies")
 # Uploads being received or parsed per member id, in this process (uploads.max_uploads_per_member).
 UPLOADS: web.AppKey[Counter[str]] = web.AppKey("uploads")
 # Open question event streams per member id, in this process (server.max_streams_per_member).

@@ -8,7 +8,7 @@ import asyncio
 from conftest import with_config
 
 from service.web.app import create_app
-from service.web.keys import SHARES, UPLOADS
+from service.web.keys import BODIES, SHARES, UPLOADS
 
 # Backends of the service waiting for the table lock the test holds: each holds a pooled connection.
 WAITING_ON_RFPS = (
@@ -137,3 +137,35 @@ async def test_uploads__a_member_sends_at_most_max_uploads_per_member_at_once(
         while app[UPLOADS]:  # noqa: ASYNC110 (polls the service)
             await asyncio.sleep(0.02)
     assert (await client.post(path, headers=headers, **csv)).status == 201
+
+
+async def test_body__a_member_receives_at_most_max_bodies_per_member_at_once(
+    config, admin, make_member, aiohttp_client
+):
+    """A JSON body is held in memory as it arrives, until body_timeout_seconds: a viewer's 2,000
+    bodies stalled a byte short of max_body_bytes held 2.5 GB of the service. Now a member's
+    requests past max_bodies_per_member bodies arriving at once are 429 before reading."""
+    app = create_app(with_config(config, server={"max_bodies_per_member": 2}))
+    client = await aiohttp_client(app)
+    viewer = await make_member(admin.account_id, "viewer", "read,write")
+    host, port = client.server.host, client.server.port
+    auth = f"Authorization: Bearer {viewer.token}\r\n"
+    stalled = [asyncio.create_task(_stalled_body(host, port, "/api/v1/users/password",
+                                                 b'{"current_password": "', 1_000_000, auth))
+               for _ in range(2)]
+    try:
+        async with asyncio.timeout(20):
+            while app[BODIES][viewer.member_id] < 2:  # noqa: ASYNC110 (polls the service)
+                await asyncio.sleep(0.02)
+        refused = await client.post("/api/v1/users/password", headers=viewer.headers,
+                                    json={"current_password": "x", "new_password": "y"})
+        assert refused.status == 429
+        created = await client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {"title": "t"}})
+        assert created.status == 201
+    finally:
+        for task in stalled:
+            task.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
+    async with asyncio.timeout(20):
+        while app[BODIES]:  # noqa: ASYNC110 (polls the service)
+            await asyncio.sleep(0.02)
