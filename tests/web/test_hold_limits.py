@@ -4,6 +4,7 @@ requests. Each test counts what is held (locks waited on, connections) rather th
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from conftest import with_config
 
@@ -169,3 +170,36 @@ async def test_body__a_member_receives_at_most_max_bodies_per_member_at_once(
     async with asyncio.timeout(20):
         while app[BODIES]:  # noqa: ASYNC110 (polls the service)
             await asyncio.sleep(0.02)
+
+
+async def test_response__a_client_that_takes_none_of_it_is_dropped(
+    config, conn, admin, make_member, make_rfp, aiohttp_client
+):
+    """aiohttp waits on a client that reads nothing for as long as it stays connected, holding
+    the response: a viewer's 300 unread item lists of 6 MB grew the service by 1.9 GB (and
+    1.2 GB in its sockets' send queues) for as long as the client kept them. Now such a
+    connection is dropped after send_timeout_seconds without progress. (The list here is
+    ~11 MB, more than loopback's socket buffers take.)"""
+    app = create_app(with_config(config, server={"send_timeout_seconds": 0.5}))
+    client = await aiohttp_client(app)
+    viewer = await make_member(admin.account_id, "viewer", "read")
+    rfp_id = await make_rfp(admin, "Large")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, answer, position)"
+        " SELECT 'item_' || n, $1, 'Is data encrypted at rest?', repeat('Yes, with AES-256. ', 30000), n"
+        "   FROM generate_series(1, 20) AS n", rfp_id,
+    )
+    server = client.server.runner.server
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+    sock.connect((client.server.host, client.server.port))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=4096)
+    writer.write(f"GET /api/v1/rfps/{rfp_id}/rfp_items HTTP/1.1\r\nHost: x\r\n"
+                 f"Authorization: Bearer {viewer.token}\r\n\r\n".encode())
+    try:
+        assert await reader.readline() == b"HTTP/1.1 200 OK\r\n"  # then nothing more is read
+        async with asyncio.timeout(20):  # before: the connection stayed, the response waiting
+            while server.connections:  # noqa: ASYNC110 (polls the service)
+                await asyncio.sleep(0.05)
+    finally:
+        writer.close()
