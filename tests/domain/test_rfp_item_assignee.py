@@ -8,30 +8,12 @@ import json
 
 import asyncpg
 from conftest import CONNECT, lock_waiters
+from test_workflow import item_ids, new_rfp, review  # the workflow tests' API steps
 
 from service.domain import accounts
 from service.domain.errors import ValidationFailed
 from service.domain.members import remove_member
 from service.domain.rfp_items import review as review_item
-
-
-async def new_rfp(client, actor, items=()) -> str:
-    response = await client.post(
-        "/api/v1/rfps", json={"rfp": {"title": "Review", "items": [{"question": q} for q in items]}},
-        headers=actor.headers,
-    )
-    return (await response.json())["id"]
-
-
-async def item_ids(client, actor, rfp_id) -> list[str]:
-    response = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=actor.headers)
-    return [i["id"] for i in (await response.json())["rfp_items"]]
-
-
-async def review(client, actor, rfp_id, item_id, **fields):
-    return await client.patch(
-        f"/api/v1/rfps/{rfp_id}/rfp_items/{item_id}", json={"rfp_item": fields}, headers=actor.headers
-    )
 
 
 async def items_of(client, actor, rfp_id, assignee):
