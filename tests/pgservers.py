@@ -99,20 +99,15 @@ class PgBouncer:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def write_config(self) -> None:
-        # auth_type = trust: the loopback test set-up only; DEPLOYMENT.md shows scram-sha-256.
-        # Each client's role is looked up on the server (auth_user's auth_query) and is the role
-        # its requests run as, so that the runtime-role tests run theirs as that role through
-        # PgBouncer (with `auth_type = any` and a forced user every request ran as postgres).
+        # auth_type = any: the loopback test set-up only; DEPLOYMENT.md shows scram-sha-256.
         self.ini.write_text(f"""[databases]
-* = host=127.0.0.1 port={self.server.port}
+* = host=127.0.0.1 port={self.server.port} user=postgres
 
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {self.port}
 unix_socket_dir =
-auth_type = trust
-auth_user = postgres
-auth_file = {self.base / "users.txt"}
+auth_type = any
 pool_mode = transaction
 default_pool_size = {self.pool_size}
 max_client_conn = 2000
@@ -124,7 +119,6 @@ server_login_retry = 1
 logfile = {self.base / "pgbouncer.log"}
 pidfile = {self.base / "pgbouncer.pid"}
 """)
-        (self.base / "users.txt").write_text('"postgres" ""\n')  # auth_user itself: from here
         if os.geteuid() == 0:
             shutil.chown(self.ini, "postgres", "postgres")
 
