@@ -500,12 +500,16 @@ async def test_runner__a_backlog_of_one_account_does_not_hold_up_another(
     config = QuestionsConfig(poll_seconds=0.05, step_delay_seconds=0.02, concurrency=2)
     pipeline = Pipeline(pool, LocalEngine(), config, aiojobs.Scheduler())
     await _run_until_complete(conn, pipeline, theirs)
-    # answered while nearly all of the backlog still waits (oldest first: after all 30 of it)
-    waiting = await conn.fetchval(
-        "SELECT count(*) FROM questions WHERE account_id = $1 AND state <> 'complete'",
-        demo.account_id,
+    # answered while nearly all of the backlog still waited (oldest first: after all 30 of it).
+    # Counted by when each stored its last state, not by what waits once the test has looked:
+    # on a loaded machine (CI, through PgBouncer) several more finished before the poll saw it.
+    done_before = await conn.fetchval(
+        """SELECT count(*) FROM questions
+            WHERE account_id = $1 AND state = 'complete'
+              AND updated_at <= (SELECT updated_at FROM questions WHERE id = $2)""",
+        demo.account_id, theirs,
     )
-    assert waiting >= 25
+    assert done_before <= 5
 
 
 async def test_adopt__after_the_scheduler_closed_refuses_and_leaves_no_coroutine_unawaited(conn, pool, admin):
