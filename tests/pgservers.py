@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,14 +85,17 @@ class SystemPostgres:
 
 
 class PgBouncer:
-    """PgBouncer in transaction mode: every database of `server` under its own name (`*`)."""
+    """PgBouncer in transaction mode: every database of the server on `server_port` under its
+    own name (`*`), every request run as `server_user` whoever the client says it is."""
 
-    def __init__(self, base: Path, server: SystemPostgres, port: int | None = None,
-                 pool_size: int = 20) -> None:
+    def __init__(self, base: Path, server_port: int, port: int | None = None,
+                 pool_size: int = 20, server_user: str = "postgres") -> None:
         self.base = base
-        self.server = server
+        self.server_port = server_port
+        self.server_user = server_user
         self.port = port or free_port()
         self.ini = base / "pgbouncer.ini"
+        self.log = base / "pgbouncer.log"
         self.pool_size = pool_size
         self.process: subprocess.Popen | None = None
 
@@ -99,9 +103,14 @@ class PgBouncer:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def write_config(self) -> None:
-        # auth_type = any: the loopback test set-up only; DEPLOYMENT.md shows scram-sha-256.
+        # auth_type = any with a forced user: the loopback test set-up only (DEPLOYMENT.md shows
+        # scram-sha-256). Not `trust` with `auth_user`'s look-up of each client's role: with that,
+        # PgBouncer 1.18 stopped a quarter into a CI pass, every later connection refused (the
+        # pooler's put_in_order FATALs with auth_user, pgbouncer/pgbouncer#314, #502, #1116, are
+        # the likeliest cause; its log was lost). A test that needs requests run as another
+        # role starts a pooler of its own forcing that role (tests/service/test_runtime_role.py).
         self.ini.write_text(f"""[databases]
-* = host=127.0.0.1 port={self.server.port} user=postgres
+* = host=127.0.0.1 port={self.server_port} user={self.server_user}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -116,7 +125,7 @@ server_reset_query =
 ignore_startup_parameters = extra_float_digits
 query_wait_timeout = 10
 server_login_retry = 1
-logfile = {self.base / "pgbouncer.log"}
+logfile = {self.log}
 pidfile = {self.base / "pgbouncer.pid"}
 """)
         if os.geteuid() == 0:
@@ -124,19 +133,35 @@ pidfile = {self.base / "pgbouncer.pid"}
 
     def start(self) -> None:
         self.write_config()
-        self.process = subprocess.Popen(_as_postgres(["pgbouncer", str(self.ini)]),
+        # Its soft limit on open files raised to the hard one first: PgBouncer keeps the 1,024 it
+        # is given (runuser's PAM session sets it back) while max_client_conn wants 2,012
+        # descriptors, and past them accept() fails and clients are refused.
+        command = ["sh", "-c", 'ulimit -n "$(ulimit -Hn)"; exec pgbouncer "$0"', str(self.ini)]
+        self.process = subprocess.Popen(_as_postgres(command),
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.5):
                 return
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"pgbouncer did not start; see {self.base / 'pgbouncer.log'}")
+                raise RuntimeError(f"pgbouncer did not start: {self.log_tail()}")
             time.sleep(0.05)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no log: {exc})"
+
+    def died(self) -> bool:
+        return self.process is not None and self.process.poll() is not None
 
     def stop(self) -> None:
         if self.process is None:
             return
+        if self.died():  # the log goes with its directory: say why it stopped while we can
+            print(f"PgBouncer had stopped (exit {self.process.returncode}) before the end; the end "
+                  f"of its log:\n{self.log_tail()}", file=sys.stderr, flush=True)
         # runuser passes the signal on; SIGINT is PgBouncer's "safe shutdown" without waiting
         # for clients, SIGTERM its immediate one.
         with contextlib.suppress(ProcessLookupError):
@@ -149,16 +174,35 @@ pidfile = {self.base / "pgbouncer.pid"}
         self.process = None
 
 
-@contextlib.contextmanager
-def servers(name: str = "pgbouncer") -> Iterator[tuple[SystemPostgres, PgBouncer]]:
+def _scratch(name: str) -> Path:
     # Under /tmp, not the checkout: the `postgres` user must reach it, and a checkout under
     # /root (CI's) is closed to other users.
-    import tempfile
-
     top = Path(tempfile.mkdtemp(prefix=f"rfp-{name}-"))
     top.chmod(0o755)  # mkdtemp's 0700 would keep the `postgres` user out
+    return top
+
+
+@contextlib.contextmanager
+def pooler(server_port: int, server_user: str) -> Iterator[PgBouncer]:
+    """A PgBouncer of its own in front of the server on `server_port`, running every request as
+    `server_user` (the shared one of the PgBouncer pass runs them as postgres)."""
+    top = _scratch("pooler")
+    if os.geteuid() == 0:
+        shutil.chown(top, "postgres", "postgres")  # its log and pid file
+    bouncer = PgBouncer(top, server_port, pool_size=5, server_user=server_user)
+    try:
+        bouncer.start()
+        yield bouncer
+    finally:
+        bouncer.stop()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def servers(name: str = "pgbouncer") -> Iterator[tuple[SystemPostgres, PgBouncer]]:
+    top = _scratch(name)
     postgres = SystemPostgres(top / "cluster")
-    bouncer = PgBouncer(top / "cluster", postgres)
+    bouncer = PgBouncer(top / "cluster", postgres.port)
     try:
         postgres.init()
         postgres.start()

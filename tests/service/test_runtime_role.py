@@ -7,15 +7,16 @@ import asyncio
 import logging
 import re
 import shutil
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from importlib import resources
 
 import asyncpg
 import attrs
+import pgservers
 import pytest
 from cli_runner import cli
-from conftest import PGBOUNCER_URL, ROOT, with_config
+from conftest import CONNECT, PGBOUNCER_URL, ROOT, with_config
 from helpers_questions import add_entry, ask, wait_complete
 from yarl import URL
 
@@ -93,14 +94,18 @@ async def _grant(roles: Roles) -> None:
     await _as(roles.owner_url, documented_grants(owner, app, name))
 
 
-def _app_config(config, roles: Roles):
-    """The tests' configuration on the database as the runtime role (past PgBouncer in its pass:
-    there PgBouncer's own server user runs the requests, the runtime role what takes direct_url)."""
-    if PGBOUNCER_URL:
-        through = URL(db.with_database(PGBOUNCER_URL, URL(roles.app_url).path[1:]))
-        return with_config(config, database={"url": str(through.with_user(URL(roles.app_url).user)),
-                                             "direct_url": roles.app_url})
-    return with_config(config, database={"url": roles.app_url})
+@contextmanager
+def _app_config(config, roles: Roles) -> Iterator:
+    """The tests' configuration on the database as the runtime role; in the PgBouncer pass
+    through a pooler of the test's own that runs every request as that role (the pass's shared
+    one runs them as postgres), the runtime role itself what takes direct_url."""
+    if not PGBOUNCER_URL:
+        yield with_config(config, database={"url": roles.app_url})
+        return
+    app = URL(roles.app_url)
+    with pgservers.pooler(app.port, app.user) as bouncer:
+        through = URL(bouncer.url(app.path[1:])).with_user(app.user)
+        yield with_config(config, database={"url": str(through), "direct_url": roles.app_url})
 
 
 async def test_runtime_role__refused_a_pending_migration_naming_it_then_serves_once_the_owner_migrated(
@@ -132,46 +137,51 @@ async def test_runtime_role__refused_a_pending_migration_naming_it_then_serves_o
     assert NEW_MIGRATION in result.stdout
     result = await asyncio.to_thread(cli, roles.app_url, "housekeeping")  # migrates first, then sweeps
     assert result.returncode == 0, result.stderr
-    config = _app_config(config, roles)
-    caplog.set_level(logging.INFO)
-    demo = await service_cli.bootstrap_demo(config.database.url, config)
-    assert demo is not None  # the first start's demo account, made by the runtime role
-    assert await service_cli.bootstrap_demo(config.database.url, config) is None
-    headers = {"Authorization": f"Bearer {demo['token']}"}
-    client = await aiohttp_client(create_app(config))
-    try:
-        response = await client.post(
-            "/api/v1/knowledge_base_items/import", headers={**headers, "Content-Type": "text/csv"},
-            data=b"question,answer\nDo you encrypt customer data at rest?,Yes. Customer data at rest "
-                 b"is encrypted with AES-256.\n")
-        assert response.status == 200, await response.text()
-        response = await client.post("/api/v1/rfps", json={"rfp": {"title": "Acme"}}, headers=headers)
-        assert response.status == 201, await response.text()
-        rfp_id = (await response.json())["id"]
-        response = await client.post(
-            f"/api/v1/rfps/{rfp_id}/rfp_items/import", headers={**headers, "Content-Type": "text/csv"},
-            data=b"Section,Question\nEncryption,Do you encrypt customer data at rest?\n")
-        assert response.status == 201, await response.text()
-        response = await client.post(f"/api/v1/rfps/{rfp_id}/answer", headers=headers)
-        assert response.status == 202, await response.text()
-        response = await ask(client, headers, "Is customer data encrypted at rest?")
-        assert response.status == 202, await response.text()
-        question = await wait_complete(client, (await response.json())["id"], headers, 30)
-        assert "AES-256" in question["answer"]
-        async with asyncio.timeout(30):
-            while True:
-                response = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=headers)
-                [item] = (await response.json())["rfp_items"]
-                if item["answer"]:
-                    break
-                await asyncio.sleep(0.05)
-        response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{item['id']}",
-                                      json={"rfp_item": {"state": "approved"}}, headers=headers)
-        assert response.status == 200, await response.text()
-        response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=headers)
-        assert (await response.json())["state"] == "approved"
-    finally:
-        await client.close()
+    with _app_config(config, roles) as config:
+        through = await asyncpg.connect(config.database.url, **CONNECT)  # a pooler in its pass
+        try:  # the requests below run as the runtime role, not as a pooler's own server user
+            assert await through.fetchval("SELECT current_user") == app
+        finally:
+            await through.close()
+        caplog.set_level(logging.INFO)
+        demo = await service_cli.bootstrap_demo(config.database.url, config)
+        assert demo is not None  # the first start's demo account, made by the runtime role
+        assert await service_cli.bootstrap_demo(config.database.url, config) is None
+        headers = {"Authorization": f"Bearer {demo['token']}"}
+        client = await aiohttp_client(create_app(config))
+        try:
+            response = await client.post(
+                "/api/v1/knowledge_base_items/import", headers={**headers, "Content-Type": "text/csv"},
+                data=b"question,answer\nDo you encrypt customer data at rest?,Yes. Customer data at rest "
+                     b"is encrypted with AES-256.\n")
+            assert response.status == 200, await response.text()
+            response = await client.post("/api/v1/rfps", json={"rfp": {"title": "Acme"}}, headers=headers)
+            assert response.status == 201, await response.text()
+            rfp_id = (await response.json())["id"]
+            response = await client.post(
+                f"/api/v1/rfps/{rfp_id}/rfp_items/import", headers={**headers, "Content-Type": "text/csv"},
+                data=b"Section,Question\nEncryption,Do you encrypt customer data at rest?\n")
+            assert response.status == 201, await response.text()
+            response = await client.post(f"/api/v1/rfps/{rfp_id}/answer", headers=headers)
+            assert response.status == 202, await response.text()
+            response = await ask(client, headers, "Is customer data encrypted at rest?")
+            assert response.status == 202, await response.text()
+            question = await wait_complete(client, (await response.json())["id"], headers, 30)
+            assert "AES-256" in question["answer"]
+            async with asyncio.timeout(30):
+                while True:
+                    response = await client.get(f"/api/v1/rfps/{rfp_id}/rfp_items", headers=headers)
+                    [item] = (await response.json())["rfp_items"]
+                    if item["answer"]:
+                        break
+                    await asyncio.sleep(0.05)
+            response = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{item['id']}",
+                                          json={"rfp_item": {"state": "approved"}}, headers=headers)
+            assert response.status == 200, await response.text()
+            response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=headers)
+            assert (await response.json())["state"] == "approved"
+        finally:
+            await client.close()
     assert "permission denied" not in caplog.text and "must be owner" not in caplog.text, caplog.text
     # Nothing owned by the runtime role: it changed no part of the schema.
     assert await _as(roles.owner_url, "SELECT count(*) FROM pg_class WHERE relowner = $1::regrole",
