@@ -60,6 +60,7 @@ from .errors import (
 from .ids import new_id
 from .models import Page
 from .passwords import Passwords, address_key, guard_password_attempt, remember_client, take_bucket
+from .rfp_items import unassign_member_items
 from .tokens import ROLES, SCOPES, WRITER_ROLES, Principal, hash_token, issue_token
 
 
@@ -618,7 +619,7 @@ async def change_role(
             await conn.execute(db.query("change_member_role"), member_id, account_id, role)
             after: dict[str, Any] = {"role": role}
             if role not in WRITER_ROLES:  # a viewer answers nothing: their items are unassigned
-                after |= await _unassign(conn, account_id, member["user_id"])
+                after |= await _unassign(conn, account_id, member["user_id"], actor)
             if actor is not None:
                 await audit.record(conn, actor, "member.role_changed", record_id=member_id,
                                    account_id=account_id, before={"role": member["role"]},
@@ -626,9 +627,13 @@ async def change_role(
         return await fetch_member(conn, member_id, account_id)
 
 
-async def _unassign(conn: asyncpg.Connection, account_id: str, user_id: int) -> dict[str, int]:
-    """Unassign the member's items of the account; for the audit event, how many there were."""
-    count = await conn.fetchval(db.query("unassign_member_items"), account_id, user_id)
+async def _unassign(
+    conn: asyncpg.Connection, account_id: str, user_id: int, actor: audit.Actor | None
+) -> dict[str, int]:
+    """Unassign the member's items of the account, each with its rfp_item.assigned webhook
+    (rfp_items.unassign_member_items says why one per item); for the audit event, how many
+    items there were."""
+    count, _ = await unassign_member_items(conn, account_id, user_id, actor)
     return {"items_unassigned": count} if count else {}
 
 
@@ -641,7 +646,7 @@ async def remove_member(
         member = await _lock_member(conn, account_id, member_id)
         await _keep_an_admin(conn, account_id, member)
         await conn.execute(db.query("delete_member"), member_id, account_id)
-        unassigned = await _unassign(conn, account_id, member["user_id"])
+        unassigned = await _unassign(conn, account_id, member["user_id"], actor)
         if actor is not None:
             await audit.record(conn, actor, "member.removed", record_id=member_id,
                                account_id=account_id, before={"role": member["role"]},

@@ -166,10 +166,69 @@ async def assignable_members(conn: asyncpg.Connection, account_id: str) -> list[
     return [MemberRef(id=row["id"], name=row["name"], email=row["email"]) for row in rows]
 
 
+async def member_user(
+    conn: asyncpg.Connection, account_id: str, member_id: str | None
+) -> MemberRef | None:
+    """The user behind a member of the account as an item shows its assignee (who assigned an
+    item); None for no member (the operator's CLI)."""
+    row = await conn.fetchrow(db.query("member_user"), account_id, member_id) if member_id else None
+    return None if row is None else MemberRef(id=row["id"], name=row["name"], email=row["email"])
+
+
+def assigner_label(assigner: MemberRef | None) -> str:
+    """Who assigned an item, as the assignee's e-mail names them: the display name the app shows
+    everywhere, with the address beside it."""
+    return f"{assigner.name} ({assigner.email})" if assigner is not None else "A colleague"
+
+
+def assigned_event(
+    row: Mapping[str, Any], previous: Mapping[str, Any] | None, assigned_by: MemberRef | None
+) -> dict[str, Any]:
+    """The rfp_item.assigned webhook's data: the item as the API shows it (its new `assignee`,
+    null when unassigned), `previous_assignee` (null when it had none) and `assigned_by`, the
+    member who changed it (null for the operator's CLI)."""
+    before = None if previous is None or previous["assignee_id"] is None else MemberRef(
+        id=previous["assignee_id"], name=previous["assignee_name"], email=previous["assignee_email"])
+    return unstructure(RfpItem.from_row(row)) | {
+        "previous_assignee": unstructure(before), "assigned_by": unstructure(assigned_by)}
+
+
+# A member's unassigned items are read for their webhooks this many at a time.
+_UNASSIGNED_BATCH = 500
+
+
+async def unassign_member_items(
+    conn: asyncpg.Connection, account_id: str, user_id: int, actor: audit.Actor | None = None
+) -> tuple[int, int]:
+    """Unassign a member's items of the account (they were removed or made a viewer), in the
+    caller's transaction: (how many items, how many webhook deliveries were queued).
+
+    Each item gets its rfp_item.assigned event, as any other change of its assignee does: an
+    integration that mirrors who answers what (a task per item in a tracker) must hear that
+    these items have nobody now, and `previous_assignee` says whom they were taken from. They are
+    written 500 to a statement, and only when an endpoint wants the type (else the unassignment
+    is its one UPDATE, as before), so removing a member with thousands of items stays quick:
+    10,000 items unassigned in 0.5 to 0.7 s with an endpoint wanting them (8 MB of events), 60 ms
+    without one; 20,000 (an RFP's most) in 1.6 to 1.9 s and 0.1 to 0.4 s (the lead's 2-core machine)."""
+    ids = await conn.fetchval(db.query("unassign_member_items"), account_id, user_id)
+    if not ids or not await webhooks.wanted(conn, account_id, "rfp_item.assigned"):
+        return len(ids), 0
+    assigned_by = await member_user(conn, account_id, actor.member_id if actor else None)
+    previous = await conn.fetchrow(db.query("user_as_previous_assignee"), user_id)
+    queued = 0
+    for start in range(0, len(ids), _UNASSIGNED_BATCH):
+        rows = await conn.fetch(db.query("rfp_items_by_ids"), account_id,
+                                ids[start:start + _UNASSIGNED_BATCH])
+        queued += await webhooks.emit_many(conn, account_id, "rfp_item.assigned", [
+            (row["id"], assigned_event(row, previous, assigned_by)) for row in rows])
+    return len(ids), queued
+
+
 def assignment_mail(
     base_url: str, rfp_id: str, rfp_title: str, item: Mapping[str, Any], assigned_by: str
 ) -> tuple[str, str]:
-    """The e-mail telling a member an item was assigned to them, linking to the item alone."""
+    """The e-mail telling a member an item was assigned to them, linking to the item alone;
+    `assigned_by` as assigner_label writes it."""
     link = f"{base_url.rstrip('/')}/rfps/{rfp_id}?item={item['id']}"
     question = " ".join(item["question"].split())
     if len(question) > 300:
@@ -215,18 +274,26 @@ async def review(
             if actor is not None and changes_state else None
         )
         row = await review_item(conn, account_id, current, fields, member_id, assignee)
+        reassigned = row["assignee_id"] != current["assignee_id"]
+        mailing = (mail_config is not None and assignee is not None and reassigned
+                   and assignee["member_id"] != member_id)
+        announcing = (actor is not None and reassigned
+                      and await webhooks.wanted(conn, account_id, "rfp_item.assigned"))
+        assigner = await member_user(conn, account_id, member_id) if mailing or announcing else None
         mailed = False
-        if (mail_config is not None and assignee is not None
-                and row["assignee_id"] != current["assignee_id"]
-                and assignee["member_id"] != member_id):
+        if mailing:
+            assert mail_config is not None and assignee is not None
             title = await conn.fetchval(db.query("rfp_title"), rfp_id)
-            by = actor.label if actor is not None and actor.label else "A colleague"
-            subject, body = assignment_mail(web_base_url, rfp_id, title, row, by)
+            subject, body = assignment_mail(web_base_url, rfp_id, title, row,
+                                            assigner_label(assigner))
             await mail.enqueue(conn, mail_config, assignee["email"], subject, body)
             mailed = True
         if actor is None:
             return Reviewed(row=row, mailed=mailed)
         queued = 0
+        if announcing:
+            queued += await webhooks.emit(conn, account_id, "rfp_item.assigned", row["id"],
+                                          assigned_event(row, current, assigner))
         await audit.record(conn, actor, "rfp_item.updated", record_id=row["id"],
                            account_id=account_id,
                            before={k: current[k] for k in _REVIEW_AUDITED},

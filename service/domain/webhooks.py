@@ -27,7 +27,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,6 +60,7 @@ EVENT_TYPES = (
     "rfp.items_imported",
     "rfp.answered",
     "rfp_item.approved",
+    "rfp_item.assigned",
     "rfp.approved",
     "knowledge_base_item.created",
     "knowledge_base_item.updated",
@@ -312,6 +313,23 @@ async def emit(
     return await conn.fetchval(
         db.query("enqueue_webhook_event"), new_id("msg"), account_id, event_type, record_id,
         event_body(event_type, data),
+    )
+
+
+async def emit_many(
+    conn: asyncpg.Connection, account_id: str, event_type: str,
+    records: Sequence[tuple[str, Any]],
+) -> int:
+    """`emit` for many events of one type, `records` being (record id, data) pairs: one
+    statement, however many there are. Returns how many deliveries were queued."""
+    assert event_type in EVENT_TYPES, event_type
+    if not records:
+        return 0
+    at = datetime.now(UTC)
+    return await conn.fetchval(
+        db.query("enqueue_webhook_events"), [new_id("msg") for _ in records], account_id,
+        event_type, [record_id for record_id, _ in records],
+        [event_body(event_type, data, at) for _, data in records],
     )
 
 

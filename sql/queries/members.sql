@@ -200,14 +200,30 @@ SELECT u.id, u.email, display_name(u.first_name, u.last_name, u.email) AS name
 
 -- unassign_member_items --
 -- Unassign every item of the account's RFPs assigned to user $2 (a member removed or made a
--- viewer); how many were.
+-- viewer); the ids of those that were (for their rfp_item.assigned webhooks).
 WITH unassigned AS (
     UPDATE rfp_items i SET assignee_id = NULL, updated_at = now()
       FROM rfps r
      WHERE i.assignee_id = $2 AND r.id = i.rfp_id AND r.account_id = $1
-    RETURNING 1
+    RETURNING i.id
 )
-SELECT count(*)::integer FROM unassigned;
+SELECT coalesce(array_agg(id), '{}') FROM unassigned;
+
+-- user_as_previous_assignee --
+-- User $1 as an item's assignee before it was unassigned (the rfp_item.assigned webhook's
+-- previous_assignee), in the columns of get_rfp_item.
+SELECT id AS assignee_id, display_name(first_name, last_name, email) AS assignee_name,
+       email AS assignee_email
+  FROM users
+ WHERE id = $1;
+
+-- member_user --
+-- The user behind member $2 of account $1 as an item shows its assignee (id, name, email): who
+-- assigned an item, for the assignee's e-mail and the rfp_item.assigned webhook.
+SELECT u.id, display_name(u.first_name, u.last_name, u.email) AS name, u.email
+  FROM members m
+  JOIN users u ON u.id = m.user_id
+ WHERE m.account_id = $1 AND m.id = $2;
 
 -- delete_member --
 -- Remove a membership; its tokens go with it (api_tokens cascade).

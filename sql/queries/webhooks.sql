@@ -51,6 +51,27 @@ WITH targets AS (
 )
 SELECT count(*) FROM queued;
 
+-- enqueue_webhook_events --
+-- enqueue_webhook_event for many events of one type at once: events $1 (ids) of account $2, of
+-- type $3, about records $4 with bodies $5 (arrays in step), each with a delivery to every
+-- enabled endpoint of the account that wants the type; nothing when none wants it. Returns how
+-- many deliveries were queued.
+WITH targets AS (
+    SELECT id FROM webhook_endpoints
+     WHERE account_id = $2 AND enabled AND $3 = ANY (event_types)
+), events AS (
+    INSERT INTO webhook_events (id, account_id, type, record_id, body)
+    SELECT e.id, $2, $3, e.record_id, e.body
+      FROM unnest($1::text[], $4::text[], $5::text[]) AS e (id, record_id, body)
+     WHERE EXISTS (SELECT 1 FROM targets)
+    RETURNING id, record_id
+), queued AS (
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, record_id)
+    SELECT events.id, targets.id, events.record_id FROM events, targets
+    RETURNING id
+)
+SELECT count(*) FROM queued;
+
 -- webhook_type_wanted --
 -- Whether any enabled endpoint of account $1 wants event type $2 (before building a costly body).
 SELECT webhook_wanted($1, $2);

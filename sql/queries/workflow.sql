@@ -34,6 +34,17 @@ SELECT i.*, a.email AS assignee_email,
   LEFT JOIN users a ON a.id = i.assignee_id
  WHERE i.id = $1 AND i.rfp_id = $2 AND r.account_id = $3;
 
+-- rfp_items_by_ids --
+-- Items $2 of account $1's RFPs with their assignees' names and e-mails, as get_rfp_item returns
+-- them, in id order (a member's unassigned items, for their webhooks).
+SELECT i.*, a.email AS assignee_email,
+       display_name(a.first_name, a.last_name, a.email) AS assignee_name
+  FROM rfp_items i
+  JOIN rfps r ON r.id = i.rfp_id
+  LEFT JOIN users a ON a.id = i.assignee_id
+ WHERE i.id = ANY ($2::text[]) AND r.account_id = $1
+ ORDER BY i.id;
+
 -- review_rfp_item --
 -- Store a reviewed item. Moving it to pending from another state reopens it: the link to the
 -- question that answered it goes, so the next "answer all" answers it again. A review that

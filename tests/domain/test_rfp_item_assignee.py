@@ -7,13 +7,17 @@ import asyncio
 import json
 
 import asyncpg
-from conftest import CONNECT, lock_waiters
+import pytest
+from conftest import CONNECT, lock_waiters, with_config
 from test_workflow import item_ids, new_rfp, review  # the workflow tests' API steps
+from webhook_receiver import fast_webhooks
 
 from service.domain import accounts
 from service.domain.errors import ValidationFailed
 from service.domain.members import remove_member
 from service.domain.rfp_items import review as review_item
+from service.web.app import create_app
+from service.web.openapi import document
 
 
 async def items_of(client, actor, rfp_id, assignee):
@@ -211,8 +215,9 @@ async def test_assign_and_removal_at_once__the_removed_member_is_never_left_assi
 
 
 async def test_assign__mails_the_assignee_a_link_to_the_item_alone(mail_client, admin, make_member,
-                                                                   smtp, config):
+                                                                   smtp, config, conn):
     writer = await make_member(admin.account_id, "member")
+    await name(conn, admin, "Grace", "Hopper")
     rfp_id = await new_rfp(mail_client, admin, ["Do you encrypt backups?"])
     [item_id] = await item_ids(mail_client, admin, rfp_id)
     response = await review(mail_client, admin, rfp_id, item_id, assignee_id=writer.user_id)
@@ -224,7 +229,9 @@ async def test_assign__mails_the_assignee_a_link_to_the_item_alone(mail_client, 
     body = message.get_content()
     link = f"{config.server.web_base_url.rstrip('/')}/rfps/{rfp_id}?item={item_id}"
     assert link in body
-    assert "Do you encrypt backups?" in body and admin.email in body
+    assert "Do you encrypt backups?" in body
+    # The assigner by the name the app shows everywhere (display_name), the address beside it.
+    assert f"Grace Hopper ({admin.email}) assigned you item 1" in body
 
 
 async def test_assign__oneself_or_the_same_assignee_again_mails_nobody(
@@ -262,3 +269,126 @@ async def test_assign__a_refused_assignment_queues_no_mail_an_accepted_one_queue
     response = await review(mail_client, admin, rfp_id, item_id, assignee_id=writer.user_id)
     assert response.status == 200
     assert await conn.fetchval("SELECT recipient FROM mail_outbox") == writer.email
+
+
+# -- the rfp_item.assigned webhook -----------------------------------------------------------------
+
+
+async def name(conn, actor, first, last):
+    await conn.execute("UPDATE users SET first_name = $2, last_name = $3 WHERE id = $1",
+                       actor.user_id, first, last)
+
+
+def ref(actor, shown_name=None):
+    """A member as an item shows its assignee."""
+    return {"id": actor.user_id, "name": shown_name or actor.email.split("@")[0], "email": actor.email}
+
+
+@pytest.fixture
+async def hooked(aiohttp_client, config, admin, receiver):
+    """A client whose app delivers webhooks to `receiver`, with an endpoint of the admin's account
+    that wants rfp_item.assigned (and rfp_item.approved, to see that it is another type)."""
+    client = await aiohttp_client(create_app(with_config(config, webhooks=fast_webhooks())))
+    response = await client.post("/api/v1/webhook_endpoints", headers=admin.headers, json={
+        "webhook_endpoint": {"url": receiver.url,
+                             "event_types": ["rfp_item.assigned", "rfp_item.approved"]}})
+    assert response.status == 201, await response.text()
+    return client
+
+
+async def assigned_events(conn):
+    rows = await conn.fetch("SELECT record_id, body FROM webhook_events"
+                            " WHERE type = 'rfp_item.assigned' ORDER BY created_at, record_id")
+    return [(row["record_id"], json.loads(row["body"])["data"]) for row in rows]
+
+
+async def test_assign__sends_rfp_item_assigned_with_the_item_its_assignee_and_who_assigned_it(
+    hooked, admin, make_member, receiver, conn,
+):
+    writer = await make_member(admin.account_id, "member")
+    await name(conn, admin, "Grace", "Hopper")
+    rfp_id = await new_rfp(hooked, admin, ["A?", "B?"])
+    first, _ = await item_ids(hooked, admin, rfp_id)
+
+    assert (await review(hooked, admin, rfp_id, first, assignee_id=writer.user_id)).status == 200
+    [got] = await receiver.wait_for(1)
+    assert got.event["type"] == "rfp_item.assigned"
+    data = got.event["data"]
+    assert data["id"] == first and data["rfp_id"] == rfp_id and data["question"] == "A?"
+    assert data["assignee"] == ref(writer)
+    assert data["previous_assignee"] is None
+    assert data["assigned_by"] == ref(admin, "Grace Hopper")
+
+    # A review that leaves the assignee, or assigns the same member again, sends none.
+    assert (await review(hooked, writer, rfp_id, first, answer="Yes.")).status == 200
+    assert (await review(hooked, admin, rfp_id, first, assignee_id=writer.user_id)).status == 200
+    # Unassigning is a change of assignee too: to nobody.
+    assert (await review(hooked, writer, rfp_id, first, assignee_id=None)).status == 200
+    [_, got] = await receiver.wait_for(2)
+    data = got.event["data"]
+    assert (data["assignee"], data["previous_assignee"], data["assigned_by"]) == (
+        None, ref(writer), ref(writer))
+    await asyncio.sleep(0.3)
+    assert len(receiver.received) == 2
+    assert len(await assigned_events(conn)) == 2
+
+
+async def test_assign__a_refused_assignment_sends_nothing(hooked, admin, make_member, conn):
+    viewer = await make_member(admin.account_id, "viewer")
+    rfp_id = await new_rfp(hooked, admin, ["A?"])
+    [item_id] = await item_ids(hooked, admin, rfp_id)
+    assert (await review(hooked, admin, rfp_id, item_id, assignee_id=viewer.user_id)).status == 422
+    writer = await make_member(admin.account_id, "member")
+    assert (await review(hooked, admin, rfp_id, item_id, assignee_id=writer.user_id,
+                         state="approved")).status == 422  # no answer: nothing is kept
+    assert await assigned_events(conn) == []
+
+
+async def test_removing_a_member__sends_rfp_item_assigned_for_each_item_it_unassigns(
+    hooked, admin, make_member, conn,
+):
+    writer = await make_member(admin.account_id, "member")
+    other = await make_member(admin.account_id, "member")
+    rfp_a = await new_rfp(hooked, admin, ["A1?", "A2?"])
+    rfp_b = await new_rfp(hooked, admin, ["B1?"])
+    a1, a2 = await item_ids(hooked, admin, rfp_a)
+    [b1] = await item_ids(hooked, admin, rfp_b)
+    for item_id, rfp_id in ((a1, rfp_a), (b1, rfp_b)):
+        await review(hooked, admin, rfp_id, item_id, assignee_id=writer.user_id)
+    await review(hooked, admin, rfp_a, a2, assignee_id=other.user_id)
+    await conn.execute("DELETE FROM webhook_events")
+
+    response = await hooked.delete(f"/api/v1/members/{writer.member_id}", headers=admin.headers)
+    assert response.status == 204
+    events = await assigned_events(conn)
+    assert sorted(record_id for record_id, _ in events) == sorted([a1, b1])
+    for record_id, data in events:
+        assert data["id"] == record_id and data["assignee"] is None
+        assert data["previous_assignee"] == ref(writer)
+        assert data["assigned_by"] == ref(admin)
+
+    # Made a viewer: the same.
+    await review(hooked, admin, rfp_a, a1, assignee_id=other.user_id)
+    await conn.execute("DELETE FROM webhook_events")
+    response = await hooked.patch(f"/api/v1/members/{other.member_id}",
+                                  json={"member": {"role": "viewer"}}, headers=admin.headers)
+    assert response.status == 200
+    assert sorted(record_id for record_id, _ in await assigned_events(conn)) == sorted([a1, a2])
+
+
+async def test_removing_a_member__without_an_endpoint_for_it_queues_nothing(
+    client, admin, make_member, conn,
+):
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(client, admin, ["A?"])
+    [item_id] = await item_ids(client, admin, rfp_id)
+    await review(client, admin, rfp_id, item_id, assignee_id=writer.user_id)
+    assert (await client.delete(f"/api/v1/members/{writer.member_id}",
+                                headers=admin.headers)).status == 204
+    assert await assignee_of(client, admin, rfp_id, item_id) is None
+    assert await conn.fetchval("SELECT count(*) FROM webhook_events") == 0
+
+
+def test_openapi__names_rfp_item_assigned():
+    schemas = document()["components"]["schemas"]
+    assert "rfp_item.assigned" in schemas["WebhookEndpoint"]["properties"]["event_types"]["items"]["enum"]
