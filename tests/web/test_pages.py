@@ -710,8 +710,13 @@ async def test_review_page__a_long_item_is_cut_and_reviewed_alone_whole(
     alone = await (await app_client.get(f"/rfps/{rfp_id}?item=item_long&page=7&state=approved")).text()
     assert str(escape(question)) in alone
     assert f'<textarea id="a-item_long" name="answer" rows="3">{escape(answer)}</textarea>' in alone
-    assert "item_short" not in alone and 'href="/rfps/' + rfp_id + '#item-item_long"' in alone
-    assert field(alone, "back") == "?item=item_long"
+    # Alone whatever the filters and page, and they are kept for the way back to the list.
+    assert "item_short" not in alone
+    assert f'href="/rfps/{rfp_id}?state=approved&amp;page=7#item-item_long"' in alone
+    assert field(alone, "back") == "?state=approved&amp;page=7&amp;item=item_long"
+    unfiltered = await (await app_client.get(f"/rfps/{rfp_id}?item=item_long")).text()
+    assert f'href="/rfps/{rfp_id}#item-item_long"' in unfiltered
+    assert field(unfiltered, "back") == "?item=item_long"
     saved = await app_client.post(
         f"/rfps/{rfp_id}/items/item_long", allow_redirects=False,
         data={"csrf_token": csrf, "action": "approve", "answer": answer + "Reviewed.",

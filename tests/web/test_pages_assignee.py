@@ -4,7 +4,10 @@ the "Assigned to me" filter, and the assignee's e-mail linking to the item alone
 from __future__ import annotations
 
 import re
+from html import unescape
+from html.parser import HTMLParser
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from aiohttp.test_utils import TestClient
 from conftest import mail_settings, with_config
@@ -160,3 +163,98 @@ async def test_assign_form__mails_the_assignee_a_link_that_opens_the_item_alone(
     alone = await (await client.get(link.removeprefix("http://localhost"))).text()
     assert f'id="item-{second}"' in alone and f'id="item-{first}"' not in alone
     assert f'<option value="{writer.user_id}" selected>' in select_of(alone, second)
+
+
+class Links(HTMLParser):
+    """Every link on a page (href, id) and every form's way back (its action, its `back`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str | None]] = []
+        self.backs: list[tuple[str, str]] = []
+        self._action = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "a" and found.get("href"):
+            self.links.append((found["href"] or "", found.get("id")))
+        elif tag == "form":
+            self._action = found.get("action") or ""
+        elif tag == "input" and found.get("name") == "back":
+            self.backs.append((self._action, found.get("value") or ""))
+
+
+def links_of(page: str) -> Links:
+    parser = Links()
+    parser.feed(page)
+    return parser
+
+
+def query_of(rfp_id: str, href: str) -> dict[str, list[str]] | None:
+    """The query of a link to the RFP page itself ("?…" or "/rfps/{id}…"); None for another page."""
+    parts = urlsplit(href)
+    if href.startswith("#") or parts.path not in ("", f"/rfps/{rfp_id}"):
+        return None
+    return parse_qs(parts.query)
+
+
+async def test_rfp_page__every_link_and_way_back_keeps_assigned_to_me(
+    aiohttp_client, config, admin, make_member, make_rfp, conn,
+):
+    """Walks the page's links (state filters, pager, the item alone and its way back) and its
+    forms' ways back: each keeps ?assignee=me, but the one link that leaves it."""
+    writer = await make_member(admin.account_id, "member")
+    await set_password(conn, writer.email)
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"},
+        web={"items_per_page": 2, "item_chars_shown": 40})))
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await items(conn, rfp_id, 6)
+    await conn.execute("UPDATE rfp_items SET state = 'auto_answered', answer = 'Yes.',"
+                       " assignee_id = $2 WHERE id = ANY($1::text[])", ids[:5], writer.user_id)
+    # One of the writer's items too long to show: it has the link to the item alone.
+    await conn.execute("UPDATE rfp_items SET question = repeat('Long question? ', 10) WHERE id = $1",
+                       ids[3])
+    csrf = await sign_in(client, writer.email)
+
+    start = f"/rfps/{rfp_id}?state=review&assignee=me&page=2"
+    page = await (await client.get(start)).text()
+    found = links_of(page)
+    walked = 0
+    for href, link_id in found.links:
+        query = query_of(rfp_id, unescape(href))
+        if query is None:
+            continue
+        walked += 1
+        if link_id == "assigned-to-anyone":  # leaves the filter, keeps the state
+            assert query == {"state": ["review"]}, href
+            continue
+        assert query.get("assignee") == ["me"], href
+        shown = await client.get(f"/rfps/{rfp_id}?{urlsplit(unescape(href)).query}")
+        assert shown.status == 200, href
+        assert 'id="assigned-to-me" aria-current="true"' in await shown.text(), href
+    # All, the three states, Anyone's, Assigned to me, the pager's previous and next, the item alone.
+    assert walked == 9, found.links
+    alone_href = next(unescape(h) for h, _ in found.links if "item=" in h)
+    assert parse_qs(urlsplit(alone_href).query) == {
+        "state": ["review"], "assignee": ["me"], "page": ["2"], "item": [ids[3]]}
+
+    assert found.backs and all(parse_qs(back.removeprefix("?")).get("assignee") == ["me"]
+                               for _, back in found.backs), found.backs
+    # A form's way back, sent: the redirect keeps it.
+    back = next(back for action, back in found.backs if action.endswith(f"/items/{ids[2]}"))
+    saved = await client.post(f"/rfps/{rfp_id}/items/{ids[2]}", allow_redirects=False,
+                              data={"csrf_token": csrf, "action": "save", "answer": "Yes!", "back": back})
+    assert saved.headers["Location"] == f"/rfps/{rfp_id}?state=review&assignee=me&page=2#item-{ids[2]}"
+    answer_back = next(back for action, back in found.backs if action.endswith("/answer"))
+    answered = await client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False,
+                                 data={"csrf_token": csrf, "back": answer_back})
+    assert answered.status == 303
+    assert re.fullmatch(rf"/rfps/{rfp_id}\?state=review&assignee=me&page=2&answering=\d+#progress",
+                        answered.headers["Location"]), answered.headers["Location"]
+
+    # The item alone: its way back to the list and its forms' keep the filters and the page.
+    alone = links_of(await (await client.get(f"/rfps/{rfp_id}{alone_href}")).text())
+    [back_to_list] = [unescape(h) for h, link_id in alone.links if link_id == "all-items"]
+    assert back_to_list == f"/rfps/{rfp_id}?state=review&assignee=me&page=2#item-{ids[3]}"
+    assert {back for _, back in alone.backs} == {f"?state=review&assignee=me&page=2&item={ids[3]}"}

@@ -114,7 +114,9 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     settings = request.app[CONFIG].web
     cut = settings.item_chars_shown
     size = 1 if alone else settings.items_per_page
-    current = Page(number=1, size=1) if alone else Page.from_query(request.query, size=size)
+    # The page of items the list is on: the item alone keeps it for the way back to the list.
+    listed = Page.from_query(request.query, size=settings.items_per_page)
+    current = Page(number=1, size=1) if alone else listed
     who = principal(request)
     async with connection(request) as conn:
         rfp, rows, total = await review_items(
@@ -144,15 +146,30 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         if not sections or sections[-1][0] != row["section"]:
             sections.append((row["section"], []))
         sections[-1][1].append(item)
-    # The filters a page link, the pager and a form's way back keep: "state=review&" ….
-    kept = "".join(f"{name}={value}&" for name, value in (("state", shown), ("assignee", mine)) if value)
+    # Every link and way back of the page keeps both filters (state and assignee) but the one it
+    # changes: "state=review&assignee=me&" …; the item alone keeps them and the page it was on,
+    # for its way back to the list.
+    state_part = f"state={shown}" if shown else ""
+    mine_part = "assignee=me" if mine else ""
+    page_part = f"page={listed.number}" if listed.number > 1 else ""
+    kept = "".join(f"{part}&" for part in (state_part, mine_part) if part)
+    listing = "".join(f"{part}&" for part in (state_part, mine_part, page_part) if part)
     return render(request, "rfp.html", {
         "rfp": rfp, "sections": sections, "shown": shown or "", "filters": REVIEW_FILTERS,
-        "mine": bool(mine), "kept": kept,
+        "mine": bool(mine), "kept": kept, "listing": listing,
+        "state_links": {value: _query(f"state={value}" if value else "", mine_part)
+                        for value in ("", *REVIEW_FILTERS)},
+        "anyone_link": _query(state_part), "mine_link": _query(state_part, "assignee=me"),
         "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
         "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
         "report": None,
     })
+
+
+def _query(*parts: str) -> str:
+    """A link's query from these parts ("state=review", "" for none): "?…", or "" for none."""
+    query = "&".join(part for part in parts if part)
+    return f"?{query}" if query else ""
 
 
 # What each button of an item's form asks of the review (views/rfp_items.py review_and_announce).
@@ -180,11 +197,15 @@ def _review_fields(form: Any) -> dict[str, Any]:
     return fields
 
 
-def _back_to_item(form: Any, rfp_id: str, item_id: str) -> web.HTTPSeeOther:
-    """Back to the item on the page the form was sent from (its `back`: "?state=…&page=…")."""
+def _back(form: Any) -> str:
+    """A form's way back to the page it was sent from: its `back` ("?state=…&page=…"), or ""."""
     back = str(form.get("back") or "")
-    query = back if back.startswith("?") else ""
-    return see_other(f"/rfps/{rfp_id}{query}#item-{item_id}")
+    return back if back.startswith("?") else ""
+
+
+def _back_to_item(form: Any, rfp_id: str, item_id: str) -> web.HTTPSeeOther:
+    """Back to the item on the page the form was sent from."""
+    return see_other(f"/rfps/{rfp_id}{_back(form)}#item-{item_id}")
 
 
 @page(write=True, roles=WRITERS)
@@ -230,10 +251,12 @@ async def upload(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=WRITERS)
 async def answer_all(request: web.Request) -> web.StreamResponse:
+    form = await read_form(request)
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         answering = await start_answering(request, conn, rfp_id, AnswerOptions())
-    raise see_other(f"/rfps/{rfp_id}?answering={answering['started']}#progress")
+    back = _back(form).rstrip("?&")  # the page's filters, kept
+    raise see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}answering={answering['started']}#progress")
 
 
 @page()
