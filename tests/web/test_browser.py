@@ -37,6 +37,7 @@ if not (CHROMIUM and CHROMEDRIVER):
 from selenium import webdriver  # noqa: E402  (only once the browser is known to be there)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 PASSWORD = "correct horse battery staple"
@@ -379,3 +380,44 @@ async def test_browser__the_api_docs_render_under_their_content_security_policy(
     # still draw every operation, and the browser must refuse nothing it loads.
     operations, refused = await asyncio.to_thread(docs_flow, site, profile)
     assert operations > 50 and refused == []
+
+
+def assign_flow(base: str, profile: str, email: str, rfp_id: str, item_id: str, to: int) -> dict:
+    from selenium.webdriver.support.select import Select
+
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        driver.get(f"{base}/rfps/{rfp_id}")
+        select = driver.find_element(By.ID, f"as-{item_id}")
+        seen: dict[str, Any] = {"before": [o.get_attribute("value") for o in Select(select).options]}
+        select.click()  # opened: app.js puts every writer in
+        seen["opened"] = [o.get_attribute("value") for o in Select(select).options]
+        Select(select).select_by_value(str(to))
+        select.send_keys(Keys.ESCAPE)
+        driver.find_element(By.CSS_SELECTOR, f"#item-{item_id} form.assign button").click()
+        wait(driver, lambda d: f"#item-{item_id}" in d.current_url)
+        seen["after"] = Select(driver.find_element(By.ID, f"as-{item_id}")).first_selected_option.text
+        return seen
+    finally:
+        driver.quit()
+
+
+async def test_browser__an_item_s_select_lists_every_writer_once_opened(
+    site, profile, admin, make_member, make_rfp, conn,
+):
+    """The page lists the writers once; app.js puts them in the select an item's writer opens."""
+    await set_password(conn, admin.email)
+    writers = [await make_member(admin.account_id, "member") for _ in range(3)]
+    await conn.execute("UPDATE users SET first_name = 'Ada', last_name = 'Lovelace' WHERE id = $1",
+                       writers[2].user_id)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position) VALUES"
+                       " ('item_b1', $1, 'One?', 1), ('item_b2', $1, 'Two?', 2)", rfp_id)
+    seen = await asyncio.to_thread(assign_flow, site, profile, admin.email, rfp_id, "item_b2",
+                                   writers[2].user_id)
+    assert seen["before"] == ["", str(admin.user_id), "choose"]
+    everyone = [admin.user_id, *(w.user_id for w in writers)]
+    assert sorted(seen["opened"]) == sorted(["", *map(str, everyone)])
+    assert seen["after"] == "Ada Lovelace"
+    assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = 'item_b2'") == writers[2].user_id

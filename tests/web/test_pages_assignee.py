@@ -41,6 +41,13 @@ def select_of(page: str, item_id: str) -> str:
     return found.group(1)
 
 
+def assignable_of(page: str) -> str:
+    """The page's one list of the account's writers, which app.js puts in an item's select."""
+    found = re.search(r'<template id="assignable">(.*?)</template>', page, re.S)
+    assert found, "no list of writers"
+    return found.group(1)
+
+
 async def test_rfp_page__writers_assign_and_unassign_an_item_with_the_select(
     app_client, admin, make_member, make_rfp, conn,
 ):
@@ -53,10 +60,13 @@ async def test_rfp_page__writers_assign_and_unassign_an_item_with_the_select(
 
     page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
     options = select_of(page, first)
-    # The account's writers, nobody selected yet; never a viewer.
+    # Nobody selected yet; the item offers nobody, you and someone else, and the page lists the
+    # account's writers once (app.js puts them in the select); never a viewer.
     assert '<option value="">nobody</option>' in options and " selected" not in options
-    assert f'<option value="{admin.user_id}">' in options and f'<option value="{writer.user_id}">' in options
-    assert f'value="{viewer.user_id}"' not in options
+    assert f'<option value="{admin.user_id}">' in options and '<option value="choose">' in options
+    listed = assignable_of(page)
+    assert f'<option value="{admin.user_id}">' in listed and f'<option value="{writer.user_id}">' in listed
+    assert f'value="{viewer.user_id}"' not in options + listed
     assert f'action="/rfps/{rfp_id}/items/{first}/assign"' in page
 
     forged = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign",
@@ -258,3 +268,61 @@ async def test_rfp_page__every_link_and_way_back_keeps_assigned_to_me(
     [back_to_list] = [unescape(h) for h, link_id in alone.links if link_id == "all-items"]
     assert back_to_list == f"/rfps/{rfp_id}?state=review&assignee=me&page=2#item-{ids[3]}"
     assert {back for _, back in alone.backs} == {f"?state=review&assignee=me&page=2&item={ids[3]}"}
+
+
+async def test_rfp_page__its_options_grow_with_writers_plus_items_not_their_product(
+    app_client, admin, make_member, make_rfp, conn,
+):
+    """Each item's select held every writer: 100 items and 50 writers were 5,100 options, 385 KB."""
+    await set_password(conn, admin.email)
+    writers = [await make_member(admin.account_id, "member") for _ in range(30)]
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await items(conn, rfp_id, 20)
+    await conn.execute("UPDATE rfp_items SET assignee_id = $2 WHERE id = $1", ids[0], writers[0].user_id)
+    await sign_in(app_client, admin.email)
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    # Per item nobody, you and someone else (and its assignee): 61; the 31 writers once.
+    assert page.count("<option") == 20 * 3 + 1 + 31
+    assert assignable_of(page).count("<option") == 31
+
+
+async def test_assign__someone_else_without_the_script_opens_the_item_s_assign_page(
+    app_client, admin, make_member, make_rfp, conn,
+):
+    writer = await make_member(admin.account_id, "member")
+    viewer = await make_member(admin.account_id, "viewer")
+    await set_password(conn, admin.email)
+    await set_password(conn, viewer.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    first, _ = await items(conn, rfp_id, 2)
+    csrf = await sign_in(app_client, admin.email)
+
+    chosen = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False, data={
+        "csrf_token": csrf, "assignee_id": "choose", "back": "?assignee=me&page=1"})
+    assert chosen.status == 303
+    location = chosen.headers["Location"]
+    assert urlsplit(location).path == f"/rfps/{rfp_id}/items/{first}/assign"
+    assert parse_qs(urlsplit(location).query) == {"back": ["?assignee=me&page=1"]}
+    assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = $1", first) is None
+
+    page = await (await app_client.get(location)).text()
+    options = select_of(page, first)
+    assert f'<option value="{admin.user_id}">' in options and f'<option value="{writer.user_id}">' in options
+    assert f'value="{viewer.user_id}"' not in options and '"choose"' not in options
+    assert field(page, "back") == "?assignee=me&amp;page=1" and "Question 1?" in page
+    assert f'href="/rfps/{rfp_id}?assignee=me&amp;page=1#item-{first}" id="cancel"' in page
+    assigned = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False, data={
+        "csrf_token": csrf, "assignee_id": str(writer.user_id), "back": "?assignee=me&page=1"})
+    assert assigned.headers["Location"] == f"/rfps/{rfp_id}?assignee=me&page=1#item-{first}"
+    assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = $1", first) == writer.user_id
+    again = await (await app_client.get(f"/rfps/{rfp_id}/items/{first}/assign")).text()
+    assert f'<option value="{writer.user_id}" selected>' in select_of(again, first)
+    assert field(again, "back") == ""
+
+    # Only a way back to this page; another item or RFP is the 404 page; a viewer may not.
+    odd = await (await app_client.get(f"/rfps/{rfp_id}/items/{first}/assign?back=https://elsewhere.example")).text()
+    assert field(odd, "back") == "" and "elsewhere" not in odd
+    assert (await app_client.get(f"/rfps/{rfp_id}/items/item_none/assign")).status == 404
+    await app_client.post("/signout", data={"csrf_token": csrf})
+    await sign_in(app_client, viewer.email)
+    assert (await app_client.get(f"/rfps/{rfp_id}/items/{first}/assign")).status == 403

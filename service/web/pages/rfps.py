@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -16,6 +17,7 @@ from ...domain.rfp_items import (
     AnswerOptions,
     answering_progress,
     assignable_members,
+    fetch_item,
     import_options,
 )
 from ...domain.rfps import (
@@ -217,6 +219,11 @@ async def review(request: web.Request) -> web.StreamResponse:
     raise _back_to_item(form, rfp_id, item_id)
 
 
+# The RFP page's item select offers a few members ("someone else…" for the rest): chosen without
+# the script, which fills the select with every writer, it opens the item's own assign page.
+CHOOSE = "choose"
+
+
 def _assignee_field(form: Any) -> int | None:
     """The assign form's member: a user id, or empty for nobody."""
     value = form.get("assignee_id")
@@ -231,10 +238,36 @@ def _assignee_field(form: Any) -> int | None:
 async def assign(request: web.Request) -> web.StreamResponse:
     """The API's PATCH of the item's assignee_id (the assignee is e-mailed unless it is oneself)."""
     form = await read_form(request)
-    fields = {"assignee_id": _assignee_field(form)}
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
+    if form.get("assignee_id") == CHOOSE:  # "someone else…" without the script: every writer
+        back = _back(form)
+        raise see_other(f"/rfps/{rfp_id}/items/{item_id}/assign"
+                        + (f"?back={quote(back, safe='')}" if back else ""))
+    fields = {"assignee_id": _assignee_field(form)}
     await review_and_announce(request, rfp_id, item_id, fields)
     raise _back_to_item(form, rfp_id, item_id)
+
+
+@page(write=True, roles=WRITERS)
+async def choose_assignee(request: web.Request) -> web.StreamResponse:
+    """One item's assign form with a select of every writer of the account: the RFP page's
+    "someone else…" without the script (with it, the page's own select gets them)."""
+    rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
+    back = str(request.query.get("back") or "")
+    back = back if back.startswith("?") and len(back) <= 200 else ""
+    who = principal(request)
+    async with connection(request) as conn:
+        item = await fetch_item(conn, who.account_id, rfp_id, item_id)
+        title = await conn.fetchval(db.query("rfp_title"), rfp_id)
+        writers = await assignable_members(conn, who.account_id)
+    question = " ".join(item["question"][:_QUESTION_SHOWN + 1].split())
+    return render(request, "assign.html", {
+        "rfp_id": rfp_id, "rfp_title": title, "item": item, "writers": writers, "back": back,
+        "question": question[:_QUESTION_SHOWN], "question_cut": len(question) > _QUESTION_SHOWN,
+    })
+
+
+_QUESTION_SHOWN = 500  # characters of the question the assign page shows
 
 
 @page(write=True, roles=WRITERS, multipart=True)

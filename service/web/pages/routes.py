@@ -18,6 +18,8 @@ def routes() -> list[web.RouteDef]:
         web.post("/rfps", rfps.create, name="page_create_rfp"),
         get("/rfps/{id}", rfps.rfp_page, name="page_rfp", allow_head=False),
         web.post("/rfps/{id}/items/{item_id}", rfps.review, name="page_review_item"),
+        get("/rfps/{id}/items/{item_id}/assign", rfps.choose_assignee, name="page_choose_assignee",
+            allow_head=False),
         web.post("/rfps/{id}/items/{item_id}/assign", rfps.assign, name="page_assign_item"),
         web.post("/rfps/{id}/import", rfps.upload, name="page_import_items"),
         web.post("/rfps/{id}/answer", rfps.answer_all, name="page_answer_rfp"),

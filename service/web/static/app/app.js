@@ -1,6 +1,7 @@
 // The web app's progressive enhancement: every page works without it (forms post and reload).
-// With it: "answer all" shows live progress, a question page follows its states, and deleting
-// asks first. Served from the package (no CDN); the pages' CSP allows only this origin's scripts.
+// With it: "answer all" shows live progress, a question page follows its states, deleting
+// asks first, and an item's assign select lists every writer in place. Served from the package
+// (no CDN); the pages' CSP allows only this origin's scripts.
 "use strict";
 
 function poll(url, every, onData) {
@@ -44,6 +45,20 @@ document.addEventListener("DOMContentLoaded", () => {
       document.getElementById("question-state").textContent = data.state.replace(/_/g, " ");
       if (data.state === "complete") { window.location.reload(); return false; }
     });
+  }
+  // An item's assign select holds a few options (nobody, its assignee, you, "someone else…");
+  // opened or focused, it gets every writer from the page's one #assignable list instead.
+  const assignable = document.getElementById("assignable");
+  if (assignable) {
+    const fill = (event) => {
+      const select = event.target;
+      if (!(select instanceof HTMLSelectElement) || !select.closest("form.assign") || select.dataset.filled) return;
+      const current = select.value === "choose" ? "" : select.value;
+      select.dataset.filled = "1";
+      select.replaceChildren(select.options[0], ...assignable.content.cloneNode(true).children);
+      select.value = current;
+    };
+    for (const type of ["pointerdown", "focusin"]) document.addEventListener(type, fill, true);
   }
   for (const form of document.querySelectorAll("form[data-confirm]")) {
     form.addEventListener("submit", (event) => {
