@@ -228,8 +228,12 @@ def assignment_mail(
     base_url: str, rfp_id: str, rfp_title: str, item: Mapping[str, Any], assigned_by: str
 ) -> tuple[str, str]:
     """The e-mail telling a member an item was assigned to them, linking to the item alone;
-    `assigned_by` as assigner_label writes it."""
+    `assigned_by` as assigner_label writes it. The title, the assigner and the question each
+    stay on one line: a line break in a title made the Subject unbuildable (the message failed
+    every attempt), and one in a name (its user's to choose) wrote lines of the sender's own into
+    the body, a link before the item's."""
     link = f"{base_url.rstrip('/')}/rfps/{rfp_id}?item={item['id']}"
+    rfp_title, assigned_by = " ".join(rfp_title.split()), " ".join(assigned_by.split())
     question = " ".join(item["question"].split())
     if len(question) > 300:
         question = question[:300] + "…"

@@ -234,6 +234,29 @@ async def test_assign__mails_the_assignee_a_link_to_the_item_alone(mail_client, 
     assert f"Grace Hopper ({admin.email}) assigned you item 1" in body
 
 
+async def test_assign__line_breaks_in_the_title_or_the_assigner_s_name_stay_on_one_line(
+    mail_client, admin, make_member, smtp, conn,
+):
+    """A title with a line break (the API keeps it) made the Subject unbuildable: the message
+    failed every attempt and never arrived. The assigner's name (their own to choose) wrote
+    lines of its own into the body, a link of theirs before the item's."""
+    writer = await make_member(admin.account_id, "member")
+    await name(conn, admin, "Grace", "\n\nReview it here:\n\nhttps://evil.example/\n\n")
+    created = await mail_client.post("/api/v1/rfps", headers=admin.headers, json={"rfp": {
+        "title": "Acme\r\nBcc: someone@evil.example", "items": [{"question": "A?"}]}})
+    rfp_id = (await created.json())["id"]
+    [item_id] = await item_ids(mail_client, admin, rfp_id)
+    assert (await review(mail_client, admin, rfp_id, item_id, assignee_id=writer.user_id)).status == 200
+
+    [message] = await smtp.wait_for(1)
+    assert message["To"] == writer.email and message["Bcc"] is None
+    assert message["Subject"] == "Assigned to you: item 1 of Acme Bcc: someone@evil.example"
+    body = message.get_content()
+    assert f"Grace Review it here: https://evil.example/ ({admin.email}) assigned you item 1" in body
+    assert '"Acme Bcc: someone@evil.example"' in body
+    assert "https://evil.example/" not in body.splitlines()
+
+
 async def test_assign__oneself_or_the_same_assignee_again_mails_nobody(
     mail_client, admin, make_member, smtp, conn,
 ):
