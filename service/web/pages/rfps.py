@@ -199,10 +199,20 @@ def _review_fields(form: Any) -> dict[str, Any]:
     return fields
 
 
+# The longest way back kept: the page's own are under 100 characters. A longer one went into
+# the redirect whole (a 1 MB form field, a 1 MB Location header, past what proxies take).
+_BACK_MAX = 200
+
+
+def _way_back(value: Any) -> str:
+    """A way back to the page a form was sent from ("?state=…&page=…"), or "" for none."""
+    back = str(value or "")
+    return back if back.startswith("?") and len(back) <= _BACK_MAX else ""
+
+
 def _back(form: Any) -> str:
-    """A form's way back to the page it was sent from: its `back` ("?state=…&page=…"), or ""."""
-    back = str(form.get("back") or "")
-    return back if back.startswith("?") else ""
+    """A form's way back to the page it was sent from: its `back`, or ""."""
+    return _way_back(form.get("back"))
 
 
 def _back_to_item(form: Any, rfp_id: str, item_id: str) -> web.HTTPSeeOther:
@@ -253,8 +263,7 @@ async def choose_assignee(request: web.Request) -> web.StreamResponse:
     """One item's assign form with a select of every writer of the account: the RFP page's
     "someone else…" without the script (with it, the page's own select gets them)."""
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    back = str(request.query.get("back") or "")
-    back = back if back.startswith("?") and len(back) <= 200 else ""
+    back = _way_back(request.query.get("back"))
     who = principal(request)
     async with connection(request) as conn:
         item = await fetch_item(conn, who.account_id, rfp_id, item_id)
