@@ -341,8 +341,12 @@ async def review_item(
     if (review.assignee_id is not None and review.assignee_id != current["assignee_id"]
             and (assignee is None or assignee["id"] != review.assignee_id)):
         await lock_assignee(conn, account_id, review.assignee_id)
+    # A question the review gives is stored stripped; one it does not give stays as it was (an
+    # assignment's review wrote it back stripped, and an item being answered whose question had
+    # spaces around it was taken over by a rewrite nobody asked for, its answer dropped).
+    question = review.question.strip() if "question" in fields else current["question"]
     row = await conn.fetchrow(
-        db.query("review_rfp_item"), current["id"], review.question.strip(), review.section,
+        db.query("review_rfp_item"), current["id"], question, review.section,
         answer, state, review.assignee_id,
     )
     if review.save_to_knowledge_base:

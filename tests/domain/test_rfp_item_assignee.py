@@ -12,6 +12,7 @@ from conftest import CONNECT, lock_waiters, with_config
 from test_workflow import item_ids, new_rfp, review  # the workflow tests' API steps
 from webhook_receiver import fast_webhooks
 
+from service import db
 from service.domain import accounts
 from service.domain.errors import ValidationFailed
 from service.domain.members import remove_member
@@ -415,3 +416,32 @@ async def test_removing_a_member__without_an_endpoint_for_it_queues_nothing(
 def test_openapi__names_rfp_item_assigned():
     schemas = document()["components"]["schemas"]
     assert "rfp_item.assigned" in schemas["WebhookEndpoint"]["properties"]["event_types"]["items"]["enum"]
+
+
+async def test_assign__an_item_being_answered_keeps_its_question_and_its_coming_answer(
+    conn, make_account, make_member, make_rfp,
+):
+    """Assigning touches nothing else of the item. The review wrote the question back stripped:
+    a question stored with spaces or a line break around it (the API keeps them) was rewritten, and
+    an item being answered was taken over as if the reviewer had rewritten it, its machine answer
+    dropped when it came."""
+    from service.domain.rfp_items import AnswerOptions, answer_pending_items
+    from service.domain.tokens import Principal
+
+    actor = await make_account(credits=10)
+    writer = await make_member(actor.account_id, "member")
+    rfp_id = await make_rfp(actor, "Acme")
+    question = "  Is data encrypted at rest?\n"
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position)"
+                       " VALUES ('item_a', $1, $2, 1)", rfp_id, question)
+    who = Principal(member_id=actor.member_id, user_id=actor.user_id, account_id=actor.account_id,
+                    role="admin", scopes=frozenset({"read", "write"}), name="admin", email=actor.email)
+    assert (await answer_pending_items(conn, who, rfp_id, AnswerOptions(), 1))["started"] == 1
+    asked = await conn.fetchval("SELECT question_id FROM rfp_items WHERE id = 'item_a'")
+    await review_item(conn, actor.account_id, rfp_id, "item_a", {"assignee_id": writer.user_id},
+                      actor.member_id)
+    item = await conn.fetchrow("SELECT question, question_id, assignee_id FROM rfp_items WHERE id = 'item_a'")
+    assert (item["question"], item["question_id"], item["assignee_id"]) == (question, asked, writer.user_id)
+    # The question completes as the pipeline completes it (answer_rfp_item): the item takes it.
+    await conn.fetchval(db.query("answer_rfp_item"), "item_a", "Yes, AES-256.", 0.6, "auto_answered", asked)
+    assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = 'item_a'") == "Yes, AES-256."
