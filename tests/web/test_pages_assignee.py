@@ -348,3 +348,28 @@ async def test_forms__a_way_back_longer_than_the_page_s_own_is_dropped(
     kept = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False,
                                  data={"csrf_token": csrf, "back": "?page=1", "assignee_id": ""})
     assert kept.headers["Location"] == f"/rfps/{rfp_id}?page=1#item-{first}"
+
+
+async def test_assign_select__writers_of_one_name_are_told_apart_by_their_addresses(
+    app_client, admin, make_member, make_rfp, conn,
+):
+    """A name is its member's to choose: one who took a colleague's made two options alike, and
+    whoever picked the wrong one assigned the item (and mailed it) to them."""
+    impostor = await make_member(admin.account_id, "member")
+    other = await make_member(admin.account_id, "member")
+    for user_id, first, last in ((admin.user_id, "Grace", "Hopper"), (impostor.user_id, "GRACE", "hopper"),
+                                 (other.user_id, "Alan", "Turing")):
+        await conn.execute("UPDATE users SET first_name = $2, last_name = $3 WHERE id = $1",
+                           user_id, first, last)
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    [first_item] = await items(conn, rfp_id, 1)
+    await sign_in(app_client, admin.email)
+
+    listed = assignable_of(await (await app_client.get(f"/rfps/{rfp_id}")).text())
+    chooser = select_of(await (await app_client.get(f"/rfps/{rfp_id}/items/{first_item}/assign")).text(),
+                        first_item)
+    for options in (listed, chooser):
+        assert f'<option value="{admin.user_id}">Grace Hopper ({admin.email})</option>' in options
+        assert f'<option value="{impostor.user_id}">GRACE hopper ({impostor.email})</option>' in options
+        assert f'<option value="{other.user_id}">Alan Turing</option>' in options

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
@@ -12,7 +13,7 @@ from aiohttp import web
 from ... import db
 from ...domain.convert import FRAMEWORKS, structure
 from ...domain.errors import ParameterInvalid, ValidationFailed
-from ...domain.models import Page
+from ...domain.models import MemberRef, Page
 from ...domain.rfp_items import (
     AnswerOptions,
     answering_progress,
@@ -127,7 +128,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             assignee_id=who.user_id if mine and not alone else None,
         )
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
-        writers = await assignable_members(conn, who.account_id) if may_write(who) else []
+        writers = _told_apart(await assignable_members(conn, who.account_id)) if may_write(who) else []
     sections: list[tuple[str | None, list[dict[str, Any]]]] = []
     for row in rows:
         item = {
@@ -166,6 +167,18 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
         "report": None,
     })
+
+
+def _told_apart(writers: list[MemberRef]) -> list[dict[str, Any]]:
+    """The writers as the assign selects list them (id, name): a name that another writer bears
+    too (whatever its case or spacing) with the address beside it. A name is its member's to
+    choose: one who took a colleague's made two options alike."""
+    def key(name: str) -> str:
+        return " ".join(name.split()).casefold()
+
+    counts = Counter(key(writer.name) for writer in writers)
+    return [{"id": writer.id, "name": f"{writer.name} ({writer.email})" if counts[key(writer.name)] > 1
+             else writer.name} for writer in writers]
 
 
 def _query(*parts: str) -> str:
@@ -268,7 +281,7 @@ async def choose_assignee(request: web.Request) -> web.StreamResponse:
     async with connection(request) as conn:
         item = await fetch_item(conn, who.account_id, rfp_id, item_id)
         title = await conn.fetchval(db.query("rfp_title"), rfp_id)
-        writers = await assignable_members(conn, who.account_id)
+        writers = _told_apart(await assignable_members(conn, who.account_id))
     question = " ".join(item["question"][:_QUESTION_SHOWN + 1].split())
     return render(request, "assign.html", {
         "rfp_id": rfp_id, "rfp_title": title, "item": item, "writers": writers, "back": back,
