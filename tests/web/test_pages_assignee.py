@@ -373,3 +373,25 @@ async def test_assign_select__writers_of_one_name_are_told_apart_by_their_addres
         assert f'<option value="{admin.user_id}">Grace Hopper ({admin.email})</option>' in options
         assert f'<option value="{impostor.user_id}">GRACE hopper ({impostor.email})</option>' in options
         assert f'<option value="{other.user_id}">Alan Turing</option>' in options
+
+
+async def test_assign__someone_else_opens_only_an_item_of_the_account(
+    app_client, admin, make_account, make_rfp, conn,
+):
+    """"someone else…" redirected to the assign page of whatever the path named, unchecked and
+    unquoted: ids with ../ and ? in them (percent-encoded) made a way to any page of the site."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    [first] = await items(conn, rfp_id, 1)
+    elsewhere = await make_account()
+    theirs = await make_rfp(elsewhere, "Theirs")
+    [their_item] = await items(conn, theirs, 1)
+    csrf = await sign_in(app_client, admin.email)
+    for path in (f"/rfps/{rfp_id}/items/..%2F..%2F..%2Fsignout%3F/assign",
+                 f"/rfps/{theirs}/items/{their_item}/assign", f"/rfps/{rfp_id}/items/{their_item}/assign"):
+        sent = await app_client.post(path, allow_redirects=False,
+                                     data={"csrf_token": csrf, "assignee_id": "choose"})
+        assert sent.status == 404, (path, sent.status, sent.headers.get("Location"))
+    sent = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False,
+                                 data={"csrf_token": csrf, "assignee_id": "choose"})
+    assert sent.headers["Location"] == f"/rfps/{rfp_id}/items/{first}/assign"

@@ -263,6 +263,8 @@ async def assign(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
     if form.get("assignee_id") == CHOOSE:  # "someone else…" without the script: every writer
+        async with connection(request) as conn:  # an item of the account (404), its ids ours
+            await fetch_item(conn, principal(request).account_id, rfp_id, item_id)
         back = _back(form)
         raise see_other(f"/rfps/{rfp_id}/items/{item_id}/assign"
                         + (f"?back={quote(back, safe='')}" if back else ""))
