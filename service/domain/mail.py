@@ -31,13 +31,20 @@ MAX_BACKOFF_SECONDS = 3600.0
 
 
 async def enqueue(
-    conn: asyncpg.Connection, config: MailConfig, recipient: str, subject: str, body: str
+    conn: asyncpg.Connection, config: MailConfig, recipient: str, subject: str, body: str,
+    *, kind: str,
 ) -> int:
-    """Store a message to send once the caller's transaction commits; returns its outbox id."""
+    """Store a message of `kind` (what it is for: mail_outbox.kind) to send once the caller's
+    transaction commits; returns its outbox id."""
     _, from_address = email.utils.parseaddr(config.from_address)
     domain = from_address.rpartition("@")[2] or "localhost"
     message_id = email.utils.make_msgid(domain=domain)
-    return await conn.fetchval(db.query("enqueue_mail"), message_id, recipient, subject, body)
+    return await conn.fetchval(db.query("enqueue_mail"), message_id, recipient, subject, body, kind)
+
+
+async def sent_recently(conn: asyncpg.Connection, recipient: str, kind: str, seconds: float) -> int:
+    """How many messages of `kind` were written to `recipient` in the last `seconds`."""
+    return await conn.fetchval(db.query("count_recent_mail"), recipient, kind, seconds)
 
 
 def backoff_seconds(config: MailConfig, attempts: int) -> float:

@@ -296,12 +296,14 @@ async def create_user(
                 db.query("insert_email_confirmation"), user_id, hash_token(token), ttl_hours * 3600
             )
             subject, body = confirmation_mail(_base_url(config), account_name, token, ttl_hours)
+            kind = "confirmation"
         else:
             subject, body = added_mail(_base_url(config), account_name)
+            kind = "added"
         member_id = await conn.fetchval(
             db.query("insert_membership"), new_id("mbr"), account_id, user_id, role
         )
-        await mail.enqueue(conn, config.mail, data.email, subject, body)
+        await mail.enqueue(conn, config.mail, data.email, subject, body, kind=kind)
         member = await fetch_member(conn, member_id, account_id)
         if user is not None:  # show what a new user would show: the names given, not theirs
             name = await conn.fetchval(db.query("display_name_of"), first, last, member.email)
@@ -493,7 +495,7 @@ async def invite(
             config.members.invitation_ttl_days * 86400,
         )
         subject, body = invitation_mail(_base_url(config), account_name, token, row["expires_at"])
-        await mail.enqueue(conn, config.mail, data.email, subject, body)
+        await mail.enqueue(conn, config.mail, data.email, subject, body, kind="invitation")
         if actor is not None:
             await audit.record(conn, actor, "invitation.created", record_id=row["id"],
                                after={"email": data.email, "role": row["role"]})
@@ -739,7 +741,7 @@ async def request_password_reset(
         await conn.execute(
             db.query("insert_password_reset"), user["id"], hash_token(token), ttl_hours * 3600
         )
-        await mail.enqueue(conn, config.mail, user["email"], subject, body)
+        await mail.enqueue(conn, config.mail, user["email"], subject, body, kind="password_reset")
         if actor is not None:
             account_id = await conn.fetchval(db.query("first_account_of_user"), user["id"])
             await audit.record(conn, attrs.evolve(actor, label=user["email"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -31,6 +32,8 @@ from .models import MemberRef, RfpItem, rfp_json
 from .questions import ITEMS_REFUSED, DetailLevel, create_item_questions, require_active_subscription
 from .rfps import MAX_TEXT, MAX_TITLE, append_items, fetch_rfp
 from .tokens import Principal
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen(kw_only=True)
@@ -224,6 +227,23 @@ async def unassign_member_items(
     return len(ids), queued
 
 
+async def _mail_assignee(
+    conn: asyncpg.Connection, config: MailConfig, web_base_url: str, rfp_id: str,
+    item: Mapping[str, Any], recipient: str, assigned_by: str,
+) -> bool:
+    """Queue the assignment's e-mail to `recipient`, unless the address already got
+    mail.assignment_mails_per_hour of them in the last hour: whether it was queued."""
+    limit = config.assignment_mails_per_hour
+    if not limit or await mail.sent_recently(conn, recipient, "assignment", 3600) >= limit:
+        log.info("item %s assigned, not mailed: %s got %d assignment e-mails in the last hour "
+                 "(mail.assignment_mails_per_hour)", item["id"], recipient, limit)
+        return False
+    title = await conn.fetchval(db.query("rfp_title"), rfp_id)
+    subject, body = assignment_mail(web_base_url, rfp_id, title, item, assigned_by)
+    await mail.enqueue(conn, config, recipient, subject, body, kind="assignment")
+    return True
+
+
 def assignment_mail(
     base_url: str, rfp_id: str, rfp_title: str, item: Mapping[str, Any], assigned_by: str
 ) -> tuple[str, str]:
@@ -287,11 +307,8 @@ async def review(
         mailed = False
         if mailing:
             assert mail_config is not None and assignee is not None
-            title = await conn.fetchval(db.query("rfp_title"), rfp_id)
-            subject, body = assignment_mail(web_base_url, rfp_id, title, row,
-                                            assigner_label(assigner))
-            await mail.enqueue(conn, mail_config, assignee["email"], subject, body)
-            mailed = True
+            mailed = await _mail_assignee(conn, mail_config, web_base_url, rfp_id, row,
+                                          assignee["email"], assigner_label(assigner))
         if actor is None:
             return Reviewed(row=row, mailed=mailed)
         queued = 0

@@ -237,7 +237,8 @@ SCHEMAS: dict[str, Any] = {
             "assignee_id": _nullable({"type": "integer", "minimum": 1, "description":
                                       "assign the item to this member (their user id: admin or "
                                       "member of the account; they are e-mailed a link to it "
-                                      "unless they assign themselves); null unassigns"}),
+                                      "unless they assign themselves, at most "
+                                      "mail.assignment_mails_per_hour an hour); null unassigns"}),
         },
     },
     "RfpItemImportReport": {

@@ -1,8 +1,14 @@
 -- enqueue_mail --
--- Put a message in the outbox; the caller's transaction decides whether it is ever sent.
-INSERT INTO mail_outbox (message_id, recipient, subject, body)
-VALUES ($1, $2, $3, $4)
+-- Put a message of kind $5 in the outbox; the caller's transaction decides whether it is ever sent.
+INSERT INTO mail_outbox (message_id, recipient, subject, body, kind)
+VALUES ($1, $2, $3, $4, $5)
 RETURNING id;
+
+-- count_recent_mail --
+-- Messages of kind $2 written to address $1 in the last $3 seconds (by the partial index for
+-- assignments; whatever their state: a held or failed one was still asked for).
+SELECT count(*) FROM mail_outbox
+ WHERE recipient = $1 AND kind = $2 AND created_at > now() - make_interval(secs => $3);
 
 -- claim_mail --
 -- Claim up to $1 due messages for $2 seconds (the lease); rows another sender holds are skipped.

@@ -413,7 +413,8 @@ async def test_cli__mail_show_lists_held_mail_and_prints_one(database_url, conn)
     from service.domain.mail import MailSender
 
     settings = config_module.structure({}).mail  # no smtp_host: held
-    mail_id = await mail.enqueue(conn, settings, "ada@example.test", "Confirm", "token=SECRET123")
+    mail_id = await mail.enqueue(conn, settings, "ada@example.test", "Confirm", "token=SECRET123",
+                                 kind="test")
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
     try:
         assert await MailSender(pool, settings).deliver_due()

@@ -79,7 +79,8 @@ async def test_sender__concurrent_senders_send_each_message_once(pool, smtp):
     config = mail_config(**mail_settings(smtp.port))
     async with pool.acquire() as conn:
         for number in range(30):
-            await mail.enqueue(conn, config, f"user{number}@example.test", f"hello {number}", "body")
+            await mail.enqueue(conn, config, f"user{number}@example.test", f"hello {number}", "body",
+                               kind="test")
     senders = [MailSender(pool, config) for _ in range(3)]
     await asyncio.gather(*(sender.deliver_due() for sender in senders))
     messages = await smtp.wait_for(30)
@@ -103,7 +104,8 @@ async def test_sender__a_backlog_goes_out_over_several_connections_at_once(pool)
         await asyncio.sleep(0.2)  # every loop has looked once and sleeps (30 s)
         async with pool.acquire() as conn:
             for number in range(12):
-                await mail.enqueue(conn, config, f"user{number}@example.test", f"hello {number}", "body")
+                await mail.enqueue(conn, config, f"user{number}@example.test", f"hello {number}", "body",
+                               kind="test")
         sender.wake()  # as one bulk invitation's commit does
         messages = await sink.wait_for(12)
         await asyncio.sleep(0.3)
@@ -117,8 +119,8 @@ async def test_sender__a_backlog_goes_out_over_several_connections_at_once(pool)
 
 async def test_claim__a_claimed_message_is_not_claimed_again_within_its_lease(conn):
     config = mail_config()
-    first = await mail.enqueue(conn, config, "a@example.test", "a", "body")
-    second = await mail.enqueue(conn, config, "b@example.test", "b", "body")
+    first = await mail.enqueue(conn, config, "a@example.test", "a", "body", kind="test")
+    second = await mail.enqueue(conn, config, "b@example.test", "b", "body", kind="test")
     claimed = [await conn.fetchrow(db.query("claim_mail"), 1, 60) for _ in range(3)]
     assert [row["id"] if row else None for row in claimed] == [first, second, None]
     await conn.execute("UPDATE mail_outbox SET next_attempt_at = now() - interval '1 second'")
@@ -130,7 +132,8 @@ async def test_sender__without_smtp_holds_message_and_logs_no_link(pool, caplog)
     config = mail_config()  # no smtp_host
     async with pool.acquire() as conn:
         mail_id = await mail.enqueue(
-            conn, config, "ada@example.test", "Confirm", "open https://x.test/confirm?token=abc"
+            conn, config, "ada@example.test", "Confirm", "open https://x.test/confirm?token=abc",
+            kind="test",
         )
     with caplog.at_level(logging.INFO, logger="service.domain.mail"):
         assert await MailSender(pool, config).deliver_due()
@@ -145,7 +148,7 @@ async def test_sender__without_smtp_holds_message_and_logs_no_link(pool, caplog)
 async def test_sender__gives_up_after_max_attempts_and_erases_body(pool):
     config = mail_config(**mail_settings(free_port()) | {"max_attempts": 2, "retry_base_seconds": 0.01})
     async with pool.acquire() as conn:
-        await mail.enqueue(conn, config, "ada@example.test", "Confirm", "secret link")
+        await mail.enqueue(conn, config, "ada@example.test", "Confirm", "secret link", kind="test")
     sender = MailSender(pool, config)
     async with asyncio.timeout(5):
         while True:
@@ -163,7 +166,7 @@ async def test_outbox__mail_rolls_back_with_its_transaction(conn):
     config = mail_config()
     with pytest.raises(RuntimeError):
         async with conn.transaction():
-            await mail.enqueue(conn, config, "ada@example.test", "Confirm", "link")
+            await mail.enqueue(conn, config, "ada@example.test", "Confirm", "link", kind="test")
             raise RuntimeError("the user could not be stored")
     assert await outbox(conn) == []
 
@@ -222,7 +225,7 @@ async def test_sender__database_lost_after_sending_records_it_once_sent(
     try:
         config = mail_config(**mail_settings(sink.port))
         async with pool.acquire() as conn:
-            await mail.enqueue(conn, config, "ada@example.test", "Confirm", "body")
+            await mail.enqueue(conn, config, "ada@example.test", "Confirm", "body", kind="test")
         await MailSender(pool, config).deliver_due()
         async with pool.acquire() as conn:
             assert [(r["state"], r["attempts"]) for r in await outbox(conn)] == [("sent", 1)]

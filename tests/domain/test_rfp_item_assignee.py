@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import asyncpg
 import pytest
-from conftest import CONNECT, lock_waiters, with_config
+from conftest import CONNECT, lock_waiters, mail_settings, with_config
 from test_workflow import item_ids, new_rfp, review  # the workflow tests' API steps
 from webhook_receiver import fast_webhooks
 
@@ -293,6 +294,33 @@ async def test_assign__a_refused_assignment_queues_no_mail_an_accepted_one_queue
     response = await review(mail_client, admin, rfp_id, item_id, assignee_id=writer.user_id)
     assert response.status == 200
     assert await conn.fetchval("SELECT recipient FROM mail_outbox") == writer.email
+
+
+async def test_assign__an_address_gets_at_most_assignment_mails_per_hour_then_items_go_unmailed(
+    aiohttp_client, config, smtp, admin, make_member, conn, caplog,
+):
+    # Whoever may assign could assign and unassign a colleague's item in a loop: 150 e-mails in
+    # 0.7 s, on the SMTP quota every account shares.
+    client = await aiohttp_client(create_app(with_config(
+        config, mail={**mail_settings(smtp.port), "assignment_mails_per_hour": 3})))
+    writer = await make_member(admin.account_id, "member")
+    other = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(client, admin, ["A?", "B?"])
+    first, second = await item_ids(client, admin, rfp_id)
+    caplog.set_level(logging.INFO, logger="service.domain.rfp_items")
+    for _ in range(6):
+        assert (await review(client, admin, rfp_id, first, assignee_id=writer.user_id)).status == 200
+        assert (await review(client, admin, rfp_id, first, assignee_id=None)).status == 200
+    # Assigned every time (the last one stays), mailed three times.
+    assert (await review(client, admin, rfp_id, first, assignee_id=writer.user_id)).status == 200
+    assert (await assignee_of(client, admin, rfp_id, first))["id"] == writer.user_id
+    rows = await conn.fetch("SELECT recipient, kind FROM mail_outbox")
+    assert [(row["recipient"], row["kind"]) for row in rows] == [(writer.email, "assignment")] * 3
+    assert "not mailed" in caplog.text and "mail.assignment_mails_per_hour" in caplog.text
+    # Another address has a budget of its own.
+    assert (await review(client, admin, rfp_id, second, assignee_id=other.user_id)).status == 200
+    assert await conn.fetchval("SELECT count(*) FROM mail_outbox WHERE recipient = $1", other.email) == 1
+    await smtp.wait_for(4)
 
 
 # -- the rfp_item.assigned webhook -----------------------------------------------------------------
