@@ -8,7 +8,7 @@ import contextlib
 import json
 import re
 import tempfile
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from typing import IO, Any, TypeVar
 
 import attrs
@@ -19,13 +19,13 @@ from ..domain.errors import (
     InvalidJson,
     InvalidMultipart,
     PayloadTooLarge,
-    RateLimited,
     RequestTimeout,
     UnsupportedMediaType,
     ValidationFailed,
 )
 from .auth import PRINCIPAL, principal
 from .keys import BODIES, CONFIG, UPLOADS
+from .ratelimit import held_at_most
 
 T = TypeVar("T")
 
@@ -47,24 +47,19 @@ async def arriving(request: web.Request, receiving: Awaitable[T], what: str, *, 
     server = request.app[CONFIG].server
     seconds = server.upload_timeout_seconds if upload else server.body_timeout_seconds
     who = request.get(PRINCIPAL)
-    if upload or who is None:  # (uploads: one_of_members_uploads; nobody: max_public_body_bytes)
-        return await _within(request, receiving, what, seconds)
-    held = request.app[BODIES]
-    if held[who.member_id] >= server.max_bodies_per_member:
-        if asyncio.iscoroutine(receiving):
-            receiving.close()
-        raise RateLimited(
-            f"{held[who.member_id]} request bodies of this member are arriving already "
-            "(server.max_bodies_per_member); send the next once one has arrived",
-            headers={"Retry-After": "1"},
-        )
-    held[who.member_id] += 1
     try:
-        return await _within(request, receiving, what, seconds)
+        if upload or who is None:  # (uploads: one_of_members_uploads; nobody: max_public_body_bytes)
+            return await _within(request, receiving, what, seconds)
+        with held_at_most(
+            request.app[BODIES], who.member_id, server.max_bodies_per_member,
+            "{held} request bodies of this member are arriving already "
+            "(server.max_bodies_per_member); send the next once one has arrived",
+            retry_after=1,
+        ):
+            return await _within(request, receiving, what, seconds)
     finally:
-        held[who.member_id] -= 1
-        if not held[who.member_id]:
-            del held[who.member_id]
+        if asyncio.iscoroutine(receiving):
+            receiving.close()  # not awaited when refused (once it has run, closing does nothing)
 
 
 async def _within(request: web.Request, receiving: Awaitable[T], what: str, seconds: float) -> T:
@@ -187,28 +182,18 @@ class Upload:
 
 
 
-@contextlib.asynccontextmanager
-async def one_of_members_uploads(request: web.Request) -> AsyncIterator[None]:
+def one_of_members_uploads(request: web.Request) -> contextlib.AbstractContextManager[None]:
     """Around an upload from its first byte until it is parsed and stored: at most
     uploads.max_uploads_per_member of one member's at once in this process, else 429 before any
     of it is read. Each holds its spooled file while it arrives (a client may send it slowly,
     for up to upload_timeout_seconds) and while it waits for a parser."""
-    member = principal(request).member_id
-    held = request.app[UPLOADS]
-    most = request.app[CONFIG].uploads.max_uploads_per_member
-    if held[member] >= most:
-        raise RateLimited(
-            f"{held[member]} uploads of this member are being received or parsed already "
-            "(uploads.max_uploads_per_member); send the next once one has finished",
-            headers={"Retry-After": "5"},
-        )
-    held[member] += 1
-    try:
-        yield
-    finally:
-        held[member] -= 1
-        if not held[member]:
-            del held[member]
+    return held_at_most(
+        request.app[UPLOADS], principal(request).member_id,
+        request.app[CONFIG].uploads.max_uploads_per_member,
+        "{held} uploads of this member are being received or parsed already "
+        "(uploads.max_uploads_per_member); send the next once one has finished",
+        retry_after=5,
+    )
 
 
 async def receive_upload(request: web.Request, limit: int) -> Upload:

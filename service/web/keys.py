@@ -40,11 +40,12 @@ PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline")
 EVENTS: web.AppKey[QuestionEvents] = web.AppKey("question_events")
 # Pooled connections held per member id, in this process (database.max_connections_per_member).
 SHARES: web.AppKey[MemberShares] = web.AppKey("member_shares")
-# Request bodies (JSON, forms) being received per member id, in this process (server.max_bodies_per_member).
+# What each member holds at once in this process, per member id (counted by ratelimit.held_at_most):
+# request bodies (JSON, forms) being received (server.max_bodies_per_member),
 BODIES: web.AppKey[Counter[str]] = web.AppKey("bodies")
-# Uploads being received or parsed per member id, in this process (uploads.max_uploads_per_member).
+# uploads being received or parsed (uploads.max_uploads_per_member),
 UPLOADS: web.AppKey[Counter[str]] = web.AppKey("uploads")
-# Open question event streams per member id, in this process (server.max_streams_per_member).
+# open question event streams (server.max_streams_per_member).
 OPEN_STREAMS: web.AppKey[Counter[str]] = web.AppKey("open_streams")
 # The embeddings indexer when a backend is configured (absent otherwise).
 INDEXER: web.AppKey[Indexer] = web.AppKey("embeddings_indexer")

@@ -1,9 +1,14 @@
-"""Token-bucket rate limits per member and route, kept in PostgreSQL so every process shares them."""
+"""What one member may do: token-bucket rate limits per member and route, kept in PostgreSQL so
+every process shares them (`guarded`, `take_or_refuse`), and how many of one kind of thing a
+member's requests hold at once in this process (`held_at_most`: event streams open, bodies and
+uploads arriving)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import asyncpg
@@ -100,3 +105,25 @@ def _admit(request: web.Request, bucket: str, limit: RateLimit, decided: Decisio
             f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds; "
             f"retry in {max(1, math.ceil(decided.retry_after))} s",
         )  # its RateLimit-* and Retry-After headers: the front door adds them
+
+
+@contextlib.contextmanager
+def held_at_most(
+    held: Counter[str], member: str, most: int, refusal: str, *, retry_after: int
+) -> Iterator[None]:
+    """One more of what `held` counts per member id (an app's Counter in service/web/keys.py),
+    held by `member` for the block: when they hold `most` already, 429 `refusal` (its `{held}`
+    the number they hold; name the setting) with `Retry-After: retry_after`, before the block
+    runs. The count goes down however the block ends (a client that went away cancels its
+    handler), and a member holding none leaves no key. A plain context manager: nothing can come
+    between the check and the count, or end the block without its way out."""
+    if held[member] >= most:
+        raise RateLimited(refusal.format(held=held[member]),
+                          headers={"Retry-After": str(retry_after)})
+    held[member] += 1
+    try:
+        yield
+    finally:
+        held[member] -= 1
+        if not held[member]:
+            del held[member]

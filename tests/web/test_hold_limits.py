@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections import Counter
 
+import pytest
 from conftest import with_config
 
+from service.domain.errors import RateLimited
 from service.web.app import create_app
 from service.web.keys import BODIES, SHARES, UPLOADS
+from service.web.ratelimit import held_at_most
 
 # Backends of the service waiting for the table lock the test holds: each holds a pooled connection.
 WAITING_ON_RFPS = (
@@ -22,6 +26,41 @@ async def until(conn, query: str, at_least: int) -> int:
         while (count := await conn.fetchval(query)) < at_least:  # noqa: ASYNC110 (polls the DB)
             await asyncio.sleep(0.02)
     return count
+
+
+async def test_held_at_most__counts_what_each_member_holds_and_refuses_past_the_limit():
+    """The one count behind max_streams_per_member, max_bodies_per_member and
+    max_uploads_per_member: a member's holds up to the limit, 429 past it saying how many they
+    hold, and every hold given back however its block ends (an error, a cancelled task)."""
+    held: Counter[str] = Counter()
+    refusal = "{held} things of this member are held already (a.setting); wait"
+
+    def hold(member: str):
+        return held_at_most(held, member, 2, refusal, retry_after=3)
+
+    with hold("m"), hold("m"), hold("other"):
+        assert held == {"m": 2, "other": 1}
+        with pytest.raises(RateLimited) as refused, hold("m"):
+            pass
+        assert refused.value.message == "2 things of this member are held already (a.setting); wait"
+        assert refused.value.headers == {"Retry-After": "3"}
+        assert held == {"m": 2, "other": 1}
+    assert held == {}
+    with pytest.raises(ValueError), hold("m"):
+        raise ValueError
+    entered = asyncio.Event()
+
+    async def holding() -> None:
+        with hold("m"):
+            entered.set()
+            await asyncio.sleep(60)
+
+    task = asyncio.create_task(holding())
+    await entered.wait()
+    assert held == {"m": 1}
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert held == {}
 
 
 async def test_pool__one_members_parallel_requests_leave_connections_for_other_accounts(

@@ -110,7 +110,7 @@ async def kb_delete(request: web.Request) -> web.StreamResponse:
 @page(write=True, roles=WRITERS, multipart=True)
 async def kb_import(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
-    async with one_of_members_uploads(request):
+    with one_of_members_uploads(request):
         _, upload = await read_upload(request, config.server.max_upload_bytes)
         # As the API's import: parsed in a worker process within the upload limits.
         with upload.file:

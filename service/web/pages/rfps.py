@@ -300,7 +300,7 @@ async def upload(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         rfp = await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
-    async with one_of_members_uploads(request):
+    with one_of_members_uploads(request):
         fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
         report = await import_upload(request, who.account_id, rfp_id, file, import_options(fields))
     return render(request, "import_report.html", {"rfp": rfp, "report": report}, status=201)

@@ -53,7 +53,7 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
         raise UnsupportedMediaType(
             "send the CSV as text/csv, or as multipart/form-data with a field named file"
         )
-    async with one_of_members_uploads(request):
+    with one_of_members_uploads(request):
         upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
         with upload.file:
             return await request.app[PARSERS].run(parse_upload, Unread(upload.file),

@@ -13,12 +13,12 @@ from aiohttp import web
 
 from ...answering.pipeline import Pipeline
 from ...domain.convert import unstructure
-from ...domain.errors import RateLimited
 from ...domain.questions import STATES, Question, fetch_question, fetch_question_and_token
 from ...domain.tokens import token_is_live
 from ..auth import connection, principal, requires, token_hash
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, EVENTS, OPEN_STREAMS, PIPELINE
+from ..ratelimit import held_at_most
 
 # An event stream re-reads its question on every notification, and on every RECHECK_EVERY-th
 # quiet poll interval (every one when the listening connection was replaced meanwhile).
@@ -91,7 +91,6 @@ async def question_events(request: web.Request) -> web.StreamResponse:
     seen = last_event_id(request)
     poll = request.app[CONFIG].questions.poll_seconds
     server = request.app[CONFIG].server
-    open_streams = request.app[OPEN_STREAMS]
     events = request.app[EVENTS]
     pipeline = request.app[PIPELINE]
     token = token_hash(request)
@@ -109,16 +108,13 @@ async def question_events(request: web.Request) -> web.StreamResponse:
             seen = position(row["state"]) - 1  # every state after the one it saw
         # Each open stream holds a socket and a task: a member gets so many at once, each for
         # so long (SECURITY.md "Connections and streams").
-        member = principal(request).member_id
-        if open_streams[member] >= server.max_streams_per_member:
-            raise RateLimited(
-                f"{open_streams[member]} event streams are open for this member already "
-                "(server.max_streams_per_member); close one first",
-                headers={"Retry-After": "5"},
-            )
-        open_streams[member] += 1
         ends_at = asyncio.get_running_loop().time() + server.stream_lifetime_seconds
-        try:
+        with held_at_most(
+            request.app[OPEN_STREAMS], principal(request).member_id, server.max_streams_per_member,
+            "{held} event streams are open for this member already "
+            "(server.max_streams_per_member); close one first",
+            retry_after=5,
+        ):
             response = _EventStream(
                 headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                          "X-Accel-Buffering": "no", **stream_headers(request)}
@@ -194,8 +190,4 @@ async def question_events(request: web.Request) -> web.StreamResponse:
                     if not live:
                         await response.write_eof(TOKEN_GONE)
                         break
-        finally:
-            open_streams[member] -= 1
-            if not open_streams[member]:
-                del open_streams[member]
     return response

@@ -101,7 +101,7 @@ async def import_rfp_items(request: web.Request) -> web.Response:
     rfp_id = request.match_info["id"]
     async with connection(request) as conn:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
-    async with one_of_members_uploads(request):
+    with one_of_members_uploads(request):
         upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
         report = await import_upload(request, who.account_id, rfp_id, upload, options)
     return json_response({"import": report}, status=201)
