@@ -105,9 +105,10 @@ class ServerConfig:
     # its last response, is closed (aiohttp's keep-alive timer; a request line and headers sent a
     # byte a second are cut off here too). Each open connection holds a file descriptor.
     keepalive_timeout_seconds: float = attrs.field(default=75.0, validator=_positive)
-    # A response (not a stream the handler writes itself) whose client has taken none of it for
-    # this long is dropped with its connection: aiohttp waited as long as the client stayed
-    # connected, holding the response in memory. Like nginx's send_timeout: between two reads.
+    # A response whose client has taken none of it for this long is dropped with its connection,
+    # whoever writes it (aiohttp, or the handler: event streams, exports): aiohttp waited as long
+    # as the client stayed connected, holding the response in memory (an export, its spooled
+    # file; a stream, its place and subscription). Like nginx's send_timeout: between two reads.
     send_timeout_seconds: float = attrs.field(default=60.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)

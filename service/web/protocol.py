@@ -11,6 +11,7 @@ which overrides that method for the parser's errors only."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import http_exceptions, web, web_protocol, web_server
@@ -58,19 +59,25 @@ class _RequestHandler(web_protocol.RequestHandler):
     # server.send_timeout_seconds, set by serve_parser_errors_as_json (0: none).
     send_timeout = 0.0
 
-    async def finish_response(
-        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    async def _handle_request(
+        self,
+        request: web.BaseRequest,
+        start_time: float | None,
+        request_handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
     ) -> tuple[web.StreamResponse, bool]:
-        """aiohttp's, watched: a response the client has taken nothing of for send_timeout
-        seconds is dropped with its connection. aiohttp waits on a client that never reads for
-        as long as it stays connected, holding the response (a viewer's 300 unread item lists of
-        6 MB: the service grew by 1.9 GB, 1.2 GB more in its sockets' send queues, until the
-        clients closed), and no keep-alive timer runs while a request is in flight."""
+        """aiohttp's (the handler, then finish_response), watched from the handler's start: a
+        response the client takes nothing of for send_timeout seconds is dropped with its
+        connection, whoever writes it: aiohttp (finish_response) or the handler itself (event
+        streams, exports). aiohttp waits on a client that never reads for as long as it stays
+        connected, holding the response (a viewer's 300 unread item lists of 6 MB: the service
+        grew by 1.9 GB, 1.2 GB more in its sockets' send queues, until the clients closed; 100
+        unread exports of 3.6 MB: 0.36 GB, for good), and no keep-alive timer runs while a
+        request is in flight."""
         if not self.send_timeout:
-            return await super().finish_response(request, resp, start_time)
-        watch = _SendWatch(self, self.send_timeout)
+            return await super()._handle_request(request, start_time, request_handler)
+        watch = _SendWatch(self, request, self.send_timeout)
         try:
-            return await super().finish_response(request, resp, start_time)
+            return await super()._handle_request(request, start_time, request_handler)
         finally:
             watch.sent()  # it goes on looking while bytes of the response still wait
 
@@ -96,24 +103,33 @@ class _RequestHandler(web_protocol.RequestHandler):
 
 
 class _SendWatch:
-    """Every `seconds` while a response is being sent, and after that while bytes of it still
-    wait in the transport (aiohttp stops waiting below its high-water mark, 64 KiB, and then
-    closes the connection only once they are sent): when the bytes waiting to go to the client
-    have not gone down since the last look, the connection is aborted (a send in progress then
-    fails as a disconnect), so a client that takes nothing is dropped after one to two times
-    `seconds`. A timer per response, no task: most responses are sent before it first fires."""
+    """Every `seconds` from the start of a request's handler until its response is handed to the
+    transport, and after that while bytes of it still wait in the transport (aiohttp stops
+    waiting below its high-water mark, 64 KiB, and then closes the connection only once they
+    are sent): when bytes wait to go to the client and none of the response has gone since the
+    last look, the connection is aborted (a send in progress then fails as a disconnect, and
+    the service's handler is cancelled), so a client that takes nothing is dropped after one to
+    two times `seconds`. What has gone is what was written less what still waits: a stream the
+    handler writes while the client reads slowly makes progress even when the bytes waiting do
+    not go down. A timer per request, no task: most are answered before it first fires."""
 
-    __slots__ = ("done", "handle", "handler", "seconds", "transport", "waiting")
+    __slots__ = ("done", "gone", "handle", "handler", "seconds", "transport", "writer")
 
-    def __init__(self, handler: _RequestHandler, seconds: float) -> None:
+    def __init__(self, handler: _RequestHandler, request: web.BaseRequest, seconds: float) -> None:
         self.handler = handler
         # Kept: aiohttp forgets it once it asks the connection to close (which waits for the
         # bytes still waiting to be sent, for ever if the client reads nothing).
         self.transport = handler.transport
+        self.writer = request.writer  # counts the bytes of the response written (output_size)
         self.seconds = seconds
-        self.waiting = 0
+        self.gone = self._gone()
         self.done = False
         self.handle = handler._loop.call_later(seconds, self._look)
+
+    def _gone(self) -> int:
+        """Bytes of the response sent (less any of the last response still waiting)."""
+        transport = self.transport
+        return self.writer.output_size - (transport.get_write_buffer_size() if transport else 0)
 
     def _look(self) -> None:
         transport = self.transport
@@ -122,16 +138,18 @@ class _SendWatch:
         waiting = transport.get_write_buffer_size()
         if not waiting and self.done:
             return
-        if waiting and 0 < self.waiting <= waiting:
+        gone = self._gone()
+        if waiting and gone <= self.gone:
             log.info("dropped a connection from %s: its client took none of the response for %g s "
                      "(server.send_timeout_seconds)", self.handler.peername, self.seconds)
             transport.abort()
             return
-        self.waiting = waiting
+        self.gone = gone
         self.handle = self.handler._loop.call_later(self.seconds, self._look)
 
     def sent(self) -> None:
-        """aiohttp has handed the whole response to the transport (or the send failed)."""
+        """aiohttp has handed the whole response to the transport (or the send failed, or the
+        handler was cancelled)."""
         self.done = True
         transport = self.transport
         if transport is None or not transport.get_write_buffer_size():

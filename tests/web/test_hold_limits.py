@@ -4,15 +4,18 @@ requests. Each test counts what is held (locks waited on, connections) rather th
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 from conftest import with_config
 
 from service.domain.errors import RateLimited
 from service.web.app import create_app
-from service.web.keys import BODIES, SHARES, UPLOADS
+from service.web.keys import BODIES, EVENTS, OPEN_STREAMS, SHARES, UPLOADS
+from service.web.protocol import _SendWatch
 from service.web.ratelimit import held_at_most
 
 # Backends of the service waiting for the table lock the test holds: each holds a pooled connection.
@@ -229,16 +232,131 @@ async def test_response__a_client_that_takes_none_of_it_is_dropped(
         "   FROM generate_series(1, 20) AS n", rfp_id,
     )
     server = client.server.runner.server
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
-    sock.connect((client.server.host, client.server.port))
-    reader, writer = await asyncio.open_connection(sock=sock, limit=4096)
-    writer.write(f"GET /api/v1/rfps/{rfp_id}/rfp_items HTTP/1.1\r\nHost: x\r\n"
-                 f"Authorization: Bearer {viewer.token}\r\n\r\n".encode())
+    reader, writer = await _reading_nothing(client, f"/api/v1/rfps/{rfp_id}/rfp_items", viewer.token)
     try:
         assert await reader.readline() == b"HTTP/1.1 200 OK\r\n"  # then nothing more is read
         async with asyncio.timeout(20):  # before: the connection stayed, the response waiting
             while server.connections:  # noqa: ASYNC110 (polls the service)
+                await asyncio.sleep(0.05)
+    finally:
+        writer.close()
+
+
+class _Transport:
+    def __init__(self, waiting: int) -> None:
+        self.waiting = waiting
+        self.aborted = False
+
+    def get_write_buffer_size(self) -> int:
+        return self.waiting
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_send_watch__counts_what_the_client_took_not_what_waits():
+    """A handler writing its own response (an export, a stream) refills the transport as the
+    client takes from it: for a slow reader the bytes waiting stay level from one look to the
+    next, and the watch must not drop it for that. It drops one whose client took nothing
+    since its last look."""
+    transport = _Transport(waiting=65_536)
+    writer = SimpleNamespace(output_size=100_000)
+    handler = SimpleNamespace(_loop=asyncio.get_running_loop(), transport=transport, peername=None)
+    watch = _SendWatch(handler, SimpleNamespace(writer=writer), 1000.0)  # looked at by hand here
+    try:
+        for _ in range(3):
+            writer.output_size += 65_536  # the client took 64 KiB and the handler wrote 64 KiB more
+            watch._look()
+            assert not transport.aborted
+        watch._look()  # nothing taken since
+        assert transport.aborted
+    finally:
+        watch.handle.cancel()
+
+
+async def _reading_nothing(
+    client, path: str, token: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw connection with a small receive window (4 KiB) asking for `path`: the test reads
+    what it wants of the response and then nothing."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+    sock.connect((client.server.host, client.server.port))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=4096)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+    return reader, writer
+
+
+def _deleted_files_held() -> int:
+    """Files this process holds open that have no name any more: spooled exports past 4 MiB."""
+    held = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            held += os.readlink(f"/proc/self/fd/{fd}").endswith(" (deleted)")
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            pass
+    return held
+
+
+async def test_export__a_client_that_takes_none_of_it_is_dropped_and_its_file_closed(
+    config, conn, admin, make_member, make_rfp, aiohttp_client
+):
+    """An export is spooled (memory up to 4 MiB, then a temporary file) and written by its own
+    handler, which the send watch did not see (it began once a handler had returned): a client
+    reading nothing kept the export's file and its connection for good (a viewer's 100 unread
+    exports of 3.6 MB: 0.36 GB of the service). Now it is dropped after send_timeout_seconds
+    without progress, and its handler ends (the file closed). (The export here is ~11 MB, more
+    than loopback's socket buffers take, so it is a file.)"""
+    app = create_app(with_config(config, server={"send_timeout_seconds": 0.5}))
+    client = await aiohttp_client(app)  # handler_cancellation, as `serve` runs it
+    viewer = await make_member(admin.account_id, "viewer", "read")
+    rfp_id = await make_rfp(admin, "Large")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, answer, position)"
+        " SELECT 'item_' || n, $1, 'Is data encrypted at rest?', repeat('Yes, with AES-256. ', 30000), n"
+        "   FROM generate_series(1, 20) AS n", rfp_id,
+    )
+    connections = client.server.runner.server.connections
+    files = _deleted_files_held()
+    reader, writer = await _reading_nothing(client, f"/api/v1/rfps/{rfp_id}/export?format=csv", viewer.token)
+    try:
+        assert await reader.readline() == b"HTTP/1.1 200 OK\r\n"  # then nothing more is read
+        assert _deleted_files_held() == files + 1  # the spooled export, sent from while it waits
+        async with asyncio.timeout(20):  # before: the connection and the file stayed, for good
+            while connections or _deleted_files_held() > files:  # noqa: ASYNC110 (polls the service)
+                await asyncio.sleep(0.05)
+    finally:
+        writer.close()
+
+
+async def test_event_stream__a_client_that_takes_none_of_it_is_dropped_and_gives_its_place_back(
+    config, admin, aiohttp_client
+):
+    """An event stream is written by its own handler, which the send watch did not see: once
+    its events outgrew what the sockets' buffers take (here one question of 6.75 MB; a question is
+    at most max_question_chars, 10,000 by default), a client reading nothing held the stream's
+    task, its place among the member's max_streams_per_member and its subscription to the
+    question's changes for good, its lifetime passed unnoticed (the handler waited to send).
+    Now it is dropped after send_timeout_seconds without progress, and gives them back."""
+    app = create_app(with_config(
+        config, server={"send_timeout_seconds": 0.5, "stream_lifetime_seconds": 1.0,
+                        "max_body_bytes": 16_000_000, "shutdown_timeout": 0.5},
+        questions={"max_question_chars": 8_000_000, "step_delay_seconds": 60.0},
+    ))
+    client = await aiohttp_client(app)  # handler_cancellation, as `serve` runs it
+    asked = await client.post("/api/v1/questions", headers=admin.headers, json={
+        "question": {"question": "Is data encrypted at rest? " * 250_000}})
+    assert asked.status == 202
+    question_id = (await asked.json())["id"]
+    connections = client.server.runner.server.connections
+    others = len(connections)  # the client's own, kept alive
+    reader, writer = await _reading_nothing(client, f"/api/v1/questions/{question_id}/events", admin.token)
+    try:
+        assert await reader.readline() == b"HTTP/1.1 200 OK\r\n"  # then nothing more is read
+        assert app[OPEN_STREAMS] == {admin.member_id: 1}
+        assert question_id in app[EVENTS]._streams  # the stream's subscription
+        async with asyncio.timeout(20):  # before: all three stayed, for good
+            while len(connections) > others or app[OPEN_STREAMS] or app[EVENTS]._streams:  # noqa: ASYNC110 (polls the service)
                 await asyncio.sleep(0.05)
     finally:
         writer.close()
