@@ -214,6 +214,18 @@ async def test_body__a_member_receives_at_most_max_bodies_per_member_at_once(
             await asyncio.sleep(0.02)
 
 
+async def _large_rfp(conn, make_rfp, admin) -> str:
+    """An RFP of 20 items of ~570 KB answers: its item list and its export are ~11 MB, more than
+    loopback's socket buffers take."""
+    rfp_id = await make_rfp(admin, "Large")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, answer, position)"
+        " SELECT 'item_' || n, $1, 'Is data encrypted at rest?', repeat('Yes, with AES-256. ', 30000), n"
+        "   FROM generate_series(1, 20) AS n", rfp_id,
+    )
+    return rfp_id
+
+
 async def test_response__a_client_that_takes_none_of_it_is_dropped(
     config, conn, admin, make_member, make_rfp, aiohttp_client
 ):
@@ -225,12 +237,7 @@ async def test_response__a_client_that_takes_none_of_it_is_dropped(
     app = create_app(with_config(config, server={"send_timeout_seconds": 0.5}))
     client = await aiohttp_client(app)
     viewer = await make_member(admin.account_id, "viewer", "read")
-    rfp_id = await make_rfp(admin, "Large")
-    await conn.execute(
-        "INSERT INTO rfp_items (id, rfp_id, question, answer, position)"
-        " SELECT 'item_' || n, $1, 'Is data encrypted at rest?', repeat('Yes, with AES-256. ', 30000), n"
-        "   FROM generate_series(1, 20) AS n", rfp_id,
-    )
+    rfp_id = await _large_rfp(conn, make_rfp, admin)
     server = client.server.runner.server
     reader, writer = await _reading_nothing(client, f"/api/v1/rfps/{rfp_id}/rfp_items", viewer.token)
     try:
@@ -310,12 +317,7 @@ async def test_export__a_client_that_takes_none_of_it_is_dropped_and_its_file_cl
     app = create_app(with_config(config, server={"send_timeout_seconds": 0.5}))
     client = await aiohttp_client(app)  # handler_cancellation, as `serve` runs it
     viewer = await make_member(admin.account_id, "viewer", "read")
-    rfp_id = await make_rfp(admin, "Large")
-    await conn.execute(
-        "INSERT INTO rfp_items (id, rfp_id, question, answer, position)"
-        " SELECT 'item_' || n, $1, 'Is data encrypted at rest?', repeat('Yes, with AES-256. ', 30000), n"
-        "   FROM generate_series(1, 20) AS n", rfp_id,
-    )
+    rfp_id = await _large_rfp(conn, make_rfp, admin)
     connections = client.server.runner.server.connections
     files = _deleted_files_held()
     reader, writer = await _reading_nothing(client, f"/api/v1/rfps/{rfp_id}/export?format=csv", viewer.token)
