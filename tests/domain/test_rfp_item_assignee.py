@@ -428,6 +428,35 @@ async def test_removing_a_member__sends_rfp_item_assigned_for_each_item_it_unass
     assert sorted(record_id for record_id, _ in await assigned_events(conn)) == sorted([a1, a2])
 
 
+async def test_removing_or_demoting_a_member__delivers_rfp_item_assigned_at_once_not_at_the_next_poll(
+    aiohttp_client, config, admin, make_member, receiver,
+):
+    # A poll interval far longer than the waits below: only the change's wake-up sends them.
+    client = await aiohttp_client(create_app(with_config(
+        config, webhooks=fast_webhooks(poll_interval_seconds=60))))
+    response = await client.post("/api/v1/webhook_endpoints", headers=admin.headers, json={
+        "webhook_endpoint": {"url": receiver.url, "event_types": ["rfp_item.assigned"]}})
+    assert response.status == 201, await response.text()
+    removed = await make_member(admin.account_id, "member")
+    demoted = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(client, admin, ["A?", "B?"])
+    first, second = await item_ids(client, admin, rfp_id)
+    await review(client, admin, rfp_id, first, assignee_id=removed.user_id)
+    await review(client, admin, rfp_id, second, assignee_id=demoted.user_id)
+    await receiver.wait_for(2, within_seconds=20)  # the assignments' own (their review wakes it)
+    await asyncio.sleep(0.2)  # the deliverer sleeps now, for its 60 s
+
+    response = await client.delete(f"/api/v1/members/{removed.member_id}", headers=admin.headers)
+    assert response.status == 204
+    got = await receiver.wait_for(3, within_seconds=20)
+    assert got[2].event["data"]["id"] == first and got[2].event["data"]["assignee"] is None
+    response = await client.patch(f"/api/v1/members/{demoted.member_id}",
+                                  json={"member": {"role": "viewer"}}, headers=admin.headers)
+    assert response.status == 200
+    got = await receiver.wait_for(4, within_seconds=20)
+    assert got[3].event["data"]["id"] == second and got[3].event["data"]["assignee"] is None
+
+
 async def test_removing_a_member__without_an_endpoint_for_it_queues_nothing(
     client, admin, make_member, conn,
 ):

@@ -11,7 +11,7 @@ from ...domain.members import RoleChange, change_role, invite, list_members, rem
 from ...domain.models import Page
 from ..actors import actor
 from ..auth import connection
-from ..keys import CONFIG, MAIL_SENDER
+from ..keys import CONFIG, DELIVERER, MAIL_SENDER
 from .common import page, principal, read_form, render, see_other
 
 
@@ -52,6 +52,7 @@ async def change_member_role(request: web.Request) -> web.StreamResponse:
         await change_role(
             conn, principal(request).account_id, request.match_info["id"], data.role, actor(request)
         )
+    request.app[DELIVERER].wake()  # rfp_item.assigned for the items a viewer no longer holds
     raise see_other("/members")
 
 
@@ -60,4 +61,5 @@ async def remove(request: web.Request) -> web.StreamResponse:
     """The API's DELETE /members/{id}: the membership and its tokens and sessions go at once."""
     async with connection(request) as conn:
         await remove_member(conn, principal(request).account_id, request.match_info["id"], actor(request))
+    request.app[DELIVERER].wake()  # rfp_item.assigned for the items they no longer hold
     raise see_other("/members")

@@ -144,6 +144,7 @@ async def patch_member(request: web.Request) -> web.Response:
             conn, principal(request).account_id, request.match_info["id"], data.role,
             actor(request),
         )
+    request.app[DELIVERER].wake()  # rfp_item.assigned for the items a viewer no longer holds
     return json_response(unstructure(member))
 
 
@@ -153,6 +154,7 @@ async def delete_member(request: web.Request) -> web.Response:
         await domain.remove_member(
             conn, principal(request).account_id, request.match_info["id"], actor(request)
         )
+    request.app[DELIVERER].wake()  # rfp_item.assigned for the items they no longer hold
     return web.Response(status=204)
 
 
