@@ -43,7 +43,11 @@ async def enqueue(
 
 
 async def sent_recently(conn: asyncpg.Connection, recipient: str, kind: str, seconds: float) -> int:
-    """How many messages of `kind` were written to `recipient` in the last `seconds`."""
+    """How many messages of `kind` were written to `recipient` in the last `seconds`, counted in
+    the caller's transaction with the address's messages of `kind` locked until it ends: another
+    transaction's count waits until this one has written (or not) its own, so a limit checked
+    with it holds however many requests arrive at once."""
+    await conn.execute(db.query("lock_recipient_kind"), recipient, kind)
     return await conn.fetchval(db.query("count_recent_mail"), recipient, kind, seconds)
 
 

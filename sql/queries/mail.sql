@@ -4,6 +4,12 @@ INSERT INTO mail_outbox (message_id, recipient, subject, body, kind)
 VALUES ($1, $2, $3, $4, $5)
 RETURNING id;
 
+-- lock_recipient_kind --
+-- Serialize, until the transaction ends, the messages of kind $2 to address $1 being counted and
+-- written: concurrent transactions each counted the others' uncommitted ones as not there, and
+-- all wrote theirs past the limit.
+SELECT pg_advisory_xact_lock(hashtextextended('mail_outbox:' || $2 || ':' || lower($1), 17));
+
 -- count_recent_mail --
 -- Messages of kind $2 written to address $1 in the last $3 seconds (by the partial index for
 -- assignments; whatever their state: a held or failed one was still asked for).

@@ -8,6 +8,7 @@ import json
 import logging
 
 import asyncpg
+import attrs
 import pytest
 from conftest import CONNECT, lock_waiters, mail_settings, with_config
 from test_workflow import item_ids, new_rfp, review  # the workflow tests' API steps
@@ -321,6 +322,39 @@ async def test_assign__an_address_gets_at_most_assignment_mails_per_hour_then_it
     assert (await review(client, admin, rfp_id, second, assignee_id=other.user_id)).status == 200
     assert await conn.fetchval("SELECT count(*) FROM mail_outbox WHERE recipient = $1", other.email) == 1
     await smtp.wait_for(4)
+
+
+async def test_assign__assignments_at_once_keep_to_assignment_mails_per_hour(
+    client, config, admin, make_member, conn, database_url,
+):
+    """Each transaction counted the address's e-mails without the others' uncommitted ones: as
+    many assignments at once as reached the service (in as many RFPs, which do not wait for each
+    other) were each mailed, past the limit."""
+    mail_config = attrs.evolve(config.mail, assignment_mails_per_hour=1)
+    writer = await make_member(admin.account_id, "member")
+    first_rfp, second_rfp = [await new_rfp(client, admin, ["A?"]) for _ in range(2)]
+    [first] = await item_ids(client, admin, first_rfp)
+    [second] = await item_ids(client, admin, second_rfp)
+    holder, waiter = [await asyncpg.connect(database_url, **CONNECT) for _ in range(2)]
+    try:
+        holding = holder.transaction()
+        await holding.start()
+        reviewed = await review_item(holder, admin.account_id, first_rfp, first,
+                                     {"assignee_id": writer.user_id}, admin.member_id,
+                                     mail_config=mail_config)
+        assert reviewed.mailed
+        assigning = asyncio.create_task(review_item(
+            waiter, admin.account_id, second_rfp, second, {"assignee_id": writer.user_id},
+            admin.member_id, mail_config=mail_config))
+        await lock_waiters(conn, 1)  # the second one's count waits for the first one's e-mail
+        await holding.commit()
+        async with asyncio.timeout(20):
+            assert not (await assigning).mailed
+    finally:
+        for connection in (holder, waiter):
+            await connection.close()
+    assert await conn.fetchval("SELECT count(*) FROM mail_outbox WHERE recipient = $1",
+                               writer.email) == 1
 
 
 # -- the rfp_item.assigned webhook -----------------------------------------------------------------
