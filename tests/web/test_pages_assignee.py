@@ -395,3 +395,19 @@ async def test_assign__someone_else_opens_only_an_item_of_the_account(
     sent = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False,
                                  data={"csrf_token": csrf, "assignee_id": "choose"})
     assert sent.headers["Location"] == f"/rfps/{rfp_id}/items/{first}/assign"
+
+
+async def test_assign_page__a_question_cut_short_says_so_whatever_its_spacing(
+    app_client, admin, make_rfp, conn,
+):
+    """The page read the question's first 501 characters and marked it cut only when they held
+    more than 500 once their spaces were collapsed: a question whose spaces filled them showed
+    its first words as the whole of it."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    [first] = await items(conn, rfp_id, 1)
+    await conn.execute("UPDATE rfp_items SET question = $2 WHERE id = $1",
+                       first, "Do you encrypt" + " " * 600 + "backups at rest?")
+    await sign_in(app_client, admin.email)
+    page = await (await app_client.get(f"/rfps/{rfp_id}/items/{first}/assign")).text()
+    assert "<p>Do you encrypt backups at rest?</p>" in page

@@ -284,7 +284,9 @@ async def choose_assignee(request: web.Request) -> web.StreamResponse:
         item = await fetch_item(conn, who.account_id, rfp_id, item_id)
         title = await conn.fetchval(db.query("rfp_title"), rfp_id)
         writers = _told_apart(await assignable_members(conn, who.account_id))
-    question = " ".join(item["question"][:_QUESTION_SHOWN + 1].split())
+    # Its spaces collapsed first (a question is at most MAX_TEXT characters): cut before, its
+    # spaces could fill the part read and the rest go unshown, unmarked.
+    question = " ".join(item["question"].split())
     return render(request, "assign.html", {
         "rfp_id": rfp_id, "rfp_title": title, "item": item, "writers": writers, "back": back,
         "question": question[:_QUESTION_SHOWN], "question_cut": len(question) > _QUESTION_SHOWN,
