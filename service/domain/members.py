@@ -647,8 +647,10 @@ async def remove_member(
     async with conn.transaction():
         member = await _lock_member(conn, account_id, member_id)
         await _keep_an_admin(conn, account_id, member)
-        await conn.execute(db.query("delete_member"), member_id, account_id)
+        # Their items first, while the membership is there: an admin removing their own is
+        # the events' `assigned_by` (read through it), not nobody (the operator's CLI).
         unassigned = await _unassign(conn, account_id, member["user_id"], actor)
+        await conn.execute(db.query("delete_member"), member_id, account_id)
         if actor is not None:
             await audit.record(conn, actor, "member.removed", record_id=member_id,
                                account_id=account_id, before={"role": member["role"]},

@@ -491,6 +491,25 @@ async def test_removing_or_demoting_a_member__delivers_rfp_item_assigned_at_once
     assert got[3].event["data"]["id"] == second and got[3].event["data"]["assignee"] is None
 
 
+async def test_an_admin_leaving__names_them_as_who_unassigned_their_items(
+    hooked, admin, make_member, conn,
+):
+    """An admin may remove their own membership (another admin staying): their items' events
+    named nobody as `assigned_by` (the membership was gone before they were read), which the
+    events' readers take for the operator's CLI."""
+    leaving = await make_member(admin.account_id, "admin")
+    rfp_id = await new_rfp(hooked, admin, ["A?"])
+    [item_id] = await item_ids(hooked, admin, rfp_id)
+    await review(hooked, admin, rfp_id, item_id, assignee_id=leaving.user_id)
+    await conn.execute("DELETE FROM webhook_events")
+
+    response = await hooked.delete(f"/api/v1/members/{leaving.member_id}", headers=leaving.headers)
+    assert response.status == 204
+    [(record_id, data)] = await assigned_events(conn)
+    assert record_id == item_id and data["assignee"] is None
+    assert data["previous_assignee"] == ref(leaving) and data["assigned_by"] == ref(leaving)
+
+
 async def test_removing_a_member__without_an_endpoint_for_it_queues_nothing(
     client, admin, make_member, conn,
 ):
