@@ -196,8 +196,25 @@ def assigned_event(
         "previous_assignee": unstructure(before), "assigned_by": unstructure(assigned_by)}
 
 
-# A member's unassigned items are read for their webhooks this many at a time.
+# A member's unassigned items are read for their webhooks this many at a time, and no more of
+# their questions and answers than this many bytes (one of each can hold 100,000 characters: 500
+# such items were 0.5 GB of the service's memory at once).
 _UNASSIGNED_BATCH = 500
+_UNASSIGNED_BATCH_BYTES = 4_000_000
+
+
+def _batches(ids: Sequence[str], sizes: Sequence[int]) -> list[list[str]]:
+    """`ids` in batches of at most _UNASSIGNED_BATCH items and _UNASSIGNED_BATCH_BYTES of their
+    `sizes` (one item however large it is)."""
+    batches: list[list[str]] = []
+    held = 0
+    for item_id, size in zip(ids, sizes, strict=True):
+        if not batches or len(batches[-1]) >= _UNASSIGNED_BATCH or held + size > _UNASSIGNED_BATCH_BYTES:
+            batches.append([])
+            held = 0
+        batches[-1].append(item_id)
+        held += size
+    return batches
 
 
 async def unassign_member_items(
@@ -209,19 +226,20 @@ async def unassign_member_items(
     Each item gets its rfp_item.assigned event, as any other change of its assignee does: an
     integration that mirrors who answers what (a task per item in a tracker) must hear that
     these items have nobody now, and `previous_assignee` says whom they were taken from. They are
-    written 500 to a statement, and only when an endpoint wants the type (else the unassignment
-    is its one UPDATE, as before), so removing a member with thousands of items stays quick:
+    written 500 to a statement (fewer when their items are large: _UNASSIGNED_BATCH_BYTES), and
+    only when an endpoint wants the type (else the unassignment is its one UPDATE, as before),
+    so removing a member with thousands of items stays quick:
     10,000 items unassigned in 0.5 to 0.7 s with an endpoint wanting them (8 MB of events), 60 ms
     without one; 20,000 (an RFP's most) in 1.6 to 1.9 s and 0.1 to 0.4 s (the lead's 2-core machine)."""
-    ids = await conn.fetchval(db.query("unassign_member_items"), account_id, user_id)
+    unassigned = await conn.fetchrow(db.query("unassign_member_items"), account_id, user_id)
+    ids = unassigned["ids"]
     if not ids or not await webhooks.wanted(conn, account_id, "rfp_item.assigned"):
         return len(ids), 0
     assigned_by = await member_user(conn, account_id, actor.member_id if actor else None)
     previous = await conn.fetchrow(db.query("user_as_previous_assignee"), user_id)
     queued = 0
-    for start in range(0, len(ids), _UNASSIGNED_BATCH):
-        rows = await conn.fetch(db.query("rfp_items_by_ids"), account_id,
-                                ids[start:start + _UNASSIGNED_BATCH])
+    for batch in _batches(ids, unassigned["sizes"]):
+        rows = await conn.fetch(db.query("rfp_items_by_ids"), account_id, batch)
         queued += await webhooks.emit_many(conn, account_id, "rfp_item.assigned", [
             (row["id"], assigned_event(row, previous, assigned_by)) for row in rows])
     return len(ids), queued

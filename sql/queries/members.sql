@@ -200,14 +200,17 @@ SELECT u.id, u.email, display_name(u.first_name, u.last_name, u.email) AS name
 
 -- unassign_member_items --
 -- Unassign every item of the account's RFPs assigned to user $2 (a member removed or made a
--- viewer); the ids of those that were (for their rfp_item.assigned webhooks).
+-- viewer); the ids of those that were and the bytes of their question and answer, in id order
+-- (for their rfp_item.assigned webhooks, read a few megabytes at a time).
 WITH unassigned AS (
     UPDATE rfp_items i SET assignee_id = NULL, updated_at = now()
       FROM rfps r
      WHERE i.assignee_id = $2 AND r.id = i.rfp_id AND r.account_id = $1
-    RETURNING i.id
+    RETURNING i.id, octet_length(i.question) + coalesce(octet_length(i.answer), 0) AS size
 )
-SELECT coalesce(array_agg(id), '{}') FROM unassigned;
+SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
+       coalesce(array_agg(size ORDER BY id), '{}') AS sizes
+  FROM unassigned;
 
 -- user_as_previous_assignee --
 -- User $1 as an item's assignee before it was unassigned (the rfp_item.assigned webhook's

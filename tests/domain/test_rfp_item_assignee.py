@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import tracemalloc
 
 import asyncpg
 import attrs
@@ -19,6 +20,7 @@ from service.domain import accounts
 from service.domain.errors import ValidationFailed
 from service.domain.members import remove_member
 from service.domain.rfp_items import review as review_item
+from service.domain.rfp_items import unassign_member_items
 from service.web.app import create_app
 from service.web.openapi import document
 
@@ -508,6 +510,31 @@ async def test_an_admin_leaving__names_them_as_who_unassigned_their_items(
     [(record_id, data)] = await assigned_events(conn)
     assert record_id == item_id and data["assignee"] is None
     assert data["previous_assignee"] == ref(leaving) and data["assigned_by"] == ref(leaving)
+
+
+async def test_removing_a_member__reads_their_large_items_a_few_megabytes_at_a_time(
+    hooked, admin, make_member, conn,
+):
+    """The unassigned items' events were built 500 items at a time whatever the items' size: a
+    question and an answer hold up to 100,000 characters each, and 500 such items took 0.5 GB
+    of the service's memory at once (one removal, through an endpoint wanting the type)."""
+    writer = await make_member(admin.account_id, "member")
+    rfp_id = await new_rfp(hooked, admin, ["A?"])
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, answer, position, assignee_id)"
+        " SELECT 'item_large_' || n, $1, repeat('Q', 100000), repeat('A', 100000), n + 1, $2"
+        "   FROM generate_series(1, 200) AS n", rfp_id, writer.user_id)
+    tracemalloc.start()
+    try:
+        async with conn.transaction():
+            count, queued = await unassign_member_items(conn, admin.account_id, writer.user_id)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (count, queued) == (200, 200)
+    assert peak < 60_000_000, f"{peak / 1e6:.0f} MB at once for 40 MB of items"  # before: ~200 MB
+    assert await conn.fetchval("SELECT count(*) FROM webhook_events WHERE type = 'rfp_item.assigned'"
+                               " AND record_id LIKE 'item_large_%'") == 200
 
 
 async def test_removing_a_member__without_an_endpoint_for_it_queues_nothing(
