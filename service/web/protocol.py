@@ -58,6 +58,8 @@ def parser_error_message(exc: BaseException | None) -> str:
 class _RequestHandler(web_protocol.RequestHandler):
     # server.send_timeout_seconds, set by serve_parser_errors_as_json (0: none).
     send_timeout = 0.0
+    # The watch of the connection's latest request (_SendWatch).
+    send_watch: _SendWatch | None = None
 
     async def _handle_request(
         self,
@@ -125,6 +127,9 @@ class _SendWatch:
         self.gone = self._gone()
         self.done = False
         self.handle = handler._loop.call_later(seconds, self._look)
+        # The connection's latest: a response's watch ends once the next request's begins,
+        # which counts from the bytes waiting then (the last of this response's among them).
+        handler.send_watch = self
 
     def _gone(self) -> int:
         """Bytes of the response sent (less any of the last response still waiting)."""
@@ -136,8 +141,8 @@ class _SendWatch:
         if transport is None:
             return
         waiting = transport.get_write_buffer_size()
-        if not waiting and self.done:
-            return
+        if self.done and (not waiting or self.handler.send_watch is not self):
+            return  # what waits is the next response's: its own watch looks after it
         gone = self._gone()
         if waiting and gone <= self.gone:
             log.info("dropped a connection from %s: its client took none of the response for %g s "

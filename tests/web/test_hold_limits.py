@@ -281,6 +281,32 @@ async def test_send_watch__counts_what_the_client_took_not_what_waits():
         watch.handle.cancel()
 
 
+async def test_send_watch__a_response_s_watch_ends_when_the_next_request_s_begins():
+    """A response whose last bytes still waited when aiohttp was done with it is looked after
+    until they go; its client read them and asked for the next on the connection, whose bytes
+    then waited in the same transport: the first watch counted those as its own, none of them
+    gone, and dropped a connection whose client was reading."""
+    transport = _Transport(waiting=10_000)
+    handler = SimpleNamespace(_loop=asyncio.get_running_loop(), transport=transport, peername=None)
+    first = SimpleNamespace(output_size=0)
+    watch = _SendWatch(handler, SimpleNamespace(writer=first), 1000.0)  # looked at by hand here
+    first.output_size = 200_000  # the whole response written, its last 10,000 bytes waiting
+    watch.sent()
+    second = SimpleNamespace(output_size=0)
+    transport.waiting = 0  # the client took them, then asked for the next response
+    following = _SendWatch(handler, SimpleNamespace(writer=second), 1000.0)
+    try:
+        for _ in range(3):  # a slow reader of the next response: some taken at every look
+            second.output_size += 100_000
+            transport.waiting = 65_536
+            watch._look()
+            following._look()
+            assert not transport.aborted
+    finally:
+        watch.handle.cancel()
+        following.handle.cancel()
+
+
 async def _reading_nothing(
     client, path: str, token: str
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
