@@ -4,7 +4,7 @@ the "Assigned to me" filter, and the assignee's e-mail linking to the item alone
 from __future__ import annotations
 
 import re
-from html import unescape
+from html import escape, unescape
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -354,7 +354,8 @@ async def test_assign_select__writers_of_one_name_are_told_apart_by_their_addres
     app_client, admin, make_member, make_rfp, conn,
 ):
     """A name is its member's to choose: one who took a colleague's made two options alike, and
-    whoever picked the wrong one assigned the item (and mailed it) to them."""
+    whoever picked the wrong one assigned the item (and mailed it) to them. The address is what
+    tells members apart, beside every name."""
     impostor = await make_member(admin.account_id, "member")
     other = await make_member(admin.account_id, "member")
     for user_id, first, last in ((admin.user_id, "Grace", "Hopper"), (impostor.user_id, "GRACE", "hopper"),
@@ -372,7 +373,18 @@ async def test_assign_select__writers_of_one_name_are_told_apart_by_their_addres
     for options in (listed, chooser):
         assert f'<option value="{admin.user_id}">Grace Hopper ({admin.email})</option>' in options
         assert f'<option value="{impostor.user_id}">GRACE hopper ({impostor.email})</option>' in options
-        assert f'<option value="{other.user_id}">Alan Turing</option>' in options
+        assert f'<option value="{other.user_id}">Alan Turing ({other.email})</option>' in options
+
+    # Every name has its address beside it: only a name another writer bore too had, so one who
+    # took a colleague's name and address as theirs ("Grace Hopper (grace@…)", or the name with
+    # an invisible character in it) bore a name of their own, and theirs was the option that
+    # looked told apart, the colleague's bare.
+    for pretended in (f"Grace Hopper ({admin.email})", "Gra\u200bce Hopper"):
+        await conn.execute("UPDATE users SET first_name = $2, last_name = '' WHERE id = $1",
+                           impostor.user_id, pretended)
+        listed = assignable_of(await (await app_client.get(f"/rfps/{rfp_id}")).text())
+        assert f'<option value="{admin.user_id}">Grace Hopper ({admin.email})</option>' in listed
+        assert f'<option value="{impostor.user_id}">{escape(pretended)} ({impostor.email})</option>' in listed
 
 
 async def test_assign__someone_else_opens_only_an_item_of_the_account(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
@@ -170,15 +169,12 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
 
 
 def _told_apart(writers: list[MemberRef]) -> list[dict[str, Any]]:
-    """The writers as the assign selects list them (id, name): a name that another writer bears
-    too (whatever its case or spacing) with the address beside it. A name is its member's to
-    choose: one who took a colleague's made two options alike."""
-    def key(name: str) -> str:
-        return " ".join(name.split()).casefold()
-
-    counts = Counter(key(writer.name) for writer in writers)
-    return [{"id": writer.id, "name": f"{writer.name} ({writer.email})" if counts[key(writer.name)] > 1
-             else writer.name} for writer in writers]
+    """The writers as the assign selects list them (id, name): each name with its address
+    beside it. A name is its member's to choose, the address not: with the address beside only
+    names that another writer bore too, one who took a colleague's name and address as theirs
+    ("Grace Hopper (grace@…)"), or the name with an invisible or look-alike character in it, got
+    the option that looked told apart, and the colleague's stood bare."""
+    return [{"id": writer.id, "name": f"{writer.name} ({writer.email})"} for writer in writers]
 
 
 def _query(*parts: str) -> str:
