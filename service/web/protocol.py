@@ -142,12 +142,14 @@ class _SendWatch:
             return
         waiting = transport.get_write_buffer_size()
         if self.done and (not waiting or self.handler.send_watch is not self):
-            return  # what waits is the next response's: its own watch looks after it
+            self._forget()  # all sent, or what waits is the next response's: its watch looks
+            return
         gone = self._gone()
         if waiting and gone <= self.gone:
             log.info("dropped a connection from %s: its client took none of the response for %g s "
                      "(server.send_timeout_seconds)", self.handler.peername, self.seconds)
             transport.abort()
+            self._forget()
             return
         self.gone = gone
         self.handle = self.handler._loop.call_later(self.seconds, self._look)
@@ -159,6 +161,12 @@ class _SendWatch:
         transport = self.transport
         if transport is None or not transport.get_write_buffer_size():
             self.handle.cancel()
+            self._forget()
+
+    def _forget(self) -> None:
+        """Done looking: the connection no longer holds this watch (nor it the connection)."""
+        if self.handler.send_watch is self:
+            self.handler.send_watch = None
 
 
 class _Server(web_server.Server):
