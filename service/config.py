@@ -243,10 +243,11 @@ class MailConfig:
     # recipients are personal data); held ones (no SMTP) not before their links have expired.
     # 0 keeps them all for ever.
     keep_days: int = attrs.field(default=30, validator=_not_negative)
-    # At most this many "an item was assigned to you" e-mails to one address in an hour; past
-    # it items are still assigned, unmailed (they are under "Assigned to me"). Whoever may assign
-    # could otherwise assign and unassign a colleague's item in a loop (150 e-mails in 0.7 s, on
-    # the SMTP quota every account shares). 0: assignments are never mailed.
+    # At most this many "an item was assigned to you" e-mails from one assigner to one address
+    # in an hour; past it items are still assigned, unmailed (they are under "Assigned to me").
+    # Whoever may assign could otherwise assign and unassign a colleague's item in a loop (150
+    # e-mails in 0.7 s, on the SMTP quota every account shares); per assigner, so that such a
+    # loop does not silence the others' assignments. 0: assignments are never mailed.
     assignment_mails_per_hour: int = attrs.field(default=20, validator=_not_negative)
 
 

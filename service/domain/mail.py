@@ -32,23 +32,27 @@ MAX_BACKOFF_SECONDS = 3600.0
 
 async def enqueue(
     conn: asyncpg.Connection, config: MailConfig, recipient: str, subject: str, body: str,
-    *, kind: str,
+    *, kind: str, requested_by: str | None = None,
 ) -> int:
-    """Store a message of `kind` (what it is for: mail_outbox.kind) to send once the caller's
-    transaction commits; returns its outbox id."""
+    """Store a message of `kind` (what it is for: mail_outbox.kind), written for the action of
+    member `requested_by` if any, to send once the caller's transaction commits; returns its
+    outbox id."""
     _, from_address = email.utils.parseaddr(config.from_address)
     domain = from_address.rpartition("@")[2] or "localhost"
     message_id = email.utils.make_msgid(domain=domain)
-    return await conn.fetchval(db.query("enqueue_mail"), message_id, recipient, subject, body, kind)
+    return await conn.fetchval(db.query("enqueue_mail"), message_id, recipient, subject, body, kind,
+                               requested_by)
 
 
-async def sent_recently(conn: asyncpg.Connection, recipient: str, kind: str, seconds: float) -> int:
-    """How many messages of `kind` were written to `recipient` in the last `seconds`, counted in
-    the caller's transaction with the address's messages of `kind` locked until it ends: another
-    transaction's count waits until this one has written (or not) its own, so a limit checked
-    with it holds however many requests arrive at once."""
-    await conn.execute(db.query("lock_recipient_kind"), recipient, kind)
-    return await conn.fetchval(db.query("count_recent_mail"), recipient, kind, seconds)
+async def sent_recently(
+    conn: asyncpg.Connection, recipient: str, kind: str, requested_by: str | None, seconds: float
+) -> int:
+    """How many messages of `kind` member `requested_by` had written to `recipient` in the last
+    `seconds`, counted in the caller's transaction with those messages locked until it ends:
+    another transaction's count waits until this one has written (or not) its own, so a limit
+    checked with it holds however many requests arrive at once."""
+    await conn.execute(db.query("lock_recent_mail"), recipient, kind, requested_by)
+    return await conn.fetchval(db.query("count_recent_mail"), recipient, kind, requested_by, seconds)
 
 
 def backoff_seconds(config: MailConfig, attempts: int) -> float:

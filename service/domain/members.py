@@ -495,7 +495,8 @@ async def invite(
             config.members.invitation_ttl_days * 86400,
         )
         subject, body = invitation_mail(_base_url(config), account_name, token, row["expires_at"])
-        await mail.enqueue(conn, config.mail, data.email, subject, body, kind="invitation")
+        await mail.enqueue(conn, config.mail, data.email, subject, body, kind="invitation",
+                           requested_by=who.member_id)
         if actor is not None:
             await audit.record(conn, actor, "invitation.created", record_id=row["id"],
                                after={"email": data.email, "role": row["role"]})

@@ -247,18 +247,24 @@ async def unassign_member_items(
 
 async def _mail_assignee(
     conn: asyncpg.Connection, config: MailConfig, web_base_url: str, rfp_id: str,
-    item: Mapping[str, Any], recipient: str, assigned_by: str,
+    item: Mapping[str, Any], recipient: str, assigner: str | None, assigned_by: str,
 ) -> bool:
-    """Queue the assignment's e-mail to `recipient`, unless the address already got
-    mail.assignment_mails_per_hour of them in the last hour: whether it was queued."""
+    """Queue the assignment's e-mail to `recipient`, unless the assigner (a member id; None for
+    the CLI) already sent that address mail.assignment_mails_per_hour of them in the last hour:
+    whether it was queued. Counted per assigner: one who assigned and unassigned in a loop would
+    otherwise have used up the address's allowance and silenced everyone else's assignments."""
     limit = config.assignment_mails_per_hour
-    if not limit or await mail.sent_recently(conn, recipient, "assignment", 3600) >= limit:
-        log.info("item %s assigned, not mailed: %s got %d assignment e-mails in the last hour "
-                 "(mail.assignment_mails_per_hour)", item["id"], recipient, limit)
+    if not limit:
+        return False  # assignments are never mailed
+    sent = await mail.sent_recently(conn, recipient, "assignment", assigner, 3600)
+    if sent >= limit:
+        log.info("item %s assigned, not mailed: its assigner sent %s %d assignment e-mails in the "
+                 "last hour (mail.assignment_mails_per_hour)", item["id"], recipient, sent)
         return False
     title = await conn.fetchval(db.query("rfp_title"), rfp_id)
     subject, body = assignment_mail(web_base_url, rfp_id, title, item, assigned_by)
-    await mail.enqueue(conn, config, recipient, subject, body, kind="assignment")
+    await mail.enqueue(conn, config, recipient, subject, body, kind="assignment",
+                       requested_by=assigner)
     return True
 
 
@@ -326,7 +332,7 @@ async def review(
         if mailing:
             assert mail_config is not None and assignee is not None
             mailed = await _mail_assignee(conn, mail_config, web_base_url, rfp_id, row,
-                                          assignee["email"], assigner_label(assigner))
+                                          assignee["email"], member_id, assigner_label(assigner))
         if actor is None:
             return Reviewed(row=row, mailed=mailed)
         queued = 0

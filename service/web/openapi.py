@@ -238,7 +238,8 @@ SCHEMAS: dict[str, Any] = {
                                       "assign the item to this member (their user id: admin or "
                                       "member of the account; they are e-mailed a link to it "
                                       "unless they assign themselves, at most "
-                                      "mail.assignment_mails_per_hour an hour); null unassigns"}),
+                                      "mail.assignment_mails_per_hour an hour from one "
+                                      "assigner); null unassigns"}),
         },
     },
     "RfpItemImportReport": {

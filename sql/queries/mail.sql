@@ -1,20 +1,23 @@
 -- enqueue_mail --
--- Put a message of kind $5 in the outbox; the caller's transaction decides whether it is ever sent.
-INSERT INTO mail_outbox (message_id, recipient, subject, body, kind)
-VALUES ($1, $2, $3, $4, $5)
+-- Put a message of kind $5, written for member $6 (or none), in the outbox; the caller's
+-- transaction decides whether it is ever sent.
+INSERT INTO mail_outbox (message_id, recipient, subject, body, kind, requested_by)
+VALUES ($1, $2, $3, $4, $5, $6)
 RETURNING id;
 
--- lock_recipient_kind --
--- Serialize, until the transaction ends, the messages of kind $2 to address $1 being counted and
--- written: concurrent transactions each counted the others' uncommitted ones as not there, and
--- all wrote theirs past the limit.
-SELECT pg_advisory_xact_lock(hashtextextended('mail_outbox:' || $2 || ':' || lower($1), 17));
+-- lock_recent_mail --
+-- Serialize, until the transaction ends, the messages of kind $2 from member $3 to address $1
+-- being counted and written: concurrent transactions each counted the others' uncommitted ones as
+-- not there, and all wrote theirs past the limit.
+SELECT pg_advisory_xact_lock(
+    hashtextextended('mail_outbox:' || $2 || ':' || coalesce($3, '') || ':' || lower($1), 17));
 
 -- count_recent_mail --
--- Messages of kind $2 written to address $1 in the last $3 seconds (by the partial index for
--- assignments; whatever their state: a held or failed one was still asked for).
+-- Messages of kind $2 from member $3 to address $1 in the last $4 seconds (mail_outbox_recent;
+-- whatever their state: a held or failed one was still asked for).
 SELECT count(*) FROM mail_outbox
- WHERE recipient = $1 AND kind = $2 AND created_at > now() - make_interval(secs => $3);
+ WHERE recipient = $1 AND kind = $2 AND requested_by IS NOT DISTINCT FROM $3
+   AND created_at > now() - make_interval(secs => $4);
 
 -- claim_mail --
 -- Claim up to $1 due messages for $2 seconds (the lease); rows another sender holds are skipped.
