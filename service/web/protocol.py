@@ -181,6 +181,12 @@ class _Server(web_server.Server):
 def serve_parser_errors_as_json(app: web.Application) -> None:
     """Make the servers made for `app` (web.run_app, AppRunner, the test client's) answer the
     HTTP parser's errors through `_RequestHandler`."""
+    # Both are aiohttp's private methods: an aiohttp without them would answer the parser's
+    # errors its own way and send every response unwatched, saying nothing. Refuse to start.
+    for name in ("_handle_request", "handle_error"):
+        if not callable(getattr(web_protocol.RequestHandler, name, None)):
+            raise RuntimeError(f"aiohttp's RequestHandler has no {name}() (this aiohttp is newer than "
+                               "the service knows): the send watch and parser errors need it")
     make_handler = app._make_handler
 
     def _make_handler(**kwargs: Any) -> web_server.Server:

@@ -412,3 +412,17 @@ async def test_transaction_conflict__the_request_rolled_back_is_503_with_retry_a
     assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = 'item_dl'") is None
     again = await client.patch(path, json=draft, headers=admin.headers)
     assert again.status == 200 and (await again.json())["answer"] == "A draft."
+
+
+@pytest.mark.parametrize("name", ["_handle_request", "handle_error"])
+def test_app__an_aiohttp_without_the_private_methods_it_overrides_is_refused_naming_them(
+    config, monkeypatch, name
+):
+    # service/web/protocol.py overrides two private methods of aiohttp's RequestHandler; an
+    # aiohttp that renamed them would send every response unwatched and its parser errors its own
+    # way, silently.
+    from aiohttp import web_protocol
+
+    monkeypatch.delattr(web_protocol.RequestHandler, name)
+    with pytest.raises(RuntimeError, match=f"has no {name}"):
+        create_app(config)
