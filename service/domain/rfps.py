@@ -276,6 +276,14 @@ class AssigneeFilter:
     user_id: int | None
 
 
+def _user_id(raw: str) -> int | None:
+    """A user id as a query gives it (digits, a positive bigint), or None."""
+    # Its length first: int() refuses over 4,300 digits; past a bigint no user exists.
+    if raw.isascii() and raw.isdigit() and len(raw) <= 19 and 0 < int(raw) < 2**63:
+        return int(raw)
+    return None
+
+
 def assignee_filter(raw: str | None, user_id: int) -> AssigneeFilter | None:
     """`assignee=me|none|<user id>` (`me`: `user_id`, the caller); absent or empty: no filter."""
     if raw is None or raw == "":
@@ -284,10 +292,22 @@ def assignee_filter(raw: str | None, user_id: int) -> AssigneeFilter | None:
         return AssigneeFilter(user_id=user_id)
     if raw == "none":
         return AssigneeFilter(user_id=None)
-    # Its length first: int() refuses over 4,300 digits; past a bigint no user exists.
-    if raw.isascii() and raw.isdigit() and len(raw) <= 19 and 0 < int(raw) < 2**63:
-        return AssigneeFilter(user_id=int(raw))
+    if (wanted := _user_id(raw)) is not None:
+        return AssigneeFilter(user_id=wanted)
     raise ParameterInvalid(f"assignee must be me, none or a user id; got {raw[:40]!r}")
+
+
+def assigned_to(raw: str | None, user_id: int) -> int:
+    """The member whose items `GET /api/v1/rfp_items` lists: `assignee=me` (`user_id`, the caller)
+    or a user id. Required; `none` is refused too: the unassigned items of a whole account are
+    not one member's work (an RFP's are: GET /api/v1/rfps/{id}/rfp_items?assignee=none)."""
+    if raw is None or raw == "":
+        raise ParameterMissing("assignee is required: me or a user id (GET /api/v1/rfp_items?assignee=me)")
+    if raw == "me":
+        return user_id
+    if (wanted := _user_id(raw)) is not None:
+        return wanted
+    raise ParameterInvalid(f"assignee must be me or a user id; got {raw[:40]!r}")
 
 
 async def list_items(
@@ -316,6 +336,16 @@ async def list_rfps(conn: asyncpg.Connection, account_id: str, page: Page) -> Se
 REVIEW_FILTERS = {"needs_input": "needs_input", "review": "auto_answered", "approved": "approved"}
 
 
+def review_filter(raw: str | None) -> str | None:
+    """`state=`, as the RFP page's filters and the lists of one's items take it: one of
+    REVIEW_FILTERS (`review`: answered, awaiting review), or None (absent or empty) for all."""
+    if raw is None or raw == "":
+        return None
+    if raw not in REVIEW_FILTERS:
+        raise ParameterInvalid(f"state must be one of {', '.join(REVIEW_FILTERS)}; got {raw[:40]!r}")
+    return raw
+
+
 _WHOLE = 2_147_483_647  # PostgreSQL's largest integer: left(text, _WHOLE) is all of it
 
 
@@ -338,3 +368,21 @@ async def review_items(
         0 if page.number == 1 else await conn.fetchval(db.query("count_rfp_items"), rfp_id)
     )
     return rfp, rows, total
+
+
+async def assigned_items(
+    conn: asyncpg.Connection, account_id: str, user_id: int, state: str | None, page: Page,
+    *, cut: int | None = None,
+) -> tuple[list[asyncpg.Record], int]:
+    """One page of the items of the account's RFPs assigned to `user_id`, across its RFPs (by the
+    RFP's deadline, none last, then the RFP, then position), each with its RFP's title and
+    deadline (rfp_title, rfp_deadline) and requires_attention; and how many items pass `state`
+    (one of REVIEW_FILTERS, or None for all). Another account's items are never among them,
+    whoever `user_id` is. Questions and answers come cut to `cut` characters (None: whole), their
+    whole lengths in question_chars / answer_chars."""
+    rows = await conn.fetch(
+        db.query("assigned_items_page"), account_id, user_id, REVIEW_FILTERS.get(state or ""),
+        page.size, page.offset, _WHOLE if cut is None else cut,
+    )
+    # One row at least: past the last page, the count alone.
+    return [row for row in rows if row["id"] is not None], rows[0]["total"]

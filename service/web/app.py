@@ -73,6 +73,10 @@ def routes() -> list[web.RouteDef]:
         web.patch(
             "/api/v1/rfps/{id}/rfp_items/{item_id}", rfp_items.patch_rfp_item, name="review_rfp_item"
         ),
+        web.get(
+            "/api/v1/rfp_items", rfp_items.list_assigned_items, name="list_assigned_rfp_items",
+            allow_head=False,
+        ),
         web.post("/api/v1/rfps/{id}/answer", rfp_items.answer_rfp, name="answer_rfp"),
         web.get("/api/v1/rfps/{id}/export", rfp_items.export_rfp, name="export_rfp", allow_head=False),
         web.post("/api/v1/users", members.post_user, name="create_user"),

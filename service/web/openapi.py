@@ -219,6 +219,11 @@ SCHEMAS: dict[str, Any] = {
                                "the member who answers it (their user id, name, e-mail)"}),
     }, ["id", "rfp_id", "question", "answer", "state", "confidence", "section", "position",
         "created_at", "updated_at", "assignee"]),
+    "AssignedRfpItem": {"allOf": [_ref("RfpItem"), _object({
+        "rfp": _object({"id": STRING, "title": STRING,
+                        "deadline": _nullable({"type": "string", "format": "date"})},
+                       ["id", "title", "deadline"], description="the item's RFP"),
+    }, ["rfp"])], "description": "an item as the item API shows it, with its RFP"},
     "RfpItemInput": {
         "type": "object", "required": ["question"],
         "properties": {"question": {"type": "string", "minLength": 1},
@@ -807,6 +812,23 @@ def document() -> dict[str, Any]:
             "404": not_found["rfp"]},
             params=[_ID, _PAGE, _query("assignee", "only the items assigned to this member: me, "
                                        "none (the unassigned ones) or a user id")])},
+        "/api/v1/rfp_items": {"get": _op(
+            "list_assigned_rfp_items", "one member's items across the account's RFPs", {
+                "200": _json(_page_of("rfp_items", "AssignedRfpItem"), "one page of the items "
+                             "assigned to the member in the account's RFPs (never another "
+                             "account's), by the RFP's deadline (none last), then the RFP, then "
+                             "position; 20 per page"),
+                "400": _error("assignee missing (parameter_missing); assignee other than me or a "
+                              "user id (none included), state not one of needs_input, review or "
+                              "approved, or page invalid (parameter_invalid)")},
+            params=[{"name": "assignee", "in": "query", "required": True,
+                     "description": "whose items: me, or a member's user id",
+                     "schema": {"type": "string"}},
+                    _query("state", "only the items in this state, as the RFP page's filters: "
+                           "needs_input, review (answered, awaiting review: auto_answered) or "
+                           "approved; absent: every state, discarded included",
+                           {"enum": ["needs_input", "review", "approved"]}),
+                    _PAGE])},
         "/api/v1/questions": {"post": _op("ask_question", "ask a question (charged; answered "
                                           "asynchronously)", {
             "202": _json(_ref("Question"), "accepted, in state new; poll it or follow its events",

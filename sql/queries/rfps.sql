@@ -78,3 +78,42 @@ SELECT i.*, a.email AS assignee_email,
 -- How many items of an RFP list_rfp_items filters by assignee ($2 as its $5) would show.
 SELECT count(*)::integer FROM rfp_items
  WHERE rfp_id = $1 AND (assignee_id = $2::bigint OR ($2 IS NULL AND assignee_id IS NULL));
+
+-- assigned_items_page --
+-- "My items": one page of the items of account $1's RFPs assigned to user $2, across its RFPs, by
+-- the RFP's deadline (none last), then the RFP, then position; $3 keeps only the items in that
+-- state (null: every state). Questions and answers are cut to $6 characters, their whole lengths
+-- beside them (the web app's list cuts long ones as the RFP page does; the API passes its
+-- largest integer). `total` is how many items pass: one row with it, and nulls for the rest,
+-- when the page is past the end.
+-- The partial index rfp_items_assignee (assignee_id, rfp_id, position) finds the user's items
+-- without reading anyone else's; each one's RFP comes by its key and is kept only if it is the
+-- account's (the user may be a member of other accounts). No index gives the deadline order, so
+-- the user's matching items are sorted as a few columns (ids, keys, the RFP's title), and only
+-- the page's items are read whole; a later page costs what the first does.
+WITH mine AS MATERIALIZED (
+    SELECT i.id, i.position, r.id AS rfp_id, r.deadline, r.title
+      FROM rfp_items i
+      JOIN rfps r ON r.id = i.rfp_id
+     WHERE i.assignee_id = $2 AND r.account_id = $1
+       AND ($3::text IS NULL OR i.state::text = $3)
+)
+SELECT counted.total, shown.*
+  FROM (SELECT count(*)::integer AS total FROM mine) AS counted
+  LEFT JOIN LATERAL (
+      SELECT i.id, i.rfp_id, left(i.question, $6) AS question, length(i.question) AS question_chars,
+             left(i.answer, $6) AS answer, length(i.answer) AS answer_chars,
+             i.state::text AS state, i.confidence, i.section, i.position, i.created_at,
+             i.updated_at, i.question_id, i.knowledge_item_id, i.assignee_id,
+             a.email AS assignee_email,
+             display_name(a.first_name, a.last_name, a.email) AS assignee_name,
+             page.title AS rfp_title, page.deadline AS rfp_deadline,
+             coalesce(q.requires_attention, false) AS requires_attention
+        FROM (SELECT * FROM mine
+               ORDER BY deadline NULLS LAST, rfp_id, position
+               LIMIT $4 OFFSET $5) AS page
+        JOIN rfp_items i ON i.id = page.id
+        JOIN users a ON a.id = i.assignee_id
+        LEFT JOIN questions q ON q.id = i.question_id
+  ) AS shown ON true
+ ORDER BY shown.rfp_deadline NULLS LAST, shown.rfp_id, shown.position;

@@ -20,7 +20,7 @@ from ...domain import audit, questionnaires, writeback
 from ...domain.convert import structure, unstructure
 from ...domain.errors import PayloadTooLarge, ValidationFailed
 from ...domain.isolation import IsolatedWorkers, Turns, Unread
-from ...domain.models import RfpItem, rfp_json
+from ...domain.models import Page, RfpItem, rfp_json
 from ...domain.rfp_items import (
     EXPORT_FORMATS,
     AnswerOptions,
@@ -34,7 +34,14 @@ from ...domain.rfp_items import (
     review,
     spool_export,
 )
-from ...domain.rfps import MAX_ITEMS_PER_CREATE, ItemInput, fetch_rfp
+from ...domain.rfps import (
+    MAX_ITEMS_PER_CREATE,
+    ItemInput,
+    assigned_items,
+    assigned_to,
+    fetch_rfp,
+    review_filter,
+)
 from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import Upload, one_of_members_uploads, read_body, read_json, receive_upload
@@ -141,6 +148,25 @@ async def get_rfp_item(request: web.Request) -> web.Response:
             conn, principal(request).account_id, request.match_info["id"], request.match_info["item_id"]
         )
     return json_response(unstructure(RfpItem.from_row(row)))
+
+
+@requires("read")
+async def list_assigned_items(request: web.Request) -> web.Response:
+    """`?assignee=me|<user id>&state=…`: one page of the account's items assigned to that
+    member, across its RFPs, each as the item API shows it with its RFP's id, title and deadline."""
+    page = Page.from_query(request.query)
+    who = principal(request)
+    user_id = assigned_to(request.query.get("assignee"), who.user_id)
+    state = review_filter(request.query.get("state"))
+    async with connection(request) as conn:
+        rows, total = await assigned_items(conn, who.account_id, user_id, state, page)
+    return json_response({
+        "rfp_items": [unstructure(RfpItem.from_row(row)) | {"rfp": {
+            "id": row["rfp_id"], "title": row["rfp_title"],
+            "deadline": None if row["rfp_deadline"] is None else row["rfp_deadline"].isoformat(),
+        }} for row in rows],
+        "pagination": page.pagination(total, len(rows)),
+    })
 
 
 @requires("write", roles=("admin", "member"))
