@@ -299,7 +299,7 @@ def viewer_flow(base: str, profile: str, email: str, rfp_id: str) -> dict[str, A
             driver, f"/rfps/{rfp_id}/items/item_v1", "POST",
             f"csrf_token={csrf}&action=approve&answer=Yes",
         )
-        for path in ("/kb", "/members"):
+        for path in ("/items", "/kb", "/members"):
             driver.get(base + path)
             seen[f"{path}_posts"] = post_actions(driver)
         return seen
@@ -318,7 +318,7 @@ async def test_browser__a_viewer_sees_no_write_control_and_a_forged_post_is_refu
         "VALUES ('item_v1', $1, 'Do you encrypt backups?', 1, 'auto_answered', 'Yes.', 0.9)", rfp_id,
     )
     seen = await asyncio.to_thread(viewer_flow, site, profile, viewer.email, rfp_id)
-    for key in ("rfps_posts", "rfp_posts", "/kb_posts", "/members_posts"):
+    for key in ("rfps_posts", "rfp_posts", "/items_posts", "/kb_posts", "/members_posts"):
         assert seen[key] == ["signout"], key
     assert seen["buttons"] == [] and seen["textareas"] == 0
     assert seen["export_links"] == 1  # reading is a viewer's right

@@ -145,7 +145,7 @@ async def test_sign_in__without_the_form_token_is_refused(app_client, admin, con
 
 async def test_pages__need_a_session(app_client, admin, make_rfp):
     rfp_id = await make_rfp(admin)
-    for path in ("/rfps", f"/rfps/{rfp_id}", "/kb", "/ask", "/members"):
+    for path in ("/rfps", f"/rfps/{rfp_id}", "/items", "/kb", "/ask", "/members"):
         response = await app_client.get(path, allow_redirects=False)
         assert response.status == 303, path
         assert response.headers["Location"].startswith("/signin?next=")
@@ -192,7 +192,7 @@ async def test_viewer__sees_no_write_control_and_a_forged_post_is_refused(
     )
     assert forged.status == 403
     assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = 'item_v1'") == "auto_answered"
-    for path in ("/rfps", "/kb", "/members"):
+    for path in ("/rfps", "/items", "/kb", "/members"):
         assert post_actions(await (await app_client.get(path)).text()) == ["/signout"], path
 
 
@@ -609,7 +609,7 @@ async def test_csrf__every_form_of_every_page_carries_the_token(app_client, admi
         rfp_id,
     )
     kb = await app_client.post("/kb", data={"csrf_token": csrf, "answer": "A"}, allow_redirects=False)
-    pages = ["/rfps", rfp_path, "/kb", kb.headers["Location"], "/ask", "/members"]
+    pages = ["/rfps", rfp_path, "/items", "/kb", kb.headers["Location"], "/ask", "/members"]
     for path in pages:
         html = await (await app_client.get(path)).text()
         forms = re.findall(r"<form[^>]*method=\"post\"[^>]*>.*?</form>", html, re.S)

@@ -24,9 +24,11 @@ from ...domain.rfps import (
     REVIEW_FILTERS,
     SEARCH_COUNT_CAP,
     RfpCreate,
+    assigned_items,
     create_rfp,
     fetch_rfp,
     list_rfps,
+    review_filter,
     review_items,
     search_rfps,
 )
@@ -104,9 +106,7 @@ def _references(raw: str | None) -> list[dict[str, Any]]:
 @page()
 async def rfp_page(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
-    shown = request.query.get("state") or None
-    if shown is not None and shown not in REVIEW_FILTERS:
-        raise ParameterInvalid(f"state must be one of {', '.join(REVIEW_FILTERS)}; got {shown!r}")
+    shown = review_filter(request.query.get("state"))
     # ?assignee=me: only the items assigned to the signed-in member.
     mine = request.query.get("assignee") or None
     if mine is not None and mine != "me":
@@ -134,8 +134,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             "id": row["id"], "question": row["question"], "answer": row["answer"],
             "state": row["state"], "position": row["position"], "section": row["section"],
             "confidence": None if row["confidence"] is None else float(row["confidence"]),
-            "band": band_of(request, None if row["confidence"] is None else float(row["confidence"]),
-                            row["requires_attention"]) if row["state"] != "pending" else None,
+            "band": _item_band(request, row),
             "attention_points": row["attention_points"] or [],
             "references": _references(row["references"]),
             "in_flight": row["state"] == "pending" and row["question_id"] is not None,
@@ -165,6 +164,44 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
         "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
         "report": None,
+    })
+
+
+def _item_band(request: web.Request, row: Any) -> str | None:
+    """An item's confidence band (service/domain/bands.py), None while it is pending."""
+    if row["state"] == "pending":
+        return None
+    confidence = None if row["confidence"] is None else float(row["confidence"])
+    return band_of(request, confidence, row["requires_attention"])
+
+
+@page()
+async def my_items(request: web.Request) -> web.StreamResponse:
+    """The signed-in member's items across the account's RFPs, grouped by RFP (the nearest
+    deadline first), with the RFP page's state filters; each links to the item alone."""
+    shown = review_filter(request.query.get("state"))
+    settings = request.app[CONFIG].web
+    current = Page.from_query(request.query, size=settings.items_per_page)
+    who = principal(request)
+    async with connection(request) as conn:
+        rows, total = await assigned_items(conn, who.account_id, who.user_id, shown, current,
+                                           cut=settings.item_chars_shown)
+    rfps: list[dict[str, Any]] = []
+    for row in rows:
+        if not rfps or rfps[-1]["id"] != row["rfp_id"]:
+            rfps.append({"id": row["rfp_id"], "title": row["rfp_title"],
+                         "deadline": row["rfp_deadline"], "assigned": []})
+        rfps[-1]["assigned"].append({
+            "id": row["id"], "position": row["position"], "question": row["question"],
+            "question_cut": row["question_chars"] > len(row["question"]), "state": row["state"],
+            "confidence": None if row["confidence"] is None else float(row["confidence"]),
+            "band": _item_band(request, row),
+            "in_flight": row["state"] == "pending" and row["question_id"] is not None,
+        })
+    kept = f"state={shown}&" if shown else ""
+    return render(request, "items.html", {
+        "rfps": rfps, "shown": shown or "", "kept": kept, "page": current.number,
+        "pages": math.ceil(total / current.size), "total": total, "may_write": may_write(who),
     })
 
 

@@ -17,6 +17,7 @@ def routes() -> list[web.RouteDef]:
         get("/rfps", rfps.rfp_list, name="page_rfps", allow_head=False),
         web.post("/rfps", rfps.create, name="page_create_rfp"),
         get("/rfps/{id}", rfps.rfp_page, name="page_rfp", allow_head=False),
+        get("/items", rfps.my_items, name="page_my_items", allow_head=False),
         web.post("/rfps/{id}/items/{item_id}", rfps.review, name="page_review_item"),
         get("/rfps/{id}/items/{item_id}/assign", rfps.choose_assignee, name="page_choose_assignee",
             allow_head=False),

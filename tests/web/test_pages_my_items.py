@@ -1,0 +1,160 @@
+"""The web app's "My items" page (/items): the signed-in member's items across the account's
+RFPs, grouped by RFP, with the RFP page's state filters and the pager."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from html import unescape
+from typing import Any
+
+from conftest import with_config
+
+# The shared page fixtures are imported to register them; tests take them as arguments by name.
+# ruff: noqa: F811
+from page_client import aiohttp_client_cls, app_client, set_password  # noqa: F401
+from test_pages_assignee import links_of, sign_in
+
+from service.domain import accounts
+from service.web.app import create_app
+
+
+async def add_items(conn: Any, rfp_id: str, *specs: tuple[int, int | None, str]) -> list[str]:
+    """Items of the RFP, one for each (position, assignee's user id or None, state)."""
+    ids = [f"item_{rfp_id[-8:]}_{position}" for position, _, _ in specs]
+    await conn.executemany(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, assignee_id, state, answer, confidence)"
+        " VALUES ($1, $2, $3, $4, $5, $6::rfp_item_state,"
+        "         CASE WHEN $6 = 'pending' THEN NULL ELSE 'An answer.' END,"
+        "         CASE WHEN $6 = 'pending' THEN NULL ELSE 0.95 END)",
+        [(item_id, rfp_id, f"Question {position} of {rfp_id[-8:]}?", position, assignee, state)
+         for item_id, (position, assignee, state) in zip(ids, specs, strict=True)])
+    return ids
+
+
+async def dated_rfp(conn: Any, make_rfp: Any, owner: Any, title: str, deadline: str | None) -> str:
+    rfp_id = await make_rfp(owner, title)
+    if deadline:
+        await conn.execute("UPDATE rfps SET deadline = $2 WHERE id = $1", rfp_id,
+                           datetime.date.fromisoformat(deadline))
+    return rfp_id
+
+
+def shown_items(page: str) -> list[str]:
+    return re.findall(r'<li class="item item-\w+" id="item-([^"]+)">', page)
+
+
+async def test_my_items__the_member_s_items_grouped_by_rfp_with_links(
+    app_client, conn, admin, make_account, make_member, make_rfp,
+):
+    writer = await make_member(admin.account_id, "member")
+    await set_password(conn, writer.email)
+    undated = await dated_rfp(conn, make_rfp, admin, "Undated <review>", None)
+    soon = await dated_rfp(conn, make_rfp, admin, "Acme & co", "2031-03-01")
+    w = writer.user_id
+    undated_ids = await add_items(conn, undated, (4, w, "pending"), (1, admin.user_id, "pending"))
+    soon_ids = await add_items(conn, soon, (7, w, "auto_answered"), (2, w, "needs_input"),
+                               (3, None, "approved"))
+    # The same person in another account, an item assigned there: not on this account's page.
+    other = await make_account(name="Other")
+    await accounts.add_member(conn, other.account_id, writer.email, "member")
+    elsewhere = await add_items(conn, await make_rfp(other, "Elsewhere"), (1, w, "pending"))
+    await sign_in(app_client, writer.email)
+
+    page = await (await app_client.get("/items")).text()
+    assert '<a href="/items" aria-current="page">My items</a>' in page
+    # The nearest deadline first, then the RFP without one; each RFP's items in order.
+    assert shown_items(page) == [soon_ids[1], soon_ids[0], undated_ids[0]]
+    assert elsewhere[0] not in page and "Elsewhere" not in page and undated_ids[1] not in page
+    assert page.index("Acme &amp; co") < page.index("Undated &lt;review&gt;")
+    assert f'<h2 id="rfp-{soon}"><a href="/rfps/{soon}">Acme &amp; co</a></h2>' in page
+    assert "Deadline: 2031-03-01" in page and "Deadline: none" in page
+    assert "3 items assigned to you across the RFPs" in page
+    item = re.search(rf'<li class="item item-auto_answered" id="item-{soon_ids[0]}">(.*?)</li>', page, re.S)
+    assert item, page
+    assert '<span class="pos">7.</span>' in item.group(1)
+    assert f'href="/rfps/{soon}?item={soon_ids[0]}">Question 7 of {soon[-8:]}?</a>' in item.group(1)
+    assert 'class="state state-auto_answered">auto answered</span>' in item.group(1)
+    assert re.search(r'class="band band-\w+">[^<]+ · 95 %</span>', item.group(1)), item.group(1)
+
+    # Each item's link opens the item alone on its RFP's page.
+    for href in [unescape(h) for h, _ in links_of(page).links if "?item=" in h]:
+        alone = await app_client.get(href)
+        assert alone.status == 200, href
+        assert f'id="item-{href.rsplit("=", 1)[1]}"' in await alone.text(), href
+
+
+async def test_my_items__state_filters_and_the_pager_keep_each_other(
+    aiohttp_client, config, conn, admin, make_rfp,
+):
+    await set_password(conn, admin.email)
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, web={"items_per_page": 2})))
+    rfp_id = await make_rfp(admin, "Acme")
+    me = admin.user_id
+    ids = await add_items(conn, rfp_id, (1, me, "auto_answered"), (2, me, "approved"),
+                          (3, me, "auto_answered"), (4, me, "auto_answered"), (5, me, "pending"))
+    await sign_in(client, admin.email)
+
+    everything = await (await client.get("/items")).text()
+    assert shown_items(everything) == ids[:2]
+    assert 'href="?page=2" rel="next"' in everything
+    assert '<a href="/items" aria-current="true">All</a>' in everything
+    review = await (await client.get("/items?state=review")).text()
+    assert '<a href="/items?state=review" aria-current="true">Review</a>' in review
+    assert shown_items(review) == [ids[0], ids[2]]
+    assert 'href="?state=review&amp;page=2" rel="next"' in review
+    assert shown_items(await (await client.get("/items?state=review&page=2")).text()) == [ids[3]]
+    empty = await (await client.get("/items?state=needs_input")).text()
+    assert shown_items(empty) == [] and "No items assigned to you in this filter." in empty
+    past = await (await client.get("/items?page=9")).text()
+    assert shown_items(past) == [] and "No items on this page." in past
+
+    bad = await client.get("/items?state=auto_answered")
+    assert bad.status == 400 and "state must be one of needs_input, review, approved" in await bad.text()
+    assert (await client.get("/items?page=0")).status == 400
+
+
+async def test_my_items__a_long_question_is_cut_as_the_rfp_page_cuts_it(
+    aiohttp_client, config, conn, admin, make_rfp,
+):
+    await set_password(conn, admin.email)
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, web={"item_chars_shown": 40})))
+    rfp_id = await make_rfp(admin, "Acme")
+    [item_id] = await add_items(conn, rfp_id, (1, admin.user_id, "pending"))
+    await conn.execute("UPDATE rfp_items SET question = repeat('Long question? ', 20) WHERE id = $1", item_id)
+    await sign_in(client, admin.email)
+
+    page = await (await client.get("/items")).text()
+    cut = ("Long question? " * 20)[:40]
+    assert f'href="/rfps/{rfp_id}?item={item_id}">{cut}…</a>' in page
+    assert "Long question? " * 3 not in page
+
+
+async def test_my_items__an_empty_list_says_how_items_get_assigned(
+    app_client, conn, admin, make_member, make_rfp,
+):
+    viewer = await make_member(admin.account_id, "viewer")
+    await set_password(conn, admin.email)
+    await set_password(conn, viewer.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await add_items(conn, rfp_id, (1, None, "pending"))
+
+    csrf = await sign_in(app_client, admin.email)
+    page = await (await app_client.get("/items")).text()
+    assert shown_items(page) == [] and "0 items assigned to you" in page
+    assert "No items are assigned to you." in page and "An item is assigned on its RFP's page" in page
+    await app_client.post("/signout", data={"csrf_token": csrf})
+
+    await sign_in(app_client, viewer.email)
+    page = await (await app_client.get("/items")).text()
+    assert "No items are assigned to you." in page
+    assert "Items are assigned to admins and members" in page
+
+
+async def test_my_items__signed_out_goes_to_sign_in_and_back(app_client):
+    response = await app_client.get("/items?state=review", allow_redirects=False)
+    assert response.status == 303
+    assert response.headers["Location"].startswith("/signin?next=")
+    assert response.headers["Location"].startswith("/signin?next=/items?state")
