@@ -823,7 +823,7 @@ def document() -> dict[str, Any]:
                               "approved, or page invalid (parameter_invalid)")},
             params=[{"name": "assignee", "in": "query", "required": True,
                      "description": "whose items: me, or a member's user id",
-                     "schema": {"type": "string"}},
+                     "schema": {"type": "string", "pattern": "^(me|[1-9][0-9]{0,18})$"}},
                     _query("state", "only the items in this state, as the RFP page's filters: "
                            "needs_input, review (answered, awaiting review: auto_answered) or "
                            "approved; absent: every state, discarded included",
