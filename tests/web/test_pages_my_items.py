@@ -3,12 +3,11 @@ RFPs, grouped by RFP, with the RFP page's state filters and the pager."""
 
 from __future__ import annotations
 
-import datetime
 import re
 from html import unescape
-from typing import Any
 
 from conftest import with_config
+from helpers_items import add_items, deadline_rfp
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
@@ -17,27 +16,6 @@ from test_pages_assignee import links_of, sign_in
 
 from service.domain import accounts
 from service.web.app import create_app
-
-
-async def add_items(conn: Any, rfp_id: str, *specs: tuple[int, int | None, str]) -> list[str]:
-    """Items of the RFP, one for each (position, assignee's user id or None, state)."""
-    ids = [f"item_{rfp_id[-8:]}_{position}" for position, _, _ in specs]
-    await conn.executemany(
-        "INSERT INTO rfp_items (id, rfp_id, question, position, assignee_id, state, answer, confidence)"
-        " VALUES ($1, $2, $3, $4, $5, $6::rfp_item_state,"
-        "         CASE WHEN $6 = 'pending' THEN NULL ELSE 'An answer.' END,"
-        "         CASE WHEN $6 = 'pending' THEN NULL ELSE 0.95 END)",
-        [(item_id, rfp_id, f"Question {position} of {rfp_id[-8:]}?", position, assignee, state)
-         for item_id, (position, assignee, state) in zip(ids, specs, strict=True)])
-    return ids
-
-
-async def dated_rfp(conn: Any, make_rfp: Any, owner: Any, title: str, deadline: str | None) -> str:
-    rfp_id = await make_rfp(owner, title)
-    if deadline:
-        await conn.execute("UPDATE rfps SET deadline = $2 WHERE id = $1", rfp_id,
-                           datetime.date.fromisoformat(deadline))
-    return rfp_id
 
 
 def shown_items(page: str) -> list[str]:
@@ -49,8 +27,8 @@ async def test_my_items__the_member_s_items_grouped_by_rfp_with_links(
 ):
     writer = await make_member(admin.account_id, "member")
     await set_password(conn, writer.email)
-    undated = await dated_rfp(conn, make_rfp, admin, "Undated <review>", None)
-    soon = await dated_rfp(conn, make_rfp, admin, "Acme & co", "2031-03-01")
+    undated = await deadline_rfp(conn, make_rfp, admin, "Undated <review>", None)
+    soon = await deadline_rfp(conn, make_rfp, admin, "Acme & co", "2031-03-01")
     w = writer.user_id
     undated_ids = await add_items(conn, undated, (4, w, "pending"), (1, admin.user_id, "pending"))
     soon_ids = await add_items(conn, soon, (7, w, "auto_answered"), (2, w, "needs_input"),
