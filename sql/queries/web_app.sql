@@ -63,7 +63,7 @@ SELECT count(*)::integer FROM (SELECT 1 FROM rfps WHERE account_id = $1 LIMIT $2
 SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_chars,
        left(i.answer, $6) AS answer, length(i.answer) AS answer_chars,
        i.state::text AS state, i.confidence, i.section, i.position,
-       i.question_id, i.knowledge_item_id, i.assignee_id,
+       i.question_id, i.knowledge_item_id, i.assignee_id, a.email AS assignee_email,
        display_name(a.first_name, a.last_name, a.email) AS assignee_name,
        q.state AS question_state, coalesce(q.requires_attention, false) AS requires_attention,
        q.attention_points, q.references,

@@ -386,6 +386,13 @@ async def test_assign_select__writers_of_one_name_are_told_apart_by_their_addres
         assert f'<option value="{admin.user_id}">Grace Hopper ({admin.email})</option>' in listed
         assert f'<option value="{impostor.user_id}">{escape(pretended)} ({impostor.email})</option>' in listed
 
+    # The item's current assignee, the one option of the item's own select before the script
+    # fills it, has its address beside the name too.
+    await conn.execute("UPDATE rfp_items SET assignee_id = $2 WHERE id = $1", first_item, impostor.user_id)
+    own = select_of(await (await app_client.get(f"/rfps/{rfp_id}")).text(), first_item)
+    shown = f"{escape(pretended)} ({impostor.email})"
+    assert f'<option value="{impostor.user_id}" selected>{shown}</option>' in own
+
 
 async def test_assign__someone_else_opens_only_an_item_of_the_account(
     app_client, admin, make_account, make_rfp, conn,

@@ -143,6 +143,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             "answer_cut": row["answer"] is not None and row["answer_chars"] > len(row["answer"]),
             "chars": row["question_chars"] + (row["answer_chars"] or 0),
             "assignee_id": row["assignee_id"], "assignee_name": row["assignee_name"],
+            "assignee_email": row["assignee_email"],
         }
         if not sections or sections[-1][0] != row["section"]:
             sections.append((row["section"], []))
