@@ -419,5 +419,5 @@ async def test_browser__an_item_s_select_lists_every_writer_once_opened(
     assert seen["before"] == ["", str(admin.user_id), "choose"]
     everyone = [admin.user_id, *(w.user_id for w in writers)]
     assert sorted(seen["opened"]) == sorted(["", *map(str, everyone)])
-    assert seen["after"] == "Ada Lovelace"
+    assert seen["after"] == f"Ada Lovelace ({writers[2].email})"  # the address beside every name
     assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = 'item_b2'") == writers[2].user_id

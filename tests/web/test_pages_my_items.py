@@ -11,7 +11,7 @@ from helpers_items import add_items, deadline_rfp
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
-from page_client import aiohttp_client_cls, app_client, set_password  # noqa: F401
+from page_client import aiohttp_client_cls, app_client, field, set_password  # noqa: F401
 from test_pages_assignee import links_of, sign_in
 
 from service.domain import accounts
@@ -51,15 +51,30 @@ async def test_my_items__the_member_s_items_grouped_by_rfp_with_links(
     item = re.search(rf'<li class="item item-auto_answered" id="item-{soon_ids[0]}">(.*?)</li>', page, re.S)
     assert item, page
     assert '<span class="pos">7.</span>' in item.group(1)
-    assert f'href="/rfps/{soon}?item={soon_ids[0]}">Question 7 of {soon[-8:]}?</a>' in item.group(1)
+    link = f'href="/rfps/{soon}?from=items&amp;item={soon_ids[0]}">Question 7 of {soon[-8:]}?</a>'
+    assert link in item.group(1)
     assert 'class="state state-auto_answered">auto answered</span>' in item.group(1)
     assert re.search(r'class="band band-\w+">[^<]+ · 95 %</span>', item.group(1)), item.group(1)
 
-    # Each item's link opens the item alone on its RFP's page.
-    for href in [unescape(h) for h, _ in links_of(page).links if "?item=" in h]:
+    # Each item's link opens the item alone on its RFP's page, which leads back to "My items",
+    # and so does its review form's way back.
+    for href in [unescape(h) for h, _ in links_of(page).links if "item=" in h]:
         alone = await app_client.get(href)
         assert alone.status == 200, href
-        assert f'id="item-{href.rsplit("=", 1)[1]}"' in await alone.text(), href
+        item_id = href.rsplit("=", 1)[1]
+        text = await alone.text()
+        assert f'id="item-{item_id}"' in text, href
+        assert f'<a href="/items#item-{item_id}" id="my-items">My items</a>' in text, href
+    rfp_page = await (await app_client.get(f"/rfps/{soon}?from=items&item={soon_ids[0]}")).text()
+    reviewed = await app_client.post(
+        f"/rfps/{soon}/items/{soon_ids[0]}", allow_redirects=False,
+        data={"csrf_token": field(rfp_page, "csrf_token"), "action": "save", "answer": "Edited.",
+              "back": unescape(field(rfp_page, "back"))})
+    assert reviewed.status == 303
+    back = await app_client.get(reviewed.headers["Location"])
+    assert 'id="my-items">My items</a>' in await back.text()
+    # Opened from the RFP itself, the item alone has no such link.
+    assert 'id="my-items"' not in await (await app_client.get(f"/rfps/{soon}?item={soon_ids[0]}")).text()
 
 
 async def test_my_items__state_filters_and_the_pager_keep_each_other(
@@ -106,7 +121,7 @@ async def test_my_items__a_long_question_is_cut_as_the_rfp_page_cuts_it(
 
     page = await (await client.get("/items")).text()
     cut = ("Long question? " * 20)[:40]
-    assert f'href="/rfps/{rfp_id}?item={item_id}">{cut}…</a>' in page
+    assert f'href="/rfps/{rfp_id}?from=items&amp;item={item_id}">{cut}…</a>' in page
     assert "Long question? " * 3 not in page
 
 

@@ -111,8 +111,10 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     mine = request.query.get("assignee") or None
     if mine is not None and mine != "me":
         raise ParameterInvalid(f"assignee must be me; got {mine[:40]!r}")
-    # ?item=: that item alone, whole, however long (a longer one is cut on the pages of items).
+    # ?item=: that item alone, whole, however long (a longer one is cut on the pages of items);
+    # opened from "My items" (?from=items), it leads back there too, and so do its forms.
     alone = request.query.get("item") or None
+    from_mine = alone is not None and request.query.get("from") == "items"
     settings = request.app[CONFIG].web
     cut = settings.item_chars_shown
     size = 1 if alone else settings.items_per_page
@@ -158,7 +160,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     listing = "".join(f"{part}&" for part in (state_part, mine_part, page_part) if part)
     return render(request, "rfp.html", {
         "rfp": rfp, "sections": sections, "shown": shown or "", "filters": REVIEW_FILTERS,
-        "mine": bool(mine), "kept": kept, "listing": listing,
+        "mine": bool(mine), "kept": kept, "listing": listing, "from_mine": from_mine,
         "state_links": {value: _query(f"state={value}" if value else "", mine_part)
                         for value in ("", *REVIEW_FILTERS)},
         "anyone_link": _query(state_part), "mine_link": _query(state_part, "assignee=me"),
