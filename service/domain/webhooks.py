@@ -309,11 +309,7 @@ async def emit(
 ) -> int:
     """Queue an event for every enabled endpoint of the account that wants its type, in the
     caller's transaction (the outbox); returns how many deliveries were queued."""
-    assert event_type in EVENT_TYPES, event_type
-    return await conn.fetchval(
-        db.query("enqueue_webhook_event"), new_id("msg"), account_id, event_type, record_id,
-        event_body(event_type, data),
-    )
+    return await emit_many(conn, account_id, event_type, [(record_id, data)])
 
 
 async def emit_many(

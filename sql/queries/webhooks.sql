@@ -33,29 +33,11 @@ RETURNING *;
 -- Remove an endpoint (its deliveries go with it); returns its id when it existed.
 DELETE FROM webhook_endpoints WHERE id = $1 AND account_id = $2 RETURNING id;
 
--- enqueue_webhook_event --
--- The outbox: event $1 of account $2 ($3 type, $4 record, $5 body) and a delivery to each enabled
--- endpoint of the account that wants the type. Nothing is written when no endpoint wants it.
--- Returns how many deliveries were queued.
-WITH targets AS (
-    SELECT id FROM webhook_endpoints
-     WHERE account_id = $2 AND enabled AND $3 = ANY (event_types)
-), event AS (
-    INSERT INTO webhook_events (id, account_id, type, record_id, body)
-    SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM targets)
-    RETURNING id
-), queued AS (
-    INSERT INTO webhook_deliveries (event_id, endpoint_id, record_id)
-    SELECT event.id, targets.id, $4 FROM event, targets
-    RETURNING id
-)
-SELECT count(*) FROM queued;
-
 -- enqueue_webhook_events --
--- enqueue_webhook_event for many events of one type at once: events $1 (ids) of account $2, of
--- type $3, about records $4 with bodies $5 (arrays in step), each with a delivery to every
--- enabled endpoint of the account that wants the type; nothing when none wants it. Returns how
--- many deliveries were queued.
+-- The outbox: events $1 (ids) of account $2, of type $3, about records $4 with bodies $5 (arrays
+-- in step; one event or many), each with a delivery to every enabled endpoint of the account
+-- that wants the type. Nothing is written when no endpoint wants it. Returns how many
+-- deliveries were queued.
 WITH targets AS (
     SELECT id FROM webhook_endpoints
      WHERE account_id = $2 AND enabled AND $3 = ANY (event_types)
