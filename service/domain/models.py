@@ -23,6 +23,13 @@ class MemberRef:
     name: str
     email: str
 
+    @classmethod
+    def assignee_of(cls, row: Mapping[str, Any]) -> MemberRef | None:
+        """The assignee of an item's row (assignee_id, _name and _email), None when unassigned."""
+        if row.get("assignee_id") is None:
+            return None
+        return cls(id=row["assignee_id"], name=row["assignee_name"], email=row["assignee_email"])
+
 
 def rfp_json(row: Mapping[str, Any], web_base_url: str, *, with_context: bool) -> dict[str, Any]:
     """An RFP as it leaves the service (OpenAPI schema `Rfp`), built straight from its row, for
@@ -91,8 +98,7 @@ class RfpItem:
             updated_at=row["updated_at"],
             question_id=row.get("question_id"),
             knowledge_item_id=row.get("knowledge_item_id"),
-            assignee=None if row.get("assignee_id") is None else MemberRef(
-                id=row["assignee_id"], name=row["assignee_name"], email=row["assignee_email"]),
+            assignee=MemberRef.assignee_of(row),
         )
 
 

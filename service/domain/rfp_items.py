@@ -190,8 +190,7 @@ def assigned_event(
     """The rfp_item.assigned webhook's data: the item as the API shows it (its new `assignee`,
     null when unassigned), `previous_assignee` (null when it had none) and `assigned_by`, the
     member who changed it (null for the operator's CLI)."""
-    before = None if previous is None or previous["assignee_id"] is None else MemberRef(
-        id=previous["assignee_id"], name=previous["assignee_name"], email=previous["assignee_email"])
+    before = None if previous is None else MemberRef.assignee_of(previous)
     return unstructure(RfpItem.from_row(row)) | {
         "previous_assignee": unstructure(before), "assigned_by": unstructure(assigned_by)}
 
