@@ -174,7 +174,12 @@ async def member_user(
 ) -> MemberRef | None:
     """The user behind a member of the account as an item shows its assignee (who assigned an
     item); None for no member (the operator's CLI)."""
-    row = await conn.fetchrow(db.query("member_user"), account_id, member_id) if member_id else None
+    return _ref(await conn.fetchrow(db.query("member_user"), account_id, member_id) if member_id else None)
+
+
+def _ref(row: Mapping[str, Any] | None) -> MemberRef | None:
+    """A user's row of `user_ref`'s or `member_user`'s columns (id, name, email), as an item names
+    its assignee."""
     return None if row is None else MemberRef(id=row["id"], name=row["name"], email=row["email"])
 
 
@@ -185,14 +190,13 @@ def assigner_label(assigner: MemberRef | None) -> str:
 
 
 def assigned_event(
-    row: Mapping[str, Any], previous: Mapping[str, Any] | None, assigned_by: MemberRef | None
+    row: Mapping[str, Any], previous: MemberRef | None, assigned_by: MemberRef | None
 ) -> dict[str, Any]:
     """The rfp_item.assigned webhook's data: the item as the API shows it (its new `assignee`,
     null when unassigned), `previous_assignee` (null when it had none) and `assigned_by`, the
     member who changed it (null for the operator's CLI)."""
-    before = None if previous is None else MemberRef.assignee_of(previous)
     return unstructure(RfpItem.from_row(row)) | {
-        "previous_assignee": unstructure(before), "assigned_by": unstructure(assigned_by)}
+        "previous_assignee": unstructure(previous), "assigned_by": unstructure(assigned_by)}
 
 
 # A member's unassigned items are read for their webhooks this many at a time, and no more of
@@ -235,7 +239,7 @@ async def unassign_member_items(
     if not ids or not await webhooks.wanted(conn, account_id, "rfp_item.assigned"):
         return len(ids), 0
     assigned_by = await member_user(conn, account_id, actor.member_id if actor else None)
-    previous = await conn.fetchrow(db.query("user_as_previous_assignee"), user_id)
+    previous = _ref(await conn.fetchrow(db.query("user_ref"), user_id))
     queued = 0
     for batch in _batches(ids, unassigned["sizes"]):
         rows = await conn.fetch(db.query("rfp_items_by_ids"), account_id, batch)
@@ -337,7 +341,7 @@ async def review(
         queued = 0
         if announcing:
             queued += await webhooks.emit(conn, account_id, "rfp_item.assigned", row["id"],
-                                          assigned_event(row, current, assigner))
+                                          assigned_event(row, MemberRef.assignee_of(current), assigner))
         await audit.record(conn, actor, "rfp_item.updated", record_id=row["id"],
                            account_id=account_id,
                            before={k: current[k] for k in _REVIEW_AUDITED},

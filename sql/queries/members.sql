@@ -212,11 +212,10 @@ SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
        coalesce(array_agg(size ORDER BY id), '{}') AS sizes
   FROM unassigned;
 
--- user_as_previous_assignee --
--- User $1 as an item's assignee before it was unassigned (the rfp_item.assigned webhook's
--- previous_assignee), in the columns of get_rfp_item.
-SELECT id AS assignee_id, display_name(first_name, last_name, email) AS assignee_name,
-       email AS assignee_email
+-- user_ref --
+-- User $1 as an item names its assignee (id, name, email): whom a member's unassigned items were
+-- taken from (the rfp_item.assigned webhook's previous_assignee).
+SELECT id, display_name(first_name, last_name, email) AS name, email
   FROM users
  WHERE id = $1;
 
