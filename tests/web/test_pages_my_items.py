@@ -77,17 +77,23 @@ async def test_my_items__the_member_s_items_grouped_by_rfp_with_links(
     assert 'id="my-items"' not in await (await app_client.get(f"/rfps/{soon}?item={soon_ids[0]}")).text()
 
 
+async def signed_in(aiohttp_client, config, conn, member, **web):
+    """A client of an app with these [web] settings, signed in as `member`."""
+    await set_password(conn, member.email)
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, web=web)))
+    await sign_in(client, member.email)
+    return client
+
+
 async def test_my_items__state_filters_and_the_pager_keep_each_other(
     aiohttp_client, config, conn, admin, make_rfp,
 ):
-    await set_password(conn, admin.email)
-    client = await aiohttp_client(create_app(with_config(
-        config, server={"web_base_url": "http://localhost"}, web={"items_per_page": 2})))
+    client = await signed_in(aiohttp_client, config, conn, admin, items_per_page=2)
     rfp_id = await make_rfp(admin, "Acme")
     me = admin.user_id
     ids = await add_items(conn, rfp_id, (1, me, "auto_answered"), (2, me, "approved"),
                           (3, me, "auto_answered"), (4, me, "auto_answered"), (5, me, "pending"))
-    await sign_in(client, admin.email)
 
     everything = await (await client.get("/items")).text()
     assert shown_items(everything) == ids[:2]
@@ -111,13 +117,10 @@ async def test_my_items__state_filters_and_the_pager_keep_each_other(
 async def test_my_items__a_long_question_is_cut_as_the_rfp_page_cuts_it(
     aiohttp_client, config, conn, admin, make_rfp,
 ):
-    await set_password(conn, admin.email)
-    client = await aiohttp_client(create_app(with_config(
-        config, server={"web_base_url": "http://localhost"}, web={"item_chars_shown": 40})))
+    client = await signed_in(aiohttp_client, config, conn, admin, item_chars_shown=40)
     rfp_id = await make_rfp(admin, "Acme")
     [item_id] = await add_items(conn, rfp_id, (1, admin.user_id, "pending"))
     await conn.execute("UPDATE rfp_items SET question = repeat('Long question? ', 20) WHERE id = $1", item_id)
-    await sign_in(client, admin.email)
 
     page = await (await client.get("/items")).text()
     cut = ("Long question? " * 20)[:40]
