@@ -249,6 +249,16 @@ class MailConfig:
     # e-mails in 0.7 s, on the SMTP quota every account shares); per assigner, so that such a
     # loop does not silence the others' assignments. 0: assignments are never mailed.
     assignment_mails_per_hour: int = attrs.field(default=20, validator=_not_negative)
+    # At most this many e-mails written on behalf of one account in an hour: those its members'
+    # actions cause (invitations, "you were added", the confirmation of a user an admin created,
+    # assignments), not a user's own password reset. Every account's mail shares one SMTP
+    # account and its quota: one hostile or compromised account could otherwise use up what the
+    # others need for their confirmations and resets. Past it an invitation or new user is 429
+    # rate_limited with Retry-After (nothing written), and an item is assigned unmailed. 200:
+    # an admin onboarding a team of 150 in one sitting, and that hour's first assignments, fit;
+    # a larger team takes another hour. Keep it well under the provider's hourly quota divided
+    # among the accounts it must protect. 0: no bound (unlike assignment_mails_per_hour's 0).
+    account_mails_per_hour: int = attrs.field(default=200, validator=_not_negative)
 
 
 @attrs.frozen(kw_only=True)

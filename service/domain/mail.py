@@ -32,16 +32,17 @@ MAX_BACKOFF_SECONDS = 3600.0
 
 async def enqueue(
     conn: asyncpg.Connection, config: MailConfig, recipient: str, subject: str, body: str,
-    *, kind: str, requested_by: str | None = None,
+    *, kind: str, requested_by: str | None = None, account_id: str | None = None,
 ) -> int:
     """Store a message of `kind` (what it is for: mail_outbox.kind), written for the action of
-    member `requested_by` if any, to send once the caller's transaction commits; returns its
-    outbox id."""
+    member `requested_by` if any, on behalf of their `account_id` (counted against
+    mail.account_mails_per_hour: check `account_mail_wait` first), to send once the caller's
+    transaction commits; returns its outbox id."""
     _, from_address = email.utils.parseaddr(config.from_address)
     domain = from_address.rpartition("@")[2] or "localhost"
     message_id = email.utils.make_msgid(domain=domain)
     return await conn.fetchval(db.query("enqueue_mail"), message_id, recipient, subject, body, kind,
-                               requested_by)
+                               requested_by, account_id)
 
 
 async def sent_recently(
@@ -53,6 +54,26 @@ async def sent_recently(
     checked with it holds however many requests arrive at once."""
     await conn.execute(db.query("lock_recent_mail"), recipient, kind, requested_by)
     return await conn.fetchval(db.query("count_recent_mail"), recipient, kind, requested_by, seconds)
+
+
+# The window mail.account_mails_per_hour counts in.
+ACCOUNT_WINDOW_SECONDS = 3600
+
+
+async def account_mail_wait(conn: asyncpg.Connection, config: MailConfig, account_id: str) -> int:
+    """0 when a member's action may have one more message written on behalf of `account_id`
+    (fewer than mail.account_mails_per_hour in the last hour, or no bound: 0), else the whole
+    seconds until it may. Counted in the caller's transaction with the account's messages locked
+    until it ends, as `sent_recently` counts: another transaction's count waits until this one has
+    written (or not) its own, so the bound holds however many requests arrive at once. Take it
+    after any address lock and just before writing: it holds the account's mail until commit."""
+    limit = config.account_mails_per_hour
+    if not limit:
+        return 0
+    await conn.execute(db.query("lock_account_mail"), account_id)
+    wait = await conn.fetchval(db.query("account_mail_wait"), account_id, limit,
+                               ACCOUNT_WINDOW_SECONDS)
+    return wait or 0
 
 
 def backoff_seconds(config: MailConfig, attempts: int) -> float:

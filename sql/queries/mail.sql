@@ -1,8 +1,8 @@
 -- enqueue_mail --
--- Put a message of kind $5, written for member $6 (or none), in the outbox; the caller's
--- transaction decides whether it is ever sent.
-INSERT INTO mail_outbox (message_id, recipient, subject, body, kind, requested_by)
-VALUES ($1, $2, $3, $4, $5, $6)
+-- Put a message of kind $5, written for member $6 (or none) of account $7 (or none), in the
+-- outbox; the caller's transaction decides whether it is ever sent.
+INSERT INTO mail_outbox (message_id, recipient, subject, body, kind, requested_by, account_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 RETURNING id;
 
 -- lock_recent_mail --
@@ -18,6 +18,24 @@ SELECT pg_advisory_xact_lock(
 SELECT count(*) FROM mail_outbox
  WHERE recipient = $1 AND kind = $2 AND requested_by IS NOT DISTINCT FROM $3
    AND created_at > now() - make_interval(secs => $4);
+
+-- lock_account_mail --
+-- Serialize, until the transaction ends, the messages of account $1 being counted and written
+-- (mail.account_mails_per_hour): concurrent transactions would each count the others'
+-- uncommitted ones as not there, and all write theirs past the bound. Taken after any address
+-- lock (lock_address, lock_recent_mail), never before one.
+SELECT pg_advisory_xact_lock(hashtextextended('mail_outbox_account:' || $1, 17));
+
+-- account_mail_wait --
+-- Whole seconds until account $1 may have one more message written under a bound of $2 in $3
+-- seconds: how long until the $2-th newest of the window leaves it; no row while fewer than $2
+-- are in it (mail_outbox_account_recent, read backward: at most $2 entries; whatever their
+-- state, as count_recent_mail).
+SELECT greatest(1, ceil(extract(epoch FROM created_at + make_interval(secs => $3) - now())))::integer
+  FROM mail_outbox
+ WHERE account_id = $1 AND created_at > now() - make_interval(secs => $3)
+ ORDER BY created_at DESC
+OFFSET $2 - 1 LIMIT 1;
 
 -- claim_mail --
 -- Claim up to $1 due messages for $2 seconds (the lease); rows another sender holds are skipped.
