@@ -53,6 +53,7 @@ from .errors import (
     EmailUnconfirmed,
     Forbidden,
     NotFound,
+    RateLimited,
     Unauthorized,
     UsageBlocked,
     ValidationFailed,
@@ -254,6 +255,20 @@ def _base_url(config: Config) -> str:
     return config.server.web_base_url.rstrip("/")
 
 
+async def _within_account_mail_bound(conn: asyncpg.Connection, config: Config, account_id: str) -> None:
+    """429 rate_limited, with Retry-After, when the account's members already had
+    mail.account_mails_per_hour e-mails written in the last hour (mail.account_mail_wait: the
+    account's mail is locked until the caller's transaction ends). Raised inside the caller's
+    transaction, it writes nothing: no user, membership or invitation without its e-mail."""
+    wait = await mail.account_mail_wait(conn, config.mail, account_id)
+    if wait:
+        raise RateLimited(
+            f"this account's members had {config.mail.account_mails_per_hour} e-mails sent in the "
+            f"last hour, as many as mail.account_mails_per_hour allows; retry in {wait} s",
+            headers={"Retry-After": str(wait)},
+        )
+
+
 async def member_created(
     conn: asyncpg.Connection, actor: audit.Actor | None, account_id: str, member: Member
 ) -> None:
@@ -267,9 +282,11 @@ async def member_created(
 
 async def create_user(
     conn: asyncpg.Connection, config: Config, account_id: str, fields: Any,
-    actor: audit.Actor | None = None,
+    actor: audit.Actor | None = None, *, requested_by: str | None = None,
 ) -> Member:
-    """POST /users: make the address a member of the account and e-mail it.
+    """POST /users: make the address a member of the account and e-mail it; when member
+    `requested_by` asks, the e-mail counts against mail.account_mails_per_hour (429 past it,
+    nothing written).
 
     The answer is the same whether or not the address belongs to a user of another account
     (module docstring); only an address that is already a member here is refused, which the
@@ -283,6 +300,8 @@ async def create_user(
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), account_id, data.email):
             raise ValidationFailed(["user.email: is already a member of this account"])
+        if requested_by is not None:
+            await _within_account_mail_bound(conn, config, account_id)
         user = await conn.fetchrow(db.query("user_by_email"), data.email)
         if user is None:
             user_id = await conn.fetchval(db.query("insert_unconfirmed_user"), data.email, first, last)
@@ -303,7 +322,9 @@ async def create_user(
         member_id = await conn.fetchval(
             db.query("insert_membership"), new_id("mbr"), account_id, user_id, role
         )
-        await mail.enqueue(conn, config.mail, data.email, subject, body, kind=kind)
+        await mail.enqueue(conn, config.mail, data.email, subject, body, kind=kind,
+                           requested_by=requested_by,
+                           account_id=account_id if requested_by is not None else None)
         member = await fetch_member(conn, member_id, account_id)
         if user is not None:  # show what a new user would show: the names given, not theirs
             name = await conn.fetchval(db.query("display_name_of"), first, last, member.email)
@@ -478,7 +499,8 @@ async def invite(
     conn: asyncpg.Connection, config: Config, who: Principal, fields: Any,
     actor: audit.Actor | None = None,
 ) -> Invitation:
-    """POST /invitations: (re-)invite an address; a newer invitation replaces the pending one."""
+    """POST /invitations: (re-)invite an address; a newer invitation replaces the pending one.
+    Its e-mail counts against mail.account_mails_per_hour: 429 past it, nothing written."""
     account_name = await require_active_account(conn, who.account_id)
     data = structure(fields, NewInvitation, root="invitation")
     token = new_link_token()
@@ -488,6 +510,7 @@ async def invite(
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
             raise ValidationFailed(["invitation.email: is already a member of this account"])
+        await _within_account_mail_bound(conn, config, who.account_id)
         await conn.execute(db.query("revoke_pending_invitations"), who.account_id, data.email)
         row = await conn.fetchrow(
             db.query("insert_invitation"), new_id("inv"), who.account_id, data.email,
@@ -496,7 +519,7 @@ async def invite(
         )
         subject, body = invitation_mail(_base_url(config), account_name, token, row["expires_at"])
         await mail.enqueue(conn, config.mail, data.email, subject, body, kind="invitation",
-                           requested_by=who.member_id)
+                           requested_by=who.member_id, account_id=who.account_id)
         if actor is not None:
             await audit.record(conn, actor, "invitation.created", record_id=row["id"],
                                after={"email": data.email, "role": row["role"]})

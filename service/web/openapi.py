@@ -59,6 +59,15 @@ _UNAUTHORIZED = _error(
     "missing, unknown, revoked or expired token (unauthorized)",
     {"WWW-Authenticate": _header('Bearer realm="api" (RFC 6750)', required=True)},
 )
+# POST /invitations and /users: the account's e-mails of the hour (mail.account_mails_per_hour).
+_ACCOUNT_MAILS = _error(
+    "rate limited (rate_limited): this account's members had mail.account_mails_per_hour e-mails "
+    "sent in the last hour (invitations, new users, assignments; one SMTP quota serves every "
+    "account), nothing was written; or a route listed under [rate_limits]",
+    {"Retry-After": _header("seconds until one of the hour's e-mails leaves it",
+                            {"type": "integer", "minimum": 1}, required=True),
+     **_RATE_HEADERS},
+)
 _RATE_LIMITED = _error(
     "rate limited (rate_limited): a route listed under [rate_limits], or repeated failed sign-ins",
     {"Retry-After": _header("seconds to wait", {"type": "integer", "minimum": 1}, required=True),
@@ -893,7 +902,8 @@ def document() -> dict[str, Any]:
                                       "e-mail is sent", {
             "201": _json(_ref("Member"), "the created member (SPEC 2.3)"),
             "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked"),
-            "409": _error("the same member was added at the same moment (conflict); retry")},
+            "409": _error("the same member was added at the same moment (conflict); retry"),
+            "429": _ACCOUNT_MAILS},
             body=_ref("UserInput"))},
         "/api/v1/users/confirmation": {
             "post": _op("confirm_email", "confirm an e-mail address and choose the password", {
@@ -917,7 +927,8 @@ def document() -> dict[str, Any]:
         "/api/v1/invitations": {"post": _op("create_invitation", "invite someone (admin)", {
             "201": _json(_ref("Invitation"), "the invitation; the link goes out by e-mail"),
             "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked"),
-            "409": _error("the same change was made at the same moment (conflict); retry")},
+            "409": _error("the same change was made at the same moment (conflict); retry"),
+            "429": _ACCOUNT_MAILS},
             body=_ref("InvitationInput"))},
         "/api/v1/invitations/{token}": {"get": _op("get_invitation", "what an invitation offers", {
             "200": _json(_ref("Invitation"), "the invitation, with account_name"),

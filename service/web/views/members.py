@@ -43,8 +43,10 @@ def _mail_sent(request: web.Request) -> None:
 async def post_user(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "user")
     async with connection(request) as conn:
+        who = principal(request)
         member = await domain.create_user(
-            conn, request.app[CONFIG], principal(request).account_id, fields, actor(request)
+            conn, request.app[CONFIG], who.account_id, fields, actor(request),
+            requested_by=who.member_id,
         )
     _mail_sent(request)
     request.app[DELIVERER].wake()  # member.created, if an endpoint wants it
