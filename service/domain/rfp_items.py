@@ -249,13 +249,17 @@ async def unassign_member_items(
 
 
 async def _mail_assignee(
-    conn: asyncpg.Connection, config: MailConfig, web_base_url: str, rfp_id: str,
-    item: Mapping[str, Any], recipient: str, assigner: str | None, assigned_by: str,
+    conn: asyncpg.Connection, config: MailConfig, web_base_url: str, account_id: str,
+    rfp_id: str, item: Mapping[str, Any], recipient: str, assigner: str | None, assigned_by: str,
 ) -> bool:
     """Queue the assignment's e-mail to `recipient`, unless the assigner (a member id; None for
-    the CLI) already sent that address mail.assignment_mails_per_hour of them in the last hour:
-    whether it was queued. Counted per assigner: one who assigned and unassigned in a loop would
-    otherwise have used up the address's allowance and silenced everyone else's assignments."""
+    the CLI) already sent that address mail.assignment_mails_per_hour of them in the last hour,
+    or (an assigner's) the account's members had mail.account_mails_per_hour e-mails of any kind
+    written in the last hour: whether it was queued. Counted per assigner: one who assigned and
+    unassigned in a loop would otherwise have used up the address's allowance and silenced
+    everyone else's assignments; and per account, so that many members each within their own
+    allowance do not use up the SMTP quota every account shares. Either way the item stays
+    assigned."""
     limit = config.assignment_mails_per_hour
     if not limit:
         return False  # assignments are never mailed
@@ -264,10 +268,17 @@ async def _mail_assignee(
         log.info("item %s assigned, not mailed: its assigner sent %s %d assignment e-mails in the "
                  "last hour (mail.assignment_mails_per_hour)", item["id"], recipient, sent)
         return False
+    # After the address's lock (sent_recently), as invitations take theirs after lock_address.
+    if assigner is not None and await mail.account_mail_wait(conn, config, account_id):
+        log.info("item %s assigned, not mailed: account %s's members had %d e-mails sent in the "
+                 "last hour (mail.account_mails_per_hour)", item["id"], account_id,
+                 config.account_mails_per_hour)
+        return False
     title = await conn.fetchval(db.query("rfp_title"), rfp_id)
     subject, body = assignment_mail(web_base_url, rfp_id, title, item, assigned_by)
     await mail.enqueue(conn, config, recipient, subject, body, kind="assignment",
-                       requested_by=assigner)
+                       requested_by=assigner,
+                       account_id=account_id if assigner is not None else None)
     return True
 
 
@@ -334,8 +345,9 @@ async def review(
         mailed = False
         if mailing:
             assert mail_config is not None and assignee is not None
-            mailed = await _mail_assignee(conn, mail_config, web_base_url, rfp_id, row,
-                                          assignee["email"], member_id, assigner_label(assigner))
+            mailed = await _mail_assignee(conn, mail_config, web_base_url, account_id, rfp_id,
+                                          row, assignee["email"], member_id,
+                                          assigner_label(assigner))
         if actor is None:
             return Reviewed(row=row, mailed=mailed)
         queued = 0
