@@ -161,12 +161,19 @@ async def test_account_bound__is_counted_by_its_index_reading_at_most_the_bound(
           FROM generate_series(1, 20000) n""", admin.account_id, other.account_id)
     await conn.execute("ANALYZE mail_outbox")
     for mode in ("auto", "force_generic_plan"):
+        # Prepared as asyncpg prepares it: EXPLAIN of the statement with its arguments bound
+        # would plan for them, never generically.
         async with conn.transaction():
             await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            [plan] = json.loads(await conn.fetchval(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + db.query("account_mail_wait"),
-                admin.account_id, 200, 3600))
+            await conn.execute("PREPARE account_mail_wait (text, integer, double precision) AS "
+                               + db.query("account_mail_wait"))
+            [plan] = json.loads(await conn.fetchval(  # an acc_… id: letters and digits
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE account_mail_wait('{admin.account_id}',"
+                " 200, 3600)"))
+            await conn.execute("DEALLOCATE account_mail_wait")
         scan = plan["Plan"]["Plans"][0]
+        if mode == "force_generic_plan":
+            assert "$1" in scan["Index Cond"], plan
         assert scan["Index Name"] == "mail_outbox_account_recent", (mode, plan)
         assert scan["Actual Rows"] <= 200, (mode, plan)
     # 359 of the account's in the hour (one every 10 s): the 200th newest leaves it in
