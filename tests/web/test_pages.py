@@ -523,6 +523,22 @@ async def test_members_page__admin_invites_a_member_sees_no_invite_form(
     assert refused.status == 403
 
 
+async def test_members_page__an_invitation_past_account_mails_per_hour_is_a_429_page(
+    aiohttp_client, config, admin, conn
+):
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, mail={"account_mails_per_hour": 1})))
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    invited = await client.post("/members/invite", data={"csrf_token": csrf, "email": "a@example.test"})
+    assert invited.status == 201
+    refused = await client.post("/members/invite", data={"csrf_token": csrf, "email": "b@example.test"})
+    assert refused.status == 429
+    assert "mail.account_mails_per_hour" in await refused.text()
+    assert 3590 <= int(refused.headers["Retry-After"]) <= 3600
+    assert await conn.fetchval("SELECT count(*) FROM invitations") == 1
+
+
 async def test_unknown_page__is_the_404_page_for_a_browser_and_json_for_the_api(app_client):
     page = await app_client.get("/no/such/page", headers={"Accept": "text/html"})
     assert page.status == 404 and "Page not found" in await page.text()
