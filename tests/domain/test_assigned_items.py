@@ -169,15 +169,21 @@ async def test_assigned_items__the_query_reads_the_assignee_index_not_every_item
         [(f"item_{n}_{p}", rfp_id, p, writer.user_id if (n * 30 + p) % 40 == 0 else None)
          for n, rfp_id in enumerate(rfps) for p in range(1, 31)])
     await conn.execute("ANALYZE")
-    for state in (None, "auto_answered"):
+    for state in ("NULL", "'auto_answered'"):
         for mode in ("auto", "force_generic_plan"):
+            # Prepared and executed: EXPLAIN of the statement with its arguments bound plans for
+            # those values, never generically.
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-                [plan] = json.loads(await conn.fetchval(
-                    "EXPLAIN (FORMAT JSON) " + db.query("assigned_items_page"),
-                    admin.account_id, writer.user_id, state, 20, 0, 1000))
+                await conn.execute("PREPARE assigned_items_page AS " + db.query("assigned_items_page"))
+                [plan] = json.loads(await conn.fetchval(  # acc_… ids: letters and digits
+                    f"EXPLAIN (FORMAT JSON) EXECUTE assigned_items_page('{admin.account_id}', "
+                    f"{writer.user_id}, {state}, 20, 0, 1000)"))
+                await conn.execute("DEALLOCATE assigned_items_page")
             text = json.dumps(plan)
             assert '"Index Name": "rfp_items_assignee"' in text, (state, mode, text)
+            if mode == "force_generic_plan":
+                assert "$1" in text or "$2" in text, text
             scans = [node for node in _nodes(plan["Plan"]) if node.get("Relation Name") == "rfp_items"]
             assert scans and all(node["Node Type"] != "Seq Scan" for node in scans), (state, mode, text)
     rows = await conn.fetch(db.query("assigned_items_page"), admin.account_id, writer.user_id,
