@@ -144,6 +144,8 @@ async def create_item(
 ) -> KnowledgeItem:
     """Add an entry; with `actor`, its audit event and webhook in the same transaction."""
     async with conn.transaction():
+        # Its first version says who wrote it (library.py).
+        await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
         item = await _insert_item(conn, account_id, data)
         if actor is not None:
             await item_written(conn, actor, account_id, item, "knowledge_base_item.created")
@@ -186,6 +188,8 @@ async def delete_item(
     """Delete an entry; returns it as it was. With `actor`, its audit event and webhook are
     written in the same transaction."""
     async with conn.transaction():
+        # The deleted version says who deleted it (library.py).
+        await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
         row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
         if row is None or await conn.fetchval(
             db.query("delete_knowledge_item"), item_id, account_id

@@ -115,7 +115,7 @@ async def test_versions__every_change_keeps_the_previous_version_who_and_when(
         (2, False, "We keep logs 90 days.", None),
         (1, False, "We keep logs 30 days.", None),
     ]
-    assert [v["written_by"] for v in versions] == [admin.member_id, colleague.member_id, None]
+    assert [v["written_by"] for v in versions] == [admin.member_id, colleague.member_id, admin.member_id]
     assert [v["replaced_by"] for v in versions[1:]] == [admin.member_id, colleague.member_id]
     assert versions[2]["change"] == "updated"
 
@@ -155,6 +155,16 @@ async def test_versions__kept_after_delete(client, admin):
     versions = (await (await client.get(f"{ITEMS}/{item['id']}/versions",
                                         headers=admin.headers)).json())["versions"]
     assert [(v["version"], v["change"], v["answer"]) for v in versions] == [(1, "deleted", "gone soon")]
+
+
+async def test_versions__name_the_member_who_created_and_who_deleted_the_entry(client, admin, make_member):
+    colleague = await make_member(admin.account_id)
+    item = await _create(client, admin, answer="Written by the admin.")
+    assert (await client.delete(f"{ITEMS}/{item['id']}", headers=colleague.headers)).status == 204
+    versions = (await (await client.get(f"{ITEMS}/{item['id']}/versions",
+                                        headers=admin.headers)).json())["versions"]
+    assert [(v["written_by"], v["replaced_by"], v["change"]) for v in versions] == [
+        (admin.member_id, colleague.member_id, "deleted")]
 
 
 async def test_stale_entry__answer_asks_for_attention_never_auto_answer(client, conn, admin):
