@@ -96,7 +96,7 @@ def at_most(limit: int) -> Any:
 
     def check(instance: object, attribute: Any, value: str | None) -> None:
         if value is not None and len(value) > limit:
-            raise ValueError(f"{attribute.name} must be at most {limit} characters")
+            raise ValueError(f"must be at most {limit} characters")
 
     return check
 
@@ -281,6 +281,55 @@ converter.register_structure_hook(ReviewState, _review_state)
 converter.register_structure_hook(UserId, _user_id)
 converter.register_unstructure_hook(datetime, timestamp)
 converter.register_unstructure_hook(date, lambda d: d.isoformat())
+
+
+def _field_validators_reported(cls: type) -> Any:
+    """A class whose fields have attrs validators (`at_most`, a list's own rule) is structured as
+    cattrs does, but a validator's refusal is reported like a field type's: under its field's
+    path, one entry per field, beside the other fields' errors. Left to `__init__`, the first
+    refusal came alone and without its field ("rfp: title must be …"), and none came when another
+    field had failed to structure."""
+    structure = cattrs.gen.make_dict_structure_fn(cls, converter)
+    checked = [a for a in attrs.fields(cls) if a.validator is not None]
+
+    def refusals(data: Any, failed: set[str]) -> list[Exception]:
+        found = []
+        for attribute in checked:
+            if attribute.name in failed or not isinstance(data, dict) or attribute.name not in data:
+                continue
+            try:  # the field's value as structured (it did structure), then its validator
+                value = converter.structure(data[attribute.name], attribute.type)
+                attribute.validator(None, attribute, value)
+            except ValueError as refusal:
+                refusal.__notes__ = [cattrs.AttributeValidationNote(
+                    f"Structuring class {cls.__qualname__} @ attribute {attribute.name}",
+                    attribute.name, attribute.type)]
+                found.append(refusal)
+        return found
+
+    def fields_of(error: BaseException) -> set[str]:
+        return {note.name for note in getattr(error, "__notes__", ())
+                if isinstance(note, cattrs.AttributeValidationNote)}
+
+    def structure_reporting(data: Any, _: type) -> Any:
+        try:
+            return structure(data, cls)
+        except cattrs.ClassValidationError as exc:
+            found = refusals(data, set().union(*map(fields_of, exc.exceptions)))
+            if not found:
+                raise
+            # `__init__`'s refusal (every field structured, a validator refused one) comes as a
+            # ValueError naming no field: `found` has it, with its field.
+            kept = [e for e in exc.exceptions if fields_of(e) or type(e) is not ValueError]
+            raise cattrs.ClassValidationError(exc.message, [*kept, *found], cls) from None
+
+    return structure_reporting
+
+
+converter.register_structure_hook_factory(
+    lambda t: attrs.has(t) and any(a.validator is not None for a in attrs.fields(t)),
+    _field_validators_reported,
+)
 
 
 def _describe(exc: BaseException, type_: Any) -> str:

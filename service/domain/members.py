@@ -67,7 +67,7 @@ from .tokens import ROLES, SCOPES, WRITER_ROLES, Principal, hash_token, issue_to
 
 def _non_empty(instance: object, attribute: attrs.Attribute, value: list) -> None:
     if not value:
-        raise ValueError(f"{attribute.name}: must name at least one scope")
+        raise ValueError("must name at least one scope")
 
 
 @attrs.frozen(kw_only=True)

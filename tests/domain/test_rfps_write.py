@@ -105,6 +105,36 @@ async def test_create__422_lists_one_detail_per_failed_rule(client, admin):
         assert any(d.startswith(field) for d in details), (field, details)
 
 
+async def test_create__a_length_limit_is_a_detail_of_its_field_beside_the_other_fields_failures(
+    client, admin
+):
+    # A field's own limit (attrs validators: lengths, tags, event types) failed alone, without
+    # its field's path ("rfp: title must be …"), and was left out when another field failed too.
+    response, body = await create(client, admin, {
+        "title": "t" * 501, "portal_url": "https://portal.acme.test:70000/",
+        "items": [{"question": "Q?", "section": "s" * 501}, {"question": " "}],
+    })
+    assert response.status == 422
+    assert sorted(body["error"]["details"]) == [
+        "rfp.items[0].section: must be at most 500 characters",
+        "rfp.items[1].question: must not be blank",
+        "rfp.portal_url: has an invalid port (must be a number from 1 to 65535); "
+        "got 'https://portal.acme.test:70000/'",
+        "rfp.title: must be at most 500 characters",
+    ]
+    response, body = await create(client, admin, {"title": "t" * 501, "description": "d" * 100_001})
+    assert sorted(body["error"]["details"]) == [
+        "rfp.description: must be at most 100000 characters", "rfp.title: must be at most 500 characters"]
+    entry = await client.post("/api/v1/knowledge_base_items", headers=admin.headers, json={
+        "knowledge_base_item": {"answer": " ", "title": "t" * 501, "tags": ["x"] * 51}})
+    assert entry.status == 422
+    assert sorted((await entry.json())["error"]["details"]) == [
+        "knowledge_base_item.answer: must not be blank",
+        "knowledge_base_item.tags: at most 50 tags",
+        "knowledge_base_item.title: must be at most 500 characters",
+    ]
+
+
 async def test_create__missing_title_is_422(client, admin):
     response, body = await create(client, admin, {"description": "no title"})
     assert response.status == 422
