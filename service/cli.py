@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import secrets
 import shutil
 import sys
@@ -1015,7 +1016,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.setup(config.logging)
     try:
-        return args.handler(args, config)
+        status = args.handler(args, config)
+        sys.stdout.flush()  # a reader gone away shows here, not as a traceback at exit
+        return status
+    except BrokenPipeError:
+        # `… | head` read what it wanted and closed the pipe. Python's documented way out: point
+        # stdout at /dev/null so that its last flush at exit fails on nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (ConfigError, db.MigrationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
-from cli_runner import cli, cli_json
-from conftest import with_config
+from cli_runner import POOLER_ENV, cli, cli_json
+from conftest import ROOT, with_config
 from helpers_questions import add_entry, wait_all_complete
 from webhook_receiver import fast_webhooks, verify
 
@@ -228,3 +231,29 @@ async def test_password_change__audited_without_the_password(client, admin, conn
     [event] = body["audit_events"]
     assert event["record_id"] == str(admin.user_id) and event["actor"]["id"] == admin.member_id
     assert new not in json.dumps(body) and old not in json.dumps(body)
+
+
+async def test_cli__an_export_piped_into_a_reader_that_stops_ends_without_a_traceback(
+    database_url, admin, conn,
+):
+    """`audit export | head`: head closes the pipe after its lines, and the export stopped with
+    a BrokenPipeError traceback."""
+    await conn.execute(
+        "INSERT INTO audit_events (account_id, actor_type, actor_id, action, record_id) "
+        "SELECT $1, 'operator', 'ops', 'credits.changed', 'rec_' || n FROM generate_series(1, 5000) AS n",
+        admin.account_id)
+    returncode, stderr = _export_read_one_line_then_closed(database_url, admin.account_id)
+    assert returncode == 1
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode()
+
+
+def _export_read_one_line_then_closed(database_url: str, account_id: str) -> tuple[int, bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "audit", "export", "--account", account_id,
+         "--since", "2000-01-01"],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": database_url, **POOLER_ENV},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert json.loads(proc.stdout.readline())["action"] == "credits.changed"
+    proc.stdout.close()  # 5,000 lines are more than the pipe holds: the export is still writing
+    _, stderr = proc.communicate(timeout=60)
+    return proc.returncode, stderr
