@@ -24,7 +24,7 @@ from pathlib import Path
 import attrs
 
 from . import words as english
-from .retrieval import Reference
+from .retrieval import Reference, asks_the_same
 
 MODEL_PATH = Path(__file__).with_name("decision_model.json")
 # Confidence at or above this promises ≥ 90% right (the default auto-answer band,
@@ -62,13 +62,9 @@ def terms(text: str | None) -> set[str]:
     return found
 
 
-def normalized(text: str | None) -> str:
-    return " ".join(_WORD.findall((text or "").lower()))
-
-
 def same_question(question: str, reference: Reference) -> bool:
     """The entry was written for exactly this question (case, spacing and punctuation aside)."""
-    return bool(reference.question) and normalized(question) == normalized(reference.question)
+    return asks_the_same(question, reference.question)
 
 
 def overlap(question: str, reference: Reference) -> float:

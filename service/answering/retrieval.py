@@ -146,6 +146,21 @@ def pointer_target(answer: str) -> str | None:
     return match.group(1) if match else None
 
 
+_WORD = re.compile(r"[^\W_]+")
+
+
+def normalized(text: str | None) -> str:
+    """A question's words, case, spacing and punctuation aside."""
+    return " ".join(_WORD.findall((text or "").casefold()))
+
+
+def asks_the_same(text: str, entry_question: str | None) -> bool:
+    """An entry written for exactly the question `text` (case, spacing and punctuation aside;
+    a question of no words is no question)."""
+    wanted = normalized(text)
+    return bool(wanted) and wanted == normalized(entry_question)
+
+
 def idf(df: int, items: int) -> float:
     """BM25's inverse document frequency; a lexeme no entry has weighs the most."""
     return math.log(1 + (items - df + 0.5) / (df + 0.5))
@@ -170,7 +185,7 @@ async def find_references(
     fusion of the lexical (BM25F) and the dense ranking; without one, the lexical order."""
     if embedder is None:
         rows = await _retrieve(conn, account_id, text)
-        return await _rank(conn, account_id, rows, limit, {}, _question(rows[0]))
+        return await _rank(conn, account_id, text, rows, limit, {}, _question(rows[0]))
     # The lexical statement runs while the question is embedded (in the backend's thread, or
     # remotely): a retrieval waits for the longer of the two. No transaction waits on the backend.
     embedding = asyncio.ensure_future(embeddings.embed_question(embedder, text))
@@ -182,7 +197,7 @@ async def find_references(
     question_vector = await embedding
     question = _question(rows[0])
     if question_vector is None or question is None:
-        return await _rank(conn, account_id, rows, limit, {}, question)
+        return await _rank(conn, account_id, text, rows, limit, {}, question)
     # sql/functions/knowledge_retrieve_nearest.sql: the nearest entries that are not candidates
     # yet join them, and every one has its similarity, which the dense ranking orders. While
     # PostgreSQL finds them, the lexical candidates are tallied (`_tally`): a retrieval waits for
@@ -208,8 +223,8 @@ async def find_references(
         await asyncio.gather(finding, return_exceptions=True)
         raise
     dense = {row["id"]: row["similarity"] for row in nearest if row["similarity"] is not None}
-    return await _rank(conn, account_id, [*rows, *(row for row in nearest if row["joins"])], limit,
-                       dense, question, tallies)
+    return await _rank(conn, account_id, text, [*rows, *(row for row in nearest if row["joins"])],
+                       limit, dense, question, tallies)
 
 
 async def _retrieve(conn: asyncpg.Connection, account_id: str, text: str) -> list[asyncpg.Record]:
@@ -256,14 +271,16 @@ def _question(row: asyncpg.Record) -> _Question | None:
 async def _rank(
     conn: asyncpg.Connection,
     account_id: str,
+    text: str,
     rows: Sequence[asyncpg.Record],
     limit: int,
     dense: dict[str, float],
     question: _Question | None,
     tallies: dict[str, _Tally] | None = None,
 ) -> list[Reference]:
-    """The best `limit` of the candidates `rows[1:]` for `question` (`_question` of `rows[0]`;
-    None: nothing to rank by); `tallies` of some candidates when they were made already."""
+    """The best `limit` of the candidates `rows[1:]` for the question `text` (`question`:
+    `_question` of `rows[0]`; None: nothing to rank by); `tallies` of some candidates when they
+    were made already."""
     candidates = rows[1:]
     if question is None or not candidates:
         return []
@@ -284,6 +301,7 @@ async def _rank(
     scored.sort(key=lambda s: (-s[0], *_tie(s[3])))
     if dense:
         scored = _fuse(scored, dense)
+    _exact_first(text, scored)
     top = scored[:limit]
     return await _resolve_pointers(
         conn,
@@ -309,6 +327,19 @@ async def _rank(
             for score, question_match, coverage, row in top
         ],
     )
+
+
+def _exact_first(text: str, scored: list[_Scored]) -> None:
+    """An entry written for exactly this question (one a reviewer approved and saved, an imported
+    questionnaire's own question) goes first, wherever the scores put it: a rewording of it that
+    says more of the knowledge base's frequent words can score above it, and a reviewer's answer
+    to this very question is the one to reuse. Only candidates whose own question holds all the
+    question's weighted terms can be one, so few are compared."""
+    for position, candidate in enumerate(scored):
+        if candidate[1] >= 0.999 and asks_the_same(text, candidate[3]["question"]):
+            if position:
+                scored.insert(0, scored.pop(position))
+            return
 
 
 def _compounds_of(words: Sequence[Sequence[str]], covered: set[str]) -> set[str]:

@@ -302,7 +302,7 @@ async def test_find_references__candidates_tallied_during_the_nearest_statement_
     )
     dense = {row["id"]: row["similarity"] for row in nearest if row["similarity"] is not None}
     joins = [row for row in nearest if row["joins"]]
-    after = await retrieval._rank(conn, admin.account_id, [*rows, *joins], 10, dense,
+    after = await retrieval._rank(conn, admin.account_id, question, [*rows, *joins], 10, dense,
                                   retrieval._question(rows[0]))
 
     assert len(rows) > 2 and joins  # both kinds of candidate, so the lengths' mean needs the joins

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import attrs
+
 from service.answering import decision as coverage
 from service.answering import retrieval
 from service.answering import words as english
@@ -483,3 +485,32 @@ def test_bm25f__tallies_made_beforehand_score_exactly_as_made_in_it():
     assert retrieval._bm25f(question, rows, beforehand) == retrieval._bm25f(question, rows, {})
     # and the joining entries move the candidates' scores (their lengths are in the mean)
     assert retrieval._bm25f(question, rows[:3], {})[0][0] != retrieval._bm25f(question, rows, {})[0][0]
+
+
+async def test_find_references__the_entry_written_for_exactly_the_question_comes_first(conn, admin):
+    """A rewording whose answer says the question's words more often scores above the entry
+    written for the question itself (one a reviewer saved): that one is the answer to reuse."""
+    await _load(conn, admin.account_id, "id,question,answer\n"
+                "A,Do you encrypt data at rest?,\"Yes. All data at rest is encrypted with AES-256; "
+                "data at rest in backups is encrypted too.\"\n"
+                "B,Is data encrypted at rest?,Yes.\n"
+                "C,Do you encrypt data in transit?,Yes; TLS 1.2 or later.\n")
+    found = await find_references(conn, admin.account_id, "is DATA encrypted at rest")
+    assert [ref.external_id for ref in found[:2]] == ["B", "A"]
+    assert found[0].score < found[1].score  # first by the rule, not by its score
+    decided = decide("is DATA encrypted at rest", found)
+    assert decided.exact and decided.confidence == coverage.EXACT_CONFIDENCE
+    # Any other wording is ranked by its scores as before.
+    reworded = await find_references(conn, admin.account_id, "Is all data encrypted at rest?")
+    assert reworded[0].external_id == "A"
+
+
+def test_decide__two_questions_in_another_script_are_not_the_same_question():
+    """Questions were compared by their a-z and 0-9 runs only: two different questions with none
+    (Cyrillic, Greek, CJK) were "the same question", answered at the exact-match confidence."""
+    entry = Reference(kb_item_id="kb_1", external_id="X-1", title=None,
+                      question="Используете ли вы многофакторную аутентификацию?", answer="Да.",
+                      source=None, score=0.5, question_match=0.5, coverage=0.5)
+    assert not decide("Шифруете ли вы данные при хранении?", [entry]).exact
+    assert decide("используете ли вы многофакторную аутентификацию", [entry]).exact
+    assert not coverage.same_question("?!", attrs.evolve(entry, question="…"))
