@@ -166,9 +166,10 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     if overrides:  # read again with the options on top, so that what follows the port (an
         # empty web_base_url) follows --port as it follows PORT; checked as config.toml is
         config = config_module.load(args.config, overrides={"server": overrides})
-    from .server import check_rate_limits, run_workers, serve_worker  # aiohttp and the app: serve only
+    from .server import check_can_listen, check_rate_limits, run_workers, serve_worker  # serve only
 
     check_rate_limits(config)  # the settings only the app knows, before any database work
+    check_can_listen(config)
     database = Database(config)
     config = attrs.evolve(config, database=attrs.evolve(config.database, url=database.url))
     demo = asyncio.run(bootstrap_demo(database.url, config))

@@ -79,17 +79,43 @@ def serve_worker(config: Config) -> None:
             handler_cancellation=True,
         )
     except Exception as exc:
-        unresolved = isinstance(exc, socket.gaierror)  # a --host the resolver does not know
-        if unresolved or (isinstance(exc, OSError) and exc.errno in _CANNOT_LISTEN):
-            # One line, as a bad setting gets (cli.main): a traceback would say nothing more. The
-            # app has started and stopped by now (aiohttp binds after start-up), leases handed back.
-            reason = exc.strerror if unresolved else os.strerror(exc.errno)
-            print(f"error: server.{'host' if unresolved else 'port'}: cannot listen on "
-                  f"{config.server.host}:{config.server.port}: {reason.lower()}", file=sys.stderr, flush=True)
-            raise SystemExit(2) from None
+        # The app has started and stopped by now (aiohttp binds after start-up), leases handed back.
+        _cannot_listen(config, exc)
         if db.database_unavailable(exc):
             _cannot_connect(exc)
         raise
+
+
+def check_can_listen(config: Config) -> None:
+    """Exit as serve_worker would if the host and port cannot be listened on, before any database
+    work: a first start's demo account was made, and its token printed, by a start that then
+    failed on a taken port. (Bound and let go at once: a port taken in between still fails later,
+    the same way.)"""
+    server = config.server
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            server.host or None, server.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE,
+        ):
+            with socket.socket(family, kind, proto) as probe:
+                # As asyncio's create_server binds: SO_REUSEADDR, and SO_REUSEPORT for workers.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if server.workers > 1:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                probe.bind(address)
+    except OSError as exc:
+        _cannot_listen(config, exc)
+        raise
+
+
+def _cannot_listen(config: Config, exc: BaseException) -> None:
+    """One line and exit status 2, as a bad setting gets (cli.main), when `exc` says the host
+    or port cannot be listened on: a traceback would say nothing more."""
+    unresolved = isinstance(exc, socket.gaierror)  # a --host the resolver does not know
+    if unresolved or (isinstance(exc, OSError) and exc.errno in _CANNOT_LISTEN):
+        reason = exc.strerror if unresolved else os.strerror(exc.errno)  # type: ignore[union-attr,arg-type]
+        print(f"error: server.{'host' if unresolved else 'port'}: cannot listen on "
+              f"{config.server.host}:{config.server.port}: {reason.lower()}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def _cannot_connect(exc: BaseException) -> NoReturn:
@@ -110,8 +136,8 @@ _CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
 def run_workers(config: Config) -> int:
     """N worker processes on one port; signals are passed on. Returns 0 after a clean stop.
 
-    When a worker dies on its own (say, the port is taken) the others are stopped too, so the
-    service never runs silently short of workers.
+    When a worker dies on its own (killed, or the port taken since check_can_listen) the others
+    are stopped too, so the service never runs silently short of workers.
     """
     metrics_dir = None
     if config.metrics.enabled and not os.environ.get(MULTIPROC_ENV):

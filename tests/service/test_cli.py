@@ -392,35 +392,56 @@ def test_serve__embedded_postgres_stopped_on_ctrl_c_after_a_kill_9(tmp_path):
         time.sleep(0.1)
 
 
-def serve_on_a_taken_port(database_url: str, *args: str) -> tuple[int, int, str]:
-    """`serve` on a port another socket listens on: (the port, the exit code, stderr)."""
+def serve_on_a_taken_port(database_url: str, *args: str) -> tuple[int, int, str, str]:
+    """`serve` on a port another socket listens on: (the port, the exit code, stdout, stderr)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         proc = start_serve({"DATABASE_URL": database_url}, "--port", str(port), *args)
-        _, stderr = proc.communicate(timeout=60)
-    return port, proc.returncode, stderr
+        stdout, stderr = proc.communicate(timeout=60)
+    return port, proc.returncode, stdout, stderr
 
 
 @pytest.mark.slow
-def test_serve__workers_exit_nonzero_when_the_port_is_taken(database_url):
-    port, returncode, stderr = serve_on_a_taken_port(database_url, "--workers", "2")
-    assert returncode == 1
-    assert "exited with code" in stderr
-    assert f"cannot listen on 127.0.0.1:{port}: address already in use" in stderr
-    assert "Traceback" not in stderr
-
-
-@pytest.mark.slow
-def test_serve__a_taken_port_is_one_error_line_and_exit_2(database_url):
-    """A probe: the port in use ended start-up in a 25-line traceback (exit 1)."""
-    port, returncode, stderr = serve_on_a_taken_port(database_url)
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_serve__a_taken_port_is_one_error_line_and_exit_2_before_any_demo_account(
+    database_url, conn, workers,
+):
+    """A probe: the port in use ended start-up in a 25-line traceback (exit 1); then, on a first
+    start, only after the demo account was made and its token printed for a service that never
+    ran (the README walk-through). With workers, each died and the supervisor said so."""
+    port, returncode, stdout, stderr = serve_on_a_taken_port(database_url, "--workers", workers)
     assert returncode == 2
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: server.port: cannot listen on 127.0.0.1:{port}: address already in use"]
     assert "Traceback" not in stderr
     assert "listening on" not in stderr
+    assert "First start" not in stdout and "rfpk_" not in stdout
+    assert await conn.fetchval("SELECT count(*) FROM accounts") == 0
+
+
+@pytest.mark.slow
+def test_serve__a_worker_that_dies_stops_the_others_and_exit_1(database_url):
+    """When one of the workers dies on its own, the others are stopped too: the service never
+    runs short of workers without saying so."""
+    port = free_port()
+    proc = start_serve({"DATABASE_URL": database_url, "RFP_EMBEDDINGS": "none"},
+                       "--port", str(port), "--workers", "2")
+    try:
+        wait_until_serving(port, proc)
+        # The spawned workers (multiprocessing's resource tracker is a child too).
+        workers = [child for child in psutil.Process(proc.pid).children()
+                   if "spawn_main" in " ".join(child.cmdline())]
+        assert len(workers) == 2
+        workers[0].kill()
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert f"worker {workers[0].pid} exited with code -9; stopping the others" in stderr
+    assert not any(worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE for worker in workers)
 
 
 @pytest.mark.slow
