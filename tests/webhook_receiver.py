@@ -38,7 +38,8 @@ class Received:
 
 class Receiver:
     """`await start()`, then `url`; `fail_with` answers every request with that status;
-    `delay` makes each answer wait (a slow receiver)."""
+    `delay` makes each answer wait (a slow receiver); `extra` changes the answer (`pad`: that
+    many more bytes, `redirect`: a 302 there, `body`/`status`: exactly those bytes)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
@@ -61,6 +62,8 @@ class Receiver:
         self.received.append(Received(dict(request.headers), body))
         if "redirect" in self.extra:
             raise web.HTTPFound(self.extra["redirect"])
+        if "body" in self.extra:  # raw bytes, as a receiver may answer anything
+            return web.Response(status=self.extra.get("status", 200), body=self.extra["body"])
         return web.Response(text="ok " + "x" * self.extra.get("pad", 0))
 
     async def start(self) -> None:

@@ -348,12 +348,21 @@ def backoff_seconds(config: WebhooksConfig, attempts: int) -> float:
                config.retry_base_seconds * 2 ** min(max(0, attempts - 1), 40))
 
 
+def _storable(text: str | None) -> str | None:
+    """`text` as PostgreSQL text can hold it: a NUL (a receiver may answer anything) becomes
+    U+FFFD, as undecodable bytes do. Storing one failed, so the attempt was never recorded and
+    the delivery was sent again at every lease, for ever."""
+    return None if text is None else text.replace("\x00", "\ufffd")
+
+
 @attrs.frozen
 class Outcome:
+    """One attempt's result; the receiver's answer and the error as they can be stored."""
+
     delivered: bool
     status: int | None
-    response: str | None
-    error: str | None
+    response: str | None = attrs.field(converter=_storable)
+    error: str | None = attrs.field(converter=_storable)
 
 
 class Deliverer(OutboxSender):

@@ -223,6 +223,29 @@ async def test_delivery__redirect_not_followed_and_body_read_up_to_limit(
     assert "not followed" in latest["last_error"]
 
 
+async def test_delivery__a_nul_in_the_answer_is_recorded_not_sent_again_forever(
+    hook_client, admin, receiver
+):
+    """PostgreSQL text cannot hold NUL: a receiver answering with one made recording the attempt
+    fail, so the delivery stayed pending and was sent again at every lease (each time an ERROR
+    with a traceback), never marked delivered nor given up."""
+    _, endpoint = await register(hook_client, admin, receiver.url)
+    receiver.extra = {"body": b"ok\x00\xff"}
+    await add_entry(hook_client, admin)
+    path = f"{ENDPOINTS}/{endpoint['id']}/deliveries"
+
+    async def read():
+        return await (await hook_client.get(path, headers=admin.headers)).json()
+
+    log = await poll(read, lambda log: log["deliveries"][0]["state"] == "delivered")
+    assert log["deliveries"][0]["last_response"] == "ok\ufffd\ufffd"
+    receiver.extra = {"body": b"busy\x00", "status": 503}
+    await add_entry(hook_client, admin, "second")
+    log = await poll(read, lambda log: log["deliveries"][0]["last_status"] == 503)
+    assert log["deliveries"][0]["state"] == "pending"
+    assert log["deliveries"][0]["last_response"] == "busy\ufffd"
+
+
 @pytest.mark.parametrize(("address", "public"), [
     ("8.8.8.8", True), ("2606:4700:4700::1111", True), ("127.0.0.1", False), ("::1", False),
     ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.0.1", False), ("169.254.169.254", False),
