@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from cli_runner import POOLER_ENV, cli, cli_json
 from conftest import ROOT, with_config
 from helpers_questions import add_entry, wait_all_complete
@@ -151,6 +152,17 @@ async def test_members__role_change_and_removal_audited(client, admin, make_memb
     assert (changed["action"], changed["before"], changed["after"]) == (
         "member.role_changed", {"role": "member"}, {"role": "viewer"})
     assert (removed["action"], removed["before"]) == ("member.removed", {"role": "viewer"})
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("since", "0001-01-01T00:00:00+14:00"), ("until", "9999-12-31T23:59:59-14:00"),
+])
+async def test_audit_events__a_time_past_the_years_in_utc_is_400_not_500(client, admin, name, value):
+    """A valid RFC 3339 time whose UTC falls before year 1 or after 9999 cannot be sent to
+    PostgreSQL (asyncpg converts it to UTC): it was a 500."""
+    response = await client.get("/api/v1/audit_events", params={name: value}, headers=admin.headers)
+    assert response.status == 400
+    assert name in (await response.json())["error"]["message"]
 
 
 async def test_audit_events__admin_only_filters_and_pages(client, admin, make_member, make_account):

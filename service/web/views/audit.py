@@ -4,7 +4,7 @@ RFC 3339), 20 per page."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from aiohttp import web
 
@@ -27,7 +27,10 @@ def _time(request: web.Request, name: str) -> datetime | None:
         ) from None
     if value.tzinfo is None:
         raise ParameterInvalid(f"{name} must carry a time zone (Z or ±hh:mm); got {raw!r}")
-    return value
+    try:  # as asyncpg sends it: in UTC, where 0001-01-01T00:00:00+14:00 is before year 1 (a 500)
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ParameterInvalid(f"{name} must fall within the years 1 to 9999 in UTC; got {raw!r}") from None
 
 
 @requires("read", roles=("admin",))
