@@ -394,6 +394,10 @@ class WebhooksConfig:
     # Events and their deliveries (the delivery log) are deleted this many days after the event,
     # unless a delivery of theirs is still pending; 0 keeps them for ever.
     keep_days: int = attrs.field(default=30, validator=_not_negative)
+    # Endpoints one account may have (enabled or not). Each event is queued once per endpoint that
+    # wants it, in the transaction of the change: 200 endpoints made an import of 2,000 entries
+    # write 400,000 deliveries (233 MB) in a transaction of 24 s.
+    max_endpoints_per_account: int = attrs.field(default=20, validator=_positive)
 
 
 def _default_rate_limits() -> dict[str, RateLimit]:

@@ -236,8 +236,17 @@ def _check(data: EndpointInput, config: WebhooksConfig) -> None:
 async def create_endpoint(
     conn: asyncpg.Connection, account_id: str, data: EndpointInput, config: WebhooksConfig
 ) -> tuple[asyncpg.Record, str]:
-    """Store a new endpoint: (its row, its secret, which is never shown again)."""
+    """Store a new endpoint: (its row, its secret, which is never shown again). Call it in a
+    transaction: the account's endpoints are counted under a lock held until it ends."""
     _check(data, config)
+    await conn.execute(db.query("lock_account_webhook_endpoints"), account_id)
+    if await conn.fetchval(db.query("count_webhook_endpoints"), account_id) >= \
+            config.max_endpoints_per_account:
+        raise ValidationFailed([
+            f"webhook_endpoint: an account has at most {config.max_endpoints_per_account} "
+            "endpoints (webhooks.max_endpoints_per_account); delete one, or let one endpoint "
+            "take more event types"
+        ])
     secret = new_secret()
     row = await conn.fetchrow(
         db.query("insert_webhook_endpoint"), new_id("whep"), account_id, data.url,

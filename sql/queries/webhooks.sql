@@ -1,3 +1,9 @@
+-- lock_account_webhook_endpoints --
+-- Serialize, until the transaction ends, account $1's endpoints being counted and added:
+-- concurrent creations each counted the others' uncommitted ones as not there, and all added theirs
+-- past webhooks.max_endpoints_per_account.
+SELECT pg_advisory_xact_lock(hashtextextended('webhook_endpoints:' || $1, 17));
+
 -- insert_webhook_endpoint --
 -- A new endpoint of account $2.
 INSERT INTO webhook_endpoints (id, account_id, url, event_types, description, secret, enabled)

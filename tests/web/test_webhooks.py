@@ -69,6 +69,27 @@ async def test_endpoints__admin_only_and_per_account(hook_client, admin, make_me
     assert response.status == 404
 
 
+async def test_create__endpoints_per_account_are_bounded_even_at_once(
+    aiohttp_client, config, admin, make_account, receiver
+):
+    """Every event is queued once per endpoint that wants it, in the transaction of the change:
+    with no bound, an admin's 200 endpoints made an import of 2,000 knowledge-base entries write
+    400,000 deliveries (233 MB) in one transaction of 24 s instead of 0.3 s."""
+    app = create_app(with_config(config, webhooks=fast_webhooks(max_endpoints_per_account=2)))
+    client = await aiohttp_client(app)
+    made = await asyncio.gather(*(register(client, admin, receiver.url) for _ in range(6)))
+    assert sorted(response.status for response, _ in made) == [201, 201, 422, 422, 422, 422]
+    refused = next(body for response, body in made if response.status == 422)
+    assert "webhooks.max_endpoints_per_account" in refused["error"]["details"][0]
+    listed = await (await client.get(ENDPOINTS, headers=admin.headers)).json()
+    assert listed["pagination"]["total_count"] == 2
+    other = await make_account("Other")  # per account
+    assert (await register(client, other, receiver.url))[0].status == 201
+    kept = next(body for response, body in made if response.status == 201)
+    assert (await client.delete(f"{ENDPOINTS}/{kept['id']}", headers=admin.headers)).status == 204
+    assert (await register(client, admin, receiver.url))[0].status == 201
+
+
 async def test_create__unknown_event_type_and_bad_url_are_422(hook_client, admin):
     response, body = await register(hook_client, admin, "ftp://example.com/x")
     assert response.status == 422 and "http(s)" in body["error"]["details"][0]
