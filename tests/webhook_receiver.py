@@ -39,7 +39,8 @@ class Received:
 class Receiver:
     """`await start()`, then `url`; `fail_with` answers every request with that status;
     `delay` makes each answer wait (a slow receiver); `extra` changes the answer (`pad`: that
-    many more bytes, `redirect`: a 302 there, `body`/`status`: exactly those bytes)."""
+    many more bytes, `redirect`: a 302 there, `body`/`status`: exactly those bytes, `cookie`: a
+    Set-Cookie of that name and value)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
@@ -64,7 +65,10 @@ class Receiver:
             raise web.HTTPFound(self.extra["redirect"])
         if "body" in self.extra:  # raw bytes, as a receiver may answer anything
             return web.Response(status=self.extra.get("status", 200), body=self.extra["body"])
-        return web.Response(text="ok " + "x" * self.extra.get("pad", 0))
+        response = web.Response(text="ok " + "x" * self.extra.get("pad", 0))
+        if "cookie" in self.extra:  # (name, value): as a receiver behind a load balancer may
+            response.set_cookie(*self.extra["cookie"])
+        return response
 
     async def start(self) -> None:
         app = web.Application()

@@ -404,6 +404,9 @@ class Deliverer(OutboxSender):
             )
             self._session = aiohttp.ClientSession(
                 connector=connector, trust_env=False,  # no proxy: it would connect for us
+                # No cookie jar: the session is every account's, and a cookie one receiver set
+                # went with other accounts' deliveries to its host.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=self._config.timeout_seconds),
                 headers={"User-Agent": USER_AGENT},
             )

@@ -244,6 +244,26 @@ async def test_delivery__redirect_not_followed_and_body_read_up_to_limit(
     assert "not followed" in latest["last_error"]
 
 
+async def test_delivery__a_cookie_a_receiver_sets_goes_to_no_delivery(
+    hook_client, admin, make_account, receiver
+):
+    """The deliverer's HTTP session kept aiohttp's default cookie jar, shared by every delivery of
+    every account: a cookie one account's receiver set went with the next account's deliveries to
+    the same host (a receiving service's tenants each see their requests' headers), and one
+    account's receiver could set the cookies another's deliveries carried."""
+    other = await make_account("Other")
+    url = f"http://localhost:{receiver.port}/hooks"  # a host name: a jar keeps no IP address's
+    await register(hook_client, admin, url)
+    await register(hook_client, other, url)
+    receiver.extra = {"cookie": ("session", "of-the-first-account")}
+    await add_entry(hook_client, admin)
+    await receiver.wait_for(1)
+    await add_entry(hook_client, other)
+    await add_entry(hook_client, admin, "again")
+    got = await receiver.wait_for(3)
+    assert [r.headers.get("Cookie") for r in got] == [None, None, None]
+
+
 async def test_delivery__a_nul_in_the_answer_is_recorded_not_sent_again_forever(
     hook_client, admin, receiver
 ):
