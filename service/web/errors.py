@@ -19,6 +19,7 @@ from ..domain.errors import (
     ServiceUnavailable,
 )
 from ..logs import redact_url
+from .protocol import undecodable_body
 from .responses import json_response
 from .telemetry import REQUEST_ID
 
@@ -92,6 +93,8 @@ def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
         if exc.status < 400:
             raise exc
         return render(_from_http_exception(exc))
+    if (refused := undecodable_body(request, exc)) is not None:
+        return render(refused)
     if db.database_unavailable(exc):
         # Lost or refused connections (a restart, a terminated backend, no free slot) are
         # not the request's fault and may pass on retry: 503 with Retry-After, not 500.

@@ -55,6 +55,21 @@ def parser_error_message(exc: BaseException | None) -> str:
     return "the request is not valid HTTP: its headers or framing are malformed"
 
 
+def undecodable_body(request: web.BaseRequest, exc: BaseException) -> BadRequest | None:
+    """The 400 for a body aiohttp could not read as the handler read it (RequestPayloadError:
+    one sent as `Content-Encoding: gzip` or `deflate` that is not), or None for another error.
+    Anyone can send one: it was a 500, logged as an ERROR with a traceback twice (the handler's,
+    then aiohttp's lingering read of the rest meeting it again). Now one WARNING line; the body is
+    marked ended, so nothing reads on, and the 400 closes the connection (its parser is stuck)."""
+    if not isinstance(exc, web.RequestPayloadError):
+        return None
+    request.content.feed_eof()
+    text = parser_error_message(exc.__cause__)
+    log.warning("refused a malformed request from %s: %s (%s)", request.remote, text,
+                type(exc.__cause__).__name__)
+    return BadRequest(text, headers={"Connection": "close"})
+
+
 class _RequestHandler(web_protocol.RequestHandler):
     # server.send_timeout_seconds, set by serve_parser_errors_as_json (0: none).
     send_timeout = 0.0

@@ -426,3 +426,37 @@ def test_app__an_aiohttp_without_the_private_methods_it_overrides_is_refused_nam
     monkeypatch.delattr(web_protocol.RequestHandler, name)
     with pytest.raises(RuntimeError, match=f"has no {name}"):
         create_app(config)
+
+
+@pytest.mark.parametrize(("path", "content_type", "signed_in"), [
+    ("/api/v1/tokens", "application/json", False),
+    ("/api/v1/rfps", "application/json", True),
+    ("/api/v1/knowledge_base_items/import", "text/csv", True),
+    ("/signin", "application/x-www-form-urlencoded", False),
+], ids=["anonymous_json", "json", "upload", "page_form"])
+async def test_body_that_is_not_its_content_encoding__400_closed_logged_in_one_line(
+    client, admin, caplog, path, content_type, signed_in
+):
+    """A probe: a body sent as `Content-Encoding: gzip` (or deflate) that is not fails in aiohttp
+    as the handler reads it (RequestPayloadError): a 500, logged as two ERRORs with tracebacks
+    (the handler's, then aiohttp's lingering read meeting it again), by anyone."""
+    caplog.set_level(logging.DEBUG)
+    body = b"this is not gzip"
+    auth = f"Authorization: Bearer {admin.token}\r\n".encode() if signed_in else b""
+    raw = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+           f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n").encode() + auth + b"\r\n" + body
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        async with asyncio.timeout(5):
+            reply = await reader.read()  # the connection is closed after the error
+    finally:
+        writer.close()
+    head, _, text = reply.partition(b"\r\n\r\n")
+    assert re.match(rb"HTTP/1\.[01] 400 ", head), head
+    if path.startswith("/api/"):
+        error = json.loads(text)["error"]
+        assert error["code"] == "bad_request"
+        assert "does not match its Content-Encoding" in error["message"]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []

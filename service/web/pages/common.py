@@ -45,6 +45,7 @@ from ..body import MAX_PARTS_BEFORE_FILE, Upload, arriving
 from ..errors import status_of
 from ..frontdoor import WRAPPER_HEADERS
 from ..keys import CONFIG, SHARES
+from ..protocol import undecodable_body
 from ..telemetry import REQUEST_ID
 
 log = logging.getLogger(__name__)
@@ -221,7 +222,9 @@ def page(
             except ServiceError as exc:
                 response = error_page(request, exc)
             except Exception as exc:
-                response = failure_page(request, exc)
+                refused = undecodable_body(request, exc)
+                response = failure_page(request, exc) if refused is None else \
+                    error_page(request, refused)
             if not response.prepared:
                 response.headers.update(SECURITY_HEADERS)
             return response
@@ -258,6 +261,8 @@ def error_page(request: web.Request, error: ServiceError) -> web.Response:
     }, status=status)
     response.headers.update(error.headers)
     response.headers.pop("WWW-Authenticate", None)  # a page, not a bearer challenge
+    if error.headers.get("Connection") == "close":  # as the API's (errors.render)
+        response.force_close()
     return response
 
 
