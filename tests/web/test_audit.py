@@ -205,6 +205,13 @@ async def test_cli__operator_actions_audited_and_exported_as_json_lines(database
     assert wrong.returncode == 1 and "no account" in wrong.stderr
 
 
+async def test_cli__a_since_past_the_years_in_utc_is_refused_not_a_traceback(database_url, admin):
+    result = cli(database_url, "audit", "export", "--account", admin.account_id,
+                 "--since", "0001-01-01T00:00:00+14:00")
+    assert result.returncode == 1, result.stderr
+    assert "--since" in result.stderr and "Traceback" not in result.stderr
+
+
 async def test_refused_change__no_audit_event_and_no_webhook(aiohttp_client, config, admin, conn,
                                                              receiver):
     """A change that does not happen is neither logged nor reported: the audit event and the
