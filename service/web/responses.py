@@ -4,6 +4,7 @@ whole request is only a few times that (BENCHMARKS.md, HTTP)."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from typing import Any
@@ -46,3 +47,16 @@ def json_response(
         body=dumps(data), status=status, headers=headers,
         content_type="application/json", charset="utf-8",
     )
+
+
+def attachment(filename: str) -> str:
+    """A Content-Disposition that downloads as `filename`: its letters and digits (any script),
+    dots, dashes, underscores and spaces, the rest as "_", at most 150 characters. A name
+    beyond ASCII goes as RFC 6266's `filename*` (UTF-8, percent-encoded), with an ASCII
+    `filename` beside it for clients that know only that: raw UTF-8 in the header came out as
+    "Ã¼" where the customer's file said "ü"."""
+    name = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in filename)[:150]
+    plain = "".join(ch if ch.isascii() else "_" for ch in name)
+    if plain == name:
+        return f'attachment; filename="{name}"'
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{urllib.parse.quote(name, safe='')}"

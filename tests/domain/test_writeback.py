@@ -273,6 +273,27 @@ async def test_csv_writeback__original_columns_order_and_dialect_answer_filled(c
     )
 
 
+async def test_original_export__a_file_name_beyond_ascii_downloads_under_its_own_name(client, conn, admin):
+    """The kept file's name went into Content-Disposition as raw UTF-8, which browsers read as
+    Latin-1: "Fragebogen Übersicht.csv" downloaded as "Fragebogen Ã\x9cbersicht.csv"."""
+    rfp_id = await _rfp(client, admin)
+    # As a browser sends a file's name: UTF-8 in the part's header.
+    form = ('--b\r\nContent-Disposition: form-data; name="file"; filename="Fragebogen Übersicht/2026.csv"'
+            '\r\nContent-Type: text/csv\r\n\r\nQuestion,Answer\nDo you encrypt?,\n\r\n--b--\r\n').encode()
+    imported = await client.post(f"/api/v1/rfps/{rfp_id}/rfp_items/import", data=form, headers={
+        **admin.headers, "Content-Type": "multipart/form-data; boundary=b"})
+    assert imported.status == 201, await imported.text()
+    response = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original", headers=admin.headers)
+    assert response.status == 200
+    disposition = response.headers["Content-Disposition"]
+    assert disposition.isascii(), disposition
+    assert disposition == ("attachment; filename=\"Fragebogen _bersicht_2026.csv\"; "
+                           "filename*=UTF-8''Fragebogen%20%C3%9Cbersicht_2026.csv")
+    assert response.content_disposition.filename == "Fragebogen Übersicht_2026.csv"  # as a client reads it
+    csv_export = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=csv", headers=admin.headers)
+    assert csv_export.headers["Content-Disposition"] == 'attachment; filename="acme-assessment.csv"'
+
+
 async def test_csv_writeback__a_formula_like_answer_stays_text(client, conn, admin):
     rfp_id = await _rfp(client, admin)
     await _import(client, admin, rfp_id, b"Question,Answer\nLink?,\n", "text/csv")

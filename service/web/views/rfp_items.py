@@ -47,7 +47,7 @@ from ..auth import connection, principal, requires
 from ..body import Upload, one_of_members_uploads, read_body, read_json, receive_upload
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, DELIVERER, EXPORTS, MAIL_SENDER, METRICS, PARSERS, PIPELINE
-from ..responses import json_response
+from ..responses import attachment, json_response
 
 # A CSV export is written to the client in pieces of this size, from a file that stays in
 # memory up to _SPOOL_IN_MEMORY and spills to disk past it.
@@ -220,10 +220,7 @@ async def export_rfp(request: web.Request) -> web.StreamResponse:
                 await audit.record(conn, actor(request), "rfp.exported", record_id=rfp_id,
                                    after={"format": fmt})
                 await spool_export(conn, rfp, fmt, spool)
-        headers = {
-            hdrs.CONTENT_DISPOSITION:
-                f'attachment; filename="{export_filename(rfp["title"], rfp_id, fmt)}"',
-        }
+        headers = {hdrs.CONTENT_DISPOSITION: attachment(export_filename(rfp["title"], rfp_id, fmt))}
         response = web.StreamResponse(headers={**headers, **stream_headers(request)})
         response.content_type = EXPORT_FORMATS[fmt]
         if fmt == "csv":
@@ -262,8 +259,7 @@ async def _export_original(request: web.Request, rfp_id: str) -> web.Response:
             "the questionnaire could not be written back; export it as CSV instead",
         ) from None
     name = file["filename"] or export_filename(rfp["title"], rfp_id, file["format"])
-    safe = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in name)[:150]
-    headers = {hdrs.CONTENT_DISPOSITION: f'attachment; filename="{safe}"'}
+    headers = {hdrs.CONTENT_DISPOSITION: attachment(name)}
     return web.Response(body=body, content_type=writeback.media_type(file), headers=headers)
 
 
