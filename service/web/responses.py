@@ -39,6 +39,11 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, default=_default).encode()
 
 
+# For a response that carries a secret shown once (an API token, a webhook endpoint's signing
+# secret): no cache, the browser's own included, keeps a copy (OWASP's advice for such responses).
+NO_STORE = {"Cache-Control": "no-store"}
+
+
 def json_response(
     data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> web.Response:

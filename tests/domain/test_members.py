@@ -269,3 +269,18 @@ async def test_list_members__paginated_with_owner_flag(client, admin, make_membe
     assert body["members"][0]["id"] == admin.member_id
     past = await client.get("/api/v1/members?page=2", headers=admin.headers)
     assert (await past.json())["members"] == []
+
+
+async def test_responses_showing_a_secret_once_are_not_stored_by_any_cache(client, admin, conn):
+    """A token or a webhook endpoint's signing secret is in the response that creates it, once:
+    Cache-Control: no-store keeps any cache, the browser's too, from keeping a copy (helper-61)."""
+    await confirmed_user(client, admin, conn)
+    signed_in = await sign_in(client, "ada@example.test")
+    assert signed_in.status == 201 and (await signed_in.json())["token"].startswith("rfpk_")
+    assert signed_in.headers["Cache-Control"] == "no-store"
+    endpoint = await client.post("/api/v1/webhook_endpoints", headers=admin.headers, json={
+        "webhook_endpoint": {"url": "https://hooks.example.com/rfp", "event_types": ["rfp.answered"]}})
+    assert endpoint.status == 201, await endpoint.text()
+    assert (await endpoint.json())["secret"] and endpoint.headers["Cache-Control"] == "no-store"
+    listed = await client.get("/api/v1/webhook_endpoints", headers=admin.headers)
+    assert "Cache-Control" not in listed.headers  # the rest as before

@@ -24,11 +24,12 @@ from ..actors import actor
 from ..auth import connection, principal, public, requires
 from ..body import read_json, read_object
 from ..keys import CONFIG, DELIVERER, MAIL_SENDER, PASSWORDS, POOL
-from ..responses import json_response
+from ..responses import NO_STORE, json_response
 
 
 def _created(payload: Any) -> web.Response:
-    return json_response(unstructure(payload), status=201)
+    # Members, invitations and tokens: a token among them is its one showing (NO_STORE).
+    return json_response(unstructure(payload), status=201, headers=NO_STORE)
 
 
 def _client(request: web.Request) -> str:

@@ -18,7 +18,7 @@ from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import read_object
 from ..keys import CONFIG, DELIVERER, POOL
-from ..responses import json_response
+from ..responses import NO_STORE, json_response
 
 ADMIN = ("admin",)
 
@@ -39,7 +39,7 @@ async def post_endpoint(request: web.Request) -> web.Response:
         )
         await audit.record(conn, actor(request), "webhook_endpoint.created", record_id=row["id"],
                            after=_audited(row))
-    response = json_response(webhooks.endpoint_json(row, secret), status=201)
+    response = json_response(webhooks.endpoint_json(row, secret), status=201, headers=NO_STORE)
     response.headers["Location"] = f"/api/v1/webhook_endpoints/{row['id']}"
     return response
 
