@@ -90,13 +90,16 @@ SELECT count(*)::integer FROM rfp_items
 -- without reading anyone else's; each one's RFP comes by its key and is kept only if it is the
 -- account's (the user may be a member of other accounts). No index gives the deadline order, so
 -- the user's matching items are sorted as a few columns (ids, keys, the RFP's title), and only
--- the page's items are read whole; a later page costs what the first does.
+-- the page's items are read whole; a later page costs what the first does. A user who is no
+-- member of the account has no items in it (removal unassigns them): checked once first, so that
+-- naming another account's user does not walk that user's items there (30 ms at 100,000).
 WITH mine AS MATERIALIZED (
     SELECT i.id, i.position, r.id AS rfp_id, r.deadline, r.title
       FROM rfp_items i
       JOIN rfps r ON r.id = i.rfp_id
      WHERE i.assignee_id = $2 AND r.account_id = $1
        AND ($3::text IS NULL OR i.state::text = $3)
+       AND EXISTS (SELECT 1 FROM members m WHERE m.account_id = $1 AND m.user_id = $2)
 )
 SELECT counted.total, shown.*
   FROM (SELECT count(*)::integer AS total FROM mine) AS counted

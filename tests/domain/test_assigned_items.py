@@ -192,5 +192,32 @@ async def test_assigned_items__the_query_reads_the_assignee_index_not_every_item
         1 for n in range(1, 100, 2) for p in range(1, 31) if (n * 30 + p) % 40 == 0)
 
 
+async def test_assigned_items__another_accounts_user_is_not_looked_up_item_by_item(
+    conn, make_account, make_member, make_rfp,
+):
+    """An admin naming a user of another account as `assignee` got an empty page, after the
+    query had walked that user's items in the other account (30 ms at 100,000). The membership
+    is checked once first, and none of those items is read."""
+    admin = await make_account()
+    other = await make_account(name="Other")
+    stranger = await make_member(other.account_id, "member")
+    rfps = [await make_rfp(admin if n % 2 else other, f"RFP {n}") for n in range(60)]
+    await conn.executemany(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, assignee_id) VALUES ($1, $2, 'Q?', $3, $4)",
+        [(f"item_{n}_{p}", rfp_id, p, None if n % 2 else stranger.user_id)
+         for n, rfp_id in enumerate(rfps) for p in range(1, 101)])
+    await conn.execute("ANALYZE")
+    [plan] = json.loads(await conn.fetchval(
+        "EXPLAIN (ANALYZE, FORMAT JSON) " + db.query("assigned_items_page"),
+        admin.account_id, stranger.user_id, None, 20, 0, 1000))
+    [mine] = [node for node in _nodes(plan["Plan"]) if node.get("Subplan Name") == "CTE mine"]
+    read = sum(node.get("Actual Rows", 0) * node["Actual Loops"] for node in _nodes(mine)
+               if node.get("Relation Name") == "rfp_items")
+    assert read == 0, json.dumps(mine)
+    theirs = await conn.fetch(db.query("assigned_items_page"), other.account_id, stranger.user_id,
+                              None, 20, 0, 1000)
+    assert theirs[0]["total"] == 3000
+
+
 def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [node, *(found for child in node.get("Plans", []) for found in _nodes(child))]
