@@ -28,6 +28,8 @@ from service.domain.ids import new_id
 from service.web.app import create_app
 
 NEW_MIGRATION = "0032_schema_state"  # the first one the owner's database lacks in these tests
+# How the refusal names what is pending from it: one, a few by name, or more as a range.
+PENDING_FROM_NEW = rf"; pending: (migrations? |\d+ migrations, ){NEW_MIGRATION}[,; ]"
 
 
 def documented_grants(owner: str, app: str, database: str) -> list[str]:
@@ -125,8 +127,7 @@ async def test_runtime_role__refused_a_pending_migration_naming_it_then_serves_o
         assert result.returncode == 2, result.stderr
         [line] = result.stderr.splitlines()
         assert line.startswith(f"error: the database role {app} may not change the schema: "), line
-        assert f"; pending: migration {NEW_MIGRATION}" in line or \
-            f"; pending: migrations {NEW_MIGRATION}, " in line, line
+        assert re.search(PENDING_FROM_NEW, line), line
         assert "apply it with `python -m service migrate` run as the role that owns the schema" in line
     assert await _as(roles.owner_url, "SELECT count(*) FROM schema_migrations WHERE version = $1",
                      NEW_MIGRATION) == 0
@@ -316,7 +317,7 @@ async def test_runtime_role__a_public_schema_anyone_may_create_in_gets_no_migrat
         await conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")  # PostgreSQL 14's default
     await _grant(roles)
     async with _connected(roles.app_url) as conn:
-        with pytest.raises(db.MigrationError, match=rf"; pending: migrations? {NEW_MIGRATION}[,;] "):
+        with pytest.raises(db.MigrationError, match=PENDING_FROM_NEW):
             await db.migrate(conn)
     assert await _as(roles.owner_url, "SELECT to_regclass('schema_state')") is None
     async with _connected(roles.owner_url) as conn:
