@@ -96,11 +96,18 @@ def check_can_listen(config: Config) -> None:
         for family, kind, proto, _, address in socket.getaddrinfo(
             server.host or None, server.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE,
         ):
-            with socket.socket(family, kind, proto) as probe:
-                # As asyncio's create_server binds: SO_REUSEADDR, and SO_REUSEPORT for workers.
+            try:
+                probe = socket.socket(family, kind, proto)
+            except OSError:  # a family the kernel lacks (IPv6): asyncio skips it, and so do we
+                continue
+            with probe:
+                # As asyncio's create_server binds: SO_REUSEADDR, SO_REUSEPORT for workers, and
+                # IPv6 alone on an IPv6 address (`::` shares its port with a socket on 0.0.0.0).
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if server.workers > 1:
                     probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 probe.bind(address)
     except OSError as exc:
         _cannot_listen(config, exc)

@@ -1,0 +1,80 @@
+"""`serve`'s check of its host and port before any database work (server.check_can_listen): it
+must refuse what aiohttp's bind (asyncio's create_server) would refuse, and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+
+import attrs
+import pytest
+
+from service import server
+from service.config import Config
+
+
+def config(host: str, port: int, workers: int = 1) -> Config:
+    base = Config()
+    return attrs.evolve(base, server=attrs.evolve(base.server, host=host, port=port, workers=workers))
+
+
+async def create_server(host: str, port: int) -> None:
+    """Bind as web.run_app does (asyncio's create_server), and let go."""
+    listening = await asyncio.get_running_loop().create_server(
+        asyncio.Protocol, host=host or None, port=port, reuse_address=True)
+    listening.close()
+    await listening.wait_closed()
+
+
+def ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not ipv6(), reason="no IPv6 on this host")
+async def test_check_can_listen__an_ipv6_host_beside_another_process_on_ipv4_any(capsys):
+    """asyncio binds an IPv6 address IPV6_V6ONLY: `::` shares its port with a socket on
+    0.0.0.0. The probe bound it dual-stack, met that socket, and refused to start (exit 2) a
+    service that would have listened."""
+    with socket.socket(socket.AF_INET) as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.bind(("0.0.0.0", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        await create_server("::", port)  # aiohttp would listen
+        for workers in (1, 2):
+            server.check_can_listen(config("::", port, workers))
+    assert capsys.readouterr().err == ""
+
+
+def test_check_can_listen__an_address_family_the_kernel_lacks_is_skipped(monkeypatch, capsys):
+    """asyncio skips an address it cannot make a socket for (an IPv6 `::` of an empty host on a
+    kernel without IPv6: EAFNOSUPPORT) and listens on the others; the probe ended start-up there
+    with a traceback."""
+    real = socket.socket
+
+    def without_ipv6(family: int = socket.AF_INET, *args: object, **kwargs: object) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "socket", without_ipv6)
+    server.check_can_listen(config("", 0))
+    assert capsys.readouterr().err == ""
+
+
+def test_check_can_listen__a_taken_port_is_one_line_and_exit_2(capsys):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(SystemExit) as exited:
+            server.check_can_listen(config("localhost", port))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: server.port: cannot listen on localhost:{port}: address already in use\n")
