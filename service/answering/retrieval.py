@@ -27,6 +27,7 @@ import asyncio
 import itertools
 import math
 import re
+import unicodedata
 from collections.abc import Sequence
 
 import asyncpg
@@ -146,12 +147,19 @@ def pointer_target(answer: str) -> str | None:
     return match.group(1) if match else None
 
 
-_WORD = re.compile(r"[^\W_]+")
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 
 def normalized(text: str | None) -> str:
-    """A question's words, case, spacing and punctuation aside."""
-    return " ".join(_WORD.findall((text or "").casefold()))
+    """A question's words (its runs of letters, combining marks and digits), case, spacing,
+    punctuation and Unicode composition aside. A mark is part of its word: `[^\\W_]` took a
+    Devanagari vowel sign or a Thai tone mark for a break and dropped it, so दिन and दान (day,
+    donation) were one word."""
+    folded = unicodedata.normalize("NFC", (text or "").casefold())
+    if folded.isascii():  # most questions: at a regular expression's speed
+        return " ".join(_ASCII_WORD.findall(folded))
+    return " ".join("".join(
+        char if unicodedata.category(char)[0] in "LMN" else " " for char in folded).split())
 
 
 def asks_the_same(text: str, entry_question: str | None) -> bool:

@@ -514,3 +514,17 @@ def test_decide__two_questions_in_another_script_are_not_the_same_question():
     assert not decide("Шифруете ли вы данные при хранении?", [entry]).exact
     assert decide("используете ли вы многофакторную аутентификацию", [entry]).exact
     assert not coverage.same_question("?!", attrs.evolve(entry, question="…"))
+
+
+def test_decide__questions_that_differ_in_a_vowel_sign_or_tone_mark_are_not_the_same_question():
+    """A combining mark (a Devanagari vowel sign, a Thai tone mark) is part of its word: read as
+    a break between words and dropped, "what is your day like" and "what is your donation like"
+    (दिन, दान) were the same question, answered at the exact-match confidence."""
+    entry = Reference(kb_item_id="kb_1", external_id="X-1", title=None,
+                      question="आपका दान कैसा है?", answer="…", source=None, score=0.5,
+                      question_match=0.5, coverage=0.5)
+    assert not decide("आपका दिन कैसा है?", [entry]).exact
+    assert decide("आपका  दान कैसा है", [entry]).exact
+    assert not retrieval.asks_the_same("ใช้ไม้หรือไม่", "ใช้ไม่หรือไม่")  # wood, or not
+    # The same text composed or decomposed (a file saved on macOS) is the same question.
+    assert retrieval.asks_the_same("Do you cache in a Café?", "do you cache in a cafe\u0301")
