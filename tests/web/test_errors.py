@@ -355,6 +355,19 @@ async def test_multipart_part_past_max_upload_bytes__413(config, aiohttp_client,
     assert (await response.json())["error"]["code"] == "payload_too_large"
 
 
+async def exchange_raw(client, raw: bytes) -> bytes:
+    """Send `raw` on a connection of its own and read the reply until the service closes it (as
+    it does after each of these errors)."""
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        async with asyncio.timeout(5):
+            return await reader.read()
+    finally:
+        writer.close()
+
+
 @pytest.mark.parametrize(("raw", "says"), [
     (b"GET /" + b"A" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", "request line or a header is too long"),
     (b"POST /api/v1/rfps HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZZZ\r\nxx\r\n0\r\n\r\n",
@@ -366,15 +379,7 @@ async def test_http_parser_errors__400_in_the_error_shape_logged_in_one_line(cli
     """A probe: aiohttp's own 400s answered text/plain quoting the request, and each logged
     ERROR aiohttp.server with a 15-line traceback (anyone can send them: a log flood)."""
     caplog.set_level(logging.DEBUG)
-    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        async with asyncio.timeout(5):
-            reply = await reader.read()  # the connection is closed after the error
-    finally:
-        writer.close()
-    head, _, body = reply.partition(b"\r\n\r\n")
+    head, _, body = (await exchange_raw(client, raw)).partition(b"\r\n\r\n")
     assert re.match(rb"HTTP/1\.[01] 400 ", head), head
     assert b"\r\nContent-Type: application/json" in head
     error = json.loads(body)["error"]
@@ -445,15 +450,7 @@ async def test_body_that_is_not_its_content_encoding__400_closed_logged_in_one_l
     auth = f"Authorization: Bearer {admin.token}\r\n".encode() if signed_in else b""
     raw = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
            f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n").encode() + auth + b"\r\n" + body
-    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        async with asyncio.timeout(5):
-            reply = await reader.read()  # the connection is closed after the error
-    finally:
-        writer.close()
-    head, _, text = reply.partition(b"\r\n\r\n")
+    head, _, text = (await exchange_raw(client, raw)).partition(b"\r\n\r\n")
     assert re.match(rb"HTTP/1\.[01] 400 ", head), head
     if path.startswith("/api/"):
         error = json.loads(text)["error"]
