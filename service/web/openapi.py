@@ -694,8 +694,10 @@ def _webhook_audit_paths() -> dict[str, Any]:
             "post": _op("create_webhook_endpoint", "register an endpoint (admin); its secret is "
                         "shown only here", {
                 "201": _json(endpoint, "the endpoint, with its secret", _LOCATION),
-                "422": _error("a URL that is not http(s) or names a private address, or an "
-                              "unknown event type (validation_failed)")}, body=body),
+                "422": _error("a URL that is not http(s) or names a private address, an "
+                              "unknown event type, or an account that has "
+                              "webhooks.max_endpoints_per_account endpoints already "
+                              "(validation_failed)")}, body=body),
             "get": _op("list_webhook_endpoints", "the account's endpoints (admin)", {
                 "200": _json(_page_of("webhook_endpoints", "WebhookEndpoint"), "one page"),
                 "400": _PAGE_INVALID}, params=[_PAGE]),
