@@ -307,9 +307,10 @@ def test_cli_migrate__a_migration_that_fails_is_one_line_naming_it(database_url)
             await conn.close()
 
     from cli_runner import cli
+    from service_process import free_port
 
     asyncio.run(forget())
-    for command in (["migrate"], ["serve", "--port", "1"]):
+    for command in (["migrate"], ["serve", "--port", str(free_port())]):
         result = cli(database_url, *command)
         assert result.returncode == 2, result.stderr
         assert result.stderr.splitlines() == [
@@ -337,6 +338,7 @@ def test_cli_migrate__another_applications_database_is_refused_unchanged(empty_d
     added a checksum column to it and listed its 32 migrations there; on golang-migrate's (version
     bigint) it added the column, then ended in a TypeError traceback."""
     from cli_runner import cli
+    from service_process import free_port
 
     async def sql(statement: str, *, many: bool = False) -> object:
         conn = await asyncpg.connect(empty_database_url)
@@ -350,7 +352,7 @@ def test_cli_migrate__another_applications_database_is_refused_unchanged(empty_d
              " FROM pg_attribute WHERE attrelid IN (SELECT oid FROM pg_class WHERE relnamespace ="
              " 'public'::regnamespace) AND attnum > 0")
     before = asyncio.run(sql(shape))
-    for command in (["migrate"], ["serve", "--port", "1"]):
+    for command in (["migrate"], ["serve", "--port", str(free_port())]):
         result = cli(empty_database_url, *command)
         assert result.returncode == 2, result.stderr
         assert result.stderr.splitlines() == [
