@@ -63,9 +63,12 @@ async def search_rfps(request: web.Request) -> web.Response:
 @requires("write", roles=("admin", "member"))
 async def post_rfp(request: web.Request) -> web.Response:
     fields, _ = await read_object(request, "rfp")
-    data = structure(fields, RfpCreate, root="rfp")
-    if len(data.items) > MAX_ITEMS_PER_CREATE:
+    # Counted before the items are read (as POST …/rfp_items does): structuring 100,000 empty
+    # objects took 5 s, to answer with a detail for each.
+    items = fields.get("items") if isinstance(fields, dict) else None
+    if isinstance(items, list) and len(items) > MAX_ITEMS_PER_CREATE:
         raise ValidationFailed([f"rfp.items: at most {MAX_ITEMS_PER_CREATE} items per request"])
+    data = structure(fields, RfpCreate, root="rfp")
     who = principal(request)
     async with connection(request) as conn:
         rfp_id = await create_rfp(
