@@ -18,6 +18,7 @@ import pytest
 from cli_runner import cli
 from conftest import CONNECT, PGBOUNCER_URL, ROOT, with_config
 from helpers_questions import add_entry, ask, wait_complete
+from service_process import free_port
 from yarl import URL
 
 from service import cli as service_cli
@@ -122,7 +123,7 @@ async def test_runtime_role__refused_a_pending_migration_naming_it_then_serves_o
     assert not await _as(roles.app_url, "SELECT has_schema_privilege('public', 'CREATE')")
 
     # The runtime role may not apply it: one line naming it and saying how.
-    for command in (["serve", "--port", "1"], ["housekeeping"]):
+    for command in (["serve", "--port", str(free_port())], ["housekeeping"]):
         result = await asyncio.to_thread(cli, roles.app_url, *command)
         assert result.returncode == 2, result.stderr
         [line] = result.stderr.splitlines()
