@@ -160,15 +160,9 @@ async def test_assigned_items__the_query_reads_the_assignee_index_not_every_item
 ):
     """3,000 items in 100 RFPs of two accounts, one in 40 assigned to the member: the items are
     found through rfp_items_assignee, never by reading the table."""
-    admin = await make_account()
-    other = await make_account(name="Other")
+    admin, other = await make_account(), await make_account(name="Other")
     writer = await make_member(admin.account_id, "member")
-    rfps = [await make_rfp(admin if n % 2 else other, f"RFP {n}") for n in range(100)]
-    await conn.executemany(
-        "INSERT INTO rfp_items (id, rfp_id, question, position, assignee_id) VALUES ($1, $2, 'Q?', $3, $4)",
-        [(f"item_{n}_{p}", rfp_id, p, writer.user_id if (n * 30 + p) % 40 == 0 else None)
-         for n, rfp_id in enumerate(rfps) for p in range(1, 31)])
-    await conn.execute("ANALYZE")
+    await _seed(conn, make_rfp, admin, other, writer, 100, 30, lambda n, p: (n * 30 + p) % 40 == 0)
     for state in ("NULL", "'auto_answered'"):
         for mode in ("auto", "force_generic_plan"):
             # Prepared and executed: EXPLAIN of the statement with its arguments bound plans for
@@ -198,15 +192,9 @@ async def test_assigned_items__another_accounts_user_is_not_looked_up_item_by_it
     """An admin naming a user of another account as `assignee` got an empty page, after the
     query had walked that user's items in the other account (30 ms at 100,000). The membership
     is checked once first, and none of those items is read."""
-    admin = await make_account()
-    other = await make_account(name="Other")
+    admin, other = await make_account(), await make_account(name="Other")
     stranger = await make_member(other.account_id, "member")
-    rfps = [await make_rfp(admin if n % 2 else other, f"RFP {n}") for n in range(60)]
-    await conn.executemany(
-        "INSERT INTO rfp_items (id, rfp_id, question, position, assignee_id) VALUES ($1, $2, 'Q?', $3, $4)",
-        [(f"item_{n}_{p}", rfp_id, p, None if n % 2 else stranger.user_id)
-         for n, rfp_id in enumerate(rfps) for p in range(1, 101)])
-    await conn.execute("ANALYZE")
+    await _seed(conn, make_rfp, admin, other, stranger, 60, 100, lambda n, p: n % 2 == 0)
     [plan] = json.loads(await conn.fetchval(
         "EXPLAIN (ANALYZE, FORMAT JSON) " + db.query("assigned_items_page"),
         admin.account_id, stranger.user_id, None, 20, 0, 1000))
@@ -217,6 +205,17 @@ async def test_assigned_items__another_accounts_user_is_not_looked_up_item_by_it
     theirs = await conn.fetch(db.query("assigned_items_page"), other.account_id, stranger.user_id,
                               None, 20, 0, 1000)
     assert theirs[0]["total"] == 3000
+
+
+async def _seed(conn, make_rfp, admin, other, member, rfps, per_rfp, assigned) -> None:
+    """`rfps` RFPs, odd ones `admin`'s account's and even ones `other`'s, of `per_rfp` items each;
+    item p of RFP n assigned to `member` where assigned(n, p). Statistics taken, as in use."""
+    ids = [await make_rfp(admin if n % 2 else other, f"RFP {n}") for n in range(rfps)]
+    await conn.executemany(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, assignee_id) VALUES ($1, $2, 'Q?', $3, $4)",
+        [(f"item_{n}_{p}", rfp_id, p, member.user_id if assigned(n, p) else None)
+         for n, rfp_id in enumerate(ids) for p in range(1, per_rfp + 1)])
+    await conn.execute("ANALYZE")
 
 
 def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
