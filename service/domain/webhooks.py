@@ -189,8 +189,10 @@ class PublicAddressResolver(AbstractResolver):
 def _event_types(instance: object, attribute: attrs.Attribute, value: list[str]) -> None:
     unknown = [t for t in value if t not in EVENT_TYPES]
     if unknown:
-        raise ValueError(f"unknown event types {', '.join(map(repr, unknown))}; "
-                         f"known: {', '.join(EVENT_TYPES)}")
+        # The first few, each cut short: the reply repeated every value given, as long as given.
+        named = ", ".join(repr(t if len(t) <= 60 else t[:60] + "…") for t in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise ValueError(f"unknown event types {named}{more}; known: {', '.join(EVENT_TYPES)}")
     if not value:
         raise ValueError("must name at least one event type")
 

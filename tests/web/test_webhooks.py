@@ -95,6 +95,13 @@ async def test_create__unknown_event_type_and_bad_url_are_422(hook_client, admin
     assert response.status == 422 and "http(s)" in body["error"]["details"][0]
     response, body = await register(hook_client, admin, "https://example.com/x", ["rfp.exploded"])
     assert response.status == 422 and "rfp.exploded" in body["error"]["details"][0]
+    # The refusal names the first few, each cut short: it repeated every value given, whole.
+    given = [f"custom.{n}" for n in range(1000)] + ["x" * 10_000]
+    response, body = await register(hook_client, admin, "https://example.com/x", given)
+    [detail] = body["error"]["details"]
+    assert response.status == 422 and len(detail) < 1000, len(detail)
+    assert detail.startswith("webhook_endpoint.event_types: unknown event types 'custom.0', ")
+    assert "'custom.4' and 996 more; known: question.completed" in detail
 
 
 @pytest.mark.parametrize("url", [
