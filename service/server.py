@@ -120,8 +120,10 @@ def _cannot_listen(config: Config, exc: BaseException) -> None:
     unresolved = isinstance(exc, socket.gaierror)  # a --host the resolver does not know
     if unresolved or (isinstance(exc, OSError) and exc.errno in _CANNOT_LISTEN):
         reason = exc.strerror if unresolved else os.strerror(exc.errno)  # type: ignore[union-attr,arg-type]
-        print(f"error: server.{'host' if unresolved else 'port'}: cannot listen on "
-              f"{config.server.host}:{config.server.port}: {reason.lower()}", file=sys.stderr, flush=True)
+        host = config.server.host
+        where = f"[{host}]:{config.server.port}" if ":" in host else f"{host}:{config.server.port}"
+        print(f"error: server.{'host' if unresolved else 'port'}: cannot listen on {where}: "
+              f"{reason.lower()}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 

@@ -78,3 +78,17 @@ def test_check_can_listen__a_taken_port_is_one_line_and_exit_2(capsys):
     assert exited.value.code == 2
     assert capsys.readouterr().err == (
         f"error: server.port: cannot listen on localhost:{port}: address already in use\n")
+
+
+@pytest.mark.skipif(not ipv6(), reason="no IPv6 on this host")
+def test_check_can_listen__an_ipv6_host_is_named_in_brackets(capsys):
+    """The error line wrote `:::8080` for host `::`; an address with its port is `[::]:8080`."""
+    with socket.socket(socket.AF_INET6) as taken:
+        taken.bind(("::1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exited:
+            server.check_can_listen(config("::1", port))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: server.port: cannot listen on [::1]:{port}: address already in use\n")
