@@ -68,27 +68,19 @@ def test_check_can_listen__an_address_family_the_kernel_lacks_is_skipped(monkeyp
     assert capsys.readouterr().err == ""
 
 
-def test_check_can_listen__a_taken_port_is_one_line_and_exit_2(capsys):
-    with socket.socket() as other:
-        other.bind(("127.0.0.1", 0))
+@pytest.mark.parametrize(("family", "taken_on", "host", "shown"), [
+    (socket.AF_INET, "127.0.0.1", "localhost", "localhost"),
+    # The line wrote `:::8080` for an IPv6 host; an address with its port is `[::1]:8080`.
+    pytest.param(socket.AF_INET6, "::1", "::1", "[::1]",
+                 marks=pytest.mark.skipif(not ipv6(), reason="no IPv6 on this host")),
+])
+def test_check_can_listen__a_taken_port_is_one_line_and_exit_2(capsys, family, taken_on, host, shown):
+    with socket.socket(family) as other:
+        other.bind((taken_on, 0))
         other.listen()
         port = other.getsockname()[1]
         with pytest.raises(SystemExit) as exited:
-            server.check_can_listen(config("localhost", port))
+            server.check_can_listen(config(host, port))
     assert exited.value.code == 2
     assert capsys.readouterr().err == (
-        f"error: server.port: cannot listen on localhost:{port}: address already in use\n")
-
-
-@pytest.mark.skipif(not ipv6(), reason="no IPv6 on this host")
-def test_check_can_listen__an_ipv6_host_is_named_in_brackets(capsys):
-    """The error line wrote `:::8080` for host `::`; an address with its port is `[::]:8080`."""
-    with socket.socket(socket.AF_INET6) as taken:
-        taken.bind(("::1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        with pytest.raises(SystemExit) as exited:
-            server.check_can_listen(config("::1", port))
-    assert exited.value.code == 2
-    assert capsys.readouterr().err == (
-        f"error: server.port: cannot listen on [::1]:{port}: address already in use\n")
+        f"error: server.port: cannot listen on {shown}:{port}: address already in use\n")
