@@ -710,16 +710,12 @@ def cmd_audit_export(args: argparse.Namespace, config: Config) -> int:
         ) from None
     if since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
-    try:  # as asyncpg sends it: in UTC, where 0001-01-01T00:00:00+14:00 is before year 1
-        since = since.astimezone(UTC)
-    except OverflowError:
-        raise accounts.OperatorError(
-            f"--since must fall within the years 1 to 9999 in UTC; got {args.since!r}"
-        ) from None
+    if (utc := audit.in_utc(since)) is None:
+        raise accounts.OperatorError(f"--since {audit.OUT_OF_RANGE}; got {args.since!r}")
 
     async def work(conn: asyncpg.Connection) -> list[dict[str, Any]]:
         await accounts.require_account(conn, args.account)
-        return await audit.export_events(conn, args.account, since)
+        return await audit.export_events(conn, args.account, utc)
 
     events = run_with_connection(config, work)
     out = sys.stdout if args.output in (None, "-") else None

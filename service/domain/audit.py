@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 from collections.abc import Mapping
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 import asyncpg
@@ -25,6 +25,19 @@ from .tokens import Principal
 SECRET_FIELDS = frozenset({
     "password", "password_hash", "token", "token_hash", "secret", "api_key", "link", "body",
 })
+
+
+# Why a time cannot be searched by: asyncpg sends it in UTC, where it must fall in years 1 to 9999.
+OUT_OF_RANGE = "must fall within the years 1 to 9999 in UTC"
+
+
+def in_utc(moment: datetime) -> datetime | None:
+    """`moment` (with its time zone) in UTC, as asyncpg sends it; None where that is outside
+    years 1 to 9999 (0001-01-01T00:00:00+14:00 is before year 1), which asyncpg cannot send."""
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        return None
 
 
 @attrs.frozen(kw_only=True)

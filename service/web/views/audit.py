@@ -4,7 +4,7 @@ RFC 3339), 20 per page."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiohttp import web
 
@@ -27,10 +27,9 @@ def _time(request: web.Request, name: str) -> datetime | None:
         ) from None
     if value.tzinfo is None:
         raise ParameterInvalid(f"{name} must carry a time zone (Z or ±hh:mm); got {raw!r}")
-    try:  # as asyncpg sends it: in UTC, where 0001-01-01T00:00:00+14:00 is before year 1 (a 500)
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ParameterInvalid(f"{name} must fall within the years 1 to 9999 in UTC; got {raw!r}") from None
+    if (utc := audit.in_utc(value)) is None:  # asyncpg could not send it: it was a 500
+        raise ParameterInvalid(f"{name} {audit.OUT_OF_RANGE}; got {raw!r}")
+    return utc
 
 
 @requires("read", roles=("admin",))
