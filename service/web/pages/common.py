@@ -222,9 +222,7 @@ def page(
             except ServiceError as exc:
                 response = error_page(request, exc)
             except Exception as exc:
-                refused = undecodable_body(request, exc)
-                response = failure_page(request, exc) if refused is None else \
-                    error_page(request, refused)
+                response = failure_page(request, exc)
             if not response.prepared:
                 response.headers.update(SECURITY_HEADERS)
             return response
@@ -283,6 +281,10 @@ async def not_found_page(request: web.Request) -> web.Response:
 
 
 def failure_page(request: web.Request, exc: BaseException) -> web.Response:
+    """The page for an exception no handler turned into a ServiceError, classified as the API's
+    errors.error_response classifies it."""
+    if (refused := undecodable_body(request, exc)) is not None:
+        return error_page(request, refused)
     if db.database_unavailable(exc):
         status, message = 503, "The database is unavailable for a moment. Please try again shortly."
         log.warning("database unavailable in page %s %s (request id %s): %r",
