@@ -35,9 +35,10 @@ async def enqueue(
     *, kind: str, requested_by: str | None = None, account_id: str | None = None,
 ) -> int:
     """Store a message of `kind` (what it is for: mail_outbox.kind), written for the action of
-    member `requested_by` if any, on behalf of their `account_id` (counted against
-    mail.account_mails_per_hour: check `account_mail_wait` first), to send once the caller's
-    transaction commits; returns its outbox id."""
+    member `requested_by` if any, on behalf of their `account_id` (kept only with a member: what
+    counts against mail.account_mails_per_hour; check `account_mail_wait` first), to send once
+    the caller's transaction commits; returns its outbox id."""
+    account_id = account_id if requested_by is not None else None
     _, from_address = email.utils.parseaddr(config.from_address)
     domain = from_address.rpartition("@")[2] or "localhost"
     message_id = email.utils.make_msgid(domain=domain)

@@ -323,8 +323,7 @@ async def create_user(
             db.query("insert_membership"), new_id("mbr"), account_id, user_id, role
         )
         await mail.enqueue(conn, config.mail, data.email, subject, body, kind=kind,
-                           requested_by=requested_by,
-                           account_id=account_id if requested_by is not None else None)
+                           requested_by=requested_by, account_id=account_id)
         member = await fetch_member(conn, member_id, account_id)
         if user is not None:  # show what a new user would show: the names given, not theirs
             name = await conn.fetchval(db.query("display_name_of"), first, last, member.email)

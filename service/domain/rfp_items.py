@@ -277,8 +277,7 @@ async def _mail_assignee(
     title = await conn.fetchval(db.query("rfp_title"), rfp_id)
     subject, body = assignment_mail(web_base_url, rfp_id, title, item, assigned_by)
     await mail.enqueue(conn, config, recipient, subject, body, kind="assignment",
-                       requested_by=assigner,
-                       account_id=account_id if assigner is not None else None)
+                       requested_by=assigner, account_id=account_id)
     return True
 
 
