@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import secrets
+import select
 import shutil
 import sys
 import tempfile
@@ -1005,6 +1006,18 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout's reader has gone: a pipe whose reading end, or a socket whose peer, is
+    closed. poll() reports POLLERR or POLLHUP on the descriptor then (whatever events are asked
+    for), and neither for a file, /dev/null or a terminal in use."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no descriptor, or no stdout at all
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     cli = parser()
     args, extra = cli.parse_known_args(argv)
@@ -1023,6 +1036,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a reader gone away shows here, not as a traceback at exit
         return status
     except BrokenPipeError:
+        if not _stdout_closed():  # a socket's, say: the command's own failure, shown as such
+            raise
         # `… | head` read what it wanted and closed the pipe. Python's documented way out: point
         # stdout at /dev/null so that its last flush at exit fails on nothing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

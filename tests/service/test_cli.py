@@ -500,3 +500,47 @@ def test_serve__connections_refused_at_start_up_are_one_error_line_and_exit_2(se
     assert errors == [
         f"error: database.url: cannot open the service's connections: too many connections for role "
         f'"{role}" (each service process holds up to database.pool_max_size + questions.pool_size + 1)']
+
+
+# -- a closed stdout ----------------------------------------------------------------------
+
+# `migrate`'s handler replaced by one that writes a line, then `BREAK` (run in the CLI's process).
+_PATCHED_CLI = """
+import socket, sys
+from service import cli
+
+def handler(args, config):
+    print("before")
+{BREAK}
+    return 0
+
+cli.cmd_migrate = handler
+sys.exit(cli.main(["migrate"]))
+"""
+
+
+def _patched_cli(breaking: str) -> subprocess.Popen:
+    script = _PATCHED_CLI.replace("{BREAK}", "\n".join("    " + line for line in breaking.splitlines()))
+    return subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_closed_stdout__exit_1_without_a_traceback():
+    """`… | head`: the reader takes a line and closes the pipe while the command still writes."""
+    proc = _patched_cli("for n in range(100_000):\n    print('line', n)")
+    assert proc.stdout.readline() == b"before\n"
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert stderr == b""
+
+
+def test_broken_pipe_not_on_stdout__is_not_hidden():
+    """A BrokenPipeError from anything but stdout (here a socket whose peer closed) is the
+    command's failure, shown with its traceback, not a reader of stdout gone away: the handler
+    took every one for a closed stdout, exited 1 in silence and threw away what stdout held."""
+    proc = _patched_cli("mine, theirs = socket.socketpair()\ntheirs.close()\nmine.sendall(b'x')")
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert stdout == b"before\n"
+    assert b"Traceback" in stderr and b"BrokenPipeError" in stderr, stderr.decode()
