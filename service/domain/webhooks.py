@@ -14,7 +14,9 @@ Safety (a tenant must not reach the service's own network): only http(s); unless
 `webhooks.allow_private_addresses`, a URL whose host is, or resolves to, a loopback, link-local,
 private or otherwise non-global address is refused. The check sits in the resolver the HTTP
 client connects through, so the address checked is the address connected to (no window for DNS
-rebinding between a check and the connection). Redirects are not followed, and at most
+rebinding between a check and the connection). A name that does not resolve is refused the same
+way, in the same words and with the same next attempt (`AddressRefused`), so that the delivery log
+does not tell an admin which internal names exist. Redirects are not followed, and at most
 `max_response_bytes` of a response are read.
 """
 
@@ -152,7 +154,14 @@ def url_problems(url: str, allow_private: bool) -> list[str]:
 
 
 class AddressRefused(OSError):
-    """A host resolves to no address a webhook may reach."""
+    """A host resolves to no address a webhook may reach, or to none at all. Its message is one
+    for both: it goes to the delivery log, which the account's admins read, and telling the two
+    apart would let them learn which names exist in the service's own network (one that resolves
+    only to private addresses is an internal host). `detail` says which, for the service's log."""
+
+    def __init__(self, host: str, detail: str) -> None:
+        super().__init__(f"refused: {host} resolves to no public address")
+        self.detail = detail
 
 
 class PublicAddressResolver(AbstractResolver):
@@ -166,7 +175,12 @@ class PublicAddressResolver(AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
-        found = await self._inner.resolve(host, port, family)
+        try:
+            found = await self._inner.resolve(host, port, family)
+        except OSError as exc:  # socket.gaierror: no such name, or no answer
+            if self._allow_private:  # no internal name to hide: the resolver's own words
+                raise
+            raise AddressRefused(host, f"{host} does not resolve ({exc})") from None
         if self._allow_private:
             return found
         public = [r for r in found if address_is_public(r["host"])]
@@ -176,7 +190,7 @@ class PublicAddressResolver(AbstractResolver):
             # db.internal learnt its address), and go only to the service's debug log.
             log.debug("webhook host %s resolves to %s, no public address", host,
                       ", ".join(sorted({r["host"] for r in found})))
-            raise AddressRefused(f"refused: {host} resolves to no public address")
+            raise AddressRefused(host, f"{host} resolves only to non-public addresses")
         return public
 
     async def close(self) -> None:
@@ -372,12 +386,21 @@ def _storable(text: str | None) -> str | None:
 
 @attrs.frozen
 class Outcome:
-    """One attempt's result; the receiver's answer and the error as they can be stored."""
+    """One attempt's result; the receiver's answer and the error as they can be stored (the
+    delivery log, read by the account's admins). `detail`, for the service's log only, says more
+    where the error keeps something from them; `refused`: nothing was sent (no address or URL
+    webhooks may reach), and the attempt's duration is not shown (`Deliverer._attempt`)."""
 
     delivered: bool
     status: int | None
     response: str | None = attrs.field(converter=_storable)
     error: str | None = attrs.field(converter=_storable)
+    detail: str | None = None
+    refused: bool = False
+
+    @property
+    def logged(self) -> str | None:
+        return self.detail or self.error
 
 
 class Deliverer(OutboxSender):
@@ -441,14 +464,16 @@ class Deliverer(OutboxSender):
         try:
             host = _connected_host(url)
         except ValueError:
-            return Outcome(False, None, None, "refused: the endpoint's URL is not valid")
+            return Outcome(False, None, None, "refused: the endpoint's URL is not valid",
+                           refused=True)
         literal = _ip_literal(host)
         # An IP literal never reaches the resolver, so it is checked here: the one aiohttp
         # connects to (an endpoint saved before its host was normalised for the check may hold
         # one written in other digits).
         if literal is not None and not config.allow_private_addresses and \
                 not address_is_public(literal):
-            return Outcome(False, None, None, f"refused: {literal} is not a public address")
+            return Outcome(False, None, None, f"refused: {literal} is not a public address",
+                           refused=True)
         now = datetime.now(UTC)
         headers = {
             "Content-Type": "application/json",
@@ -475,7 +500,7 @@ class Deliverer(OutboxSender):
         except aiohttp.ClientConnectorError as exc:
             cause = exc.os_error if isinstance(exc.os_error, AddressRefused) else exc.__cause__
             if isinstance(cause, AddressRefused):  # aiohttp's own message drops the reason
-                return Outcome(False, None, None, str(cause))
+                return Outcome(False, None, None, str(cause), cause.detail, refused=True)
             return Outcome(False, None, None, f"{type(exc).__name__}: {exc}"[:1000])
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             return Outcome(False, None, None, f"{type(exc).__name__}: {exc}"[:1000])
@@ -491,9 +516,13 @@ class Deliverer(OutboxSender):
                 return
             delay = backoff_seconds(self._config, row["attempts"])
             async with conn.transaction():
+                # A refused attempt's next one is due `delay` after it was claimed, not after
+                # it ended: next_attempt_at - last_attempt_at in the delivery log would otherwise
+                # show how long the look-up took (an internal name, found at once, from an
+                # unknown one).
                 state = await conn.fetchval(
                     db.query("mark_webhook_failed"), row["id"], row["attempts"], outcome.status,
-                    outcome.response, outcome.error, delay,
+                    outcome.response, outcome.error, delay, outcome.refused,
                 )
                 if state == "failed":
                     reason = (
@@ -506,9 +535,9 @@ class Deliverer(OutboxSender):
                     )
         if state == "failed":
             log.error("webhook endpoint %s disabled: delivery %s failed: %s",
-                      row["endpoint_id"], row["id"], outcome.error)
+                      row["endpoint_id"], row["id"], outcome.logged)
         else:
-            self._log_failure(row, outcome.error, delay)
+            self._log_failure(row, outcome.logged, delay)
 
     def _log_failure(self, row: asyncpg.Record, error: str | None, delay: float) -> None:
         """A WARNING for a failed attempt, at most one per endpoint every FAILURE_LOG_SECONDS."""

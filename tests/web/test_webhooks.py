@@ -5,14 +5,18 @@ says, order per record, retries, disabling, the delivery log and a manual retry.
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
+from datetime import datetime
 
 import asyncpg
 import pytest
+from aiohttp.abc import AbstractResolver
 from conftest import CONNECT, with_config
 from standardwebhooks.webhooks import Webhook
 from webhook_receiver import fast_webhooks, verify
 
-from service.domain import housekeeping
+from service.domain import housekeeping, webhooks
 from service.web.app import create_app
 
 ENDPOINTS = "/api/v1/webhook_endpoints"
@@ -333,6 +337,65 @@ async def test_delivery__host_resolving_to_loopback_refused_at_connect(client, a
     assert rows[2]["last_error"] == "refused: 0x7f000001 resolves to no public address"
     assert rows[3]["last_error"] == "refused: 127.0.0.1 is not a public address"
     assert receiver.received == []
+
+
+class _Dns(AbstractResolver):
+    """The system resolver's stand-in: `db.internal` is a name of the service's own network (a
+    private address), and no other name exists."""
+
+    async def resolve(self, host, port=0, family=socket.AF_INET):
+        if host != "db.internal":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [{"hostname": host, "host": "10.0.0.5", "port": port, "family": socket.AF_INET,
+                 "proto": 0, "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self):
+        pass
+
+
+async def test_delivery__an_internal_name_and_an_unknown_one_look_alike_to_the_admin(
+    aiohttp_client, config, admin, monkeypatch, caplog,
+):
+    """An admin naming hosts cannot tell which internal names exist: one that resolves only to
+    private addresses and one that does not resolve are saved alike, and their delivery log
+    entries differ by the host alone, the attempt's duration included (next_attempt_at is the
+    retry delay after the claim); the service's log says which it was. The unknown one's entry
+    was aiohttp's DNS error ("Cannot connect to host …: Name or service not known")."""
+    monkeypatch.setattr(webhooks, "DefaultResolver", _Dns)
+    client = await aiohttp_client(create_app(with_config(config, webhooks=fast_webhooks(
+        allow_private_addresses=False, retry_base_seconds=60, retry_max_interval_seconds=60))))
+    created = {}
+    for host in ("db.internal", "nowhere.internal"):
+        response, body = await register(client, admin, f"http://{host}/hooks")
+        assert response.status == 201, body
+        created[host] = body
+    assert {tuple(sorted(body)) for body in created.values()} == {tuple(sorted(created["db.internal"]))}
+    with caplog.at_level(logging.WARNING, logger="service.domain.webhooks"):
+        await add_entry(client, admin)
+        entries = {}
+        for host, endpoint in created.items():
+            async def read(endpoint=endpoint):
+                path = f"{ENDPOINTS}/{endpoint['id']}/deliveries"
+                return (await (await client.get(path, headers=admin.headers)).json())["deliveries"]
+
+            [entries[host]] = await poll(read, lambda log: log and log[0]["last_error"] is not None)
+
+    def seen(entry, host):
+        shown = {k: entry[k] for k in ("state", "attempts", "last_status", "last_error",
+                                       "last_response")}
+        shown["last_error"] = shown["last_error"].replace(host, "HOST")
+        started, retry = (datetime.fromisoformat(entry[k].replace("Z", "+00:00"))
+                          for k in ("last_attempt_at", "next_attempt_at"))
+        return shown, (retry - started).total_seconds()
+
+    assert seen(entries["db.internal"], "db.internal") == seen(entries["nowhere.internal"],
+                                                               "nowhere.internal")
+    assert entries["db.internal"]["last_error"] == "refused: db.internal resolves to no public address"
+    assert seen(entries["db.internal"], "db.internal")[1] == 60.0
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "db.internal resolves only to non-public addresses" in logged
+    assert "nowhere.internal does not resolve" in logged
+    assert "10.0.0.5" not in logged  # the addresses only at DEBUG, as before
 
 
 async def test_delivery__knowledge_import_sends_created_then_updated(hook_client, admin, receiver):
