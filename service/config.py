@@ -259,6 +259,14 @@ class MailConfig:
     # a larger team takes another hour. Keep it well under the provider's hourly quota divided
     # among the accounts it must protect. 0: no bound (unlike assignment_mails_per_hour's 0).
     account_mails_per_hour: int = attrs.field(default=200, validator=_not_negative)
+    # At most this many invitations, "you were added" and confirmation e-mails one account's
+    # members have written to one address (any case) in an hour. Without it an admin could send one
+    # address invitation after invitation (re-invite, or remove and add again), up to the
+    # account's whole account_mails_per_hour. Past it an invitation or new user for that address
+    # is 429 rate_limited with Retry-After (nothing written). Assignments are bounded per
+    # assigner instead (assignment_mails_per_hour), so that one cannot silence another's. 5: an
+    # invitation sent again a few times, or a member removed and added again. 0: no bound.
+    invitation_mails_per_hour: int = attrs.field(default=5, validator=_not_negative)
 
 
 @attrs.frozen(kw_only=True)

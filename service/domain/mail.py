@@ -57,7 +57,7 @@ async def sent_recently(
     return await conn.fetchval(db.query("count_recent_mail"), recipient, kind, requested_by, seconds)
 
 
-# The window mail.account_mails_per_hour counts in.
+# The window mail.account_mails_per_hour and mail.invitation_mails_per_hour count in.
 ACCOUNT_WINDOW_SECONDS = 3600
 
 
@@ -73,6 +73,22 @@ async def account_mail_wait(conn: asyncpg.Connection, config: MailConfig, accoun
         return 0
     await conn.execute(db.query("lock_account_mail"), account_id)
     wait = await conn.fetchval(db.query("account_mail_wait"), account_id, limit,
+                               ACCOUNT_WINDOW_SECONDS)
+    return wait or 0
+
+
+async def address_mail_wait(
+    conn: asyncpg.Connection, config: MailConfig, account_id: str, recipient: str
+) -> int:
+    """0 when a member's action may have one more invitation, "you were added" or confirmation
+    written to `recipient` (any case) on behalf of `account_id` (fewer than
+    mail.invitation_mails_per_hour in the last hour, or no bound: 0), else the whole seconds until
+    it may. Take it under the address's lock (lock_address), which every writer of these kinds
+    takes: the bound then holds however many requests arrive at once."""
+    limit = config.invitation_mails_per_hour
+    if not limit:
+        return 0
+    wait = await conn.fetchval(db.query("address_mail_wait"), account_id, recipient, limit,
                                ACCOUNT_WINDOW_SECONDS)
     return wait or 0
 

@@ -255,11 +255,23 @@ def _base_url(config: Config) -> str:
     return config.server.web_base_url.rstrip("/")
 
 
-async def _within_account_mail_bound(conn: asyncpg.Connection, config: Config, account_id: str) -> None:
+async def _within_account_mail_bound(
+    conn: asyncpg.Connection, config: Config, account_id: str, email: str
+) -> None:
     """429 rate_limited, with Retry-After, when the account's members already had
-    mail.account_mails_per_hour e-mails written in the last hour (mail.account_mail_wait: the
-    account's mail is locked until the caller's transaction ends). Raised inside the caller's
-    transaction, it writes nothing: no user, membership or invitation without its e-mail."""
+    mail.invitation_mails_per_hour invitations, "you were added" or confirmations written to
+    `email` in the last hour (counted under the caller's lock_address), or
+    mail.account_mails_per_hour e-mails of any kind (mail.account_mail_wait: the account's mail
+    is locked until the caller's transaction ends). Raised inside the caller's transaction, it
+    writes nothing: no user, membership or invitation without its e-mail."""
+    wait = await mail.address_mail_wait(conn, config.mail, account_id, email)
+    if wait:
+        raise RateLimited(
+            f"this account's members had {config.mail.invitation_mails_per_hour} invitations or "
+            "welcome e-mails sent to this address in the last hour, as many as "
+            f"mail.invitation_mails_per_hour allows; retry in {wait} s",
+            headers={"Retry-After": str(wait)},
+        )
     wait = await mail.account_mail_wait(conn, config.mail, account_id)
     if wait:
         raise RateLimited(
@@ -285,8 +297,8 @@ async def create_user(
     actor: audit.Actor | None = None, *, requested_by: str | None = None,
 ) -> Member:
     """POST /users: make the address a member of the account and e-mail it; when member
-    `requested_by` asks, the e-mail counts against mail.account_mails_per_hour (429 past it,
-    nothing written).
+    `requested_by` asks, the e-mail counts against mail.invitation_mails_per_hour and
+    mail.account_mails_per_hour (429 past either, nothing written).
 
     The answer is the same whether or not the address belongs to a user of another account
     (module docstring); only an address that is already a member here is refused, which the
@@ -301,7 +313,7 @@ async def create_user(
         if await conn.fetchval(db.query("is_member"), account_id, data.email):
             raise ValidationFailed(["user.email: is already a member of this account"])
         if requested_by is not None:
-            await _within_account_mail_bound(conn, config, account_id)
+            await _within_account_mail_bound(conn, config, account_id, data.email)
         user = await conn.fetchrow(db.query("user_by_email"), data.email)
         if user is None:
             user_id = await conn.fetchval(db.query("insert_unconfirmed_user"), data.email, first, last)
@@ -499,7 +511,8 @@ async def invite(
     actor: audit.Actor | None = None,
 ) -> Invitation:
     """POST /invitations: (re-)invite an address; a newer invitation replaces the pending one.
-    Its e-mail counts against mail.account_mails_per_hour: 429 past it, nothing written."""
+    Its e-mail counts against mail.invitation_mails_per_hour (to the address) and
+    mail.account_mails_per_hour: 429 past either, nothing written."""
     account_name = await require_active_account(conn, who.account_id)
     data = structure(fields, NewInvitation, root="invitation")
     token = new_link_token()
@@ -509,7 +522,7 @@ async def invite(
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
             raise ValidationFailed(["invitation.email: is already a member of this account"])
-        await _within_account_mail_bound(conn, config, who.account_id)
+        await _within_account_mail_bound(conn, config, who.account_id, data.email)
         await conn.execute(db.query("revoke_pending_invitations"), who.account_id, data.email)
         row = await conn.fetchrow(
             db.query("insert_invitation"), new_id("inv"), who.account_id, data.email,

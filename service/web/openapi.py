@@ -59,11 +59,13 @@ _UNAUTHORIZED = _error(
     "missing, unknown, revoked or expired token (unauthorized)",
     {"WWW-Authenticate": _header('Bearer realm="api" (RFC 6750)', required=True)},
 )
-# POST /invitations and /users: the account's e-mails of the hour (mail.account_mails_per_hour).
+# POST /invitations and /users: the account's e-mails of the hour (mail.account_mails_per_hour),
+# and those to the address (mail.invitation_mails_per_hour).
 _ACCOUNT_MAILS = _error(
     "rate limited (rate_limited): this account's members had mail.account_mails_per_hour e-mails "
     "sent in the last hour (invitations, new users, assignments; one SMTP quota serves every "
-    "account), nothing was written; or a route listed under [rate_limits]",
+    "account), or mail.invitation_mails_per_hour invitations and welcome e-mails to this address; "
+    "nothing was written; or a route listed under [rate_limits]",
     {"Retry-After": _header("seconds until one of the hour's e-mails leaves it",
                             {"type": "integer", "minimum": 1}, required=True),
      **_RATE_HEADERS},

@@ -37,6 +37,22 @@ SELECT greatest(1, ceil(extract(epoch FROM created_at + make_interval(secs => $3
  ORDER BY created_at DESC
 OFFSET $2 - 1 LIMIT 1;
 
+-- address_mail_wait --
+-- Whole seconds until account $1 may have one more invitation, "you were added" or confirmation
+-- written to address $2 (any case) under a bound of $3 in $4 seconds: how long until the $3-th
+-- newest of the window leaves it; no row while fewer than $3 are in it. Read by
+-- mail_outbox_account_recent backward, the account's messages of the window until $3 are found:
+-- at most mail.account_mails_per_hour of them (mail_outbox_recent is by recipient as written,
+-- and an admin chooses the case of an invitation's address). Whatever their state, as
+-- count_recent_mail. Counted under the address's lock (lock_address), which every invitation and
+-- new user takes before it.
+SELECT greatest(1, ceil(extract(epoch FROM created_at + make_interval(secs => $4) - now())))::integer
+  FROM mail_outbox
+ WHERE account_id = $1 AND created_at > now() - make_interval(secs => $4)
+   AND lower(recipient) = lower($2) AND kind IN ('invitation', 'added', 'confirmation')
+ ORDER BY created_at DESC
+OFFSET $3 - 1 LIMIT 1;
+
 -- claim_mail --
 -- Claim up to $1 due messages for $2 seconds (the lease); rows another sender holds are skipped.
 UPDATE mail_outbox

@@ -326,7 +326,9 @@ async def test_concurrent_reinvitations_give_no_500_and_leave_one_pending(client
                     json={"invitation": {"email": "again@example.test"}})
         for _ in range(6)
     ))
-    assert [r.status for r in responses] == [201] * 6
+    # The 6th is past mail.invitation_mails_per_hour (5) to one address, counted exactly under
+    # the address's lock however many arrive at once.
+    assert sorted(r.status for r in responses) == [201] * 5 + [429]
     pending = await conn.fetchval("SELECT count(*) FROM invitations WHERE state = 'pending'")
     assert pending == 1
 
