@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 import asyncpg
+import pytest
 from aiohttp.test_utils import TestClient
 from conftest import CONNECT, item_updates_failing, with_config
 from markupsafe import escape
@@ -523,18 +524,22 @@ async def test_members_page__admin_invites_a_member_sees_no_invite_form(
     assert refused.status == 403
 
 
-async def test_members_page__an_invitation_past_account_mails_per_hour_is_a_429_page(
-    aiohttp_client, config, admin, conn
+@pytest.mark.parametrize(("setting", "second"), [
+    ("account_mails_per_hour", "b@example.test"),  # the account's e-mails of the hour
+    ("invitation_mails_per_hour", "A@example.test"),  # those to one address, in any case
+])
+async def test_members_page__an_invitation_past_a_mail_bound_is_a_429_page(
+    aiohttp_client, config, admin, conn, setting, second,
 ):
     client = await aiohttp_client(create_app(with_config(
-        config, server={"web_base_url": "http://localhost"}, mail={"account_mails_per_hour": 1})))
+        config, server={"web_base_url": "http://localhost"}, mail={setting: 1})))
     await set_password(conn, admin.email)
     csrf = await sign_in(client, admin.email)
     invited = await client.post("/members/invite", data={"csrf_token": csrf, "email": "a@example.test"})
     assert invited.status == 201
-    refused = await client.post("/members/invite", data={"csrf_token": csrf, "email": "b@example.test"})
+    refused = await client.post("/members/invite", data={"csrf_token": csrf, "email": second})
     assert refused.status == 429
-    assert "mail.account_mails_per_hour" in await refused.text()
+    assert f"mail.{setting}" in await refused.text()
     assert 3590 <= int(refused.headers["Retry-After"]) <= 3600
     assert await conn.fetchval("SELECT count(*) FROM invitations") == 1
 
