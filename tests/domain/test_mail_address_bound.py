@@ -9,25 +9,14 @@ from __future__ import annotations
 import json
 
 from conftest import with_config
+from test_mail_account_bound import create_user, invite  # the account bound's API steps
 
 from service import db
 from service.web.app import create_app
 
-PASSWORD = "correct horse battery"
-
 
 async def bounded_client(aiohttp_client, config, **mail):
     return await aiohttp_client(create_app(with_config(config, mail=mail)))
-
-
-async def invite(client, admin, email):
-    return await client.post("/api/v1/invitations", json={"invitation": {"email": email}},
-                             headers=admin.headers)
-
-
-async def create_user(client, admin, email):
-    return await client.post("/api/v1/users", headers=admin.headers, json={"user": {
-        "email": email, "password": PASSWORD, "terms_of_service": "accepted"}})
 
 
 async def remove(client, admin, member_id):
