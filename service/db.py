@@ -251,9 +251,14 @@ def database_unavailable(exc: BaseException) -> bool:
 # or a serialization failure (40001). Nothing of the rolled-back transaction was written, and the
 # same request sent again may pass, so the web layer answers 503 with Retry-After, as for a lost
 # connection, and logs the conflict (PostgreSQL's detail names the statements) for the operator.
+# A foreign key violation (23503) is one too: every row the service refers to is read or checked
+# first, so a key gone at commit was deleted by a concurrent transaction meanwhile (the asking
+# member removed while their ask waited for the account's row); sent again, the request gets the
+# answer that now holds (401: the member's tokens went with them).
 TRANSACTION_CONFLICTS: tuple[type[BaseException], ...] = (
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,
+    asyncpg.ForeignKeyViolationError,
 )
 
 

@@ -1,0 +1,72 @@
+"""Races between concurrent requests (helper-66's probe): what one request changes while another,
+already past its checks, is writing. Each test crosses the two deterministically by holding a
+row lock the second request waits on while the first commits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg
+from conftest import CONNECT, lock_waiters
+
+
+@contextlib.asynccontextmanager
+async def holding(database_url: str, sql: str, *args: object) -> AsyncIterator[None]:
+    """A transaction of another connection that ran `sql` (a row lock) and commits on exit."""
+    holder = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        async with holder.transaction():
+            await holder.execute(sql, *args)
+            yield
+    finally:
+        await holder.close()
+
+
+async def test_ask__its_member_removed_while_it_waits_for_the_account_is_503_then_401(
+    client, conn, database_url, admin, make_member
+):
+    """An ask waits for its account's row while another ask or an "answer all" of the account
+    holds it (half a second for 10,000 items). A probe: removing the asking member meanwhile
+    made the ask's INSERT fail on questions.member_id's foreign key, a 500. It is the same kind
+    of conflict as a deadlock: rolled back, nothing charged, 503 with Retry-After; the retry is
+    401, the member's token being gone with them."""
+    member = await make_member(admin.account_id)
+    ask = {"question": {"question": "Is data encrypted at rest?"}}
+    async with holding(database_url, "SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE",
+                       admin.account_id):
+        asking = asyncio.create_task(client.post("/api/v1/questions", json=ask, headers=member.headers))
+        await lock_waiters(conn, 1)
+        removed = await client.delete(f"/api/v1/members/{member.member_id}", headers=admin.headers)
+        assert removed.status == 204, await removed.text()
+    response = await asking
+    assert response.status == 503, await response.text()
+    assert response.headers["Retry-After"] == "1"
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 0
+    assert await conn.fetchval("SELECT credits FROM accounts WHERE id = $1", admin.account_id) == 10
+    again = await client.post("/api/v1/questions", json=ask, headers=member.headers)
+    assert again.status == 401
+
+
+async def test_item_review__its_reviewer_removed_while_it_waits_for_the_rfp_is_503(
+    client, conn, database_url, admin, make_member, make_rfp
+):
+    """The same for a review saving its answer to the knowledge base, waiting for its RFP's row
+    (an "answer all" or a completing question holds it): the entry's owner, the reviewer, was
+    gone at the INSERT, a 500. Now 503, and nothing of the review is stored."""
+    member = await make_member(admin.account_id)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position)"
+                       " VALUES ('item_race', $1, 'Do you enforce MFA?', 1)", rfp_id)
+    review = {"rfp_item": {"answer": "Yes.", "state": "approved", "save_to_knowledge_base": True}}
+    async with holding(database_url, "SELECT 1 FROM rfps WHERE id = $1 FOR UPDATE", rfp_id):
+        reviewing = asyncio.create_task(client.patch(
+            f"/api/v1/rfps/{rfp_id}/rfp_items/item_race", json=review, headers=member.headers))
+        await lock_waiters(conn, 1)
+        removed = await client.delete(f"/api/v1/members/{member.member_id}", headers=admin.headers)
+        assert removed.status == 204, await removed.text()
+    response = await reviewing
+    assert response.status == 503, await response.text()
+    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = 'item_race'") == "pending"
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
