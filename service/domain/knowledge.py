@@ -456,6 +456,8 @@ async def save_reviewed_answer(
     """
     async with conn.transaction():
         await conn.execute(db.query("set_actor"), owner)  # the entry's version says who (library.py)
+        if reviewed_question is not None:  # a question's review: one entry per question text
+            await conn.execute(db.query("lock_reviewed_question_text"), account_id, question)
         for _ in range(2):  # a second pass updates the entry a concurrent first save just inserted
             saved = await conn.fetchrow(
                 db.query("save_reviewed_answer"), new_id("kb"), account_id, question, answer, title,

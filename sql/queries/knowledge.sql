@@ -47,6 +47,13 @@ RETURNING k.id, k.external_id, (xmax = 0) AS created;
 -- Move the full-text index's pending list into the index proper (after a bulk import).
 SELECT gin_clean_pending_list('knowledge_items_search'::regclass);
 
+-- lock_reviewed_question_text --
+-- Serialize, until the transaction ends, the reviews saving a question's text $2 (case aside) in
+-- account $1: one entry per reviewed question text, and no unique index spans two questions, so two
+-- reviews of one text asked twice each found no entry (neither saw the other's uncommitted insert)
+-- and both inserted. The second now waits, then finds the first's entry and updates it.
+SELECT pg_advisory_xact_lock(hashtextextended('reviewed_question:' || $1 || ':' || lower($2), 17));
+
 -- save_reviewed_answer --
 -- A reviewed answer as an entry (id $1 when new): the entry an earlier save of the same RFP item
 -- (external id $7) or of the same question (reviewed question $8, or the same question text among

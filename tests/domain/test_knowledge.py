@@ -275,3 +275,41 @@ async def test_save_reviewed_answer__two_first_saves_at_once_make_one_entry(data
         await other.close()
     assert (again.id, created_again, again.answer) == (saved.id, False, "Second.")
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 1
+
+
+async def test_save_reviewed_answer__two_questions_of_one_text_reviewed_at_once_make_one_entry(
+    database_url, conn, admin
+):
+    """Reviewing a question asked again (same text, case aside) updates the entry the first
+    review saved. A probe: two such reviews at once each found no entry (neither saw the other's
+    uncommitted insert, and no unique index spans two questions) and made two. The second now
+    waits for the first, then updates its entry."""
+    import asyncio
+
+    import asyncpg
+    from conftest import CONNECT, lock_waiters
+
+    from service.domain.knowledge import save_reviewed_answer
+
+    for question_id in ("q_one", "q_two"):
+        await conn.execute("INSERT INTO questions (id, account_id, user_id, question)"
+                           " VALUES ($1, $2, $3, 'Do you encrypt backups?')",
+                           question_id, admin.account_id, admin.user_id)
+    other = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        async with other.transaction():
+            saved, created = await save_reviewed_answer(
+                other, admin.account_id, question="Do you encrypt backups?", answer="First.",
+                source="review of question q_one", reviewed_question="q_one",
+            )
+            assert created
+            second = asyncio.create_task(save_reviewed_answer(
+                conn, admin.account_id, question="do you encrypt backups?", answer="Second.",
+                source="review of question q_two", reviewed_question="q_two",
+            ))
+            await lock_waiters(other, 1)  # the second waits for the first
+        again, created_again = await asyncio.wait_for(second, 10)
+    finally:
+        await other.close()
+    assert (again.id, created_again, again.answer) == (saved.id, False, "Second.")
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 1
