@@ -6,7 +6,9 @@ SELECT to_regclass('knowledge_embeddings') IS NOT NULL;
 -- Claim up to $2 entries (of every account) with no vector for model $1, or one of text that has
 -- since changed, for $3 seconds, each with the text to embed (the same expression as the hash:
 -- keep them in step). Entries another indexer holds an unexpired claim on are left to it; of two
--- indexers racing for one entry, the unique claim makes the second skip it.
+-- indexers racing for one entry, the unique claim makes the second skip it. The entries are locked
+-- as the claims' foreign key check locks them: one being deleted meanwhile is skipped, not a failed
+-- round (knowledge_embedding_claims_item_id_fkey).
 WITH pending AS (
     SELECT k.id, k.account_id,
            concat_ws(E'\n', k.question, k.title, k.answer) AS text,
@@ -19,6 +21,7 @@ WITH pending AS (
        AND (c.item_id IS NULL OR c.claimed_until < now())
      ORDER BY k.created_at, k.id
      LIMIT $2
+       FOR KEY SHARE OF k
 ), claimed AS (
     INSERT INTO knowledge_embedding_claims AS c (item_id, model, claimed_until)
     SELECT p.id, $1, now() + make_interval(secs => $3) FROM pending p
@@ -36,11 +39,14 @@ DELETE FROM knowledge_embedding_claims WHERE model = $1 AND item_id = ANY($2::te
 
 -- embeddings_store --
 -- Store vectors (parallel arrays; vectors as pgvector text '[x,y,…]') for model $1. An entry
--- deleted meanwhile is skipped.
+-- deleted meanwhile is skipped: the entries are locked as the foreign key's check locks them, so
+-- one whose deletion commits while this runs is left out (waited for, then not there) rather than
+-- failing the whole batch on knowledge_embeddings_item_id_fkey after its vectors were computed.
 INSERT INTO knowledge_embeddings (item_id, model, account_id, content_hash, dimensions, embedding)
 SELECT r.item_id, $1, k.account_id, r.content_hash, $5, r.embedding::vector
   FROM unnest($2::text[], $3::text[], $4::text[]) AS r(item_id, content_hash, embedding)
   JOIN knowledge_items k ON k.id = r.item_id
+   FOR KEY SHARE OF k
 ON CONFLICT (item_id, model) DO UPDATE
    SET content_hash = excluded.content_hash, dimensions = excluded.dimensions,
        embedding = excluded.embedding;

@@ -205,6 +205,49 @@ async def test_indexer__a_failed_batch_is_released_at_once(fake, session, conn, 
         await pool.close()
 
 
+class _HeldEmbedder:
+    """Embeds (fake_vector, in the 384 dimensions the migration indexed) only once `go` is set;
+    `called` says it has the batch."""
+
+    model = "held-embed"
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.called.set()
+        await self.go.wait()
+        return [fake_vector(text, 384) for text in texts]
+
+
+@pytest.mark.pgvector
+async def test_indexer__an_entry_deleted_while_its_batch_is_embedded_is_left_out(conn, database_url, admin):
+    """A probe: an entry deleted while the indexer embedded its batch (its deletion committing
+    while the vectors were stored) failed the whole batch on the foreign key, its vectors thrown
+    away and embedded again next round, a warning each time. The others are stored now."""
+    from conftest import lock_waiters
+
+    await import_csv(conn, admin.account_id, KB)
+    embedder = _HeldEmbedder()
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
+    deleting = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        indexer = Indexer(pool, embedder, config_module.structure({}).embeddings)
+        step = asyncio.create_task(indexer.step())
+        await embedder.called.wait()
+        async with deleting.transaction():
+            await deleting.execute("DELETE FROM knowledge_items WHERE external_id = 'BAK-1'")
+            embedder.go.set()
+            await lock_waiters(conn, 1)  # the vectors' INSERT waits for the deletion
+        assert await asyncio.wait_for(step, 10) == 4
+    finally:
+        await deleting.close()
+        await pool.close()
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_embeddings") == 3
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_embedding_claims") == 0
+
+
 async def _indexed(url: str, session, database_url: str) -> OpenAIEmbedder:
     """The fake server's embedder, once every entry of the database is embedded with it."""
     embedder = OpenAIEmbedder(settings(url), session)
