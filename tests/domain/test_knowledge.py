@@ -295,7 +295,8 @@ async def test_save_reviewed_answer__two_questions_of_one_text_reviewed_at_once_
         await conn.execute("INSERT INTO questions (id, account_id, user_id, question)"
                            " VALUES ($1, $2, $3, 'Do you encrypt backups?')",
                            question_id, admin.account_id, admin.user_id)
-    other = await asyncpg.connect(database_url, **CONNECT)
+    # `watch` looks for the waiter: within a transaction pg_stat_activity stays as first read.
+    other, watch = [await asyncpg.connect(database_url, **CONNECT) for _ in range(2)]
     try:
         async with other.transaction():
             saved, created = await save_reviewed_answer(
@@ -307,9 +308,10 @@ async def test_save_reviewed_answer__two_questions_of_one_text_reviewed_at_once_
                 conn, admin.account_id, question="do you encrypt backups?", answer="Second.",
                 source="review of question q_two", reviewed_question="q_two",
             ))
-            await lock_waiters(other, 1)  # the second waits for the first
+            await lock_waiters(watch, 1)  # the second waits for the first
         again, created_again = await asyncio.wait_for(second, 10)
     finally:
         await other.close()
+        await watch.close()
     assert (again.id, created_again, again.answer) == (saved.id, False, "Second.")
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 1
