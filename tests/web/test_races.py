@@ -70,3 +70,32 @@ async def test_item_review__its_reviewer_removed_while_it_waits_for_the_rfp_is_5
     assert response.status == 503, await response.text()
     assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = 'item_race'") == "pending"
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 0
+
+
+async def test_merge__two_entries_merged_into_each_other_at_once_never_deadlock(
+    client, conn, database_url, admin
+):
+    """A probe: merging A into B while B is merged into A deadlocked four times in ten (each
+    merge locked its kept entry, then its duplicate), one of them a 503. Both now lock the two
+    entries in one order: one merge wins, the other finds its entry gone (404 or 422)."""
+    ids = []
+    for text in ("Do you encrypt backups?", "Are backups encrypted?"):
+        made = await client.post("/api/v1/knowledge_base_items", headers=admin.headers,
+                                 json={"knowledge_base_item": {"question": text, "answer": "Yes."}})
+        ids.append((await made.json())["id"])
+    first, second = sorted(ids)
+
+    def merge(keep: str, duplicate: str) -> asyncio.Task:
+        return asyncio.create_task(client.post(
+            f"/api/v1/knowledge_base_items/{keep}/merge", json={"duplicate_id": duplicate},
+            headers=admin.headers))
+
+    # Both wait on `first`: one merge keeps it, the other (keeping `second`) has locked `second`.
+    async with holding(database_url, "SELECT 1 FROM knowledge_items WHERE id = $1 FOR UPDATE", first):
+        keeping_first = merge(first, second)
+        await lock_waiters(conn, 1)
+        keeping_second = merge(second, first)
+        await lock_waiters(conn, 2)
+    statuses = sorted([(await keeping_first).status, (await keeping_second).status])
+    assert statuses[0] == 200 and statuses[1] in (404, 422), statuses
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 1
