@@ -101,11 +101,11 @@ def check_can_listen(config: Config) -> None:
             except OSError:  # a family the kernel lacks (IPv6): asyncio skips it, and so do we
                 continue
             with probe:
-                # As asyncio's create_server binds: SO_REUSEADDR, SO_REUSEPORT for workers, and
-                # IPv6 alone on an IPv6 address (`::` shares its port with a socket on 0.0.0.0).
+                # As asyncio's create_server binds: SO_REUSEADDR, and IPv6 alone on an IPv6
+                # address (`::` shares its port with a socket on 0.0.0.0). Never SO_REUSEPORT,
+                # which the workers bind with: with it, a second `serve --workers N` on the port of
+                # a running one started too, and the kernel spread connections over both services.
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if server.workers > 1:
-                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 probe.bind(address)

@@ -84,3 +84,19 @@ def test_check_can_listen__a_taken_port_is_one_line_and_exit_2(capsys, family, t
     assert exited.value.code == 2
     assert capsys.readouterr().err == (
         f"error: server.port: cannot listen on {shown}:{port}: address already in use\n")
+
+
+def test_check_can_listen__workers_beside_another_services_workers_is_exit_2(capsys):
+    """A probe: `serve --workers 2` started while another `serve --workers 2` listened on the port
+    (a forgotten instance, an old release not stopped) started too: both sets of workers bind
+    with SO_REUSEPORT, and the kernel spread connections over the two services at random. The
+    check now binds without it, so any socket on the port refuses the start."""
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as the other's workers do
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(SystemExit) as exited:
+            server.check_can_listen(config("127.0.0.1", port, workers=2))
+    assert exited.value.code == 2
+    assert "address already in use" in capsys.readouterr().err
