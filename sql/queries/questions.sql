@@ -210,10 +210,28 @@ RETURNING failed_attempts;
 -- $18, an event type or NULL: store nothing (no row back) when an endpoint of the account wants
 -- that event (webhook_wanted). A completion no endpoint wants then commits in this one statement;
 -- one that is wanted is stored again in a transaction that queues the event with it (persist).
+--
+-- The references $6 are the step's, from the worker's memory. A merge since they were read
+-- repointed the stored ones (repoint_question_references: kb_item_id the kept entry, merged_from
+-- the duplicate): a reference of $6 to a duplicate so merged is repointed the same way here, or
+-- the next step's write put back the removed entry (a probe: a question mid-pipeline still cited
+-- it once complete, though the merge had counted it as repointed).
 UPDATE questions q
    SET state = $4::question_state,
        context = $5,
-       "references" = $6::jsonb,
+       "references" = CASE
+           WHEN $6::jsonb IS NOT NULL
+                AND jsonb_path_exists(coalesce(q."references", '[]'), '$[*].merged_from')
+           THEN coalesce((SELECT jsonb_agg(coalesce(
+                        (SELECT ref || jsonb_build_object('kb_item_id', stored->>'kb_item_id',
+                                                          'merged_from', ref->>'kb_item_id')
+                           FROM jsonb_array_elements(q."references") AS s(stored)
+                          WHERE stored->>'merged_from' = ref->>'kb_item_id'
+                          LIMIT 1),
+                        ref) ORDER BY ord)
+                   FROM jsonb_array_elements($6::jsonb) WITH ORDINALITY AS r(ref, ord)), $6::jsonb)
+           ELSE $6::jsonb
+       END,
        draft_answer = $7,
        verbatim_answer = $8,
        sufficient_context = $9,

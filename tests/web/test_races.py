@@ -99,3 +99,40 @@ async def test_merge__two_entries_merged_into_each_other_at_once_never_deadlock(
     statuses = sorted([(await keeping_first).status, (await keeping_second).status])
     assert statuses[0] == 200 and statuses[1] in (404, 422), statuses
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 1
+
+
+async def test_merge__a_question_mid_pipeline_citing_the_duplicate_cites_the_kept_entry(
+    aiohttp_client, config, conn, admin
+):
+    """A probe: a merge repointed the stored references of a question being answered (the merge
+    counted it in questions_repointed), and the pipeline's next step, writing the references it
+    held in memory, put the removed duplicate back: the complete question cited an entry that
+    no longer exists. The step's write now repoints them as the merge did."""
+    import json
+
+    from conftest import with_config
+    from helpers_questions import add_entry, wait_complete
+
+    from service.web.app import create_app
+
+    # Each step committed apart and half a second long: the merge lands between two of them.
+    client = await aiohttp_client(create_app(with_config(config, questions={"step_delay_seconds": 0.5})))
+    kept = await add_entry(conn, admin.account_id, "How are backups encrypted?", "With AES-256.")
+    duplicate = await add_entry(conn, admin.account_id, "Are backups encrypted?", "With AES-256, yes.")
+    asked = await client.post("/api/v1/questions", headers=admin.headers,
+                              json={"question": {"question": "Are backups encrypted?"}})
+    question_id = (await asked.json())["id"]
+    stored = 'SELECT "references" FROM questions WHERE id = $1'
+    async with asyncio.timeout(10):
+        while await conn.fetchval("SELECT state::text FROM questions WHERE id = $1",  # noqa: ASYNC110
+                                  question_id) != "references_fetched":
+            await asyncio.sleep(0.02)
+    assert duplicate in {ref["kb_item_id"] for ref in json.loads(await conn.fetchval(stored, question_id))}
+    merged = await client.post(f"/api/v1/knowledge_base_items/{kept}/merge", headers=admin.headers,
+                               json={"duplicate_id": duplicate})
+    assert (await merged.json())["questions_repointed"] == 1
+    done = await wait_complete(client, question_id, admin.headers)
+    assert duplicate not in {ref["id"] for ref in done["references"]}
+    references = json.loads(await conn.fetchval(stored, question_id))
+    assert {(ref["kb_item_id"], ref.get("merged_from")) for ref in references} == {
+        (kept, duplicate), (kept, None)}
