@@ -16,6 +16,8 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
+import time
 from multiprocessing.connection import wait
 from typing import NoReturn
 
@@ -55,9 +57,26 @@ def raise_open_files_limit() -> tuple[int, int]:
 LOW_OPEN_FILES = 4096
 
 
-def serve_worker(config: Config) -> None:
-    """One service process: the app on the shared port until SIGINT or SIGTERM."""
+def _stop_with(supervisor: int) -> None:
+    """SIGTERM to this worker once `supervisor`, its parent, is gone: killed (kill -9, the OOM
+    killer), it can no longer stop its workers, which served on as orphans, unsupervised, and
+    kept the port from a restart. A thread, so that a busy event loop cannot hold it up."""
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(1.0)
+        log.error("the parent process %d is gone; stopping this worker", supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def serve_worker(config: Config, supervisor: int | None = None) -> None:
+    """One service process: the app on the shared port until SIGINT or SIGTERM, or until
+    `supervisor` (the pid of `serve --workers N`'s parent) is gone."""
     logs.setup(config.logging)
+    if supervisor is not None:
+        _stop_with(supervisor)
     before, after = raise_open_files_limit()
     if after < LOW_OPEN_FILES:
         log.warning("this process may open only %d files (RLIMIT_NOFILE, soft and hard): each client "
@@ -164,7 +183,8 @@ def run_workers(config: Config) -> int:
 
 def _supervise(config: Config) -> int:
     ctx = multiprocessing.get_context("spawn")
-    workers = [ctx.Process(target=serve_worker, args=(config,)) for _ in range(config.server.workers)]
+    workers = [ctx.Process(target=serve_worker, args=(config, os.getpid()))
+               for _ in range(config.server.workers)]
     stopping = False
 
     def stop_all(signum: int = signal.SIGTERM, _frame: object = None) -> None:

@@ -94,3 +94,56 @@ async def test_serve_workers__two_processes_answer_on_one_port_and_stop_on_sigte
         if line.startswith('rfp_http_requests_total{') and 'route="healthz"' in line
     ]
     assert healthz and float(healthz[0].split()[-1]) >= 60
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):  # gone meanwhile
+                continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_serve_workers__stop_when_their_parent_is_killed(database_url, tmp_path):
+    """A probe: `kill -9` of `serve --workers 2`'s parent (the supervisor) left both workers
+    serving as orphans, unsupervised; a restart then met the port taken. Each worker now stops
+    when its parent is gone, as on SIGTERM (requests and steps finish, leases handed back)."""
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url, "RFP_DATA_DIR": str(tmp_path)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "service", "serve", "--workers", "2", "--port", str(port),
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    workers: list[int] = []
+    try:
+        await wait_until_up(f"http://127.0.0.1:{port}", process)
+        workers = _children(process.pid)
+        assert workers
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while any(_alive(pid) for pid in workers) and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        assert not [pid for pid in workers if _alive(pid)], "workers outlived their parent"
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            await process.wait()
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
