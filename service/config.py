@@ -314,6 +314,11 @@ class QuestionsConfig:
     # A question whose step fails unexpectedly this many times (a model reply nothing can use, a
     # bug) completes needing attention, with confidence 0 and its credit refunded.
     max_failed_attempts: int = attrs.field(default=3, validator=_positive)
+    # A question claimed more often than this without completing (each time its process died
+    # answering it, or lost its lease) completes the same way, rather than bringing its process
+    # down after every restart. A shutdown hands questions back, which costs a claim too: keep it
+    # well above the restarts a question may live through.
+    max_claims: int = attrs.field(default=10, validator=_positive)
     # Tests and benches only: a pause before each pipeline step, to kill a process mid-pipeline.
     step_delay_seconds: float = attrs.field(default=0.0, validator=_not_negative)
     engine: Literal["local", "openai"] = "local"

@@ -221,6 +221,10 @@ async def publish(ctx: StepContext, work: Work) -> Work:
     return attrs.evolve(work, answer=answer)
 
 
+class WorkerLost(Exception):
+    """A question's process died while answering it (a crash, the OOM killer), again and again."""
+
+
 def given_up(work: Work, attempts: int, exc: Exception) -> Work:
     """The question completed unanswered after failing `attempts` times: confidence 0, needing
     attention, and (persist refunds an engine failure) its credit back. Only the exception's
@@ -462,7 +466,7 @@ class Pipeline:
         return len(rows)
 
     async def _spawn(self, row: Mapping[str, Any]) -> None:
-        work = self.process(Work.from_row(row))
+        work = self.process(Work.from_row(row), row.get("attempts", 0))
         try:
             await self.scheduler.spawn(work, name=row["id"])
         except RuntimeError:
@@ -478,8 +482,17 @@ class Pipeline:
             return True
         return step is draft_answer and self.ctx.engine.name != "local"
 
-    async def process(self, work: Work) -> None:
+    async def process(self, work: Work, claims: int = 0) -> None:
+        """Answer a question claimed for the `claims`-th time (adopted ones: once)."""
         try:
+            if claims > self.config.max_claims:
+                # Each earlier claim ended with no failure counted and no lease handed back: its
+                # process died mid-answer. A question that kills its process would otherwise do
+                # so again after every restart, for ever.
+                log.error("question %s was claimed %d times and never completed (its process died "
+                          "each time?); completing it unanswered", work.id, claims - 1)
+                await self._give_up(work, claims - 1, WorkerLost())
+                return
             while work.state != "complete":
                 if self.stopping:
                     # Shutdown, between steps: hand the question back at once; another process
@@ -546,6 +559,11 @@ class Pipeline:
                 return
             log.error("question %s failed in state %s %s times; completing it unanswered",
                       work.id, work.state, attempts, exc_info=exc)
+        await self._give_up(work, attempts, exc)
+
+    async def _give_up(self, work: Work, attempts: int, exc: Exception) -> None:
+        """Complete the question unanswered, needing attention, its credit refunded."""
+        async with self.pool.acquire() as conn:
             stored = await persist(conn, self.owner, work, given_up(work, attempts, exc),
                                    self.config.lease_seconds, self.metrics, self.config,
                                    self.web_base_url, self.on_webhooks)

@@ -453,6 +453,42 @@ async def test_runner__a_question_failing_every_time_completes_refunded_after_ma
     assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
 
 
+async def test_runner__a_question_whose_process_keeps_dying_completes_refunded_after_max_claims(
+    conn, pool, make_account
+):
+    """A question that kills its process (a crash, the OOM killer) left no failure counted and
+    was claimed again after every restart, for ever. Claimed more than max_claims times, it
+    completes unanswered without running; one claim fewer, it is answered."""
+    config = QuestionsConfig(poll_seconds=0.05, max_claims=2)
+    lost, resumed = await make_account("Lost"), await make_account("Resumed")
+    questions = {}
+    for actor, claims in ((lost, 2), (resumed, 1)):  # claims so far, each ended by its process dying
+        questions[actor] = await _question(conn, actor.account_id, actor.user_id)
+        await conn.execute(
+            "UPDATE questions SET lease_owner = 'dead', lease_expires_at = now() - interval '1 second',"
+            " attempts = $2 WHERE id = $1", questions[actor], claims,
+        )
+    scheduler = aiojobs.Scheduler()
+    runner = asyncio.create_task(Pipeline(pool, _PoisonEngine(), config, scheduler).run())
+    try:
+        async with asyncio.timeout(10):
+            # the other, within the bound, runs (into the poison engine, whose failure is counted)
+            while not await conn.fetchval(  # noqa: ASYNC110 (polls the DB)
+                    "SELECT bool_and(state = 'complete' OR failed_attempts > 0) FROM questions"
+                    " WHERE id = ANY($1)", list(questions.values())):
+                await asyncio.sleep(0.01)
+    finally:
+        runner.cancel()
+        await scheduler.close()
+    row = await conn.fetchrow("SELECT * FROM questions WHERE id = $1", questions[lost])
+    assert row["state"] == "complete" and row["attempts"] == 3 and row["failed_attempts"] == 0
+    assert row["requires_attention"] is True and row["confidence"] == 0
+    assert any("failed 2 times (WorkerLost)" in p and "refunded" in p for p in row["attention_points"])
+    assert await balance_and_ledger(conn, lost.account_id) == (10, 10)
+    row = await conn.fetchrow("SELECT * FROM questions WHERE id = $1", questions[resumed])
+    assert row["state"] != "complete" and row["attempts"] == 2 and row["failed_attempts"] == 1
+
+
 async def _backlog(conn, actor, count: int) -> list[str]:
     """`count` questions of an account, asked one after the other (oldest first)."""
     return [await _question(conn, actor.account_id, actor.user_id, f"Backlog question {i}?", False)
