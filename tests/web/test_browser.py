@@ -421,3 +421,28 @@ async def test_browser__an_item_s_select_lists_every_writer_once_opened(
     assert sorted(seen["opened"]) == sorted(["", *map(str, everyone)])
     assert seen["after"] == f"Ada Lovelace ({writers[2].email})"  # the address beside every name
     assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = 'item_b2'") == writers[2].user_id
+
+
+def failed_export_flow(base: str, profile: str, email: str, rfp_id: str) -> dict[str, Any]:
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        driver.get(f"{base}/rfps/{rfp_id}")
+        driver.find_element(By.ID, "export-original").click()
+        wait(driver, lambda d: "/export" in d.current_url, seconds=5)
+        return {"title": driver.title, "main": driver.find_element(By.TAG_NAME, "main").text}
+    finally:
+        driver.quit()
+
+
+async def test_browser__an_export_that_fails_shows_why(site, profile, admin, make_rfp, conn):
+    """The export links were `download` links: a refused export (here: no imported file to write
+    into) became a failed download with nothing said, the page unchanged. Followed as links, a
+    file still downloads (Content-Disposition: attachment) and a refusal is its page."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Typed by hand")
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position) VALUES"
+                       " ('item_h1', $1, 'Do you encrypt backups?', 1)", rfp_id)
+    seen = await asyncio.to_thread(failed_export_flow, site, profile, admin.email, rfp_id)
+    assert seen["title"].startswith("Please correct the form")
+    assert "no original questionnaire" in seen["main"]
