@@ -446,3 +446,35 @@ async def test_browser__an_export_that_fails_shows_why(site, profile, admin, mak
     seen = await asyncio.to_thread(failed_export_flow, site, profile, admin.email, rfp_id)
     assert seen["title"].startswith("Please correct the form")
     assert "no original questionnaire" in seen["main"]
+
+
+def refused_form_flow(base: str, profile: str, email: str) -> dict[str, Any]:
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        driver.find_element(By.ID, "title").send_keys("   ")  # blank: refused by the server
+        driver.find_element(By.ID, "context").send_keys("We bid for the EU hosting lot only.")
+        driver.find_element(By.ID, "create-rfp").click()
+        wait(driver, lambda d: d.find_elements(By.ID, "go-back"))
+        seen = {"title": driver.title, "main": driver.find_element(By.TAG_NAME, "main").text}
+        driver.find_element(By.ID, "go-back").click()
+        wait(driver, lambda d: d.find_elements(By.ID, "create-rfp"))
+        seen["url"] = driver.current_url
+        seen["context"] = driver.find_element(By.ID, "context").get_attribute("value")
+        return seen
+    finally:
+        driver.quit()
+
+
+async def test_browser__a_refused_form_leads_back_to_itself_with_what_was_typed(
+    site, profile, admin, conn
+):
+    """The error page of a refused form led to "Your RFPs" only; its way back now returns to the
+    form, what was typed in it kept (the browser's history, app.js)."""
+    await set_password(conn, admin.email)
+    seen = await asyncio.to_thread(refused_form_flow, site, profile, admin.email)
+    assert seen["title"].startswith("Please correct the form")
+    assert "rfp.title: must not be blank" in seen["main"]
+    assert seen["url"].endswith("/rfps")
+    assert seen["context"] == "We bid for the EU hosting lot only."
+    assert await conn.fetchval("SELECT count(*) FROM rfps") == 0

@@ -751,3 +751,48 @@ async def test_review_page__a_long_item_is_cut_and_reviewed_alone_whole(
     for stranger in ("item_elsewhere", "item_none"):
         missing = await app_client.get(f"/rfps/{rfp_id}?item={stranger}")
         assert missing.status == 404 and "Elsewhere?" not in await missing.text()
+
+
+async def test_error_page__leads_back_to_the_form_it_came_from(app_client, admin, make_rfp, conn):
+    """A refused form's page led to "Your RFPs" only: the form to correct was a search away."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position) VALUES"
+                       " ('item_e1', $1, 'Do you encrypt backups?', 1)", rfp_id)
+    csrf = await sign_in(app_client, admin.email)
+    form_page = f"/rfps/{rfp_id}?state=review&page=1"
+    empty = {"csrf_token": csrf, "action": "approve", "answer": " "}
+    refused = await app_client.post(f"/rfps/{rfp_id}/items/item_e1", data=empty,
+                                    headers={"Referer": str(app_client.make_url(form_page))})
+    assert refused.status == 422
+    text = await refused.text()
+    assert f'<a href="{escape(form_page)}" id="go-back" data-back>' in text
+    assert '<a href="/rfps" id="way-on">Your RFPs</a>' in text
+    # Another site's page, or none, is no way back.
+    for headers in ({"Referer": f"https://evil.example{form_page}"}, {}):
+        text = await (await app_client.get("/rfps?q=ab", headers=headers)).text()
+        assert "go-back" not in text and "Your RFPs" in text
+    # A search too short to run, from the list: back to the list (its search box).
+    from_list = {"Referer": str(app_client.make_url("/rfps"))}
+    text = await (await app_client.get("/rfps?q=ab", headers=from_list)).text()
+    assert '<a href="/rfps" id="go-back" data-back>' in text
+
+
+async def test_error_page__of_a_session_that_ended_signs_in_back_to_the_form(
+    app_client, admin, make_rfp, conn
+):
+    """A form sent after the session ended: signing in led to the RFP list, not back to the form."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    csrf = await sign_in(app_client, admin.email)
+    await conn.execute("UPDATE web_sessions SET expires_at = now() - interval '1 second'")
+    form_page = f"/rfps/{rfp_id}?page=2"
+    refused = await app_client.post(f"/rfps/{rfp_id}/answer", data={"csrf_token": csrf},
+                                    headers={"Referer": str(app_client.make_url(form_page))})
+    assert refused.status == 401
+    text = await refused.text()
+    link = f"/signin?next=/rfps/{rfp_id}%3Fpage%3D2"
+    assert f'<a href="{link}" id="way-on">Sign in</a>' in text
+    assert "go-back" not in text
+    # The sign-in form it opens goes on to the form's page.
+    assert field(await (await app_client.get(link)).text(), "next") == form_page

@@ -117,10 +117,35 @@ def same_origin(request: web.Request) -> bool:
     sent = request.headers.get("Origin") or request.headers.get("Referer")
     if not sent:
         return True
-    parts = urlsplit(sent)
+    return _this_site(request, sent)
+
+
+def _this_site(request: web.Request, url: str) -> bool:
+    """Whether an absolute URL is on this service (as the request reached it, or web_base_url)."""
+    parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
     base = urlsplit(request.app[CONFIG].server.web_base_url)
     return origin in (f"{request.scheme}://{request.host}", f"{base.scheme}://{base.netloc}")
+
+
+_CAME_FROM_MAX = 2000  # characters of a way back kept (a page's own URLs are far shorter)
+
+
+def came_from(request: web.Request) -> str | None:
+    """The page of this site a request came from (its Referer, path and query): the page of the
+    form that was sent, or of the link followed. An error page leads back there; it led to "Your
+    RFPs" only, away from the form to correct. None without one, for another site's, one too long
+    to carry back, or the failed page itself."""
+    sent = request.headers.get("Referer")
+    if not sent or not _this_site(request, sent):
+        return None
+    parts = urlsplit(sent)
+    back = parts.path + (f"?{parts.query}" if parts.query else "")
+    if not back.startswith("/") or back.startswith("//") or "\\" in back or len(back) > _CAME_FROM_MAX:
+        return None
+    if request.method == "GET" and back == request.path_qs:
+        return None
+    return back
 
 
 async def read_form(request: web.Request) -> Any:
@@ -255,7 +280,7 @@ def error_page(request: web.Request, error: ServiceError) -> web.Response:
     response = render(request, "error.html", {
         "status": status, "title": _TITLES.get(status, "Something went wrong"),
         "message": error.message, "details": error.details or [],
-        "request_id": request.get(REQUEST_ID, ""),
+        "request_id": request.get(REQUEST_ID, ""), "back": came_from(request),
     }, status=status)
     response.headers.update(error.headers)
     response.headers.pop("WWW-Authenticate", None)  # a page, not a bearer challenge
@@ -301,7 +326,7 @@ def failure_page(request: web.Request, exc: BaseException) -> web.Response:
                       request.method, request.path, request.get(REQUEST_ID), exc_info=exc)
     return render(request, "error.html", {
         "status": status, "title": _TITLES.get(status, "Something went wrong"), "message": message,
-        "details": [], "request_id": request.get(REQUEST_ID, ""),
+        "details": [], "request_id": request.get(REQUEST_ID, ""), "back": came_from(request),
     }, status=status)
 
 

@@ -1,6 +1,7 @@
 // The web app's progressive enhancement: every page works without it (forms post and reload).
 // With it: "answer all" shows live progress, a question page follows its states, deleting
-// asks first, and an item's assign select lists every writer in place. Served from the package
+// asks first, an item's assign select lists every writer in place, and an error page's way back
+// returns to the form with what was typed in it. Served from the package
 // (no CDN); the pages' CSP allows only this origin's scripts.
 "use strict";
 
@@ -59,6 +60,16 @@ document.addEventListener("DOMContentLoaded", () => {
       select.value = current;
     };
     for (const type of ["pointerdown", "focusin"]) document.addEventListener(type, fill, true);
+  }
+  // An error page's way back to the form it came from: back in history, where the browser keeps
+  // what was typed in the form (the link itself would load it afresh, empty).
+  for (const link of document.querySelectorAll("a[data-back]")) {
+    link.addEventListener("click", (event) => {
+      if (window.history.length > 1 && document.referrer === link.href) {
+        event.preventDefault();
+        window.history.back();
+      }
+    });
   }
   for (const form of document.querySelectorAll("form[data-confirm]")) {
     form.addEventListener("submit", (event) => {
