@@ -796,3 +796,22 @@ async def test_error_page__of_a_session_that_ended_signs_in_back_to_the_form(
     assert "go-back" not in text
     # The sign-in form it opens goes on to the form's page.
     assert field(await (await app_client.get(link)).text(), "next") == form_page
+
+
+async def test_rfp_page__past_its_last_page_leads_to_the_first(app_client, admin, make_rfp, conn):
+    """A page past the last (the way back of a form whose item left the filter: the last item
+    of page 2 of "review", approved) said "No items in this filter", or "No items. Upload a
+    questionnaire to add them." of an RFP holding items."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) VALUES"
+                       " ('item_p1', $1, 'Do you encrypt backups?', 1, 'auto_answered', 'Yes.')", rfp_id)
+    await sign_in(app_client, admin.email)
+    for query, first in (("page=2", f"/rfps/{rfp_id}"), ("state=review&assignee=me&page=3",
+                                                           "?state=review&amp;assignee=me")):
+        text = await (await app_client.get(f"/rfps/{rfp_id}?{query}")).text()
+        assert f'<p id="past-the-end">No items on this page. <a href="{first}">First page</a></p>' in text
+        assert "Upload a questionnaire to add them" not in text and "in this filter" not in text
+    # Page 1 of an empty filter, or of an RFP without items, says so as before.
+    text = await (await app_client.get(f"/rfps/{rfp_id}?state=approved")).text()
+    assert "No items in this filter." in text and "past-the-end" not in text
