@@ -744,7 +744,8 @@ async def test_review_page__a_long_item_is_cut_and_reviewed_alone_whole(
               "back": "?item=item_long"},
     )
     assert saved.status == 303
-    assert saved.headers["Location"] == f"/rfps/{rfp_id}?item=item_long#item-item_long"
+    assert saved.headers["Location"] == (f"/rfps/{rfp_id}?item=item_long"
+                                         "&done=approve&done_item=item_long#item-item_long")
     row = await conn.fetchrow("SELECT state::text, answer FROM rfp_items WHERE id = 'item_long'")
     assert row["state"] == "approved" and row["answer"] == answer + "Reviewed."
 
@@ -815,3 +816,45 @@ async def test_rfp_page__past_its_last_page_leads_to_the_first(app_client, admin
     # Page 1 of an empty filter, or of an RFP without items, says so as before.
     text = await (await app_client.get(f"/rfps/{rfp_id}?state=approved")).text()
     assert "No items in this filter." in text and "past-the-end" not in text
+
+
+async def test_review_forms__say_what_they_did_at_the_item(app_client, admin, make_rfp, conn):
+    """After an item's form the page came back at the item with nothing said: an answer saved
+    looked as before, and an item approved in the "review" filter was simply gone."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) VALUES"
+        " ('item_f1', $1, 'Do you encrypt backups?', 1, 'auto_answered', 'Yes.'),"
+        " ('item_f2', $1, 'Is MFA enforced?', 2, 'auto_answered', 'Yes.')", rfp_id)
+    csrf = await sign_in(app_client, admin.email)
+
+    def notice(text: str) -> str | None:
+        found = re.search(r'<p class="notice ok" role="status" id="done">(.*?)</p>', text)
+        return found and found.group(1)
+
+    async def send(path: str, back: str, **fields: str) -> tuple[str, str]:
+        sent = await app_client.post(path, data={"csrf_token": csrf, "back": back, **fields},
+                                     allow_redirects=False)
+        assert sent.status == 303, await sent.text()
+        text = await (await app_client.get(sent.headers["Location"])).text()
+        return sent.headers["Location"], text
+
+    location, text = await send(f"/rfps/{rfp_id}/items/item_f1", "?page=1", action="save", answer="Yes, AES.")
+    assert location == f"/rfps/{rfp_id}?page=1&done=save&done_item=item_f1#item-item_f1"
+    article = text[text.index('id="item-item_f1"'):text.index('id="item-item_f2"')]
+    assert notice(article) == "Answer saved."
+    # Approved from the "review" filter, the item leaves the list: said at the top of it.
+    _, text = await send(f"/rfps/{rfp_id}/items/item_f1", "?state=review&page=1", action="approve",
+                         answer="Yes, AES.")
+    assert 'id="item-item_f1"' not in text
+    assert notice(text) == "Approved. The item is no longer in this view."
+    _, text = await send(f"/rfps/{rfp_id}/items/item_f2/assign", "", assignee_id=str(admin.user_id))
+    name = await conn.fetchval("SELECT display_name(first_name, last_name, email) FROM users"
+                               " WHERE id = $1", admin.user_id)
+    assert notice(text) == f"Assigned to {escape(name)}."
+    _, text = await send(f"/rfps/{rfp_id}/items/item_f2/assign", "", assignee_id="")
+    assert notice(text) == "Unassigned: assigned to nobody."
+    # Only the page's own words: another `done` says nothing.
+    text = await (await app_client.get(f"/rfps/{rfp_id}?done=<b>hacked</b>&done_item=item_f2")).text()
+    assert notice(text) is None and "hacked" not in text

@@ -76,7 +76,8 @@ async def test_rfp_page__writers_assign_and_unassign_an_item_with_the_select(
         f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False,
         data={"csrf_token": csrf, "assignee_id": str(writer.user_id), "back": "?state=review&page=1"})
     assert assigned.status == 303
-    assert assigned.headers["Location"] == f"/rfps/{rfp_id}?state=review&page=1#item-{first}"
+    assert assigned.headers["Location"] == (f"/rfps/{rfp_id}?state=review&page=1"
+                                            f"&done=assign&done_item={first}#item-{first}")
     assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = $1", first) == writer.user_id
     page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
     assert f'<option value="{writer.user_id}" selected>' in select_of(page, first)
@@ -255,7 +256,8 @@ async def test_rfp_page__every_link_and_way_back_keeps_assigned_to_me(
     back = next(back for action, back in found.backs if action.endswith(f"/items/{ids[2]}"))
     saved = await client.post(f"/rfps/{rfp_id}/items/{ids[2]}", allow_redirects=False,
                               data={"csrf_token": csrf, "action": "save", "answer": "Yes!", "back": back})
-    assert saved.headers["Location"] == f"/rfps/{rfp_id}?state=review&assignee=me&page=2#item-{ids[2]}"
+    assert saved.headers["Location"] == (f"/rfps/{rfp_id}?state=review&assignee=me&page=2"
+                                         f"&done=save&done_item={ids[2]}#item-{ids[2]}")
     answer_back = next(back for action, back in found.backs if action.endswith("/answer"))
     answered = await client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False,
                                  data={"csrf_token": csrf, "back": answer_back})
@@ -313,7 +315,8 @@ async def test_assign__someone_else_without_the_script_opens_the_item_s_assign_p
     assert f'href="/rfps/{rfp_id}?assignee=me&amp;page=1#item-{first}" id="cancel"' in page
     assigned = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False, data={
         "csrf_token": csrf, "assignee_id": str(writer.user_id), "back": "?assignee=me&page=1"})
-    assert assigned.headers["Location"] == f"/rfps/{rfp_id}?assignee=me&page=1#item-{first}"
+    assert assigned.headers["Location"] == (f"/rfps/{rfp_id}?assignee=me&page=1"
+                                            f"&done=assign&done_item={first}#item-{first}")
     assert await conn.fetchval("SELECT assignee_id FROM rfp_items WHERE id = $1", first) == writer.user_id
     again = await (await app_client.get(f"/rfps/{rfp_id}/items/{first}/assign")).text()
     assert f'<option value="{writer.user_id}" selected>' in select_of(again, first)
@@ -347,7 +350,7 @@ async def test_forms__a_way_back_longer_than_the_page_s_own_is_dropped(
         assert len(sent.headers["Location"]) < 200, (fields, len(sent.headers["Location"]))
     kept = await app_client.post(f"/rfps/{rfp_id}/items/{first}/assign", allow_redirects=False,
                                  data={"csrf_token": csrf, "back": "?page=1", "assignee_id": ""})
-    assert kept.headers["Location"] == f"/rfps/{rfp_id}?page=1#item-{first}"
+    assert kept.headers["Location"] == f"/rfps/{rfp_id}?page=1&done=assign&done_item={first}#item-{first}"
 
 
 async def test_assign_select__writers_of_one_name_are_told_apart_by_their_addresses(

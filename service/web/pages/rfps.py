@@ -166,8 +166,19 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "anyone_link": _query(state_part), "mine_link": _query(state_part, "assignee=me"),
         "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
         "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
-        "report": None,
+        "report": None, **_done(request, sections),
     })
+
+
+def _done(request: web.Request, sections: list[tuple[str | None, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """What a form just did to an item (?done=…&done_item=…, _back_to_item): said at the item, or
+    at the top of the list when the item has left it (approved, in the "review" filter)."""
+    done = request.query.get("done")
+    if done not in DONE:
+        return {"done": None, "done_said": None, "done_item": None, "done_gone": False}
+    item_id = request.query.get("done_item")
+    shown = any(item["id"] == item_id for _, items in sections for item in items)
+    return {"done": done, "done_said": DONE[done], "done_item": item_id, "done_gone": not shown}
 
 
 def _item_band(request: web.Request, row: Any) -> str | None:
@@ -264,9 +275,21 @@ def _back(form: Any) -> str:
     return _way_back(form.get("back"))
 
 
-def _back_to_item(form: Any, rfp_id: str, item_id: str) -> web.HTTPSeeOther:
-    """Back to the item on the page the form was sent from."""
-    return see_other(f"/rfps/{rfp_id}{_back(form)}#item-{item_id}")
+def _back_to_item(form: Any, rfp_id: str, item_id: str, done: str) -> web.HTTPSeeOther:
+    """Back to the item on the page the form was sent from, saying what was done to it
+    (`done`, one of DONE, shown at the item: nothing said it, and a saved answer looked unchanged)."""
+    back = _back(form)
+    said = f"done={done}&done_item={quote(item_id, safe='')}"
+    return see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}{said}#item-{item_id}")
+
+
+# What the RFP page says at an item after each of its forms (_back_to_item); "assign" names the
+# assignee (rfp.html).
+DONE = {
+    "save": "Answer saved.", "approve": "Approved.",
+    "save_to_kb": "Approved and saved to the knowledge base.", "discard": "Discarded.",
+    "reopen": "Reopened: “Answer all pending items” answers it again.", "assign": "Assignment saved.",
+}
 
 
 @page(write=True, roles=WRITERS)
@@ -275,7 +298,7 @@ async def review(request: web.Request) -> web.StreamResponse:
     fields = _review_fields(form)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
     await review_and_announce(request, rfp_id, item_id, fields)
-    raise _back_to_item(form, rfp_id, item_id)
+    raise _back_to_item(form, rfp_id, item_id, str(form.get("action")))
 
 
 # The RFP page's item select offers a few members ("someone else…" for the rest): chosen without
@@ -306,7 +329,7 @@ async def assign(request: web.Request) -> web.StreamResponse:
                         + (f"?back={quote(back, safe='')}" if back else ""))
     fields = {"assignee_id": _assignee_field(form)}
     await review_and_announce(request, rfp_id, item_id, fields)
-    raise _back_to_item(form, rfp_id, item_id)
+    raise _back_to_item(form, rfp_id, item_id, "assign")
 
 
 @page(write=True, roles=WRITERS)
