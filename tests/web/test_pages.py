@@ -858,3 +858,42 @@ async def test_review_forms__say_what_they_did_at_the_item(app_client, admin, ma
     # Only the page's own words: another `done` says nothing.
     text = await (await app_client.get(f"/rfps/{rfp_id}?done=<b>hacked</b>&done_item=item_f2")).text()
     assert notice(text) is None and "hacked" not in text
+
+
+async def test_upload_form__names_the_answer_column_and_the_report_says_where_answers_go(
+    app_client, admin, make_rfp, conn
+):
+    """The upload form had no answer column: a questionnaire whose answer column was not found
+    could not be written back from the web app, and its report did not say so (the export's
+    422 said to name `answer_column`, a field no page had)."""
+    from aiohttp import FormData
+    from openpyxl import Workbook
+
+    book = Workbook()
+    book.active.append(["Ref", "Question", "Supplier comments"])
+    book.active.append(["1", "Do you encrypt backups?", ""])
+    body = io.BytesIO()
+    book.save(body)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    page = await (await app_client.get(f"/rfps/{await make_rfp(admin, 'Form')}")).text()
+    assert '<input id="answer_column" name="answer_column"' in page
+
+    async def imported(answer_column: str) -> tuple[str, str]:
+        rfp_id = await make_rfp(admin, "Acme")
+        form = FormData()
+        form.add_field("csrf_token", csrf)
+        form.add_field("answer_column", answer_column)
+        form.add_field("file", body.getvalue(), filename="acme.xlsx")
+        report = await app_client.post(f"/rfps/{rfp_id}/import", data=form)
+        assert report.status == 201, await report.text()
+        return rfp_id, await report.text()
+
+    rfp_id, text = await imported("")
+    assert '<dd id="answer-column">none found</dd>' in text
+    assert "No answer column was found" in text
+    assert (await app_client.get(f"/rfps/{rfp_id}/export?format=original")).status == 422
+    rfp_id, text = await imported("Supplier comments")
+    assert '<dd id="answer-column">Supplier comments</dd>' in text
+    assert "writes the approved answers into this file's column “Supplier comments”" in text
+    assert (await app_client.get(f"/rfps/{rfp_id}/export?format=original")).status == 200
