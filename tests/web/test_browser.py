@@ -528,3 +528,54 @@ async def test_browser__a_discarded_item_is_still_legible(site, profile, admin, 
     contrasts = await asyncio.to_thread(discarded_flow, site, profile, admin.email, rfp_id)
     assert {text for text, _ in contrasts} >= {"1.", "discarded", "Do you carry cyber insurance?"}
     assert [(text, round(ratio, 2)) for text, ratio in contrasts if ratio < 4.5] == []
+
+
+# Each cell of the pages' tables, as a phone shows it: its column's header and what it says
+# before its own text (the ::before of the narrow layout, where the header row is hidden).
+CELLS = """
+const out = [];
+for (const table of document.querySelectorAll("table.list")) {
+  const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+  const headerShown = getComputedStyle(table.querySelector("thead")).display !== "none";
+  for (const row of table.querySelectorAll("tbody tr")) {
+    [...row.cells].forEach((td, i) => {
+      const before = getComputedStyle(td, "::before").content;
+      out.push([heads[i], headerShown, before === "none" ? "" : before.replace(/^"|"$/g, "")]);
+    });
+  }
+}
+return out;
+"""
+
+
+def narrow_tables_flow(base: str, profile: str, email: str) -> dict[str, list]:
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        # A phone's width (a headless window is no narrower than 500 pixels).
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+        seen = {}
+        for path in ("/rfps", "/members"):
+            driver.get(base + path)
+            seen[path] = driver.execute_script(CELLS)
+        return seen
+    finally:
+        driver.quit()
+
+
+async def test_browser__a_phone_s_tables_say_each_cell_s_column(
+    site, profile, admin, make_member, make_rfp, conn
+):
+    """At a phone's width the tables drop their header row: an RFP's deadline, owner and
+    completion, a member's address, role and date stood bare ("—", "admin", "2030-01-01")."""
+    await set_password(conn, admin.email)
+    await make_member(admin.account_id, role="viewer")
+    await make_rfp(admin, "Acme")
+    seen = await asyncio.to_thread(narrow_tables_flow, site, profile, admin.email)
+    for path, cells in seen.items():
+        assert cells and not any(shown for _, shown, _ in cells), path
+        # Every column but the first (the row's name, a link or the member's name) says its header.
+        unlabelled = [(head, before) for head, _, before in cells
+                      if head not in ("Title", "Name") and before != f"{head}: "]
+        assert unlabelled == [], path
