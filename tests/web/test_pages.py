@@ -897,3 +897,21 @@ async def test_upload_form__names_the_answer_column_and_the_report_says_where_an
     assert '<dd id="answer-column">Supplier comments</dd>' in text
     assert "writes the approved answers into this file's column “Supplier comments”" in text
     assert (await app_client.get(f"/rfps/{rfp_id}/export?format=original")).status == 200
+
+
+async def test_answer_all_button__with_nothing_pending_says_so(app_client, admin, make_rfp, conn):
+    """It came back to the page with nothing said when no item was pending (all answered, or
+    none yet): the button seemed to do nothing."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position, state, answer) VALUES"
+                       " ('item_n1', $1, 'Do you encrypt backups?', 1, 'approved', 'Yes.')", rfp_id)
+    csrf = await sign_in(app_client, admin.email)
+    sent = await app_client.post(f"/rfps/{rfp_id}/answer", data={"csrf_token": csrf, "back": "?page=1"},
+                                 allow_redirects=False)
+    assert sent.status == 303 and "answering=0" in sent.headers["Location"]
+    text = await (await app_client.get(sent.headers["Location"])).text()
+    assert '<p class="notice ok" role="status" id="nothing-pending">No item was waiting' in text
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 0
+    # Items started: the progress says it, not this.
+    assert "nothing-pending" not in await (await app_client.get(f"/rfps/{rfp_id}?answering=2")).text()

@@ -167,6 +167,8 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
         "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
         "report": None, **_done(request, sections),
+        # "Answer all" that found nothing pending (?answering=0, answer_all): said, not silent.
+        "nothing_pending": request.query.get("answering") == "0" and not in_flight,
     })
 
 
