@@ -262,6 +262,15 @@ def _advance_args(owner: str, before: Work, after: Work, lease_seconds: float) -
     )
 
 
+def item_answer(work: Work) -> str | None:
+    """What an RFP item takes as its answer: the draft, when the engine found the knowledge base
+    answers the question. Otherwise the question's answer only says why none was drafted ("The
+    knowledge base does not cover this question…", an engine failure), which is no answer to give a
+    customer: in the item's answer box a reviewer approved it and every export wrote it out. The
+    item has none then (its question and attention points say why), so approving needs one."""
+    return work.answer if work.sufficient_context else None
+
+
 def rfp_item_state(work: Work, config: QuestionsConfig) -> str:
     """The state an RFP item takes from its question's answer: needs_input when nothing answers
     it, it asks for attention (a stale entry, a partial answer), or its confidence is below the
@@ -316,7 +325,7 @@ async def persist(
             await conn.fetchval(db.query("lock_rfp_before_items"), after.rfp_id, after.account_id)
             item_state = rfp_item_state(after, config)
             rfp_id = await conn.fetchval(
-                db.query("answer_rfp_item"), after.rfp_item_id, after.answer, after.confidence,
+                db.query("answer_rfp_item"), after.rfp_item_id, item_answer(after), after.confidence,
                 item_state, after.id,
             )
             if rfp_id is not None:

@@ -8,6 +8,8 @@ import io
 
 from helpers_questions import add_entry, balance_and_ledger, wait_all_complete
 
+from service.answering.engines.local import NOT_COVERED
+
 QUESTIONNAIRE = (
     b"Section,Question\n"
     b"Encryption,Do you encrypt customer data at rest?\n"
@@ -57,8 +59,17 @@ async def test_answer__end_to_end_answered_reviewed_exported(client, conn, make_
 
     items = await items_of(client, actor, rfp_id)
     assert {i["state"] for i in items} <= {"auto_answered", "needs_input"}
-    assert all(i["answer"] and i["confidence"] is not None and i["question_id"] for i in items)
-    assert "AES-256" in items[0]["answer"]
+    assert all(i["confidence"] is not None and i["question_id"] for i in items)
+    assert "AES-256" in items[0]["answer"] and "TLS" in items[1]["answer"]
+    # Nothing answers the third: its question says so, and the item has no answer to approve or
+    # export (the question's "does not cover" sentence was approved and exported as if one).
+    uncovered = await (await client.get(f"/api/v1/questions/{items[2]['question_id']}",
+                                        headers=actor.headers)).json()
+    assert uncovered["sufficient_context"] is False and uncovered["answer"] == NOT_COVERED
+    assert (items[2]["answer"], items[2]["state"]) == (None, "needs_input")
+    refused = await client.patch(f"/api/v1/rfps/{rfp_id}/rfp_items/{items[2]['id']}",
+                                 json={"rfp_item": {"state": "approved"}}, headers=actor.headers)
+    assert refused.status == 422
     # The RFP context reached the pipeline, and every question is linked to its item.
     linked = await conn.fetch("SELECT rfp_id, rfp_item_id, context FROM questions ORDER BY created_at")
     assert {(q["rfp_id"], q["context"]) for q in linked} == {(rfp_id, "Bid for Acme; EU hosting only.")}
