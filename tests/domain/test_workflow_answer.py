@@ -6,6 +6,7 @@ import asyncio
 import csv
 import io
 
+from conftest import ROOT
 from helpers_questions import add_entry, balance_and_ledger, wait_all_complete
 
 from service.answering.engines.local import NOT_COVERED
@@ -370,3 +371,28 @@ async def test_completing_items__whether_any_is_left_reads_only_those_in_flight(
     await conn.fetchval(db.query("answer_rfp_item"), ids[-1], "An answer.", 0.5, "needs_input",
                         "q_" + ids[-1])
     assert await conn.fetchval(db.query(query), rfp_id) is None
+
+
+async def test_migration_0036__clears_the_sentence_only_from_items_as_an_older_release_left_them(
+    client, conn, make_account
+):
+    """Items answered before 0036 took the "does not cover" sentence; the migration clears it
+    where it stands unreviewed and unchanged, and leaves a member's own answer alone."""
+    actor = await make_account(credits=10)
+    await knowledge(conn, actor.account_id)
+    rfp_id = await imported_rfp(client, actor)
+    assert (await answer(client, actor, rfp_id)).status == 202
+    await wait_all_complete(conn, 30)
+    covered, _, uncovered = await items_of(client, actor, rfp_id)
+    migration = (ROOT / "sql/migrations/0036_uncovered_item_answers.sql").read_text()
+
+    async def migrated(answer_sql: str) -> str | None:
+        await conn.execute(f"UPDATE rfp_items i SET answer = {answer_sql} FROM questions q"
+                           " WHERE q.id = i.question_id AND i.id = $1", uncovered["id"])
+        await conn.execute(migration)
+        return await conn.fetchval("SELECT answer FROM rfp_items WHERE id = $1", uncovered["id"])
+
+    assert await migrated("'We test backups every quarter.'") == "We test backups every quarter."
+    assert await migrated("q.answer") is None  # as an older release stored it
+    assert await conn.fetchval("SELECT answer FROM rfp_items WHERE id = $1",
+                               covered["id"]) == covered["answer"]
