@@ -1033,7 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.setup(config.logging)
     try:
         status = args.handler(args, config)
-        sys.stdout.flush()  # a reader gone away shows here, not as a traceback at exit
+        if sys.stdout is not None:  # None when started with fd 1 closed: print() writes nothing
+            sys.stdout.flush()  # a reader gone away shows here, not as a traceback at exit
         return status
     except BrokenPipeError:
         if not _stdout_closed():  # a socket's, say: the command's own failure, shown as such

@@ -519,10 +519,10 @@ sys.exit(cli.main(["migrate"]))
 """
 
 
-def _patched_cli(breaking: str) -> subprocess.Popen:
+def _patched_cli(breaking: str, **popen) -> subprocess.Popen:
     script = _PATCHED_CLI.replace("{BREAK}", "\n".join("    " + line for line in breaking.splitlines()))
     return subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen})
 
 
 def test_closed_stdout__exit_1_without_a_traceback():
@@ -544,3 +544,12 @@ def test_broken_pipe_not_on_stdout__is_not_hidden():
     assert proc.returncode == 1
     assert stdout == b"before\n"
     assert b"Traceback" in stderr and b"BrokenPipeError" in stderr, stderr.decode()
+
+
+def test_no_stdout_at_all__a_command_that_succeeds_exits_0():
+    """Started with its stdout closed (`>&-`, a daemon's child), Python has no sys.stdout (None)
+    and print() writes nothing: the command's success is 0, where flushing stdout after it raised
+    AttributeError and made it 1 with a traceback."""
+    proc = _patched_cli("pass", stdout=None, preexec_fn=lambda: os.close(1))
+    _, stderr = proc.communicate(timeout=60)
+    assert (proc.returncode, stderr) == (0, b"")
