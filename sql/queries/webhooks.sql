@@ -139,11 +139,13 @@ RETURNING id;
 -- The claimed attempt ($2) failed ($3 status or NULL, $4 body start, $5 error): retry after $6
 -- seconds, or give up when that would pass retry_until. Returns the new state. $7: it was
 -- refused before anything was sent, and the retry is due $6 seconds after its claim
--- (last_attempt_at), or now if that has passed: the delivery log, which the account's admins
--- read, then does not show how long its address look-up took.
+-- (last_attempt_at), or now if that has passed, and whether it gives up is judged from the
+-- claim too: the delivery log, which the account's admins read, then does not show how long
+-- its address look-up took.
 UPDATE webhook_deliveries
    SET last_status = $3, last_response = $4, last_error = $5,
-       state = CASE WHEN now() + make_interval(secs => $6) > retry_until
+       state = CASE WHEN CASE WHEN $7::boolean THEN last_attempt_at ELSE now() END
+                         + make_interval(secs => $6) > retry_until
                     THEN 'failed'::webhook_delivery_state
                     ELSE 'pending'::webhook_delivery_state END,
        next_attempt_at = CASE WHEN $7::boolean

@@ -398,6 +398,43 @@ async def test_delivery__an_internal_name_and_an_unknown_one_look_alike_to_the_a
     assert "10.0.0.5" not in logged  # the addresses only at DEBUG, as before
 
 
+class _SlowDns(_Dns):
+    """As _Dns, but `slow.internal` takes a second to be found missing (a name the resolver
+    looks up under search domains, say)."""
+
+    async def resolve(self, host, port=0, family=socket.AF_INET):
+        if host == "slow.internal":
+            await asyncio.sleep(1.0)
+        return await super().resolve(host, port, family)
+
+
+async def test_delivery__a_slow_look_up_does_not_decide_when_a_refused_delivery_gives_up(
+    aiohttp_client, config, admin, monkeypatch,
+):
+    """Whether a refused attempt was the last (the delivery failed, its endpoint disabled) is
+    judged from its claim too, as its next attempt is: a look-up that took a second ended the
+    delivery where an instant one left it pending, so the delivery log showed which was slow."""
+    monkeypatch.setattr(webhooks, "DefaultResolver", _SlowDns)
+    client = await aiohttp_client(create_app(with_config(config, webhooks=fast_webhooks(
+        allow_private_addresses=False, retry_base_seconds=60, retry_max_interval_seconds=60,
+        retry_for_seconds=60.5))))
+    created = {}
+    for host in ("nowhere.internal", "slow.internal"):
+        response, body = await register(client, admin, f"http://{host}/hooks")
+        assert response.status == 201, body
+        created[host] = body["id"]
+    await add_entry(client, admin)
+    states = {}
+    for host, endpoint_id in created.items():
+        async def read(endpoint_id=endpoint_id):
+            path = f"{ENDPOINTS}/{endpoint_id}/deliveries"
+            return (await (await client.get(path, headers=admin.headers)).json())["deliveries"]
+
+        [entry] = await poll(read, lambda log: log and log[0]["last_error"] is not None)
+        states[host] = entry["state"]
+    assert states == {"nowhere.internal": "pending", "slow.internal": "pending"}
+
+
 async def test_delivery__knowledge_import_sends_created_then_updated(hook_client, admin, receiver):
     await register(hook_client, admin, receiver.url,
                    ["knowledge_base_item.created", "knowledge_base_item.updated"])
