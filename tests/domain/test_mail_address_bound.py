@@ -102,6 +102,9 @@ async def test_address_bound__assignments_neither_count_nor_are_refused(
         response = await review(client, admin, rfp_id, item, assignee_id=writer.user_id)
         assert response.status == 200
     assert await mails_to(conn, writer.email.lower()) == 2
+    # Nor do they count against an invitation to that address (once it is no member).
+    await remove(client, admin, writer.member_id)
+    assert (await invite(client, admin, writer.email)).status == 201
 
 
 async def test_address_bound__is_counted_by_the_account_index(admin, make_account, conn):
