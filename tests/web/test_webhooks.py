@@ -353,6 +353,26 @@ class _Dns(AbstractResolver):
         pass
 
 
+async def register_hosts(client, admin, hosts):
+    """An endpoint at http://{host}/hooks for each host (all saved: 201): their bodies by host."""
+    created = {}
+    for host in hosts:
+        response, body = await register(client, admin, f"http://{host}/hooks")
+        assert response.status == 201, body
+        created[host] = body
+    return created
+
+
+async def first_failure(client, admin, endpoint_id):
+    """The endpoint's delivery log entry, once its first attempt has failed."""
+    async def read():
+        path = f"{ENDPOINTS}/{endpoint_id}/deliveries"
+        return (await (await client.get(path, headers=admin.headers)).json())["deliveries"]
+
+    [entry] = await poll(read, lambda log: log and log[0]["last_error"] is not None)
+    return entry
+
+
 async def test_delivery__an_internal_name_and_an_unknown_one_look_alike_to_the_admin(
     aiohttp_client, config, admin, monkeypatch, caplog,
 ):
@@ -364,21 +384,12 @@ async def test_delivery__an_internal_name_and_an_unknown_one_look_alike_to_the_a
     monkeypatch.setattr(webhooks, "DefaultResolver", _Dns)
     client = await aiohttp_client(create_app(with_config(config, webhooks=fast_webhooks(
         allow_private_addresses=False, retry_base_seconds=60, retry_max_interval_seconds=60))))
-    created = {}
-    for host in ("db.internal", "nowhere.internal"):
-        response, body = await register(client, admin, f"http://{host}/hooks")
-        assert response.status == 201, body
-        created[host] = body
+    created = await register_hosts(client, admin, ("db.internal", "nowhere.internal"))
     assert {tuple(sorted(body)) for body in created.values()} == {tuple(sorted(created["db.internal"]))}
     with caplog.at_level(logging.WARNING, logger="service.domain.webhooks"):
         await add_entry(client, admin)
-        entries = {}
-        for host, endpoint in created.items():
-            async def read(endpoint=endpoint):
-                path = f"{ENDPOINTS}/{endpoint['id']}/deliveries"
-                return (await (await client.get(path, headers=admin.headers)).json())["deliveries"]
-
-            [entries[host]] = await poll(read, lambda log: log and log[0]["last_error"] is not None)
+        entries = {host: await first_failure(client, admin, endpoint["id"])
+                   for host, endpoint in created.items()}
 
     def seen(entry, host):
         shown = {k: entry[k] for k in ("state", "attempts", "last_status", "last_error",
@@ -418,20 +429,10 @@ async def test_delivery__a_slow_look_up_does_not_decide_when_a_refused_delivery_
     client = await aiohttp_client(create_app(with_config(config, webhooks=fast_webhooks(
         allow_private_addresses=False, retry_base_seconds=60, retry_max_interval_seconds=60,
         retry_for_seconds=60.5))))
-    created = {}
-    for host in ("nowhere.internal", "slow.internal"):
-        response, body = await register(client, admin, f"http://{host}/hooks")
-        assert response.status == 201, body
-        created[host] = body["id"]
+    created = await register_hosts(client, admin, ("nowhere.internal", "slow.internal"))
     await add_entry(client, admin)
-    states = {}
-    for host, endpoint_id in created.items():
-        async def read(endpoint_id=endpoint_id):
-            path = f"{ENDPOINTS}/{endpoint_id}/deliveries"
-            return (await (await client.get(path, headers=admin.headers)).json())["deliveries"]
-
-        [entry] = await poll(read, lambda log: log and log[0]["last_error"] is not None)
-        states[host] = entry["state"]
+    states = {host: (await first_failure(client, admin, endpoint["id"]))["state"]
+              for host, endpoint in created.items()}
     assert states == {"nowhere.internal": "pending", "slow.internal": "pending"}
 
 
