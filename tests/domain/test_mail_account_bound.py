@@ -149,6 +149,19 @@ async def test_account_bound__invitations_at_once_keep_to_it(config, admin, conn
     assert await conn.fetchval("SELECT count(*) FROM invitations") == 1
 
 
+async def prepared_plan(conn, mode, query, types, arguments):
+    """EXPLAIN ANALYZE (JSON) of db.query(`query`) run with `arguments` (SQL literals) under
+    plan_cache_mode `mode`, prepared as asyncpg prepares it: EXPLAIN of the statement with its
+    arguments bound would plan for them, never generically."""
+    async with conn.transaction():
+        await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
+        await conn.execute(f"PREPARE {query} ({types}) AS " + db.query(query))
+        [plan] = json.loads(await conn.fetchval(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {query}({arguments})"))
+        await conn.execute(f"DEALLOCATE {query}")
+    return plan
+
+
 async def test_account_bound__is_counted_by_its_index_reading_at_most_the_bound(
     admin, make_account, conn,
 ):
@@ -161,16 +174,8 @@ async def test_account_bound__is_counted_by_its_index_reading_at_most_the_bound(
           FROM generate_series(1, 20000) n""", admin.account_id, other.account_id)
     await conn.execute("ANALYZE mail_outbox")
     for mode in ("auto", "force_generic_plan"):
-        # Prepared as asyncpg prepares it: EXPLAIN of the statement with its arguments bound
-        # would plan for them, never generically.
-        async with conn.transaction():
-            await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            await conn.execute("PREPARE account_mail_wait (text, integer, double precision) AS "
-                               + db.query("account_mail_wait"))
-            [plan] = json.loads(await conn.fetchval(  # an acc_… id: letters and digits
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE account_mail_wait('{admin.account_id}',"
-                " 200, 3600)"))
-            await conn.execute("DEALLOCATE account_mail_wait")
+        plan = await prepared_plan(conn, mode, "account_mail_wait", "text, integer, double precision",
+                                   f"'{admin.account_id}', 200, 3600")  # an acc_… id: letters, digits
         scan = plan["Plan"]["Plans"][0]
         if mode == "force_generic_plan":
             assert "$1" in scan["Index Cond"], plan

@@ -6,10 +6,8 @@ the account's whole hourly bound."""
 
 from __future__ import annotations
 
-import json
-
 from conftest import with_config
-from test_mail_account_bound import create_user, invite  # the account bound's API steps
+from test_mail_account_bound import create_user, invite, prepared_plan  # the account bound's steps
 
 from service import db
 from service.web.app import create_app
@@ -120,14 +118,9 @@ async def test_address_bound__is_counted_by_the_account_index(admin, make_accoun
           FROM generate_series(1, 20000) n""", admin.account_id, other.account_id)
     await conn.execute("ANALYZE mail_outbox")
     for mode in ("auto", "force_generic_plan"):
-        async with conn.transaction():
-            await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            await conn.execute("PREPARE address_mail_wait (text, text, integer, double precision)"
-                               " AS " + db.query("address_mail_wait"))
-            [plan] = json.loads(await conn.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE address_mail_wait('{admin.account_id}',"
-                " 'R0@example.test', 5, 3600)"))
-            await conn.execute("DEALLOCATE address_mail_wait")
+        plan = await prepared_plan(conn, mode, "address_mail_wait",
+                                   "text, text, integer, double precision",
+                                   f"'{admin.account_id}', 'R0@example.test', 5, 3600")
         scan = plan["Plan"]["Plans"][0]
         assert scan["Index Name"] == "mail_outbox_account_recent", (mode, plan)
         assert scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0) <= 200, (mode, plan)
