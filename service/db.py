@@ -263,7 +263,8 @@ TRANSACTION_CONFLICTS: tuple[type[BaseException], ...] = (
 
 
 def transaction_conflict(exc: BaseException) -> asyncpg.PostgresError | None:
-    """The deadlock or serialization failure `exc` is or was raised while handling, if any."""
+    """The deadlock, serialization failure or foreign key violation (TRANSACTION_CONFLICTS) `exc` is
+    or was raised while handling, if any."""
     return next((c for c in _chain(exc) if isinstance(c, TRANSACTION_CONFLICTS)), None)  # type: ignore[return-value]
 
 
