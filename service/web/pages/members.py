@@ -15,15 +15,26 @@ from ..keys import CONFIG, DELIVERER, MAIL_SENDER
 from .common import page, principal, read_form, render, see_other
 
 
-async def _members_page(request: web.Request, invited: str | None = None, status: int = 200) -> web.Response:
+def _notice(request: web.Request) -> str | None:
+    """What the form just sent did (each POST redirects here: a reload sends nothing again)."""
+    done = request.query.get("done")
+    if done == "invited":
+        days = request.app[CONFIG].members.invitation_ttl_days
+        return (f"Invitation sent. Its link works once and expires in {days:g} days; inviting the "
+                "same address again replaces it.")
+    return {"role": "Role changed.", "removed": "Member removed."}.get(done or "")
+
+
+async def _members_page(request: web.Request) -> web.Response:
     current = Page.from_query(request.query)
     who = principal(request)
     async with connection(request) as conn:
         members, total = await list_members(conn, who.account_id, current)
     return render(request, "members.html", {
         "members": members, "page": current.number, "pages": math.ceil(total / current.size),
-        "total": total, "is_admin": who.role == "admin", "invited": invited, "me": who.member_id,
-    }, status=status)
+        "total": total, "is_admin": who.role == "admin", "notice": _notice(request),
+        "me": who.member_id,
+    })
 
 
 @page()
@@ -38,9 +49,9 @@ async def invite_member(request: web.Request) -> web.StreamResponse:
     if form.get("role"):
         fields["role"] = str(form.get("role"))
     async with connection(request) as conn:
-        invitation = await invite(conn, request.app[CONFIG], principal(request), fields, actor(request))
+        await invite(conn, request.app[CONFIG], principal(request), fields, actor(request))
     request.app[MAIL_SENDER].wake()
-    return await _members_page(request, invited=invitation.email, status=201)
+    raise see_other("/members?done=invited")  # no address in the URL: it would be in the access log
 
 
 @page(write=True, roles=("admin",))
@@ -53,7 +64,7 @@ async def change_member_role(request: web.Request) -> web.StreamResponse:
             conn, principal(request).account_id, request.match_info["id"], data.role, actor(request)
         )
     request.app[DELIVERER].wake()  # rfp_item.assigned for the items a viewer no longer holds
-    raise see_other("/members")
+    raise see_other(f"/members?done=role#member-{request.match_info['id']}")
 
 
 @page(write=True, roles=("admin",))
@@ -62,4 +73,4 @@ async def remove(request: web.Request) -> web.StreamResponse:
     async with connection(request) as conn:
         await remove_member(conn, principal(request).account_id, request.match_info["id"], actor(request))
     request.app[DELIVERER].wake()  # rfp_item.assigned for the items they no longer hold
-    raise see_other("/members")
+    raise see_other("/members?done=removed")
