@@ -208,21 +208,28 @@ The link works once. If you did not expect this message, ignore it.
 def invitation_mail(
     base_url: str, account_name: str, token: str, expires_at: datetime
 ) -> tuple[str, str]:
-    link = f"{base_url}/api/v1/invitations/{token}"
+    """The invitation: its web page first (the web app's /invitations/{token}, where the invitee
+    chooses a password and accepts the terms in a form); the API's way follows, for integrations."""
+    link = f"{base_url}/invitations/{token}"
+    api = f"{base_url}/api/v1/invitations/{token}"
     expires = expires_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = f"""Hello,
 
 you are invited to join {account_name} on the RFP response service.
-The invitation is here (it works once and expires {expires}):
+Open this link to accept (it works once and expires {expires}):
 
 {link}
 
-Accept it by choosing your password (12 to 128 characters) and accepting the terms of service:
-
-curl -X POST {link}/accept -H 'Content-Type: application/json' \\
-     -d '{{"password": "…", "first_name": "…", "last_name": "…", "terms_of_service": "accepted"}}'
+There you give your name, choose your password (12 to 128 characters) and accept the terms of
+service; then you are signed in. If you already have a sign-in on the service with this
+address, give its password instead.
 
 If you did not expect this message, ignore it.
+
+For integrations, the same invitation through the API: GET {api}
+shows it, and POST {api}/accept with the JSON
+{{"password": "…", "first_name": "…", "last_name": "…", "terms_of_service": "accepted"}}
+accepts it.
 """
     return f"You are invited to {account_name}", body
 

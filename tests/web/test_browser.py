@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from conftest import with_config
+from conftest import mail_settings, with_config
 
 from service.domain.passwords import hasher
 from service.web.app import create_app
@@ -579,3 +579,57 @@ async def test_browser__a_phone_s_tables_say_each_cell_s_column(
         unlabelled = [(head, before) for head, _, before in cells
                       if head not in ("Title", "Name") and before != f"{head}: "]
         assert unlabelled == [], path
+
+
+def invitation_flow(base: str, profile: str, email: str, smtp: Any) -> dict[str, Any]:
+    """An admin invites a colleague on the Members page; the colleague opens the e-mail's link
+    (read from the SMTP server), accepts in the form, and lands on their RFPs, signed in."""
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        driver.get(f"{base}/members")
+        driver.find_element(By.ID, "invite-email").send_keys("grace@example.test")
+        driver.find_element(By.CSS_SELECTOR, "form[action='/members/invite'] button").click()
+        wait(driver, lambda d: d.find_elements(By.ID, "members-notice"))
+        seen: dict[str, Any] = {"after_invite": driver.current_url,
+                                "notice": text_of(driver, "#members-notice")}
+        driver.find_element(By.CSS_SELECTOR, "form.signout button").click()
+        wait(driver, lambda d: d.current_url.endswith("/signin"))
+        deadline = time.monotonic() + 20
+        while not smtp.messages and time.monotonic() < deadline:
+            time.sleep(0.05)
+        body = smtp.messages[0].get_content()
+        link = next(line for line in body.splitlines() if "/invitations/" in line)
+        driver.get(link.strip().replace("http://localhost", base))
+        seen["heading"] = text_of(driver, "h1")
+        driver.find_element(By.ID, "first_name").send_keys("Grace")
+        driver.find_element(By.ID, "last_name").send_keys("Hopper")
+        driver.find_element(By.ID, "password").send_keys("a brand new passphrase")
+        driver.find_element(By.ID, "terms").click()
+        driver.find_element(By.CSS_SELECTOR, "form[action^='/invitations/'] button").click()
+        wait(driver, lambda d: d.current_url.endswith("/rfps"))
+        seen["whoami"] = text_of(driver, ".whoami")
+        seen["refused"] = [entry["message"] for entry in driver.get_log("browser")
+                           if "Content Security Policy" in entry["message"]]
+        return seen
+    finally:
+        driver.quit()
+
+
+async def test_browser__an_invited_colleague_joins_from_the_emailed_link(
+    config, profile, admin, conn, smtp
+):
+    await set_password(conn, admin.email)
+    app = create_app(with_config(config, server={"web_base_url": "http://localhost"},
+                                 mail=mail_settings(smtp.port)))
+    runner, base = await serve(app)
+    try:
+        seen = await asyncio.to_thread(invitation_flow, base, profile, admin.email, smtp)
+    finally:
+        await runner.cleanup()
+    assert seen["after_invite"].endswith("/members?done=invited")  # a reload sends nothing again
+    assert seen["notice"].startswith("Invitation sent.")
+    assert seen["heading"].startswith("Join ")
+    assert seen["whoami"] == "Grace Hopper (member)"
+    assert seen["refused"] == []
+    assert await conn.fetchval("SELECT count(*) FROM invitations WHERE state = 'accepted'") == 1

@@ -3,6 +3,9 @@ only, the same throttling), then a server-side session in a cookie."""
 
 from __future__ import annotations
 
+import hmac
+from typing import Any
+
 from aiohttp import web
 
 from ...domain import audit
@@ -42,18 +45,44 @@ def _secure(request: web.Request) -> bool:
     return request.secure or request.app[CONFIG].server.web_base_url.startswith("https://")
 
 
-def _sign_in_form(request: web.Request, *, email: str = "", error: str | None = None,
-                  status: int = 200) -> web.Response:
+def signed_out_form(
+    request: web.Request, template: str, context: dict[str, Any], *, path: str, status: int = 200
+) -> web.Response:
+    """A form sent without a session (sign-in, accepting an invitation, a password reset): its
+    own CSRF token, in a field and in a cookie for `path` only (double submit)."""
     token = new_sign_in_token()
-    response = render(request, "signin.html", {
-        "sign_in_token": token, "email": email, "error": error,
-        "next": _safe_next(request.query.get("next")),
-    }, status=status)
+    response = render(request, template, {**context, "sign_in_token": token}, status=status)
     response.set_cookie(
         SIGN_IN_COOKIE, token, httponly=True, secure=_secure(request), samesite="Strict",
-        path="/signin", max_age=3600,
+        path=path, max_age=3600,
     )
     return response
+
+
+def signed_out_form_sent(request: web.Request, form: Any) -> bool:
+    """Whether a signed-out form came back with its token and from this site. The double-submit
+    cookie alone is forged by a page on a sibling host (evil.example.com writes a cookie for
+    .example.com, and its POST is same-site, so SameSite does not stop it)."""
+    sent = str(form.get("sign_in_token", ""))
+    cookie = request.cookies.get(SIGN_IN_COOKIE, "")
+    return bool(sent) and hmac.compare_digest(sent.encode(), cookie.encode()) and same_origin(request)
+
+
+def signed_in_response(request: web.Request, cookie_value: str, location: str) -> web.HTTPSeeOther:
+    """The redirect that starts a session: its cookie set, the signed-out form's dropped."""
+    response = see_other(location)
+    response.set_cookie(
+        COOKIE, cookie_value, httponly=True, secure=_secure(request), samesite="Lax", path="/",
+        max_age=int(request.app[CONFIG].web.session_ttl_hours * 3600),
+    )
+    return response
+
+
+def _sign_in_form(request: web.Request, *, email: str = "", error: str | None = None,
+                  status: int = 200) -> web.Response:
+    return signed_out_form(request, "signin.html", {
+        "email": email, "error": error, "next": _safe_next(request.query.get("next")),
+    }, path="/signin", status=status)
 
 
 @page(signed_in=False)
@@ -68,12 +97,9 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     email = str(form.get("email", ""))
     password = str(form.get("password", ""))
-    sent = str(form.get("sign_in_token", ""))
-    cookie = request.cookies.get(SIGN_IN_COOKIE, "")
-    # Sent from this site, as every signed-in form: the double-submit cookie alone is forged by
-    # a page on a sibling host (evil.example.com writes a cookie for .example.com, and its POST
-    # is same-site, so SameSite does not stop it), signing the victim into the forger's account.
-    if not sent or sent != cookie or not same_origin(request):
+    # Sent from this site, as every signed-in form (a forged sign-in would sign the victim into
+    # the forger's account).
+    if not signed_out_form_sent(request, form):
         return _sign_in_form(
             request, email=email, status=403,
             error="The sign-in form had expired or came from another site. Please sign in again.",
@@ -104,11 +130,7 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
         cookie_value = await start_session(conn, membership["id"], ttl)
         await audit.record(conn, signed_in_actor(actor(request, email), membership), "auth.signed_in",
                            record_id=membership["id"], after={"session": "web"})
-    response = see_other(_safe_next(str(form.get("next", ""))))
-    response.set_cookie(
-        COOKIE, cookie_value, httponly=True, secure=_secure(request), samesite="Lax", path="/",
-        max_age=int(ttl),
-    )
+    response = signed_in_response(request, cookie_value, _safe_next(str(form.get("next", ""))))
     response.del_cookie(SIGN_IN_COOKIE, path="/signin")
     raise response
 

@@ -29,6 +29,7 @@ from ...domain.errors import (
 )
 from ...domain.sessions import Session, csrf_matches, find_session
 from ...domain.tokens import ROLES, Principal
+from ...logs import redact_url
 from ..auth import (
     PRINCIPAL,
     REQUEST_CONNECTION,
@@ -313,17 +314,17 @@ def failure_page(request: web.Request, exc: BaseException) -> web.Response:
     if db.database_unavailable(exc):
         status, message = 503, "The database is unavailable for a moment. Please try again shortly."
         log.warning("database unavailable in page %s %s (request id %s): %r",
-                    request.method, request.path, request.get(REQUEST_ID), exc)
+                    request.method, redact_url(request.path), request.get(REQUEST_ID), exc)
     elif (conflict := db.transaction_conflict(exc)) is not None:
         status, message = 503, ("This conflicted with another change made at the same moment and"
                            " was rolled back. Please try again.")
         log.warning("transaction rolled back in page %s %s (request id %s): %s %s",
-                    request.method, request.path, request.get(REQUEST_ID), conflict,
+                    request.method, redact_url(request.path), request.get(REQUEST_ID), conflict,
                     getattr(conflict, "detail", None) or "")
     else:
         status, message = 500, "Something went wrong on our side. It has been logged."
         log.exception("unhandled error in page %s %s (request id %s)",
-                      request.method, request.path, request.get(REQUEST_ID), exc_info=exc)
+                      request.method, redact_url(request.path), request.get(REQUEST_ID), exc_info=exc)
     return render(request, "error.html", {
         "status": status, "title": _TITLES.get(status, "Something went wrong"), "message": message,
         "details": [], "request_id": request.get(REQUEST_ID, ""), "back": came_from(request),

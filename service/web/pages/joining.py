@@ -1,0 +1,165 @@
+"""Joining an account without a session: accepting an invitation (`/invitations/{token}`,
+members.accept_invitation, then signed in). The API's rules and guards, through the same domain
+functions; the form has the sign-in form's own CSRF token (account.signed_out_form), and the
+route's configured rate limit is the API route's bucket, shared (as the Ask page shares
+ask_question's).
+
+The link's secret travels in the URL: the access log redacts `/invitations/…`
+(service/logs.py redact_url), and pages send `Referrer-Policy: same-origin`, so no other site
+receives it in a Referer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from ...domain import audit
+from ...domain.audit import Actor
+from ...domain.errors import ServiceError
+from ...domain.members import accept_invitation, read_invitation, signed_in_actor
+from ...domain.passwords import client_key
+from ...domain.sessions import end_session, find_session, start_session
+from ..auth import connection
+from ..keys import CONFIG, DELIVERER, PASSWORDS, POOL
+from ..ratelimit import take_or_refuse
+from ..telemetry import REQUEST_ID
+from .account import signed_in_response, signed_out_form, signed_out_form_sent
+from .common import COOKIE, SESSION, SIGN_IN_COOKIE, error_page, page, read_form, render
+
+_EXPIRED_FORM = "The form had expired or came from another site. Please try again."
+
+
+def _anonymous(request: web.Request, label: str | None = None) -> Actor:
+    """Whoever opened the link: nobody signed in as far as the audit log goes, even when the
+    browser holds someone's session (an admin trying the link out)."""
+    return Actor.anonymous(label, request.remote, request.get(REQUEST_ID))
+
+
+async def _share_api_limit(request: web.Request, route: str) -> None:
+    """The API route's configured rate limit (rate_limits.<route>), from the same bucket."""
+    limit = request.app[CONFIG].rate_limits.get(route)
+    if limit is not None:
+        await take_or_refuse(request, route, limit)
+
+
+def _link_gone(request: web.Request, message: str, *, kind: str) -> web.Response:
+    """An invitation link that does not work (unknown, used, replaced, expired): what
+    happened and what to do, never a 500 or a bare 404."""
+    return render(request, "link_gone.html", {"message": message, "kind": kind}, status=404)
+
+
+def _with_retry_after(response: web.Response, error: ServiceError) -> web.Response:
+    if "Retry-After" in error.headers:
+        response.headers["Retry-After"] = error.headers["Retry-After"]
+    return response
+
+
+_STATUS = {"validation_failed": 422, "rate_limited": 429}
+
+
+# -- invitations --------------------------------------------------------------------------------
+
+
+def _invitation_form(
+    request: web.Request, invitation: dict[str, Any], *, form: Any = None,
+    error: str | None = None, details: list[str] | None = None, status: int = 200,
+) -> web.Response:
+    token = request.match_info["token"]
+    expires = datetime.fromisoformat(str(invitation["expires_at"]).replace("Z", "+00:00"))
+    return signed_out_form(request, "invitation.html", {
+        "invitation": invitation, "token": token, "error": error, "details": details or [],
+        "expires": expires.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),  # as the e-mail says it
+        "first_name": str(form.get("first_name", "")) if form else "",
+        "last_name": str(form.get("last_name", "")) if form else "",
+    }, path="/invitations", status=status)
+
+
+async def _invitation(request: web.Request) -> dict[str, Any] | None:
+    async with connection(request) as conn:
+        try:
+            return await read_invitation(conn, request.match_info["token"])
+        except ServiceError as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+
+
+_INVITATION_STATES = {
+    "accepted": "This invitation has already been accepted. Sign in with the password chosen then.",
+    "revoked": "This invitation was replaced by a newer one: use the link in the latest e-mail.",
+    "expired": "This invitation has expired. Ask an administrator of the account to invite you again.",
+}
+_UNKNOWN_INVITATION = ("This invitation link is unknown. Check that it was copied whole, or ask an "
+                       "administrator of the account to invite you again.")
+
+
+@page(signed_in=False)
+async def invitation_page(request: web.Request) -> web.StreamResponse:
+    invitation = await _invitation(request)
+    if invitation is None:
+        return _link_gone(request, _UNKNOWN_INVITATION, kind="invitation")
+    if invitation["state"] != "pending":
+        return _link_gone(request, _INVITATION_STATES[invitation["state"]], kind="invitation")
+    return _invitation_form(request, invitation)
+
+
+@page(signed_in=False)
+async def accept_invitation_page(request: web.Request) -> web.StreamResponse:
+    form = await read_form(request)
+    invitation = await _invitation(request)
+    if invitation is None:
+        return _link_gone(request, _UNKNOWN_INVITATION, kind="invitation")
+    if invitation["state"] != "pending":
+        return _link_gone(request, _INVITATION_STATES[invitation["state"]], kind="invitation")
+    if not signed_out_form_sent(request, form):
+        return _invitation_form(request, invitation, form=form, error=_EXPIRED_FORM, status=403)
+    fields: dict[str, Any] = {
+        "password": str(form.get("password", "")),
+        "terms_of_service": str(form.get("terms_of_service", "")),
+    }
+    for name in ("first_name", "last_name"):
+        if str(form.get(name, "")).strip():
+            fields[name] = str(form.get(name))
+    await _share_api_limit(request, "accept_invitation")
+    try:
+        member = await accept_invitation(
+            request.app[POOL], request.app[PASSWORDS], request.app[CONFIG],
+            request.match_info["token"], fields, client_key(request.remote), _anonymous(request),
+        )
+    except ServiceError as exc:
+        if exc.code == "not_found":  # accepted, replaced or expired meanwhile
+            return _link_gone(request, _sentence(exc.message), kind="invitation")
+        if exc.code in _STATUS:
+            return _with_retry_after(_invitation_form(
+                request, invitation, form=form, error=_sentence(exc.message),
+                details=exc.details, status=_STATUS[exc.code]), exc)
+        return error_page(request, exc)
+    request.app[DELIVERER].wake()  # member.created, if an endpoint wants it
+    cookie_value = await _start_session(request, member.id)
+    response = signed_in_response(request, cookie_value, "/rfps")
+    response.del_cookie(SIGN_IN_COOKIE, path="/invitations")
+    raise response
+
+
+async def _start_session(request: web.Request, member_id: str) -> str:
+    """Signed in as the member just made; a session the browser held before (someone else's,
+    trying the link) ends."""
+    ttl = request.app[CONFIG].web.session_ttl_hours * 3600
+    async with connection(request) as conn, conn.transaction():
+        if SESSION in request:
+            await end_session(conn, request.cookies.get(COOKIE))
+        cookie_value = await start_session(conn, member_id, ttl)
+        session = await find_session(conn, cookie_value)
+        assert session is not None  # just started, in this transaction
+        who = session.principal
+        membership = {"id": who.member_id, "email": who.email, "account_id": who.account_id}
+        await audit.record(conn, signed_in_actor(_anonymous(request), membership), "auth.signed_in",
+                           record_id=who.member_id, after={"session": "web"})
+    return cookie_value
+
+
+def _sentence(message: str) -> str:
+    text = message[:1].upper() + message[1:]
+    return text if text.endswith((".", ":")) else text + "."

@@ -1,0 +1,177 @@
+"""Joining an account in the web app (service/web/pages/joining.py): the invitation page, over
+real HTTP with the e-mails read from a real SMTP server."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from conftest import mail_settings, with_config
+
+# The shared page fixtures are imported to register them; tests take them as arguments by name.
+from page_client import PASSWORD, aiohttp_client_cls, field, set_password  # noqa: F401
+
+from service.domain.members import invitation_mail
+from service.logs import redact_url
+from service.web.app import create_app
+
+NEW_PASSWORD = "a brand new passphrase"
+
+
+async def mail_client(aiohttp_client: Any, config: Any, smtp: Any, **sections: Any) -> TestClient:
+    return await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, mail=mail_settings(smtp.port),
+        **sections)))
+
+
+async def sign_in(client: TestClient, email: str, password: str = PASSWORD) -> str:
+    token = field(await (await client.get("/signin")).text(), "sign_in_token")
+    signed = await client.post("/signin", allow_redirects=False, data={
+        "email": email, "password": password, "sign_in_token": token})
+    assert signed.status == 303, await signed.text()
+    return field(await (await client.get("/rfps")).text(), "csrf_token")
+
+
+async def invite(client: TestClient, csrf: str, email: str, role: str = "member") -> None:
+    sent = await client.post("/members/invite", allow_redirects=False,
+                             data={"csrf_token": csrf, "email": email, "role": role})
+    assert sent.status == 303 and sent.headers["Location"] == "/members?done=invited"
+
+
+def link(message: Any, pattern: str) -> str:
+    found = re.search(pattern, message.get_content())
+    assert found, message.get_content()
+    return found.group(1)
+
+
+def invitation_path(message: Any) -> str:
+    return link(message, r"http://localhost(/invitations/[\w-]+)")
+
+
+async def test_invitation_page__the_emailed_link_accepts_and_signs_in(
+    aiohttp_client, config, admin, conn, smtp,
+):
+    admin_client = await mail_client(aiohttp_client, config, smtp)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(admin_client, admin.email)
+    await invite(admin_client, csrf, "grace@example.test", "viewer")
+    members = await (await admin_client.get("/members?done=invited")).text()
+    assert "Invitation sent." in members
+    [message] = await smtp.wait_for(1)
+    path = invitation_path(message)
+
+    invitee = await mail_client(aiohttp_client, config, smtp)
+    shown = await invitee.get(path)
+    assert shown.status == 200
+    html = await shown.text()
+    account_name = await conn.fetchval("SELECT name FROM accounts WHERE id = $1", admin.account_id)
+    assert str(account_name) in html and "grace@example.test" in html and "(viewer)" in html
+    expires = await conn.fetchval("SELECT expires_at FROM invitations")
+    assert f"expires {expires.astimezone(UTC):%Y-%m-%d %H:%M} UTC." in html  # as the e-mail says
+    assert shown.headers["Referrer-Policy"] == "same-origin"  # the token goes to no other site
+    assert "form-action 'self'" in shown.headers["Content-Security-Policy"]
+    assert shown.cookies["rfp_sign_in"]["path"] == "/invitations"
+    token = field(html, "sign_in_token")
+    good = {"sign_in_token": token, "first_name": "Grace", "last_name": "Hopper",
+            "password": NEW_PASSWORD, "terms_of_service": "accepted"}
+
+    # Without the form's token, from another site, a short password, the terms not accepted.
+    # Without the form's token, from another site, a short password, the terms not accepted;
+    # each refusal is the form again, with a new token (and cookie).
+    forged = await invitee.post(path, data={**good, "sign_in_token": "forged"}, allow_redirects=False)
+    assert forged.status == 403 and "expired or came from another site" in await forged.text()
+    good["sign_in_token"] = field(await forged.text(), "sign_in_token")
+    elsewhere = await invitee.post(path, data=good, headers={"Origin": "https://evil.example"},
+                                   allow_redirects=False)
+    assert elsewhere.status == 403
+    good["sign_in_token"] = field(await elsewhere.text(), "sign_in_token")
+    short = await invitee.post(path, data={**good, "password": "too short"}, allow_redirects=False)
+    assert short.status == 422
+    short_html = await short.text()
+    assert "password" in short_html and 'value="Grace"' in short_html  # what was typed stays
+    good["sign_in_token"] = field(short_html, "sign_in_token")
+    terms = {k: v for k, v in good.items() if k != "terms_of_service"}
+    refused = await invitee.post(path, data=terms, allow_redirects=False)
+    assert refused.status == 422 and "terms_of_service" in await refused.text()
+    good["sign_in_token"] = field(await refused.text(), "sign_in_token")
+    assert await conn.fetchval("SELECT count(*) FROM users WHERE email = 'grace@example.test'") == 0
+
+    accepted = await invitee.post(path, data=good, allow_redirects=False)
+    assert accepted.status == 303 and accepted.headers["Location"] == "/rfps"
+    assert accepted.cookies["rfp_session"]["httponly"]
+    rfps = await invitee.get("/rfps")
+    assert rfps.status == 200 and "Grace Hopper" in await rfps.text()
+    role = await conn.fetchval(
+        "SELECT m.role::text FROM members m JOIN users u ON u.id = m.user_id"
+        " WHERE u.email = 'grace@example.test' AND m.account_id = $1", admin.account_id)
+    assert role == "viewer"
+    events = await conn.fetch("SELECT action, actor_type FROM audit_events WHERE action IN"
+                              " ('invitation.accepted', 'auth.signed_in') ORDER BY id")
+    assert [e["action"] for e in events][-2:] == ["invitation.accepted", "auth.signed_in"]
+
+    again = await invitee.get(path)
+    assert again.status == 404 and "already been accepted" in await again.text()
+    posted_again = await invitee.post(path, data=good, allow_redirects=False)
+    assert posted_again.status == 404 and "already been accepted" in await posted_again.text()
+
+
+async def test_invitation_page__unknown_replaced_and_expired_links_say_so(
+    aiohttp_client, config, admin, conn, smtp,
+):
+    client = await mail_client(aiohttp_client, config, smtp)
+    unknown = await client.get("/invitations/no-such-token")
+    assert unknown.status == 404 and "This invitation link is unknown" in await unknown.text()
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    await invite(client, csrf, "ada@example.test")
+    await invite(client, csrf, "ada@example.test")  # replaces the first
+    first, second = [invitation_path(m) for m in await smtp.wait_for(2)]
+    replaced = await client.get(first)
+    assert replaced.status == 404 and "replaced by a newer one" in await replaced.text()
+    await conn.execute("UPDATE invitations SET expires_at = now() - interval '1 second'")
+    expired = await client.get(second)
+    assert expired.status == 404 and "has expired" in await expired.text()
+    assert "Ask an administrator" in await expired.text()
+
+
+async def test_invitation_page__password_attempts_count_in_the_apis_buckets(
+    aiohttp_client, config, admin, make_account, conn, smtp,
+):
+    """Someone with a sign-in already gives its password to accept: a password attempt, counted
+    in members.sign_in_per_email whichever door it comes by (API or page)."""
+    client = await mail_client(aiohttp_client, config, smtp,
+                               members={"sign_in_per_email": {"limit": 2, "period_seconds": 900}})
+    elsewhere = await make_account()  # a user of another account, with a password of their own
+    await set_password(conn, elsewhere.email)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    await invite(client, csrf, elsewhere.email)
+    path = invitation_path((await smtp.wait_for(1))[0])
+    wrong = "not my password at all"
+    api = await client.post(f"/api/v1{path}/accept",
+                            json={"password": wrong, "terms_of_service": "accepted"})
+    assert api.status == 422
+    page = await client.get(path)
+    data = {"sign_in_token": field(await page.text(), "sign_in_token"), "password": wrong,
+            "terms_of_service": "accepted"}
+    refused = await client.post(path, data=data)
+    assert refused.status == 422 and "give its password" in await refused.text()
+    data["sign_in_token"] = field(await refused.text(), "sign_in_token")
+    throttled = await client.post(path, data={**data, "password": PASSWORD})
+    assert throttled.status == 429 and "Retry-After" in throttled.headers
+    assert 'name="password"' in await throttled.text()  # the form again, to try later
+    assert await conn.fetchval("SELECT state::text FROM invitations") == "pending"
+
+
+def test_mails__lead_with_the_web_link_and_the_api_follows():
+    expires = datetime(2030, 1, 2, 3, 4, tzinfo=UTC)
+    _, body = invitation_mail("https://rfp.example", "Acme", "TOKEN", expires)
+    web_at = body.index("https://rfp.example/invitations/TOKEN")
+    assert web_at < body.index("https://rfp.example/api/v1/invitations/TOKEN") and "curl" not in body[:web_at]
+    assert "2030-01-02 03:04 UTC" in body
+
+
+def test_logs__the_pages_link_secrets_are_redacted():
+    assert redact_url("/invitations/SECRET") == "/invitations/[redacted]"
