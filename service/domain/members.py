@@ -749,18 +749,30 @@ async def change_password(
 
 
 def password_reset_mail(base_url: str, token: str, ttl_hours: float) -> tuple[str, str]:
+    """The reset link: the web app's /password/reset page first, where the new password is typed
+    in a form; the API's way follows, for integrations."""
+    link = f"{base_url}/password/reset?token={token}"
     body = f"""Hello,
 
 someone (hopefully you) asked to reset the password of this address on the RFP response service.
-Choose a new password within {ttl_hours:g} hours (the link works once):
+Open this link within {ttl_hours:g} hours to choose a new password (it works once):
 
+{link}
+
+Every sign-in made with the old password ends. If you did not ask for this, ignore this
+message: your password stays as it is.
+
+For integrations, the same through the API:
 curl -X POST {base_url}/api/v1/users/password/reset/complete -H 'Content-Type: application/json' \\
      -d '{{"token": "{token}", "password": "…"}}'
-
-Every token signed in with the old password stops working. If you did not ask for this, ignore
-this message: your password stays as it is.
 """
     return "Reset your password", body
+
+
+async def password_reset_link_is_live(conn: asyncpg.Connection, token: str) -> bool:
+    """Whether a reset link still works (unknown, used and expired ones do not), without
+    spending it: the web app's reset page says so before its form is filled in."""
+    return bool(await conn.fetchval(db.query("password_reset_is_live"), hash_token(token)))
 
 
 async def request_password_reset(

@@ -1,5 +1,6 @@
-"""Joining an account in the web app (service/web/pages/joining.py): the invitation page, over
-real HTTP with the e-mails read from a real SMTP server."""
+"""Joining and recovering an account in the web app (service/web/pages/joining.py): the invitation
+page, "Forgot your password?" and the reset page, over real HTTP with the e-mails read from a
+real SMTP server."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from conftest import mail_settings, with_config
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 from page_client import PASSWORD, aiohttp_client_cls, field, set_password  # noqa: F401
 
-from service.domain.members import invitation_mail
+from service.domain.members import invitation_mail, password_reset_mail
 from service.logs import redact_url
 from service.web.app import create_app
 
@@ -165,13 +166,88 @@ async def test_invitation_page__password_attempts_count_in_the_apis_buckets(
     assert await conn.fetchval("SELECT state::text FROM invitations") == "pending"
 
 
+async def test_password_reset__forgot_link_reset_and_sign_in(
+    aiohttp_client, config, admin, conn, smtp,
+):
+    client = await mail_client(aiohttp_client, config, smtp)
+    await set_password(conn, admin.email)
+    signin = await (await client.get("/signin")).text()
+    assert 'href="/password/forgot"' in signin and "Forgot your password?" in signin
+    form = await client.get("/password/forgot")
+    assert form.status == 200 and form.cookies["rfp_sign_in"]["path"] == "/password"
+    answers = []
+    for email in ("nobody@example.test", admin.email):  # the same answer, known or not
+        token = field(await (await client.get("/password/forgot")).text(), "sign_in_token")
+        sent = await client.post("/password/forgot", allow_redirects=False,
+                                 data={"sign_in_token": token, "email": email})
+        answers.append((sent.status, sent.headers["Location"]))
+    assert answers == [(303, "/password/forgot?sent=1")] * 2
+    assert "a link to choose a new password is on its way" in await (
+        await client.get("/password/forgot?sent=1")).text()
+    forged = await client.post("/password/forgot", data={"email": admin.email})
+    assert forged.status == 403
+    [message] = await smtp.wait_for(1)
+    assert message["To"] == admin.email
+    path = link(message, r"http://localhost(/password/reset\?token=[\w-]+)")
+
+    page = await client.get(path)
+    assert page.status == 200 and page.headers["Referrer-Policy"] == "same-origin"
+    html = await page.text()
+    token, reset_token = field(html, "sign_in_token"), field(html, "token")
+    good = {"sign_in_token": token, "token": reset_token, "password": NEW_PASSWORD}
+    forged = await client.post("/password/reset", data={**good, "sign_in_token": "x"})
+    assert forged.status == 403
+    good["sign_in_token"] = field(await forged.text(), "sign_in_token")
+    short = await client.post("/password/reset", data={**good, "password": "short"})
+    assert short.status == 422 and "password" in await short.text()
+    good["sign_in_token"] = field(await short.text(), "sign_in_token")
+    done = await client.post("/password/reset", data=good, allow_redirects=False)
+    assert done.status == 303 and done.headers["Location"] == "/signin?done=reset"
+    assert "Your new password is set" in await (await client.get("/signin?done=reset")).text()
+    await sign_in(client, admin.email, NEW_PASSWORD)
+
+    used = await client.get(path)
+    assert used.status == 404 and "unknown, already used or expired" in await used.text()
+    assert 'href="/password/forgot"' in await used.text()
+    again = await client.post("/password/reset", data=good)
+    assert again.status == 404
+    unknown = await client.get("/password/reset?token=made-up")
+    assert unknown.status == 404 and "Ask for a new one" in await unknown.text()
+    assert (await client.get("/password/reset")).status == 404
+
+
+async def test_password_reset__the_apis_route_limit_is_shared(aiohttp_client, config, admin, conn, smtp):
+    client = await mail_client(
+        aiohttp_client, config, smtp,
+        rate_limits={"request_password_reset": {"limit": 1, "period_seconds": 60}})
+    api = await client.post("/api/v1/users/password/reset", json={"email": admin.email})
+    assert api.status == 202
+    token = field(await (await client.get("/password/forgot")).text(), "sign_in_token")
+    page = await client.post("/password/forgot", data={"sign_in_token": token, "email": admin.email})
+    assert page.status == 429 and "Retry-After" in page.headers
+
+
 def test_mails__lead_with_the_web_link_and_the_api_follows():
     expires = datetime(2030, 1, 2, 3, 4, tzinfo=UTC)
     _, body = invitation_mail("https://rfp.example", "Acme", "TOKEN", expires)
     web_at = body.index("https://rfp.example/invitations/TOKEN")
     assert web_at < body.index("https://rfp.example/api/v1/invitations/TOKEN") and "curl" not in body[:web_at]
     assert "2030-01-02 03:04 UTC" in body
+    _, body = password_reset_mail("https://rfp.example", "TOKEN", 2)
+    web_at = body.index("https://rfp.example/password/reset?token=TOKEN")
+    assert web_at < body.index("/api/v1/users/password/reset/complete") and "curl" not in body[:web_at]
 
 
 def test_logs__the_pages_link_secrets_are_redacted():
     assert redact_url("/invitations/SECRET") == "/invitations/[redacted]"
+    assert redact_url("/password/reset?token=SECRET") == "/password/reset?token=[redacted]"
+
+
+async def test_password_forgot__an_address_with_nul_or_too_long_is_the_form_again(
+    aiohttp_client, config, smtp,
+):
+    client = await mail_client(aiohttp_client, config, smtp)
+    for email in ("a\x00b@example.test", "a" * 250 + "@example.test", "  "):
+        token = field(await (await client.get("/password/forgot")).text(), "sign_in_token")
+        sent = await client.post("/password/forgot", data={"sign_in_token": token, "email": email})
+        assert sent.status == 422 and "Enter your e-mail address" in await sent.text(), repr(email)

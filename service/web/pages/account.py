@@ -78,10 +78,16 @@ def signed_in_response(request: web.Request, cookie_value: str, location: str) -
     return response
 
 
+_NOTICES = {
+    "reset": "Your new password is set: sign in with it.",
+}
+
+
 def _sign_in_form(request: web.Request, *, email: str = "", error: str | None = None,
                   status: int = 200) -> web.Response:
     return signed_out_form(request, "signin.html", {
         "email": email, "error": error, "next": _safe_next(request.query.get("next")),
+        "notice": None if error else _NOTICES.get(request.query.get("done", "")),
     }, path="/signin", status=status)
 
 

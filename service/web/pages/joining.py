@@ -1,12 +1,13 @@
-"""Joining an account without a session: accepting an invitation (`/invitations/{token}`,
-members.accept_invitation, then signed in). The API's rules and guards, through the same domain
-functions; the form has the sign-in form's own CSRF token (account.signed_out_form), and the
-route's configured rate limit is the API route's bucket, shared (as the Ask page shares
-ask_question's).
+"""Joining and recovering an account without a session: accepting an invitation
+(`/invitations/{token}`, members.accept_invitation, then signed in) and a forgotten password
+(`/password/forgot` → members.request_password_reset, the e-mailed `/password/reset?token=…` →
+members.reset_password). The API's rules and guards, through the same domain functions; each form
+has the sign-in form's own CSRF token (account.signed_out_form), and a route's configured rate
+limit is the API route's bucket, shared (as the Ask page shares ask_question's).
 
-The link's secret travels in the URL: the access log redacts `/invitations/…`
+The links' secrets travel in the URL: the access log redacts `/invitations/…` and `token=…`
 (service/logs.py redact_url), and pages send `Referrer-Policy: same-origin`, so no other site
-receives it in a Referer."""
+receives them in a Referer; the reset form carries its token in the body."""
 
 from __future__ import annotations
 
@@ -18,15 +19,22 @@ from aiohttp import web
 from ...domain import audit
 from ...domain.audit import Actor
 from ...domain.errors import ServiceError
-from ...domain.members import accept_invitation, read_invitation, signed_in_actor
+from ...domain.members import (
+    accept_invitation,
+    password_reset_link_is_live,
+    read_invitation,
+    request_password_reset,
+    reset_password,
+    signed_in_actor,
+)
 from ...domain.passwords import client_key
 from ...domain.sessions import end_session, find_session, start_session
 from ..auth import connection
-from ..keys import CONFIG, DELIVERER, PASSWORDS, POOL
+from ..keys import CONFIG, DELIVERER, MAIL_SENDER, PASSWORDS, POOL
 from ..ratelimit import take_or_refuse
 from ..telemetry import REQUEST_ID
 from .account import signed_in_response, signed_out_form, signed_out_form_sent
-from .common import COOKIE, SESSION, SIGN_IN_COOKIE, error_page, page, read_form, render
+from .common import COOKIE, SESSION, SIGN_IN_COOKIE, error_page, page, read_form, render, see_other
 
 _EXPIRED_FORM = "The form had expired or came from another site. Please try again."
 
@@ -45,7 +53,7 @@ async def _share_api_limit(request: web.Request, route: str) -> None:
 
 
 def _link_gone(request: web.Request, message: str, *, kind: str) -> web.Response:
-    """An invitation link that does not work (unknown, used, replaced, expired): what
+    """An invitation or reset link that does not work (unknown, used, replaced, expired): what
     happened and what to do, never a 500 or a bare 404."""
     return render(request, "link_gone.html", {"message": message, "kind": kind}, status=404)
 
@@ -163,3 +171,95 @@ async def _start_session(request: web.Request, member_id: str) -> str:
 def _sentence(message: str) -> str:
     text = message[:1].upper() + message[1:]
     return text if text.endswith((".", ":")) else text + "."
+
+
+# -- a forgotten password -----------------------------------------------------------------------
+
+
+def _forgot_form(request: web.Request, *, email: str = "", error: str | None = None,
+                 status: int = 200) -> web.Response:
+    return signed_out_form(request, "password_forgot.html", {
+        "email": email, "error": error, "sent": request.query.get("sent") == "1",
+    }, path="/password", status=status)
+
+
+@page(signed_in=False)
+async def forgot_page(request: web.Request) -> web.StreamResponse:
+    return _forgot_form(request)
+
+
+@page(signed_in=False)
+async def forgot(request: web.Request) -> web.StreamResponse:
+    """The API's POST /users/password/reset: the same answer whether or not the address has a
+    sign-in (and the same bucket per address), then a redirect, so a reload sends nothing."""
+    form = await read_form(request)
+    email = str(form.get("email", ""))
+    if not signed_out_form_sent(request, form):
+        return _forgot_form(request, email=email, error=_EXPIRED_FORM, status=403)
+    await _share_api_limit(request, "request_password_reset")
+    try:
+        async with connection(request) as conn:
+            await request_password_reset(conn, request.app[CONFIG], {"email": email},
+                                         _anonymous(request))
+    except ServiceError as exc:
+        if exc.code == "validation_failed":
+            return _forgot_form(request, email=email, status=422,
+                                error="Enter your e-mail address (at most 254 characters).")
+        raise
+    request.app[MAIL_SENDER].wake()
+    raise see_other("/password/forgot?sent=1")
+
+
+def _reset_form(request: web.Request, token: str, *, error: str | None = None,
+                details: list[str] | None = None, status: int = 200) -> web.Response:
+    return signed_out_form(request, "password_reset.html", {
+        "token": token, "error": error, "details": details or [],
+        "hours": request.app[CONFIG].members.password_reset_ttl_hours,
+    }, path="/password", status=status)
+
+
+_RESET_GONE = ("This password reset link is unknown, already used or expired: each link works "
+               "once, for a limited time. Ask for a new one below.")
+
+
+@page(signed_in=False)
+async def reset_page(request: web.Request) -> web.StreamResponse:
+    token = request.query.get("token", "")
+    if not await _reset_link_works(request, token):
+        return _link_gone(request, _RESET_GONE, kind="reset")
+    return _reset_form(request, token)
+
+
+async def _reset_link_works(request: web.Request, token: str) -> bool:
+    if not token or len(token) > 200:
+        return False
+    async with connection(request) as conn:
+        return await password_reset_link_is_live(conn, token)
+
+
+@page(signed_in=False)
+async def reset(request: web.Request) -> web.StreamResponse:
+    """The API's POST /users/password/reset/complete; then back to the sign-in page, which says
+    the new password is set (every session and token of the user has ended)."""
+    form = await read_form(request)
+    token = str(form.get("token", ""))
+    if not await _reset_link_works(request, token):
+        return _link_gone(request, _RESET_GONE, kind="reset")
+    if not signed_out_form_sent(request, form):
+        return _reset_form(request, token, error=_EXPIRED_FORM, status=403)
+    await _share_api_limit(request, "reset_password")
+    try:
+        await reset_password(request.app[POOL], request.app[PASSWORDS],
+                             {"token": token, "password": str(form.get("password", ""))},
+                             _anonymous(request))
+    except ServiceError as exc:
+        if exc.code == "not_found":
+            return _link_gone(request, _RESET_GONE, kind="reset")
+        if exc.code in _STATUS:
+            return _with_retry_after(_reset_form(
+                request, token, error=_sentence(exc.message), details=exc.details,
+                status=_STATUS[exc.code]), exc)
+        raise
+    response = see_other("/signin?done=reset")
+    response.del_cookie(SIGN_IN_COOKIE, path="/password")
+    raise response
