@@ -7,6 +7,7 @@ import logging
 import re
 import sys
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 from yarl import URL
@@ -145,16 +146,22 @@ async def test_access_log__percent_encoded_secrets_are_redacted_too(
         "/api/v1/invitations/SECRETPLAIN",
     ):
         await client.get(URL(url, encoded=True))
+    # The web app's invitation and reset pages (HTML: past the client's OpenAPI check).
+    async with aiohttp.ClientSession() as browser:
+        for url in ("/invitations/SECRETPAGE", "/password/reset?token=SECRETRESET"):
+            async with browser.get(server.make_url(url)) as page:
+                assert page.status == 404
     await client.close()
     if deferred is not None:
         deferred.close()
     for _ in range(100):
-        if len(stream.getvalue().splitlines()) >= 3:
+        if len(stream.getvalue().splitlines()) >= 5:
             break
         await asyncio.sleep(0.01)
     lines = [line for line in map(json.loads, stream.getvalue().splitlines()) if "route" in line]
-    assert len(lines) == 3 and "SECRET" not in stream.getvalue()
-    assert [line["route"] for line in lines] == ["get_invitation", "confirm_email_link", "get_invitation"]
+    assert len(lines) == 5 and "SECRET" not in stream.getvalue()
+    assert [line["route"] for line in lines] == [
+        "get_invitation", "confirm_email_link", "get_invitation", "page_invitation", "page_password_reset"]
 
 
 def test_deferred_handler__writes_within_its_interval_without_closing():
