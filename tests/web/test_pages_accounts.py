@@ -92,6 +92,7 @@ async def test_invitation_page__the_emailed_link_accepts_and_signs_in(
     assert short.status == 422
     short_html = await short.text()
     assert "password" in short_html and 'value="Grace"' in short_html  # what was typed stays
+    assert "Please correct this:" in short_html and "could not be saved" not in short_html
     good["sign_in_token"] = field(short_html, "sign_in_token")
     terms = {k: v for k, v in good.items() if k != "terms_of_service"}
     refused = await invitee.post(path, data=terms, allow_redirects=False)

@@ -141,7 +141,7 @@ async def accept_invitation_page(request: web.Request) -> web.StreamResponse:
             return _link_gone(request, _sentence(exc.message), kind="invitation")
         if exc.code in _STATUS:
             return _with_retry_after(_invitation_form(
-                request, invitation, form=form, error=_sentence(exc.message),
+                request, invitation, form=form, error=_sentence(exc),
                 details=exc.details, status=_STATUS[exc.code]), exc)
         return error_page(request, exc)
     request.app[DELIVERER].wake()  # member.created, if an endpoint wants it
@@ -168,8 +168,13 @@ async def _start_session(request: web.Request, member_id: str) -> str:
     return cookie_value
 
 
-def _sentence(message: str) -> str:
-    text = message[:1].upper() + message[1:]
+def _sentence(error: ServiceError | str) -> str:
+    """An error's message as the form shows it; a validation's is its details, below this."""
+    if isinstance(error, ServiceError):
+        if error.code == "validation_failed":
+            return "Please correct this:"
+        error = error.message
+    text = error[:1].upper() + error[1:]
     return text if text.endswith((".", ":")) else text + "."
 
 
@@ -257,7 +262,7 @@ async def reset(request: web.Request) -> web.StreamResponse:
             return _link_gone(request, _RESET_GONE, kind="reset")
         if exc.code in _STATUS:
             return _with_retry_after(_reset_form(
-                request, token, error=_sentence(exc.message), details=exc.details,
+                request, token, error=_sentence(exc), details=exc.details,
                 status=_STATUS[exc.code]), exc)
         raise
     response = see_other("/signin?done=reset")
