@@ -235,13 +235,16 @@ accepts it.
 
 
 def added_mail(base_url: str, account_name: str) -> tuple[str, str]:
+    """"You were added": the web app's sign-in page first; the API's way follows, for integrations."""
     body = f"""Hello,
 
 an administrator of {account_name} added you as a member on the RFP response service.
-Sign in with your existing password (choose the account with its account_id):
+Sign in with your existing password:
 
-curl -X POST {base_url}/api/v1/tokens -H 'Content-Type: application/json' \\
-     -d '{{"email": "…", "password": "…"}}'
+{base_url}/signin
+
+For integrations, the API's way: POST {base_url}/api/v1/tokens with your e-mail address,
+password and this account's id (README: Members).
 
 If you did not expect this, tell the account's administrator; your password is unchanged.
 """

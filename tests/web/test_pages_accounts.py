@@ -14,7 +14,7 @@ from conftest import mail_settings, with_config
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 from page_client import PASSWORD, aiohttp_client_cls, field, set_password  # noqa: F401
 
-from service.domain.members import invitation_mail, password_reset_mail
+from service.domain.members import added_mail, invitation_mail, password_reset_mail
 from service.logs import redact_url
 from service.web.app import create_app
 
@@ -237,6 +237,9 @@ def test_mails__lead_with_the_web_link_and_the_api_follows():
     _, body = password_reset_mail("https://rfp.example", "TOKEN", 2)
     web_at = body.index("https://rfp.example/password/reset?token=TOKEN")
     assert web_at < body.index("/api/v1/users/password/reset/complete") and "curl" not in body[:web_at]
+    _, body = added_mail("https://rfp.example", "Acme")
+    web_at = body.index("https://rfp.example/signin")
+    assert web_at < body.index("https://rfp.example/api/v1/tokens") and "curl" not in body
 
 
 def test_logs__the_pages_link_secrets_are_redacted():
