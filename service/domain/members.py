@@ -188,19 +188,20 @@ async def fetch_member(conn: asyncpg.Connection, member_id: str, account_id: str
 
 
 def confirmation_mail(base_url: str, account_name: str, token: str, ttl_hours: float) -> tuple[str, str]:
-    link = f"{base_url}/api/v1/users/confirmation?token={token}"
+    """The confirmation of a sign-in an admin created: the web app's /confirm page first, where
+    the user chooses a password in a form; the API's way follows, for integrations."""
     body = f"""Hello,
 
 an administrator of {account_name} created a sign-in for you on the RFP response service.
 Confirm your e-mail address and choose your password (12 to 128 characters) within
-{ttl_hours:g} hours:
+{ttl_hours:g} hours, here (the link works once):
 
-curl -X POST {base_url}/api/v1/users/confirmation -H 'Content-Type: application/json' \\
-     -d '{{"token": "{token}", "password": "…"}}'
+{base_url}/confirm?token={token}
 
-(The link {link} shows this again.)
+For integrations, the API's way: POST {base_url}/api/v1/users/confirmation with
+{{"token": "{token}", "password": "…"}}.
 
-The link works once. If you did not expect this message, ignore it.
+If you did not expect this message, ignore it.
 """
     return "Confirm your e-mail address", body
 

@@ -25,7 +25,7 @@ def new_user(**fields: Any) -> dict[str, Any]:
 
 def confirmation_token(message: Any) -> str:
     body = message.get_content()
-    match = re.search(r"https://app\.example\.test/api/v1/users/confirmation\?token=([\w-]+)", body)
+    match = re.search(r"https://app\.example\.test/confirm\?token=([\w-]+)", body)
     assert match, body
     return match.group(1)
 

@@ -607,7 +607,8 @@ async def test_csrf__every_post_route_refuses_a_request_without_the_token(app_cl
     ids = {"id": rfp_id, "item_id": "item_x"}
     before = await conn.fetchval("SELECT count(*) FROM rfps")
     # The forms sent without a session have a token of their own (test_pages_accounts.py).
-    signed_out = ("/signin", "/invitations/{token}", "/password/forgot", "/password/reset")
+    signed_out = (
+        "/signin", "/invitations/{token}", "/confirm", "/password/forgot", "/password/reset")
     posts = [r for r in routes() if r.method == "POST" and r.path not in signed_out]
     assert len(posts) >= 12
     for route in posts:

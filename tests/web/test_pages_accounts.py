@@ -228,6 +228,41 @@ async def test_password_reset__the_apis_route_limit_is_shared(aiohttp_client, co
     assert page.status == 429 and "Retry-After" in page.headers
 
 
+async def test_confirm_page__an_admin_created_sign_in_is_confirmed_with_a_password_in_a_form(
+    aiohttp_client, config, admin, conn, smtp,
+):
+    """The confirmation e-mail gave a curl command; its link opens a form now (opening it spends
+    nothing), and the password chosen there signs in."""
+    client = await mail_client(aiohttp_client, config, smtp)
+    created = await client.post("/api/v1/users", headers=admin.headers, json={"user": {
+        "email": "grace@example.test", "password": PASSWORD, "terms_of_service": "accepted"}})
+    assert created.status == 201, await created.text()
+    [message] = await smtp.wait_for(1)
+    path = link(message, r"http://localhost(/confirm\?token=[\w-]+)")
+    assert "curl" not in message.get_content()
+
+    page = await client.get(path)
+    assert page.status == 200 and page.headers["Referrer-Policy"] == "same-origin"
+    html = await page.text()
+    good = {"sign_in_token": field(html, "sign_in_token"), "token": field(html, "token"),
+            "password": NEW_PASSWORD}
+    assert await (await client.get(path)).text()  # opened twice: still works
+    forged = await client.post("/confirm", data={**good, "sign_in_token": "x"})
+    assert forged.status == 403
+    good["sign_in_token"] = field(await forged.text(), "sign_in_token")
+    short = await client.post("/confirm", data={**good, "password": "short"})
+    assert short.status == 422 and "password" in await short.text()
+    good["sign_in_token"] = field(await short.text(), "sign_in_token")
+    done = await client.post("/confirm", data=good, allow_redirects=False)
+    assert done.status == 303 and done.headers["Location"] == "/signin?done=confirmed"
+    assert "Your address is confirmed" in await (await client.get("/signin?done=confirmed")).text()
+    await sign_in(client, "grace@example.test", NEW_PASSWORD)
+
+    for gone in (path, "/confirm?token=made-up", "/confirm"):
+        used = await client.get(gone)
+        assert used.status == 404 and "confirmation link cannot be used" in await used.text()
+
+
 def test_mails__lead_with_the_web_link_and_the_api_follows():
     expires = datetime(2030, 1, 2, 3, 4, tzinfo=UTC)
     _, body = invitation_mail("https://rfp.example", "Acme", "TOKEN", expires)

@@ -80,6 +80,7 @@ def signed_in_response(request: web.Request, cookie_value: str, location: str) -
 
 _NOTICES = {
     "reset": "Your new password is set: sign in with it.",
+    "confirmed": "Your address is confirmed: sign in with your password.",
 }
 
 

@@ -1,5 +1,6 @@
 """Joining and recovering an account without a session: accepting an invitation
-(`/invitations/{token}`, members.accept_invitation, then signed in) and a forgotten password
+(`/invitations/{token}`, members.accept_invitation, then signed in), confirming the address of a
+sign-in an administrator created (`/confirm?token=…`, members.confirm_email) and a forgotten password
 (`/password/forgot` → members.request_password_reset, the e-mailed `/password/reset?token=…` →
 members.reset_password). The API's rules and guards, through the same domain functions; each form
 has the sign-in form's own CSRF token (account.signed_out_form), and a route's configured rate
@@ -18,9 +19,13 @@ from aiohttp import web
 
 from ...domain import audit
 from ...domain.audit import Actor
+from ...domain.convert import structure
 from ...domain.errors import ServiceError
 from ...domain.members import (
+    ConfirmationInput,
     accept_invitation,
+    confirm_email,
+    confirmation_needs_password,
     password_reset_link_is_live,
     read_invitation,
     request_password_reset,
@@ -267,4 +272,73 @@ async def reset(request: web.Request) -> web.StreamResponse:
         raise
     response = see_other("/signin?done=reset")
     response.del_cookie(SIGN_IN_COOKIE, path="/password")
+    raise response
+
+
+# -- the confirmation of a sign-in an administrator created ------------------------------------
+
+
+_CONFIRM_GONE = ("This confirmation link is unknown, already used or expired: each link works once, "
+                 "for a limited time. Ask an administrator of the account for a new one, or sign in "
+                 "if you confirmed already.")
+
+
+async def _confirmation_needs_password(request: web.Request, token: str) -> bool | None:
+    """Whether a live link still needs a password chosen; None for a link that does not work."""
+    if not token or len(token) > 200:
+        return None
+    async with connection(request) as conn:
+        try:
+            return await confirmation_needs_password(conn, token)
+        except ServiceError as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+
+
+def _confirm_form(request: web.Request, token: str, needs_password: bool, *,
+                  error: str | None = None, details: list[str] | None = None,
+                  status: int = 200) -> web.Response:
+    return signed_out_form(request, "confirm.html", {
+        "token": token, "needs_password": needs_password, "error": error, "details": details or [],
+    }, path="/confirm", status=status)
+
+
+@page(signed_in=False)
+async def confirm_page(request: web.Request) -> web.StreamResponse:
+    """The e-mail's link: a form to choose the password (or, for a user with one of their own, to
+    confirm); opening it changes nothing."""
+    token = request.query.get("token", "")
+    needs_password = await _confirmation_needs_password(request, token)
+    if needs_password is None:
+        return _link_gone(request, _CONFIRM_GONE, kind="confirm")
+    return _confirm_form(request, token, needs_password)
+
+
+@page(signed_in=False)
+async def confirm(request: web.Request) -> web.StreamResponse:
+    """The API's POST /users/confirmation; then to the sign-in page, which says so."""
+    form = await read_form(request)
+    token = str(form.get("token", ""))
+    needs_password = await _confirmation_needs_password(request, token)
+    if needs_password is None:
+        return _link_gone(request, _CONFIRM_GONE, kind="confirm")
+    if not signed_out_form_sent(request, form):
+        return _confirm_form(request, token, needs_password, error=_EXPIRED_FORM, status=403)
+    await _share_api_limit(request, "confirm_email")
+    fields = {"token": token, "password": str(form.get("password", "")) if needs_password else None}
+    try:
+        data = structure(fields, ConfirmationInput)  # the API's rules for the password
+        await confirm_email(request.app[POOL], request.app[PASSWORDS], data.token, data.password,
+                            _anonymous(request))
+    except ServiceError as exc:
+        if exc.code == "not_found":  # used meanwhile
+            return _link_gone(request, _CONFIRM_GONE, kind="confirm")
+        if exc.code in _STATUS:
+            return _with_retry_after(_confirm_form(
+                request, token, needs_password, error=_sentence(exc), details=exc.details,
+                status=_STATUS[exc.code]), exc)
+        raise
+    response = see_other("/signin?done=confirmed")
+    response.del_cookie(SIGN_IN_COOKIE, path="/confirm")
     raise response

@@ -16,6 +16,8 @@ def routes() -> list[web.RouteDef]:
         web.post("/signout", account.post_sign_out, name="page_sign_out"),
         get("/invitations/{token}", joining.invitation_page, name="page_invitation", allow_head=False),
         web.post("/invitations/{token}", joining.accept_invitation_page, name="page_accept_invitation"),
+        get("/confirm", joining.confirm_page, name="page_confirm", allow_head=False),
+        web.post("/confirm", joining.confirm, name="page_confirm_post"),
         get("/password/forgot", joining.forgot_page, name="page_password_forgot", allow_head=False),
         web.post("/password/forgot", joining.forgot, name="page_password_forgot_post"),
         get("/password/reset", joining.reset_page, name="page_password_reset", allow_head=False),
