@@ -86,11 +86,15 @@ async def guarded(request: web.Request, handler: Handler, limit: RateLimit) -> w
     return await handler(request)
 
 
-async def take_or_refuse(request: web.Request, bucket: str, limit: RateLimit) -> None:
+async def take_or_refuse(
+    request: web.Request, bucket: str, limit: RateLimit, *, by_address: bool = False
+) -> None:
     """Take one request from the caller's bucket of `bucket` (a rate-limited route's name: the
     member's, else the client address's); 429 when it is empty. A web page that does what an API
-    route does takes from that route's bucket, so that the two doors share one limit."""
-    who = request.get(PRINCIPAL)
+    route does takes from that route's bucket, so that the two doors share one limit; a page
+    doing what a signed-out route does counts `by_address` as that route does, whatever session
+    the browser holds."""
+    who = None if by_address else request.get(PRINCIPAL)
     subject = who.member_id if who is not None else (request.remote or "unknown")
     async with connection(request) as conn:
         decided = await take(conn, f"{bucket}:{subject}", limit)

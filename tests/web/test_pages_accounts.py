@@ -228,6 +228,23 @@ async def test_password_reset__the_apis_route_limit_is_shared(aiohttp_client, co
     assert page.status == 429 and "Retry-After" in page.headers
 
 
+
+async def test_password_reset__a_session_in_the_browser_gives_no_bucket_of_its_own(
+    aiohttp_client, config, admin, conn, smtp,
+):
+    """The API's signed-out route counts by the client's address; the page did by the member of
+    whatever session the browser held, a second bucket for each session one holds."""
+    client = await mail_client(
+        aiohttp_client, config, smtp,
+        rate_limits={"request_password_reset": {"limit": 1, "period_seconds": 60}})
+    await set_password(conn, admin.email)
+    await sign_in(client, admin.email)
+    api = await client.post("/api/v1/users/password/reset", json={"email": "x@example.test"})
+    assert api.status == 202
+    token = field(await (await client.get("/password/forgot")).text(), "sign_in_token")
+    page = await client.post("/password/forgot", data={"sign_in_token": token, "email": admin.email})
+    assert page.status == 429 and "Retry-After" in page.headers
+
 async def test_confirm_page__an_admin_created_sign_in_is_confirmed_with_a_password_in_a_form(
     aiohttp_client, config, admin, conn, smtp,
 ):

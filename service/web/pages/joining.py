@@ -51,10 +51,11 @@ def _anonymous(request: web.Request, label: str | None = None) -> Actor:
 
 
 async def _share_api_limit(request: web.Request, route: str) -> None:
-    """The API route's configured rate limit (rate_limits.<route>), from the same bucket."""
+    """The API route's configured rate limit (rate_limits.<route>), from the same bucket: the
+    client address's, as the signed-out API route's, even when the browser holds a session."""
     limit = request.app[CONFIG].rate_limits.get(route)
     if limit is not None:
-        await take_or_refuse(request, route, limit)
+        await take_or_refuse(request, route, limit, by_address=True)
 
 
 def _link_gone(request: web.Request, message: str, *, kind: str) -> web.Response:
