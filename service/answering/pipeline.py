@@ -495,9 +495,9 @@ class Pipeline:
         """Answer a question claimed for the `claims`-th time (adopted ones: once)."""
         try:
             if claims > self.config.max_claims:
-                # Each earlier claim ended with no failure counted and no lease handed back: its
-                # process died mid-answer. A question that kills its process would otherwise do
-                # so again after every restart, for ever.
+                # Claims count shutdowns' hand-backs and counted failures too, but this many
+                # without completing means its process died answering it: a question that kills
+                # its process would otherwise do so again after every restart, for ever.
                 log.error("question %s was claimed %d times and never completed (its process died "
                           "each time?); completing it unanswered", work.id, claims - 1)
                 await self._give_up(work, claims - 1, WorkerLost())

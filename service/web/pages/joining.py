@@ -64,6 +64,11 @@ def _link_gone(request: web.Request, message: str, *, kind: str) -> web.Response
     return render(request, "link_gone.html", {"message": message, "kind": kind}, status=404)
 
 
+def _token_shaped(token: str) -> bool:
+    """Whether a link's token is worth a look-up (the service's are 43 characters)."""
+    return bool(token) and len(token) <= 200
+
+
 def _with_retry_after(response: web.Response, error: ServiceError) -> web.Response:
     if "Retry-After" in error.headers:
         response.headers["Retry-After"] = error.headers["Retry-After"]
@@ -242,7 +247,7 @@ async def reset_page(request: web.Request) -> web.StreamResponse:
 
 
 async def _reset_link_works(request: web.Request, token: str) -> bool:
-    if not token or len(token) > 200:
+    if not _token_shaped(token):
         return False
     async with connection(request) as conn:
         return await password_reset_link_is_live(conn, token)
@@ -286,7 +291,7 @@ _CONFIRM_GONE = ("This confirmation link is unknown, already used or expired: ea
 
 async def _confirmation_needs_password(request: web.Request, token: str) -> bool | None:
     """Whether a live link still needs a password chosen; None for a link that does not work."""
-    if not token or len(token) > 200:
+    if not _token_shaped(token):
         return None
     async with connection(request) as conn:
         try:
