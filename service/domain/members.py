@@ -20,7 +20,7 @@ Decisions where the specification is silent (also in README "Members"):
   names the administrator gave, as for a new user.
 
 Each state-changing action is one function here (`create_user`, `confirm_email`, `sign_in`,
-`invite`, `accept_invitation`, `change_role`, `remove_member`, `change_password`,
+`invite`, `revoke_invitation`, `accept_invitation`, `change_role`, `remove_member`, `change_password`,
 `request_password_reset`, `reset_password`), the single place to record it.
 """
 
@@ -406,7 +406,10 @@ def _usable(row: Mapping[str, Any] | None) -> Mapping[str, Any]:
     if row["state"] == "accepted":
         raise NotFound("this invitation has already been accepted")
     if row["state"] == "revoked":
-        raise NotFound("this invitation was replaced by a newer one; use the latest e-mail")
+        raise NotFound(
+            "this invitation was replaced by a newer one or withdrawn; use the latest e-mail, or ask "
+            "an administrator of the account to invite you again"
+        )
     if row["expired"]:
         raise NotFound("this invitation has expired; ask an administrator for a new one")
     return row
@@ -546,6 +549,34 @@ async def invite(
         if actor is not None:
             await audit.record(conn, actor, "invitation.created", record_id=row["id"],
                                after={"email": data.email, "role": row["role"]})
+    return Invitation.from_row(row)
+
+
+async def list_invitations(
+    conn: asyncpg.Connection, account_id: str, page: Page
+) -> tuple[list[Invitation], int]:
+    """The invitations that wait for their invitee (an expired one shows as expired: sending it
+    again or revoking it is the admin's choice), newest first."""
+    total = await conn.fetchval(db.query("count_pending_invitations"), account_id)
+    rows = await conn.fetch(db.query("list_pending_invitations"), account_id, page.size, page.offset)
+    return [Invitation.from_row(row) for row in rows], total
+
+
+async def revoke_invitation(
+    conn: asyncpg.Connection, account_id: str, invitation_id: str, actor: audit.Actor | None = None
+) -> Invitation:
+    """An admin withdraws a pending invitation (sent to a wrong address, or no longer wanted):
+    its link stops working at once. Another account's invitation is as unknown as none."""
+    async with conn.transaction():
+        row = await conn.fetchrow(db.query("revoke_invitation"), invitation_id, account_id)
+        if row is None:
+            state = await conn.fetchval(db.query("invitation_state_in_account"), invitation_id, account_id)
+            if state is None:
+                raise NotFound(f"no invitation {invitation_id} in this account")
+            raise Conflict(f"invitation {invitation_id} is {state}, not pending: there is nothing to revoke")
+        if actor is not None:
+            await audit.record(conn, actor, "invitation.revoked", record_id=row["id"],
+                               before={"email": row["email"], "role": row["role"]})
     return Invitation.from_row(row)
 
 

@@ -90,6 +90,13 @@ def routes() -> list[web.RouteDef]:
         web.post("/api/v1/tokens", members.post_token, name="create_token"),
         web.post("/api/v1/invitations", members.post_invitation, name="create_invitation"),
         web.get(
+            "/api/v1/invitations", members.list_invitations, name="list_invitations",
+            allow_head=False,
+        ),
+        web.post(
+            "/api/v1/invitations/{id}/revoke", members.revoke_invitation, name="revoke_invitation"
+        ),
+        web.get(
             "/api/v1/invitations/{token}", members.get_invitation, name="get_invitation",
             allow_head=False,
         ),

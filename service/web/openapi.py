@@ -933,7 +933,21 @@ def document() -> dict[str, Any]:
             "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked"),
             "409": _error("the same change was made at the same moment (conflict); retry"),
             "429": _ACCOUNT_MAILS},
-            body=_ref("InvitationInput"))},
+            body=_ref("InvitationInput")),
+            "get": _op("list_invitations", "the invitations waiting for their invitee (admin); "
+                       "an expired one shows as expired until it is sent again or revoked", {
+                           "200": _json(_page_of("invitations", "Invitation"),
+                                        "one page of pending invitations, newest first"),
+                           "400": _PAGE_INVALID,
+                           "403": _error("insufficient_scope or forbidden (not admin)")},
+                       params=[_PAGE])},
+        "/api/v1/invitations/{id}/revoke": {"post": _op(
+            "revoke_invitation", "withdraw a pending invitation (admin): its link stops working", {
+                "200": _json(_ref("Invitation"), "the invitation, now revoked"),
+                "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked"),
+                "404": _error("no such invitation in this account"),
+                "409": _error("the invitation was accepted or revoked already (conflict)")},
+            params=[_ID])},
         "/api/v1/invitations/{token}": {"get": _op("get_invitation", "what an invitation offers", {
             "200": _json(_ref("Invitation"), "the invitation, with account_name"),
             "404": _error("unknown link")}, security=[], params=[_TOKEN])},

@@ -124,6 +124,30 @@ SELECT m.id, m.account_id
 UPDATE invitations SET state = 'revoked', updated_at = now()
  WHERE account_id = $1 AND lower(email) = lower($2) AND state = 'pending';
 
+-- count_pending_invitations --
+-- How many invitations of the account wait for their invitee (expired ones included).
+SELECT count(*) FROM invitations WHERE account_id = $1 AND state = 'pending';
+
+-- list_pending_invitations --
+-- A page of the account's invitations that wait for their invitee, newest first (the partial
+-- index invitations_one_pending holds exactly these rows).
+SELECT id, email, role::text AS role, state::text AS state, expires_at, created_at
+  FROM invitations
+ WHERE account_id = $1 AND state = 'pending'
+ ORDER BY created_at DESC, id
+ LIMIT $2 OFFSET $3;
+
+-- revoke_invitation --
+-- An administrator withdraws a pending invitation of the account: its link stops working.
+-- Returns nothing when the account has no such invitation or it is no longer pending.
+UPDATE invitations SET state = 'revoked', updated_at = now()
+ WHERE id = $1 AND account_id = $2 AND state = 'pending'
+RETURNING id, email, role::text AS role, state::text AS state, expires_at, created_at;
+
+-- invitation_state_in_account --
+-- The state of one of the account's invitations (to say why it cannot be revoked).
+SELECT state::text FROM invitations WHERE id = $1 AND account_id = $2;
+
 -- insert_invitation --
 -- A new invitation whose link token is stored as a hash.
 INSERT INTO invitations (id, account_id, email, role, token_hash, invited_by, expires_at)

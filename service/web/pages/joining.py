@@ -107,7 +107,8 @@ async def _invitation(request: web.Request) -> dict[str, Any] | None:
 
 _INVITATION_STATES = {
     "accepted": "This invitation has already been accepted. Sign in with the password chosen then.",
-    "revoked": "This invitation was replaced by a newer one: use the link in the latest e-mail.",
+    "revoked": ("This invitation was replaced by a newer one or withdrawn: use the link in the latest "
+                "e-mail, or ask an administrator of the account to invite you again."),
     "expired": "This invitation has expired. Ask an administrator of the account to invite you again.",
 }
 _UNKNOWN_INVITATION = ("This invitation link is unknown. Check that it was copied whole, or ask an "

@@ -7,7 +7,16 @@ import math
 from aiohttp import web
 
 from ...domain.convert import structure
-from ...domain.members import RoleChange, change_role, invite, list_members, remove_member
+from ...domain.errors import ParameterInvalid
+from ...domain.members import (
+    RoleChange,
+    change_role,
+    invite,
+    list_invitations,
+    list_members,
+    remove_member,
+    revoke_invitation,
+)
 from ...domain.models import Page
 from ..actors import actor
 from ..auth import connection
@@ -22,18 +31,31 @@ def _notice(request: web.Request) -> str | None:
         days = request.app[CONFIG].members.invitation_ttl_days
         return (f"Invitation sent. Its link works once and expires in {days:g} days; inviting the "
                 "same address again replaces it.")
-    return {"role": "Role changed.", "removed": "Member removed."}.get(done or "")
+    return {
+        "role": "Role changed.", "removed": "Member removed.",
+        "revoked": "Invitation revoked: its link no longer works.",
+    }.get(done or "")
 
 
 async def _members_page(request: web.Request) -> web.Response:
     current = Page.from_query(request.query)
     who = principal(request)
+    is_admin = who.role == "admin"
+    # The invitations have a pager of their own (`invitations_page`), beside the members'.
+    try:
+        waiting = Page.from_query({"page": request.query.get("invitations_page", "")})
+    except ParameterInvalid as exc:
+        raise ParameterInvalid(f"invitations_{exc.message}") from None
     async with connection(request) as conn:
         members, total = await list_members(conn, who.account_id, current)
+        invitations, invited = (
+            await list_invitations(conn, who.account_id, waiting) if is_admin else ([], 0)
+        )
     return render(request, "members.html", {
         "members": members, "page": current.number, "pages": math.ceil(total / current.size),
-        "total": total, "is_admin": who.role == "admin", "notice": _notice(request),
-        "me": who.member_id,
+        "total": total, "is_admin": is_admin, "notice": _notice(request),
+        "me": who.member_id, "invitations": invitations, "invited": invited,
+        "invitations_page": waiting.number, "invitations_pages": math.ceil(invited / waiting.size),
     })
 
 
@@ -74,3 +96,13 @@ async def remove(request: web.Request) -> web.StreamResponse:
         await remove_member(conn, principal(request).account_id, request.match_info["id"], actor(request))
     request.app[DELIVERER].wake()  # rfp_item.assigned for the items they no longer hold
     raise see_other("/members?done=removed")
+
+
+@page(write=True, roles=("admin",))
+async def revoke(request: web.Request) -> web.StreamResponse:
+    """The API's POST /invitations/{id}/revoke: the invitation's link stops working at once."""
+    async with connection(request) as conn:
+        await revoke_invitation(
+            conn, principal(request).account_id, request.match_info["id"], actor(request)
+        )
+    raise see_other("/members?done=revoked#invitations-h")

@@ -48,6 +48,7 @@ def routes() -> list[web.RouteDef]:
         get("/ask/{id}/state", ask.question_state, name="page_question_state", allow_head=False),
         get("/members", members.members_page, name="page_members", allow_head=False),
         web.post("/members/invite", members.invite_member, name="page_invite"),
+        web.post("/members/invitations/{id}/revoke", members.revoke, name="page_revoke_invitation"),
         web.post("/members/{id}/role", members.change_member_role, name="page_change_role"),
         web.post("/members/{id}/remove", members.remove, name="page_remove_member"),
         get("/static/app/{name}", static.asset, name="page_asset", allow_head=False),

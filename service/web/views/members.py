@@ -110,6 +110,25 @@ async def post_invitation(request: web.Request) -> web.Response:
     return _created(invitation)
 
 
+@requires("read", roles=("admin",))
+async def list_invitations(request: web.Request) -> web.Response:
+    page = Page.from_query(request.query)
+    async with connection(request) as conn:
+        found, total = await domain.list_invitations(conn, principal(request).account_id, page)
+    return json_response(
+        {"invitations": unstructure(found), "pagination": page.pagination(total, len(found))}
+    )
+
+
+@requires("write", roles=("admin",))
+async def revoke_invitation(request: web.Request) -> web.Response:
+    async with connection(request) as conn:
+        revoked = await domain.revoke_invitation(
+            conn, principal(request).account_id, request.match_info["id"], actor(request)
+        )
+    return json_response(unstructure(revoked))
+
+
 @public
 async def get_invitation(request: web.Request) -> web.Response:
     """What an invitation link offers: the account, address and role, before accepting."""

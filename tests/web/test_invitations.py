@@ -1,0 +1,141 @@
+"""The invitations still waiting: listing them (GET /api/v1/invitations) and withdrawing one
+(POST /api/v1/invitations/{id}/revoke), over the API and on the Members page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import with_config
+
+# The shared page fixtures are imported to register them; tests take them as arguments by name.
+from page_client import aiohttp_client_cls, set_password  # noqa: F401
+from test_pages_accounts import invite, sign_in
+
+from service.domain.models import PAGE_SIZE
+from service.web.app import create_app
+
+
+async def _page_client(aiohttp_client: Any, config: Any) -> Any:
+    return await aiohttp_client(create_app(with_config(config, server={"web_base_url": "http://localhost"})))
+
+
+async def _invite(client: Any, actor: Any, email: str, role: str = "member") -> dict:
+    sent = await client.post("/api/v1/invitations", headers=actor.headers,
+                             json={"invitation": {"email": email, "role": role}})
+    assert sent.status == 201, await sent.text()
+    return await sent.json()
+
+
+async def test_list__the_pending_newest_first_expired_marked_others_left_out(
+    client, admin, make_account, make_member, conn
+):
+    old = await _invite(client, admin, "old@example.test")
+    new = await _invite(client, admin, "new@example.test", "viewer")
+    accepted = await _invite(client, admin, "joined@example.test")
+    await conn.execute("UPDATE invitations SET state = 'accepted' WHERE id = $1", accepted["id"])
+    await conn.execute("UPDATE invitations SET expires_at = now() - interval '1 s' WHERE id = $1", old["id"])
+    other = await make_account(name="Other")
+    await _invite(client, other, "theirs@example.test")
+
+    listed = await client.get("/api/v1/invitations", headers=admin.headers)
+    assert listed.status == 200
+    body = await listed.json()
+    assert [(i["email"], i["role"], i["state"]) for i in body["invitations"]] == [
+        ("new@example.test", "viewer", "pending"), ("old@example.test", "member", "expired")]
+    assert body["pagination"]["total_count"] == 2
+    for role in ("member", "viewer"):
+        someone = await make_member(admin.account_id, role=role)
+        refused = await client.get("/api/v1/invitations", headers=someone.headers)
+        assert refused.status == 403, role
+    assert new["id"] in {i["id"] for i in body["invitations"]}
+
+
+async def test_revoke__the_link_stops_working_and_it_leaves_the_list(client, admin, conn, mail_client, smtp):
+    made = await _invite(mail_client, admin, "ada@example.test")
+    link = next(line for line in (await smtp.wait_for(1))[0].get_content().splitlines()
+                if "/api/v1/invitations/" in line)
+    token = link.split("/api/v1/invitations/")[1].split()[0].rstrip(".")
+    revoked = await mail_client.post(f"/api/v1/invitations/{made['id']}/revoke", headers=admin.headers)
+    assert revoked.status == 200
+    assert (await revoked.json())["state"] == "revoked"
+    accept = await mail_client.post(f"/api/v1/invitations/{token}/accept",
+                                    json={"password": "a long enough password", "terms_of_service": True})
+    assert accept.status == 404 and "withdrawn" in (await accept.json())["error"]["message"]
+    listed = await (await mail_client.get("/api/v1/invitations", headers=admin.headers)).json()
+    assert listed["invitations"] == []
+    audit = await conn.fetchrow(
+        "SELECT action, before FROM audit_events WHERE record_id = $1 AND action LIKE 'invitation.%'"
+        " ORDER BY id DESC LIMIT 1", made["id"])
+    assert audit["action"] == "invitation.revoked"
+    again = await mail_client.post(f"/api/v1/invitations/{made['id']}/revoke", headers=admin.headers)
+    assert again.status == 409 and "revoked" in (await again.json())["error"]["message"]
+
+
+async def test_revoke__another_accounts_invitation_is_unknown_and_untouched(
+    client, admin, make_account, make_member, conn
+):
+    other = await make_account(name="Other")
+    theirs = await _invite(client, other, "theirs@example.test")
+    refused = await client.post(f"/api/v1/invitations/{theirs['id']}/revoke", headers=admin.headers)
+    assert refused.status == 404
+    unknown = await client.post("/api/v1/invitations/inv_nothing/revoke", headers=admin.headers)
+    assert unknown.status == 404
+    assert (await refused.json())["error"]["message"].replace(theirs["id"], "X") == \
+        (await unknown.json())["error"]["message"].replace("inv_nothing", "X")
+    ours = await _invite(client, admin, "ours@example.test")
+    member = await make_member(admin.account_id, role="member")
+    by_member = await client.post(f"/api/v1/invitations/{ours['id']}/revoke", headers=member.headers)
+    assert by_member.status == 403
+    states = await conn.fetch("SELECT state::text FROM invitations ORDER BY created_at")
+    assert [s["state"] for s in states] == ["pending", "pending"]
+
+
+async def test_members_page__admin_sees_waiting_invitations_sends_one_again_and_revokes_one(
+    aiohttp_client, config, admin, make_member, conn
+):
+    client = await _page_client(aiohttp_client, config)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    await invite(client, csrf, "grace@example.test", "viewer")
+    page = await (await client.get("/members")).text()
+    invitation_id = await conn.fetchval("SELECT id FROM invitations")
+    assert f'id="invitation-{invitation_id}"' in page and "grace@example.test" in page
+    # "Send again" is the invitation form with the address and role: a new link replaces the old.
+    again = await client.post("/members/invite", allow_redirects=False,
+                              data={"csrf_token": csrf, "email": "grace@example.test", "role": "viewer"})
+    assert again.status == 303
+    rows = await conn.fetch("SELECT id, state::text, role::text FROM invitations ORDER BY created_at")
+    assert [(r["state"], r["role"]) for r in rows] == [("revoked", "viewer"), ("pending", "viewer")]
+    current = rows[1]["id"]
+    forged = await client.post(f"/members/invitations/{current}/revoke", allow_redirects=False, data={})
+    assert forged.status == 403
+    revoked = await client.post(f"/members/invitations/{current}/revoke", data={"csrf_token": csrf})
+    assert revoked.status == 200 and revoked.url.path_qs == "/members?done=revoked"
+    text = await revoked.text()
+    assert "Invitation revoked" in text and "No invitation is waiting" in text
+    assert await conn.fetchval("SELECT count(*) FROM invitations WHERE state = 'pending'") == 0
+    member = await make_member(admin.account_id, role="member")
+    await set_password(conn, member.email)
+    await client.post("/signout", data={"csrf_token": csrf})
+    await sign_in(client, member.email)
+    assert "Invitations waiting" not in await (await client.get("/members")).text()
+
+
+async def test_members_page__waiting_invitations_have_a_pager_of_their_own(
+    aiohttp_client, config, admin, conn
+):
+    app_client = await _page_client(aiohttp_client, config)
+    await conn.execute(
+        "INSERT INTO invitations (id, account_id, email, role, token_hash, expires_at, created_at)"
+        " SELECT 'inv_' || n, $1, 'p' || n || '@example.test', 'member', sha256(n::text::bytea),"
+        "        now() + interval '1 day', now() - n * interval '1 minute'"
+        "   FROM generate_series(1, $2) n", admin.account_id, PAGE_SIZE + 1)
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    first = await (await app_client.get("/members")).text()
+    assert "p1@example.test" in first and f"p{PAGE_SIZE + 1}@example.test" not in first
+    assert 'href="?invitations_page=2"' in first
+    second = await (await app_client.get("/members?invitations_page=2")).text()
+    assert f"p{PAGE_SIZE + 1}@example.test" in second and "p1@example.test" not in second
+    bad = await app_client.get("/members?invitations_page=x")
+    assert bad.status == 400 and "invitations_page must be" in await bad.text()
