@@ -29,6 +29,7 @@ from ...domain.members import (
     password_reset_link_is_live,
     read_invitation,
     request_password_reset,
+    reset_answer_time,
     reset_password,
     signed_in_actor,
 )
@@ -215,7 +216,7 @@ async def forgot(request: web.Request) -> web.StreamResponse:
         return _forgot_form(request, email=email, error=_EXPIRED_FORM, status=403)
     await _share_api_limit(request, "request_password_reset")
     try:
-        async with connection(request) as conn:
+        async with reset_answer_time(), connection(request) as conn:
             await request_password_reset(conn, request.app[CONFIG], {"email": email},
                                          _anonymous(request))
     except ServiceError as exc:

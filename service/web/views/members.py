@@ -216,7 +216,7 @@ async def post_password(request: web.Request) -> web.Response:
 async def post_password_reset(request: web.Request) -> web.Response:
     """Ask for a reset link; 202 whether or not the address is known."""
     body = await read_json(request)
-    async with connection(request) as conn:
+    async with domain.reset_answer_time(), connection(request) as conn:
         await domain.request_password_reset(conn, request.app[CONFIG], body, actor(request))
     _mail_sent(request)
     return json_response(
