@@ -5,6 +5,7 @@ Shared by the CLI (`python -m service account create …`) and the first-start d
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 
 import asyncpg
@@ -129,6 +130,10 @@ async def create_account(
     """An account with an active subscription, its admin (owner, confirmed) and a read+write token."""
     if not name.strip():
         raise OperatorError("the account name must not be blank")
+    # Mails name the account in their Subject and sentences, the web app in every header.
+    if len(name) > 200 or any(unicodedata.category(c) == "Cc" for c in name):
+        raise OperatorError("the account name must be at most 200 characters, without line breaks "
+                            "or other control characters")
     if credits < 0:
         raise OperatorError("credits must not be negative")
     async with conn.transaction():

@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 3600.0
 
 
+def one_line(text: str) -> str:
+    """A name or title as a mail writes it into its Subject or a sentence: its whitespace runs,
+    line breaks among them, each one space (a line break makes a Subject unbuildable, and in a
+    body it writes lines of the name's author's own)."""
+    return " ".join(text.split())
+
+
 async def enqueue(
     conn: asyncpg.Connection, config: MailConfig, recipient: str, subject: str, body: str,
     *, kind: str, requested_by: str | None = None, account_id: str | None = None,

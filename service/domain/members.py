@@ -192,6 +192,7 @@ async def fetch_member(conn: asyncpg.Connection, member_id: str, account_id: str
 def confirmation_mail(base_url: str, account_name: str, token: str, ttl_hours: float) -> tuple[str, str]:
     """The confirmation of a sign-in an admin created: the web app's /confirm page first, where
     the user chooses a password in a form; the API's way follows, for integrations."""
+    account_name = mail.one_line(account_name)
     body = f"""Hello,
 
 an administrator of {account_name} created a sign-in for you on the RFP response service.
@@ -216,6 +217,7 @@ def invitation_mail(
     link = f"{base_url}/invitations/{token}"
     api = f"{base_url}/api/v1/invitations/{token}"
     expires = expires_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    account_name = mail.one_line(account_name)
     body = f"""Hello,
 
 you are invited to join {account_name} on the RFP response service.
@@ -239,6 +241,7 @@ accepts it.
 
 def added_mail(base_url: str, account_name: str) -> tuple[str, str]:
     """"You were added": the web app's sign-in page first; the API's way follows, for integrations."""
+    account_name = mail.one_line(account_name)
     body = f"""Hello,
 
 an administrator of {account_name} added you as a member on the RFP response service.

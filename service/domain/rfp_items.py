@@ -290,8 +290,8 @@ def assignment_mail(
     every attempt), and one in a name (its user's to choose) wrote lines of the sender's own into
     the body, a link before the item's."""
     link = f"{base_url.rstrip('/')}/rfps/{rfp_id}?item={item['id']}"
-    rfp_title, assigned_by = " ".join(rfp_title.split()), " ".join(assigned_by.split())
-    question = " ".join(item["question"].split())
+    rfp_title, assigned_by = mail.one_line(rfp_title), mail.one_line(assigned_by)
+    question = mail.one_line(item["question"])
     if len(question) > 300:
         question = question[:300] + "…"
     body = f"""Hello,

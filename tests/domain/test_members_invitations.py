@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
+from service.domain import accounts
+
 PASSWORD = "correct horse battery"
 
 
@@ -145,3 +149,27 @@ def test_access_log__redacts_link_tokens():
         "/api/v1/users/confirmation?token=[redacted]"
     )
     assert redact_url("/api/v1/rfps/a%0Ab") == "/api/v1/rfps/a\\nb"
+
+
+async def test_invitation__an_account_name_with_a_line_break_stays_on_one_line(
+    mail_client, admin, smtp, conn
+):
+    """Accounts named before create_account refused control characters: the Subject could not be
+    built (the message failed every attempt), and the body took lines of the name's own."""
+    await conn.execute("UPDATE accounts SET name = $2 WHERE id = $1", admin.account_id,
+                       "Acme\r\nBcc: someone@example.test\n\nClick http://elsewhere.test")
+    assert (await invite(mail_client, admin)).status == 201
+    [message] = await smtp.wait_for(1)
+    one_line = "Acme Bcc: someone@example.test Click http://elsewhere.test"
+    assert message["Subject"].strip() == f"You are invited to {one_line}"  # folded: one line
+    assert message["Bcc"] is None
+    assert f"join {one_line} on the" in message.get_content()
+
+
+async def test_create_account__refuses_a_name_with_control_characters_or_too_long(conn):
+    for name in ("Acme\nBcc: x@example.test", "Acme\x00", "A" * 201):
+        with pytest.raises(accounts.OperatorError, match="at most 200 characters, without line breaks"):
+            await accounts.create_account(conn, name, "boss@example.test")
+    assert await conn.fetchval("SELECT count(*) FROM accounts") == 0
+    made = await accounts.create_account(conn, "Acme — Müller & Söhne", "boss@example.test")
+    assert made["account"]["name"] == "Acme — Müller & Söhne"
