@@ -161,6 +161,38 @@ def _cannot_connect(exc: BaseException) -> NoReturn:
 _CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
 
 
+_METRICS_PREFIX = "rfp-metrics-"
+
+
+def remove_orphaned_metrics_dirs(directory: str) -> list[str]:
+    """Remove the metrics directories of `serve --workers` parents that are gone: one killed
+    with SIGKILL (or the OOM killer) never ran its clean-up. Each is named for its parent's pid;
+    only this user's, and only when no process has that pid (a reused pid keeps it, harmlessly).
+    Returns the paths removed."""
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid_text = entry.name.removeprefix(_METRICS_PREFIX).partition("-")[0]
+        if not (entry.name.startswith(_METRICS_PREFIX) and pid_text.isdigit()):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        except OSError:  # alive but another user's (EPERM), or the entry went meanwhile
+            continue
+    if removed:
+        log.info("removed %d metrics folder(s) of service processes gone: %s", len(removed),
+                    ", ".join(removed))
+    return removed
+
+
 def run_workers(config: Config) -> int:
     """N worker processes on one port; signals are passed on. Returns 0 after a clean stop.
 
@@ -171,7 +203,8 @@ def run_workers(config: Config) -> int:
     if config.metrics.enabled and not os.environ.get(MULTIPROC_ENV):
         # Multiprocess mode: every worker writes its samples here; /metrics on any worker sums them.
         # Set before the workers start, because prometheus-client reads it at import.
-        metrics_dir = tempfile.mkdtemp(prefix="rfp-metrics-")
+        remove_orphaned_metrics_dirs(tempfile.gettempdir())
+        metrics_dir = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{os.getpid()}-")
         os.environ[MULTIPROC_ENV] = metrics_dir
     try:
         return _supervise(config)

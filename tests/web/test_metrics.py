@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from conftest import with_config
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.server import remove_orphaned_metrics_dirs
 from service.web.app import create_app
 from service.web.keys import METRICS
 
@@ -150,3 +155,19 @@ async def test_metrics__credits_of_answering_an_rfp_are_counted(config, aiohttp_
 
     got = samples(await (await client.get("/metrics")).text())
     assert got[("rfp_credits_debited_total", frozenset({("reason", "rfp_item")}))] == 3
+
+
+def test_metrics__folders_of_serve_parents_gone_are_removed_at_start(tmp_path):
+    """`serve --workers` with metrics keeps its samples in a folder named for its pid; a parent
+    killed with SIGKILL never removed its own, so the next start removes those of the dead."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = tmp_path / f"rfp-metrics-{dead.pid}-abc"
+    alive = tmp_path / f"rfp-metrics-{os.getpid()}-def"
+    other = tmp_path / "rfp-metrics-notapid"
+    for folder in (gone, alive, other):
+        folder.mkdir()
+        (folder / "counter_1.db").write_bytes(b"x")
+    assert remove_orphaned_metrics_dirs(str(tmp_path)) == [str(gone)]
+    assert not gone.exists() and alive.exists() and other.exists()
+    assert remove_orphaned_metrics_dirs(str(tmp_path / "missing")) == []
