@@ -467,14 +467,14 @@ async def merge(
     async with conn.transaction():
         # The duplicate as it was, for its deletion's event (a missing one is the 422 below).
         duplicate = await find_item(conn, account_id, duplicate_id) if actor is not None else None
-        # Both entries locked in id order: merging A into B while B is merged into A (each
-        # locking its kept entry first) deadlocked; now one waits for the other.
-        locked = {entry_id: await conn.fetchrow(db.query("lock_knowledge_item"), entry_id, account_id)
-                  for entry_id in sorted((keep_id, duplicate_id))}
-        kept = locked[keep_id]
+        # Both entries locked in one order, an import's: merging A into B while B is merged into
+        # A (each locking its kept entry first), or while an import updated both, deadlocked.
+        locked = {row["id"]: row for row in await conn.fetch(
+            db.query("lock_knowledge_items_to_merge"), [keep_id, duplicate_id], account_id)}
+        kept = locked.get(keep_id)
         if kept is None:
             raise NotFound(f"no knowledge base item {keep_id} in this account")
-        if locked[duplicate_id] is None:
+        if duplicate_id not in locked:
             raise ValidationFailed([f"duplicate_id: no knowledge base item {duplicate_id} in this account"])
         await set_actor(conn, member_id)
         await conn.execute(db.query("set_merging"))

@@ -31,6 +31,14 @@ SELECT * FROM knowledge_items
 -- One entry of an account, locked for a change.
 SELECT * FROM knowledge_items WHERE id = $1 AND account_id = $2 FOR UPDATE;
 
+-- lock_knowledge_items_to_merge --
+-- Entries $1 of account $2, locked in the order an import updates them (upsert_knowledge_items:
+-- external id, then id for those without one): merging A into B while B is merged into A, or while
+-- an import updates both, then waits instead of deadlocking. Rows are locked as the sort emits them.
+SELECT * FROM knowledge_items WHERE id = ANY($1::text[]) AND account_id = $2
+ ORDER BY external_id, id
+   FOR UPDATE;
+
 -- is_account_member --
 -- Whether $1 is a member of account $2.
 SELECT EXISTS (SELECT 1 FROM members WHERE id = $1 AND account_id = $2);

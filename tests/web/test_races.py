@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 from conftest import CONNECT, lock_waiters
 
+from service.domain.knowledge import import_csv
+
 
 @contextlib.asynccontextmanager
 async def holding(database_url: str, sql: str, *args: object) -> AsyncIterator[None]:
@@ -136,3 +138,35 @@ async def test_merge__a_question_mid_pipeline_citing_the_duplicate_cites_the_kep
     references = json.loads(await conn.fetchval(stored, question_id))
     assert {(ref["kb_item_id"], ref.get("merged_from")) for ref in references} == {
         (kept, duplicate), (kept, None)}
+
+
+async def test_merge__and_an_import_updating_both_entries_at_once_never_deadlock(
+    client, conn, database_url, admin
+):
+    """An import updates existing entries in external-id order (upsert_knowledge_items); a merge
+    locked its two entries in id order. With the orders crossed (kb_1 is "b", kb_2 is "a"), the
+    import held "a" and waited for "b" while the merge held kb_1 ("b") and waited for kb_2: a
+    deadlock, one of the two a 503. The merge now locks in the import's order."""
+    for entry_id, external_id in (("kb_1", "b"), ("kb_2", "a")):
+        await conn.execute(
+            "INSERT INTO knowledge_items (id, account_id, question, answer, external_id)"
+            " VALUES ($1, $2, $3, 'Yes.', $4)", entry_id, admin.account_id, f"Question {external_id}?",
+            external_id)
+    csv = "id,question,answer\na,Question a?,Updated a.\nb,Question b?,Updated b.\n"
+    importer = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        async with holding(database_url, "SELECT 1 FROM knowledge_items WHERE id = 'kb_2' FOR UPDATE"):
+            importing = asyncio.create_task(import_csv(importer, admin.account_id, csv))
+            await lock_waiters(conn, 1)  # the import waits for "a" (kb_2), holding nothing yet
+            merging = asyncio.create_task(client.post(
+                "/api/v1/knowledge_base_items/kb_2/merge", json={"duplicate_id": "kb_1"},
+                headers=admin.headers))
+            await lock_waiters(conn, 2)
+        async with asyncio.timeout(20):
+            report, merged = await asyncio.gather(importing, merging)
+    finally:
+        await importer.close()
+    assert merged.status == 200, await merged.text()
+    assert report.imported == 2
+    answers = await conn.fetch("SELECT id, answer FROM knowledge_items ORDER BY external_id")
+    assert answers[0]["id"] == "kb_2" and answers[0]["answer"] == "Updated a."
