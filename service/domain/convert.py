@@ -223,6 +223,17 @@ def _detail_level(value: Any, _: type) -> int:
 
 
 
+PositiveCount = NewType("PositiveCount", int)
+
+
+def _positive_count(value: Any, _: type) -> int:
+    # JSON's whole numbers only: cattrs' int() would take true, "5" and 5.7 (and a number past
+    # PostgreSQL's bigint would fail the query); the field's own validator sets its upper bound.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"must be a whole number of at least 1; got {json.dumps(value)[:40]}")
+    return value
+
+
 TagList = NewType("TagList", list)
 
 
@@ -276,6 +287,7 @@ converter.register_structure_hook(Role, _role)
 converter.register_structure_hook(Scope, _scope)
 converter.register_structure_hook(TermsAcceptance, _terms)
 converter.register_structure_hook(DetailLevel, _detail_level)
+converter.register_structure_hook(PositiveCount, _positive_count)
 converter.register_structure_hook(TagList, _tag_list)
 converter.register_structure_hook(ReviewState, _review_state)
 converter.register_structure_hook(UserId, _user_id)

@@ -21,7 +21,16 @@ import attrs
 from .. import db
 from ..config import MailConfig
 from . import audit, mail, questionnaires, webhooks, writeback
-from .convert import NonBlank, ReviewState, UserId, at_most, is_user_id, structure, unstructure
+from .convert import (
+    NonBlank,
+    PositiveCount,
+    ReviewState,
+    UserId,
+    at_most,
+    is_user_id,
+    structure,
+    unstructure,
+)
 from .errors import (
     NotFound,
     ParameterInvalid,
@@ -30,7 +39,7 @@ from .errors import (
 from .knowledge import save_reviewed_answer
 from .models import MemberRef, RfpItem, rfp_json
 from .questions import ITEMS_REFUSED, DetailLevel, create_item_questions, require_active_subscription
-from .rfps import MAX_TEXT, MAX_TITLE, append_items, fetch_rfp
+from .rfps import MAX_ITEMS_PER_RFP, MAX_TEXT, MAX_TITLE, append_items, fetch_rfp
 from .tokens import Principal
 
 log = logging.getLogger(__name__)
@@ -532,12 +541,20 @@ async def spool_export(conn: asyncpg.Connection, rfp: Mapping[str, Any], fmt: st
     return await spool_csv(conn, rfp["id"], out)
 
 
+def _at_most_items(instance: object, attribute: attrs.Attribute, value: int | None) -> None:
+    if value is not None and value > MAX_ITEMS_PER_RFP:
+        raise ValueError(f"must be at most {MAX_ITEMS_PER_RFP:,}, the most items an RFP holds")
+
+
 @attrs.frozen(kw_only=True)
 class AnswerOptions:
     """The optional body of "answer all": the same options as an ask, for every item."""
 
     answer_detail_level: DetailLevel = 1  # type: ignore[assignment]  # normal
     custom_prompt: str | None = None
+    # At most this many of the pending items, the first by position: what the account's credits
+    # pay for when they do not pay for all (all or nothing otherwise). None: every pending item.
+    max_items: PositiveCount | None = attrs.field(default=None, validator=_at_most_items)
 
 
 async def answer_pending_items(
@@ -546,7 +563,8 @@ async def answer_pending_items(
 ) -> dict[str, int]:
     """Create one charged question per pending item not already being answered, in one transaction.
 
-    All or nothing: without an active subscription or credits for every item, nothing is asked;
+    All or nothing: without an active subscription or credits for every item (or for the first
+    `options.max_items`, when given), nothing is asked;
     without an active subscription it is refused (403) even when no item is pending.
     The RFP lock makes a concurrent second call wait and then find nothing left to start. With
     `actor`, the audit event (rfp.answer_started) is written in the same transaction.
@@ -554,7 +572,7 @@ async def answer_pending_items(
     async with conn.transaction():
         if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, who.account_id) is None:
             raise NotFound(f"no RFP {rfp_id} in this account")
-        items = await conn.fetch(db.query("lock_unanswered_items"), rfp_id)
+        items = await conn.fetch(db.query("lock_unanswered_items"), rfp_id, options.max_items)
         if items:
             # Its one statement checks and debits the account (locking it), or raises.
             await create_item_questions(

@@ -557,11 +557,16 @@ def _workflow_paths() -> dict[str, Any]:
         "202": _json(_ref("AnswerStarted"), "answering started (items already in flight are "
                      "not asked or charged again)"),
         "403": _error("no active subscription (usage_blocked, even with no item pending), "
-                      "not enough credits for every item (usage_blocked), or a viewer"),
+                      "not enough credits for every item, or for max_items (usage_blocked), or a "
+                      "viewer"),
         "404": no_rfp}, params=[_ID],
         body={"type": "object", "properties": {
             "answer_detail_level": {"enum": [0, 1, 2]},
-            "custom_prompt": _nullable({"type": "string"})}})
+            "custom_prompt": _nullable({"type": "string"}),
+            "max_items": _nullable({
+                "type": "integer", "minimum": 1, "maximum": 20_000,
+                "description": "answer at most this many pending items, the first by position "
+                               "(what the credits pay for); default: every pending item"})}})
     answer["requestBody"]["required"] = False
     return {
         "/api/v1/rfps/{id}/rfp_items": {"post": create},

@@ -90,11 +90,13 @@ SELECT question, answer, state::text AS state, confidence, section
  ORDER BY position;
 
 -- lock_unanswered_items --
--- An RFP's pending items not yet being answered, in order, locked against a concurrent review.
+-- An RFP's pending items not yet being answered, in order (the first $2, or all when $2 is null),
+-- locked against a concurrent review.
 SELECT id, question
   FROM rfp_items
  WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NULL
  ORDER BY position
+ LIMIT $2
    FOR UPDATE;
 
 -- first_rfp_item_in_flight --

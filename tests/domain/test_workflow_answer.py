@@ -151,6 +151,29 @@ async def test_answer__not_enough_credits_is_403_and_charges_nothing(client, con
     assert {i["question_id"] for i in await items_of(client, actor, rfp_id)} == {None}
 
 
+async def test_answer__max_items_answers_the_first_pending_ones_the_credits_pay_for(
+    client, conn, make_account
+):
+    """With 2 credits and 3 pending items "answer all" is refused whole; `max_items` answers the
+    first two by position, and a second call the next pending one once credits allow."""
+    actor = await make_account(credits=2)
+    rfp_id = await imported_rfp(client, actor)
+    response = await answer(client, actor, rfp_id, max_items=2)
+    body = await response.json()
+    assert response.status == 202, body
+    assert (body["answering"]["started"], body["answering"]["credits_charged"]) == (2, 2)
+    items = await items_of(client, actor, rfp_id)
+    assert [bool(i["question_id"]) for i in items] == [True, True, False]
+    assert await balance_and_ledger(conn, actor.account_id) == (0, 0)
+    refused = await answer(client, actor, rfp_id, max_items=1)
+    assert refused.status == 403 and "1" in (await refused.json())["error"]["message"]
+    for bad in (0, -1, True, "2", 2.5, 20_001, 10**30):
+        invalid = await answer(client, actor, rfp_id, max_items=bad)
+        error = (await invalid.json())["error"]
+        assert invalid.status == 422 and "max_items" in " ".join(error["details"]), (bad, error)
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 2
+
+
 INACTIVE = {"code": "usage_blocked",
             "message": "the account has no active subscription; items cannot be answered"}
 
