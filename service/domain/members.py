@@ -4,7 +4,8 @@ Decisions where the specification is silent (also in README "Members"):
 - `terms_of_service` counts as accepted when it is JSON `true` or one of the strings "accepted",
   "true", "1", "yes" (any case, surrounding spaces ignored). Anything else is a 422.
 - A user may belong to several accounts. `POST /api/v1/tokens` takes an optional `account_id`;
-  without it the token belongs to the user's oldest membership.
+  without it the token belongs to the user's oldest membership. The web app's sign-in goes to
+  the membership it last started a session of (domain/sessions.py), and switches between them.
 - Confirmation and invitation links carry a random token that is stored only as its SHA-256.
   The outbox keeps the message body (and so the link) until it is sent, then erases it.
 - A user created by an administrator (POST /users) has no password until they confirm their
@@ -469,9 +470,12 @@ async def authenticate(
     account_id: str | None,
     client: str,
     actor: audit.Actor | None = None,
+    last_used: bool = False,
 ) -> dict[str, Any]:
     """The membership (`id`, `account_id`, `email`) an e-mail address and password sign in to:
-    the one rule behind POST /api/v1/tokens (`sign_in`) and the web app's sign-in page.
+    the one rule behind POST /api/v1/tokens (`sign_in`) and the web app's sign-in page. Without
+    `account_id`, the user's oldest membership, or with `last_used` (the web app) the one whose
+    web session started last (sessions.py), the oldest when none has had one.
 
     Throttled by `guard_password_attempt` (every attempt counts); a failure is audited when an
     `actor` is given. A password an administrator chose (from before migration 0020) is refused
@@ -509,7 +513,12 @@ async def authenticate(
                 "POST /api/v1/users/password/reset with your e-mail address"
             )
         await remember_client(conn, user["id"], client)
-        membership = await conn.fetchrow(db.query("membership_for_sign_in"), user["id"], account_id)
+        if last_used and account_id is None:
+            membership = await conn.fetchrow(db.query("membership_last_used"), user["id"])
+        else:
+            membership = await conn.fetchrow(
+                db.query("membership_for_sign_in"), user["id"], account_id
+            )
         if membership is None:
             raise Forbidden(
                 "you are not a member of that account" if account_id

@@ -1,7 +1,12 @@
 """Web app sessions: a browser signed in with e-mail and password (`members.sign_in`) holds a
 random cookie value; only its SHA-256 is stored (table web_sessions, migration 0024), next to the
 session's CSRF token. A session acts with both scopes; its member's role limits it as a token's
-would (service/web/auth.py `check`)."""
+would (service/web/auth.py `check`).
+
+A session is of one membership. A user who is a member of several accounts moves between them
+with `switch_account`: that session ends and one of the other membership starts. Every session
+started records its membership as the one last used (members.web_session_at, migration 0038),
+where the web app's next sign-in goes (`members.authenticate(last_used=True)`)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import asyncpg
 import attrs
 
 from .. import db
+from .errors import NotFound
 from .tokens import Principal, hash_token
 
 # secrets.token_urlsafe(32): 43 characters. Anything else is refused without a query.
@@ -22,6 +28,8 @@ _COOKIE_LENGTH = 43
 class Session:
     principal: Principal
     csrf_token: str
+    account_name: str
+    memberships: int  # the user's, in every account (the header offers the others)
 
 
 async def start_session(conn: asyncpg.Connection, member_id: str, ttl_seconds: float) -> str:
@@ -47,7 +55,32 @@ async def find_session(conn: asyncpg.Connection, cookie: str | None) -> Session 
             role=row["role"], scopes=frozenset(row["scopes"]), name=row["name"], email=row["email"],
         ),
         csrf_token=row["csrf_token"],
+        account_name=row["account_name"],
+        memberships=row["memberships"],
     )
+
+
+async def user_memberships(conn: asyncpg.Connection, user_id: int) -> list[asyncpg.Record]:
+    """The user's memberships (account_id, account_name, role, is_owner), by account name."""
+    return await conn.fetch(db.query("user_memberships"), user_id)
+
+
+async def switch_account(
+    conn: asyncpg.Connection, cookie: str | None, user_id: int, account_id: str, ttl_seconds: float
+) -> tuple[str, asyncpg.Record]:
+    """End the session behind `cookie` and start one of the same user's membership in
+    `account_id`: returns the new cookie value and the membership (id, account_id, account_name,
+    email). NotFound when the user holds no membership there, the same for another's account as
+    for an unknown id; nothing changes then. The account comes from a form: the membership is
+    looked up by the session's user, never taken on trust."""
+    if not account_id or len(account_id) > 100 or "\x00" in account_id:  # NUL: PostgreSQL cannot
+        raise NotFound("you are not a member of that account")
+    async with conn.transaction():
+        membership = await conn.fetchrow(db.query("lock_membership_of_user"), user_id, account_id)
+        if membership is None:
+            raise NotFound("you are not a member of that account")
+        await end_session(conn, cookie)
+        return await start_session(conn, membership["id"], ttl_seconds), membership
 
 
 def csrf_matches(session: Session, sent: str | None) -> bool:

@@ -119,6 +119,15 @@ SELECT m.id, m.account_id
  ORDER BY m.created_at, m.id
  LIMIT 1;
 
+-- membership_last_used --
+-- The user's membership the web app last started a session of (members.web_session_at: a
+-- sign-in, a switch, an accepted invitation), else their oldest: where the web app signs in.
+SELECT m.id, m.account_id
+  FROM members m
+ WHERE m.user_id = $1
+ ORDER BY m.web_session_at DESC NULLS LAST, m.created_at, m.id
+ LIMIT 1;
+
 -- revoke_pending_invitations --
 -- Revoke the live invitation to this address in the account, so its link stops working.
 UPDATE invitations SET state = 'revoked', updated_at = now()

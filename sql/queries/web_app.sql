@@ -1,21 +1,50 @@
 -- insert_web_session --
--- A new session of member $2 (the cookie's hash $1), live for $4 seconds.
+-- A new session of member $2 (the cookie's hash $1), live for $4 seconds; the membership is the
+-- one its user last used in the web app from now on (members.web_session_at, migration 0038).
+WITH used AS (
+    UPDATE members SET web_session_at = now() WHERE id = $2
+)
 INSERT INTO web_sessions (token_hash, member_id, csrf_token, expires_at)
 VALUES ($1, $2, $3, now() + make_interval(secs => $4));
 
 -- principal_by_session_hash --
 -- The member, account and user behind a live session (unrevoked, unexpired), as
 -- principal_by_token_hash returns them; a session holds both scopes (its member's role limits it).
+-- Also the account's name and how many memberships the user has (every page's header offers
+-- the others when there are several; members_user, migration 0038, counts them).
 SELECT s.token_hash, ARRAY['read', 'write']::text[] AS scopes, s.csrf_token,
        m.id AS member_id, m.account_id, m.role::text AS role,
        u.id AS user_id, u.email,
-       display_name(u.first_name, u.last_name, u.email) AS name
+       display_name(u.first_name, u.last_name, u.email) AS name,
+       a.name AS account_name,
+       (SELECT count(*)::integer FROM members o WHERE o.user_id = u.id) AS memberships
   FROM web_sessions s
   JOIN members m ON m.id = s.member_id
   JOIN users u ON u.id = m.user_id
+  JOIN accounts a ON a.id = m.account_id
  WHERE s.token_hash = $1
    AND s.revoked_at IS NULL
    AND s.expires_at > now();
+
+-- user_memberships --
+-- The accounts user $1 is a member of (the web app's account switcher), with their role in each,
+-- by account name.
+SELECT m.account_id, a.name AS account_name, m.role::text AS role, m.is_owner
+  FROM members m
+  JOIN accounts a ON a.id = m.account_id
+ WHERE m.user_id = $1
+ ORDER BY lower(a.name), a.id;
+
+-- lock_membership_of_user --
+-- User $1's membership in account $2, to start a session of it (switching accounts): none when
+-- they are not a member there, whether or not the account exists. Kept (FOR KEY SHARE) until the
+-- transaction ends, so that removing it waits for the new session, which it then ends.
+SELECT m.id, m.account_id, a.name AS account_name, u.email
+  FROM members m
+  JOIN accounts a ON a.id = m.account_id
+  JOIN users u ON u.id = m.user_id
+ WHERE m.user_id = $1 AND m.account_id = $2
+   FOR KEY SHARE OF m;
 
 -- revoke_web_session --
 -- Sign-out: the session ends on the server, whatever the browser keeps.

@@ -633,3 +633,62 @@ async def test_browser__an_invited_colleague_joins_from_the_emailed_link(
     assert seen["whoami"] == "Grace Hopper (member)"
     assert seen["refused"] == []
     assert await conn.fetchval("SELECT count(*) FROM invitations WHERE state = 'accepted'") == 1
+
+
+def switch_flow(base: str, profile: str, email: str) -> dict[str, Any]:
+    """A consultant in two accounts, at a phone's width: the header names the account they are
+    in, its link leads to their accounts, and the keyboard switches to the other one, whose RFP
+    then opens."""
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+        driver.get(f"{base}/rfps")
+        seen: dict[str, Any] = {"header": text_of(driver, "#in-account"),
+                                "rfps_before": text_of(driver, "table.list tbody")}
+        link = driver.find_element(By.CSS_SELECTOR, "#in-account a")
+        link.send_keys(Keys.ENTER)
+        wait(driver, lambda d: d.current_url.endswith("/accounts"))
+        seen["rows"] = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#accounts tbody tr")]
+        seen["wider_than_phone"] = driver.execute_script(
+            "return document.documentElement.scrollWidth > window.innerWidth")
+        buttons = driver.find_elements(By.CSS_SELECTOR, "form[action='/accounts/switch'] button")
+        button = next(b for b in buttons if "Beta" in b.text)
+        button.send_keys(Keys.ENTER)
+        wait(driver, lambda d: "/rfps?switched=1" in d.current_url)
+        seen["notice"] = text_of(driver, "#switched")
+        seen["header_after"] = text_of(driver, "#in-account")
+        seen["whoami_after"] = text_of(driver, ".whoami")
+        driver.find_element(By.LINK_TEXT, "Beta's RFP").click()
+        wait(driver, lambda d: "/rfps/rfp_" in d.current_url)
+        seen["heading"] = text_of(driver, "h1")
+        seen["refused"] = [entry["message"] for entry in driver.get_log("browser")
+                           if "Content Security Policy" in entry["message"]]
+        return seen
+    finally:
+        driver.quit()
+
+
+async def test_browser__a_consultant_in_two_accounts_switches_to_the_second_one_s_rfp(
+    site, profile, make_account, make_rfp, conn
+):
+    from service.domain import accounts
+
+    alpha = await make_account("Alpha Corp")
+    beta = await make_account("Beta Ltd")
+    await accounts.add_member(conn, beta.account_id, alpha.email, "member")
+    await set_password(conn, alpha.email)
+    await make_rfp(alpha, "Alpha's RFP")
+    await make_rfp(beta, "Beta's RFP")
+    seen = await asyncio.to_thread(switch_flow, site, profile, alpha.email)
+    assert seen["header"] == "In Alpha Corp · Switch account"
+    assert "Alpha's RFP" in seen["rfps_before"] and "Beta's RFP" not in seen["rfps_before"]
+    assert len(seen["rows"]) == 2 and seen["rows"][0].startswith("Alpha Corp")
+    assert "Switch to Beta Ltd" in seen["rows"][1] and "member" in seen["rows"][1]
+    assert seen["wider_than_phone"] is False
+    assert seen["notice"] == "You are now in Beta Ltd."
+    assert seen["header_after"] == "In Beta Ltd · Switch account"
+    assert seen["whoami_after"].endswith("(member)")
+    assert seen["heading"] == "Beta's RFP"
+    assert seen["refused"] == []

@@ -119,6 +119,7 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
         membership = await authenticate(
             request.app[POOL], request.app[PASSWORDS], config, email=email, password=password,
             account_id=None, client=client_key(request.remote), actor=actor(request, email),
+            last_used=True,  # the account this user last worked in here (sessions.py)
         )
     except ServiceError as exc:
         if exc.code == "validation_failed":  # the address is too long or holds NUL

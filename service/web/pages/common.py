@@ -92,6 +92,10 @@ def render(
         "who": session.principal if session else None,
         "csrf": session.csrf_token if session else "",
         "path": request.path,
+        # The header names the account and offers the others when the user has several.
+        "current_account": session.account_name if session else "",
+        "other_accounts": session.memberships > 1 if session else False,
+        "switched": session is not None and request.path == "/rfps" and "switched" in request.query,
         **(context or {}),
     }
     text = aiohttp_jinja2.render_string(template, request, full)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import account, ask, joining, knowledge, members, rfps, static
+from . import account, accounts, ask, joining, knowledge, members, rfps, static
 
 
 def routes() -> list[web.RouteDef]:
@@ -14,6 +14,8 @@ def routes() -> list[web.RouteDef]:
         get("/signin", account.get_sign_in, name="page_sign_in", allow_head=False),
         web.post("/signin", account.post_sign_in, name="page_sign_in_post"),
         web.post("/signout", account.post_sign_out, name="page_sign_out"),
+        get("/accounts", accounts.accounts_page, name="page_accounts", allow_head=False),
+        web.post("/accounts/switch", accounts.switch, name="page_switch_account"),
         get("/invitations/{token}", joining.invitation_page, name="page_invitation", allow_head=False),
         web.post("/invitations/{token}", joining.accept_invitation_page, name="page_accept_invitation"),
         get("/confirm", joining.confirm_page, name="page_confirm", allow_head=False),
