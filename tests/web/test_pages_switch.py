@@ -213,3 +213,21 @@ async def test_sign_in__goes_to_the_account_last_used(app_client, make_account, 
     assert "<strong>Beta Ltd</strong>" in page and "(viewer)" in header(page)
     token = await app_client.post("/api/v1/tokens", json={"email": alpha.email, "password": PASSWORD})
     assert (await token.json())["account_id"] == alpha.account_id
+
+
+async def test_not_found_page__offers_the_other_accounts_alike_for_any_missing_page(
+    app_client, make_account, make_rfp, conn
+):
+    """An e-mailed link to an item of the other account led to a bare 404 page. The page now
+    leads to the switcher, the same for another account's RFP as for one that never existed."""
+    alpha, beta = await two_accounts(make_account, make_rfp, conn)
+    beta_rfp = await conn.fetchval("SELECT id FROM rfps WHERE account_id = $1", beta.account_id)
+    await sign_in(app_client, alpha.email)
+    pages = []
+    for path in (f"/rfps/{beta_rfp}", "/rfps/rfp_doesnotexist"):
+        missing = await app_client.get(path)
+        assert missing.status == 404
+        pages.append(re.sub(r"<code>\w+</code>", "…", await missing.text()))
+    assert pages[0] == pages[1]
+    assert 'id="not-found-accounts">You are in Alpha Corp;' in pages[0]
+    assert '<a href="/accounts">switch account</a>' in pages[0]
