@@ -1,0 +1,53 @@
+"""Switching a web session to another of the user's accounts (domain/sessions.py
+`switch_account`) while that membership is being removed: whichever commits first, the switch
+either is refused as for an account the user never belonged to, or its session goes with the
+membership; never a 500 (a session pointing at a deleted membership)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+from conftest import CONNECT
+
+from service.domain import accounts
+from service.domain.errors import NotFound
+from service.domain.members import remove_member
+from service.domain.sessions import find_session, start_session, switch_account
+
+
+async def two_memberships(conn: asyncpg.Connection, make_account) -> tuple[str, str, int, str]:
+    alpha = await make_account("Alpha Corp")
+    beta = await make_account("Beta Ltd")
+    member = await accounts.add_member(conn, beta.account_id, alpha.email, "member")
+    cookie = await start_session(conn, alpha.member_id, 3600)
+    return cookie, beta.account_id, alpha.user_id, member["id"]
+
+
+async def test_switch__waits_for_a_removal_under_way_then_is_refused(conn, make_account, database_url):
+    cookie, beta_id, user_id, member_id = await two_memberships(conn, make_account)
+    other = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        removing = other.transaction()
+        await removing.start()
+        await remove_member(other, beta_id, member_id)  # not committed yet: the row stays locked
+        switching = asyncio.ensure_future(switch_account(conn, cookie, user_id, beta_id, 3600))
+        await asyncio.sleep(0.3)
+        assert not switching.done()  # FOR KEY SHARE waits for the removal
+        await removing.commit()
+        with pytest.raises(NotFound):
+            await switching
+    finally:
+        await other.close()
+    session = await find_session(conn, cookie)  # the old session goes on, in its account
+    assert session is not None and session.memberships == 1
+
+
+async def test_switch__a_removal_after_it_ends_the_new_session(conn, make_account):
+    cookie, beta_id, user_id, member_id = await two_memberships(conn, make_account)
+    new_cookie, membership = await switch_account(conn, cookie, user_id, beta_id, 3600)
+    assert membership["id"] == member_id and await find_session(conn, cookie) is None
+    assert (await find_session(conn, new_cookie)).principal.account_id == beta_id
+    await remove_member(conn, beta_id, member_id)
+    assert await find_session(conn, new_cookie) is None
