@@ -381,6 +381,79 @@ async def review(
     return Reviewed(row=row, queued=queued, mailed=mailed)
 
 
+# The most items one bulk approval takes: a page of the RFP page at its default size
+# (web.items_per_page). Each is a transaction of its own (review), a few milliseconds each, so a
+# request stays well under a second; more is refused (422 naming the cap), not cut short.
+MAX_BULK_APPROVE = 100
+
+# Why a bulk approval left an item as it was, in the order the web app says them.
+SKIPPED = ("already_approved", "no_answer", "discarded", "not_found")
+
+
+@attrs.frozen(kw_only=True)
+class BulkApproved:
+    """What approve_items did: the items approved, those skipped by reason (one of SKIPPED), and
+    how many webhook deliveries the approvals queued."""
+
+    approved: list[str]
+    skipped: dict[str, list[str]]
+    queued: int = 0
+
+
+def _not_approvable(item: Mapping[str, Any]) -> str | None:
+    """Why a bulk approval skips an item (one of SKIPPED), or None: it is approved as one item's
+    approval would approve it (the RFP page's Approve button)."""
+    if item["state"] == "approved":
+        return "already_approved"
+    if item["state"] == "discarded":  # one item's approval would take it back; a bulk one never
+        return "discarded"
+    if item["answer"] is None or not item["answer"].strip():
+        return "no_answer"
+    return None
+
+
+async def approve_items(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_ids: Sequence[str],
+    member_id: str | None = None, *, save_to_knowledge_base: bool = False,
+    actor: audit.Actor | None = None, web_base_url: str = "",
+) -> BulkApproved:
+    """Approve many items of an RFP at once, each exactly as one item's approval does (review:
+    its rfp_item.updated and rfp_item.approved events and webhooks, rfp.approved with the last
+    one, and with `save_to_knowledge_base` its knowledge-base entry), each in a transaction of
+    its own: an item another reviewer changed meanwhile is skipped alone, never undoing the
+    others. Items already approved, discarded or without an answer, and ids not of this RFP,
+    are skipped and reported by reason. More than MAX_BULK_APPROVE ids is ValidationFailed."""
+    wanted = list(dict.fromkeys(item_ids))  # each once, in the order given
+    if len(wanted) > MAX_BULK_APPROVE:
+        raise ValidationFailed(
+            [f"at most {MAX_BULK_APPROVE:,} items can be approved at once; {len(wanted):,} were chosen"],
+            "too many items to approve at once",
+        )
+    await fetch_rfp(conn, rfp_id, account_id)  # another account's RFP: 404, nothing read
+    fields: dict[str, Any] = {"state": "approved"}
+    if save_to_knowledge_base:
+        fields["save_to_knowledge_base"] = True
+    done = BulkApproved(approved=[], skipped={})
+    queued = 0
+    for item_id in wanted:
+        async with conn.transaction():
+            # The RFP, then the item, as review takes them; checked under the item's lock.
+            await conn.fetchval(db.query("lock_rfp_before_items"), rfp_id, account_id)
+            try:
+                current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
+            except NotFound:
+                done.skipped.setdefault("not_found", []).append(item_id)
+                continue
+            if reason := _not_approvable(current):
+                done.skipped.setdefault(reason, []).append(item_id)
+                continue
+            reviewed = await review(conn, account_id, rfp_id, item_id, fields, member_id,
+                                    actor=actor, web_base_url=web_base_url)
+        done.approved.append(item_id)
+        queued += reviewed.queued
+    return attrs.evolve(done, queued=queued)
+
+
 async def review_item(
     conn: asyncpg.Connection, account_id: str, current: asyncpg.Record, fields: dict[str, Any],
     member_id: str | None = None, assignee: asyncpg.Record | None = None,

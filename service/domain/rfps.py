@@ -88,6 +88,18 @@ def _has_run(term: str, length: int) -> bool:
     return False
 
 
+def search_term_problem(term: str) -> str | None:
+    """What keeps `term` from being searched, in words for the person who typed it (the web
+    app's search boxes say it beside the box), or None: search_pattern's rules."""
+    if len(term) > MAX_TERM_CHARS:
+        return (f"The search term is too long: at most {MAX_TERM_CHARS} characters"
+                f" (this one has {len(term):,}). Search for a shorter part of it.")
+    if not _has_run(term, MIN_TERM_RUN):
+        return (f"Type at least {MIN_TERM_RUN} letters or digits in a row to search"
+                " (“mfa”, “50% off”; not “%” or “a b”).")
+    return None
+
+
 def search_pattern(term: str, parameter: str = "query") -> str:
     """The ILIKE pattern for a search term (wildcards taken literally), or ParameterInvalid
     naming the rule it breaks: at most MAX_TERM_CHARS characters, and MIN_TERM_RUN letters or
@@ -352,16 +364,25 @@ _WHOLE = 2_147_483_647  # PostgreSQL's largest integer: left(text, _WHOLE) is al
 async def review_items(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, state: str | None, page: Page,
     *, cut: int | None = None, item_id: str | None = None, assignee_id: int | None = None,
+    pattern: str | None = None,
 ) -> tuple[asyncpg.Record, list[asyncpg.Record], int]:
     """The RFP, one page of its items with what their questions found, and how many items pass
-    `state` (one of REVIEW_FILTERS, or None for all), `item_id` and `assignee_id` (a user id;
-    None for all). Questions and answers come cut to `cut` characters (None: whole), their whole
-    lengths in question_chars / answer_chars."""
+    `state` (one of REVIEW_FILTERS, or None for all), `item_id`, `assignee_id` (a user id;
+    None for all) and `pattern` (search_pattern's, matched on question or answer; None for all).
+    Questions and answers come cut to `cut` characters (None: whole), their whole lengths in
+    question_chars / answer_chars. A search runs under SEARCH_TIMEOUT_MS (then 503)."""
     rfp = await fetch_rfp(conn, rfp_id, account_id)
-    rows = await conn.fetch(
-        db.query("review_items_page"), rfp_id, REVIEW_FILTERS.get(state or ""), page.size,
-        page.offset, item_id, _WHOLE if cut is None else cut, assignee_id,
-    )
+    arguments = (rfp_id, REVIEW_FILTERS.get(state or ""), page.size, page.offset, item_id,
+                 _WHOLE if cut is None else cut, assignee_id, pattern)
+    if pattern is None:
+        rows = await conn.fetch(db.query("review_items_page"), *arguments)
+    else:
+        try:
+            async with conn.transaction(readonly=True):
+                await limit_search_time(conn)
+                rows = await conn.fetch(db.query("review_items_page"), *arguments)
+        except asyncpg.QueryCanceledError:
+            raise search_timed_out() from None
     if item_id is not None and not rows:
         raise NotFound("no such item in this RFP")
     total = rows[0]["total"] if rows else (

@@ -85,7 +85,11 @@ SELECT count(*)::integer FROM (SELECT 1 FROM rfps WHERE account_id = $1 LIMIT $2
 -- review_items_page --
 -- One page of an RFP's items in order for review, with what the question that answered each
 -- one found (attention points, references); $2 keeps only items in that state (null: every
--- state), $5 only that item (null: all), $7 only the items assigned to that user (null: all).
+-- state), $5 only that item (null: all), $7 only the items assigned to that user (null: all),
+-- $8 only the items whose question or answer matches that ILIKE pattern (null: all; the RFP
+-- page's search, service/domain/rfps.py search_pattern: its wildcards escaped, its term limits).
+-- No index serves $8: it reads the RFP's items (at most 20,000, MAX_ITEMS_PER_RFP) by the
+-- rfp_id index, under the search's statement timeout (review_items).
 -- Questions and answers are cut to $6 characters, with their whole lengths beside them: a page
 -- of 100 items of 100,000 characters was a 62 MB page that held the event loop for 0.3 s.
 -- `total` is how many items pass the filters.
@@ -103,6 +107,7 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
  WHERE i.rfp_id = $1 AND ($2::text IS NULL OR i.state::text = $2)
    AND ($5::text IS NULL OR i.id = $5)
    AND ($7::bigint IS NULL OR i.assignee_id = $7)
+   AND ($8::text IS NULL OR i.question ILIKE $8 OR i.answer ILIKE $8)
  ORDER BY i.position
  LIMIT $3 OFFSET $4;
 

@@ -320,7 +320,7 @@ async def test_browser__a_viewer_sees_no_write_control_and_a_forged_post_is_refu
     seen = await asyncio.to_thread(viewer_flow, site, profile, viewer.email, rfp_id)
     for key in ("rfps_posts", "rfp_posts", "/items_posts", "/kb_posts", "/members_posts"):
         assert seen[key] == ["signout"], key
-    assert seen["buttons"] == [] and seen["textareas"] == 0
+    assert seen["buttons"] == ["Search"] and seen["textareas"] == 0  # the item search's only
     assert seen["export_links"] == 1  # reading is a viewer's right
     assert seen["forged_answer"]["status"] == 403
     assert seen["forged_approve"]["status"] == 403 and "Not allowed" in seen["forged_approve"]["text"]
@@ -670,6 +670,40 @@ def switch_flow(base: str, profile: str, email: str) -> dict[str, Any]:
         driver.quit()
 
 
+def search_and_approve_flow(base: str, profile: str, email: str, rfp_id: str) -> dict[str, Any]:
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        driver.get(f"{base}/rfps/{rfp_id}")
+        seen: dict[str, Any] = {}
+        # Search the RFP's questions and answers, within the "Review" filter.
+        driver.find_element(By.CSS_SELECTOR, "nav.filters a[href='?state=review']").click()
+        wait(driver, lambda d: "state=review" in d.current_url)
+        box = driver.find_element(By.ID, "q")
+        box.send_keys("encrypt", Keys.ENTER)
+        wait(driver, lambda d: "q=encrypt" in d.current_url)
+        seen["url"] = driver.current_url.split("?", 1)[1]
+        seen["found"] = [h.text for h in driver.find_elements(By.CSS_SELECTOR, ".item h3")]
+        seen["count"] = text_of(driver, "#search-count")
+        # Tick two, approve them at once: back on the same search, saying what was done.
+        for item_id in ("item_b1", "item_b3"):
+            driver.find_element(By.ID, f"pick-{item_id}").click()
+        driver.find_element(By.ID, "approve-selected").click()
+        wait(driver, lambda d: d.find_elements(By.ID, "bulk-done"))
+        seen["done"] = text_of(driver, "#bulk-done")
+        seen["url_after"] = driver.current_url.split("?", 1)[1]
+        seen["left"] = [h.text for h in driver.find_elements(By.CSS_SELECTOR, ".item h3")]
+        # Too short a term: said beside the box, on the page.
+        box = driver.find_element(By.ID, "q")
+        box.clear()
+        box.send_keys("ab", Keys.ENTER)
+        wait(driver, lambda d: d.find_elements(By.ID, "search-problem"))
+        seen["problem"] = text_of(driver, "#search-problem")
+        return seen
+    finally:
+        driver.quit()
+
+
 async def test_browser__a_consultant_in_two_accounts_switches_to_the_second_one_s_rfp(
     site, profile, make_account, make_rfp, conn
 ):
@@ -692,3 +726,27 @@ async def test_browser__a_consultant_in_two_accounts_switches_to_the_second_one_
     assert seen["whoami_after"].endswith("(member)")
     assert seen["heading"] == "Beta's RFP"
     assert seen["refused"] == []
+
+
+async def test_browser__search_an_rfp_and_approve_what_it_found_at_once(
+    site, profile, admin, make_rfp, conn,
+):
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer, confidence) VALUES"
+        " ('item_b1', $1, 'Do you encrypt backups?', 1, 'auto_answered', 'Yes, AES-256.', 0.9),"
+        " ('item_b2', $1, 'Is MFA enforced?', 2, 'auto_answered', 'Yes.', 0.9),"
+        " ('item_b3', $1, 'How are keys kept?', 3, 'auto_answered', 'Encrypted, in an HSM.', 0.7),"
+        " ('item_b4', $1, 'Is data encrypted at rest?', 4, 'needs_input', 'Partly.', 0.3)", rfp_id)
+    seen = await asyncio.to_thread(search_and_approve_flow, site, profile, admin.email, rfp_id)
+    assert seen["url"] == "state=review&q=encrypt"
+    assert seen["found"] == ["Do you encrypt backups?", "How are keys kept?"]
+    assert seen["count"] == "2 items matching “encrypt” in this filter."
+    assert seen["done"] == "Approved 2 items."
+    assert seen["url_after"].startswith("state=review&q=encrypt&page=1&bulk=2,0,0,0,0")
+    assert seen["left"] == []  # both left the "Review" filter
+    assert seen["problem"].startswith("Type at least 3 letters or digits in a row")
+    states = dict(await conn.fetch("SELECT id, state::text FROM rfp_items WHERE rfp_id = $1", rfp_id))
+    assert states == {"item_b1": "approved", "item_b2": "auto_answered", "item_b3": "approved",
+                      "item_b4": "needs_input"}

@@ -1,10 +1,12 @@
 """The web app's lists (/rfps, /kb) under the search limits (service/domain/rfps.py): terms the
-trigram index cannot serve, over-long terms and pages past the count cap are a 400 page naming the
-rule; /rfps counts to 10,000 ("10000+"), a knowledge-base search to 1,000."""
+trigram index cannot serve and over-long terms are said beside the search box (the list's page,
+400), pages past the count cap are a 400 page naming the rule; /rfps counts to 10,000
+("10000+"), a knowledge-base search to 1,000."""
 
 from __future__ import annotations
 
 import html
+import re
 
 from aiohttp.test_utils import TestClient
 
@@ -18,6 +20,17 @@ async def sign_in(client: TestClient, email: str) -> None:
         "email": email, "password": PASSWORD, "sign_in_token": field(await form.text(), "sign_in_token"),
     })
     assert response.status == 303
+
+
+SHORT = "Type at least 3 letters or digits in a row to search (“mfa”, “50% off”; not “%” or “a b”)."
+LONG = ("The search term is too long: at most 200 characters (this one has {}). Search for a shorter"
+        " part of it.")
+
+
+def inline(text: str) -> str:
+    """What the page says beside its search box about the term, or ""."""
+    found = re.search(r'<p class="notice error" role="alert" id="search-problem">(.*?)</p>', text, re.S)
+    return found.group(1) if found else ""
 
 
 async def page_text(client: TestClient, path: str, **params: str) -> tuple[int, str]:
@@ -46,11 +59,13 @@ async def test_rfp_list__counts_to_10000_and_refuses_deeper_pages_and_unindexabl
     assert status == 200 and "Page 500 of 500" in text
     status, text = await page_text(app_client, "/rfps", page="2500")
     assert status == 400 and "page must be at most 500: results stop at the first 10,000" in text
+    # Before: a term too short or too long was the error page, naming the parameter (`q`).
     for term in ("%", "qz", "a b"):
         status, text = await page_text(app_client, "/rfps", q=term)
-        assert status == 400 and "q must hold at least 3 letters or digits in a row" in text, term
+        assert status == 400 and inline(text) == SHORT, term
+        assert f'value="{term}"' in text and "New RFP" in text  # the list's page, the term kept
     status, text = await page_text(app_client, "/rfps", q="rfp " + "x" * 7000)
-    assert status == 400 and "q is too long: at most 200 characters; got 7,004" in text
+    assert status == 400 and inline(text) == LONG.format("7,004")
 
 
 async def test_kb_list__refuses_long_and_unindexable_terms_and_deep_pages(app_client, admin, conn):
@@ -72,9 +87,9 @@ async def test_kb_list__refuses_long_and_unindexable_terms_and_deep_pages(app_cl
     status, text = await page_text(app_client, "/kb", q="NIGHTLY")
     assert status == 200 and "1 entry matching “NIGHTLY”" in text
     status, text = await page_text(app_client, "/kb", q="nightly " * 1000)
-    assert status == 400 and "q is too long: at most 200 characters; got 8,000" in text
+    assert status == 400 and inline(text) == LONG.format("8,000") and "Add an entry" in text
     status, text = await page_text(app_client, "/kb", q="ab")
-    assert status == 400 and "q must hold at least 3 letters or digits in a row" in text
+    assert status == 400 and inline(text) == SHORT and "q must" not in text
     status, text = await page_text(app_client, "/kb", page="900")
     assert status == 400 and "page must be at most 500" in text
 

@@ -22,6 +22,7 @@ from ...domain.knowledge import (
     search_items,
 )
 from ...domain.models import Page
+from ...domain.rfps import search_term_problem
 from ...domain.uploads import Limits
 from ..actors import actor
 from ..auth import connection
@@ -58,12 +59,17 @@ async def kb_list(request: web.Request) -> web.StreamResponse:
     term = request.query.get("q", "")
     current = Page.from_query(request.query, max_rows=search_count_cap(term))
     who = principal(request)
-    async with connection(request) as conn:
-        items, total, capped = await search_items(conn, who.account_id, term, current)
+    # A term the search cannot take (too short, too long) is said beside the box, not an error page.
+    problem = search_term_problem(term) if term.strip() else None
+    items: list[Any] = []
+    total, capped = 0, False
+    if not problem:
+        async with connection(request) as conn:
+            items, total, capped = await search_items(conn, who.account_id, term, current)
     return render(request, "kb.html", {
         "items": items, "q": term, "page": current.number, "total": total, "capped": capped,
-        "pages": math.ceil(total / current.size), "may_write": may_write(who),
-    })
+        "pages": math.ceil(total / current.size), "may_write": may_write(who), "problem": problem,
+    }, status=400 if problem else 200)
 
 
 @page(write=True, roles=WRITERS)

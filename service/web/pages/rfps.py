@@ -14,6 +14,8 @@ from ...domain.convert import FRAMEWORKS, structure
 from ...domain.errors import ParameterInvalid, ValidationFailed
 from ...domain.models import MemberRef, Page
 from ...domain.rfp_items import (
+    MAX_BULK_APPROVE,
+    SKIPPED,
     AnswerOptions,
     answering_progress,
     assignable_members,
@@ -24,13 +26,16 @@ from ...domain.rfps import (
     REVIEW_FILTERS,
     SEARCH_COUNT_CAP,
     RfpCreate,
+    SearchResult,
     assigned_items,
     create_rfp,
     fetch_rfp,
+    like_pattern,
     list_rfps,
     review_filter,
     review_items,
     search_rfps,
+    search_term_problem,
 )
 from ..actors import actor
 from ..auth import connection
@@ -38,7 +43,7 @@ from ..body import one_of_members_uploads
 from ..keys import CONFIG
 from ..responses import json_response
 from ..views import rfp_items as rfp_items_views
-from ..views.rfp_items import import_upload, review_and_announce, start_answering
+from ..views.rfp_items import approve_and_announce, import_upload, review_and_announce, start_answering
 from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
 
 WRITERS = ("admin", "member")
@@ -58,8 +63,12 @@ async def rfp_list(request: web.Request) -> web.StreamResponse:
     term = request.query.get("q", "")
     current = _page_number(request)
     who = principal(request)
+    # A term the search cannot take (too short, too long) is said beside the box, not an error page.
+    problem = search_term_problem(term) if term.strip() else None
     async with connection(request) as conn:
-        if term.strip():
+        if problem:
+            found = SearchResult(rows=[], total=0, capped=False)
+        elif term.strip():
             found = await search_rfps(conn, who.account_id, term, current, "q")
         else:
             found = await list_rfps(conn, who.account_id, current)
@@ -67,8 +76,8 @@ async def rfp_list(request: web.Request) -> web.StreamResponse:
         "rfps": found.rows, "q": term, "page": current.number,
         "pages": math.ceil(found.total / current.size), "total": found.total,
         "capped": found.capped, "may_write": may_write(who),
-        "frameworks": FRAMEWORKS,
-    })
+        "frameworks": FRAMEWORKS, "problem": problem,
+    }, status=400 if problem else 200)
 
 
 def _form_fields(form: Any, names: tuple[str, ...]) -> dict[str, Any]:
@@ -106,11 +115,17 @@ def _references(raw: str | None) -> list[dict[str, Any]]:
 @page()
 async def rfp_page(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
-    shown = review_filter(request.query.get("state"))
+    shown = _shown(request)
     # ?assignee=me: only the items assigned to the signed-in member.
     mine = request.query.get("assignee") or None
     if mine is not None and mine != "me":
-        raise ParameterInvalid(f"assignee must be me; got {mine[:40]!r}")
+        raise ParameterInvalid("This filter shows the items assigned to you (assignee=me)"
+                               f" or everyone's; got {mine[:40]!r}")
+    # ?q=: only the items whose question or answer holds the term (the RFP search's rule and
+    # limits); a term it cannot take is said beside the box.
+    term = request.query.get("q", "")
+    problem = search_term_problem(term) if term.strip() else None
+    pattern = like_pattern(term) if term.strip() and not problem else None
     # ?item=: that item alone, whole, however long (a longer one is cut on the pages of items);
     # opened from "My items" (?from=items), it leads back there too, and so do its forms.
     alone = request.query.get("item") or None
@@ -123,11 +138,15 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     current = Page(number=1, size=1) if alone else listed
     who = principal(request)
     async with connection(request) as conn:
-        rfp, rows, total = await review_items(
-            conn, who.account_id, rfp_id, None if alone else shown, current,
-            cut=None if alone else cut, item_id=alone,
-            assignee_id=who.user_id if mine and not alone else None,
-        )
+        if problem and not alone:
+            rfp, rows, total = await fetch_rfp(conn, rfp_id, who.account_id), [], 0
+        else:
+            rfp, rows, total = await review_items(
+                conn, who.account_id, rfp_id, None if alone else shown, current,
+                cut=None if alone else cut, item_id=alone,
+                assignee_id=who.user_id if mine and not alone else None,
+                pattern=None if alone else pattern,
+            )
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
         writers = _told_apart(await assignable_members(conn, who.account_id)) if may_write(who) else []
     sections: list[tuple[str | None, list[dict[str, Any]]]] = []
@@ -147,6 +166,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             "assignee_id": row["assignee_id"], "assignee_name": row["assignee_name"],
             "assignee_email": row["assignee_email"],
         }
+        item["approvable"] = _approvable(item)
         if not sections or sections[-1][0] != row["section"]:
             sections.append((row["section"], []))
         sections[-1][1].append(item)
@@ -155,21 +175,35 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     # for its way back to the list.
     state_part = f"state={shown}" if shown else ""
     mine_part = "assignee=me" if mine else ""
+    term_part = f"q={quote(term, safe='')}" if term.strip() else ""
     page_part = f"page={listed.number}" if listed.number > 1 else ""
-    kept = "".join(f"{part}&" for part in (state_part, mine_part) if part)
-    listing = "".join(f"{part}&" for part in (state_part, mine_part, page_part) if part)
+    kept = "".join(f"{part}&" for part in (state_part, mine_part, term_part) if part)
+    listing = "".join(f"{part}&" for part in (state_part, mine_part, term_part, page_part) if part)
     return render(request, "rfp.html", {
         "rfp": rfp, "sections": sections, "shown": shown or "", "filters": REVIEW_FILTERS,
         "mine": bool(mine), "kept": kept, "listing": listing, "from_mine": from_mine,
-        "state_links": {value: _query(f"state={value}" if value else "", mine_part)
+        "state_links": {value: _query(f"state={value}" if value else "", mine_part, term_part)
                         for value in ("", *REVIEW_FILTERS)},
-        "anyone_link": _query(state_part), "mine_link": _query(state_part, "assignee=me"),
+        "anyone_link": _query(state_part, term_part),
+        "mine_link": _query(state_part, "assignee=me", term_part),
+        "clear_link": _query(state_part, mine_part),
+        "q": term if term.strip() else "", "problem": problem,
         "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
         "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
-        "report": None, **_done(request, sections),
+        "report": None, **_done(request, sections), **_bulk(request, sections),
         # "Answer all" that found nothing pending (?answering=0, answer_all): said, not silent.
         "nothing_pending": request.query.get("answering") == "0" and not in_flight,
-    })
+    }, status=400 if problem and not alone else 200)
+
+
+def _shown(request: web.Request) -> str | None:
+    """The page's state filter (?state=, review_filter), refused in words."""
+    try:
+        return review_filter(request.query.get("state"))
+    except ParameterInvalid:
+        raise ParameterInvalid("This filter shows the items that need input, await review or are"
+                               " approved (state=needs_input, review or approved);"
+                               f" got {str(request.query.get('state'))[:40]!r}") from None
 
 
 def _done(request: web.Request, sections: list[tuple[str | None, list[dict[str, Any]]]]) -> dict[str, Any]:
@@ -184,8 +218,9 @@ def _done(request: web.Request, sections: list[tuple[str | None, list[dict[str, 
 
 
 def _item_band(request: web.Request, row: Any) -> str | None:
-    """An item's confidence band (service/domain/bands.py), None while it is pending."""
-    if row["state"] == "pending":
+    """An item's confidence band (service/domain/bands.py), None while it is pending or once it
+    is discarded."""
+    if row["state"] in ("pending", "discarded"):  # no draft to weigh: not answered, or set aside
         return None
     confidence = None if row["confidence"] is None else float(row["confidence"])
     return band_of(request, confidence, row["requires_attention"])
@@ -255,15 +290,39 @@ def _review_fields(form: Any) -> dict[str, Any]:
     elif action == "reopen":
         fields["state"] = "pending"
     else:
-        raise ValidationFailed(
-            [f"action: must be save, approve, save_to_kb, discard or reopen; got {action!r}"]
-        )
+        raise ValidationFailed([
+            "The form's button must be Save, Approve, Save to knowledge base, Discard or Reopen;"
+            f" got {str(action)[:40]!r}"
+        ])
     return fields
 
 
-# The longest way back kept: the page's own are under 100 characters. A longer one went into
-# the redirect whole (a 1 MB form field, a 1 MB Location header, past what proxies take).
-_BACK_MAX = 200
+# The API's field names in the review's messages (domain rfp_items.review_item), as the RFP
+# page's reader knows them.
+_FIELD_WORDS = {
+    "rfp_item.answer": "The answer", "rfp_item.question": "The question",
+    "rfp_item.section": "The section", "rfp_item.state": "The item's state",
+    "rfp_item.save_to_knowledge_base": "Saving to the knowledge base",
+    "rfp_item.assignee_id": "The assignee",
+}
+
+
+async def _review_in_words(request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]) -> None:
+    """review_and_announce, its refusals naming the fields in words rather than the API's names."""
+    try:
+        await review_and_announce(request, rfp_id, item_id, fields)
+    except ValidationFailed as exc:
+        details = []
+        for detail in exc.details or []:
+            name, colon, rest = detail.partition(": ")
+            details.append(f"{_FIELD_WORDS[name]}: {rest}" if colon and name in _FIELD_WORDS else detail)
+        raise ValidationFailed(details, exc.message) from None
+
+
+# The longest way back kept: the page's own are under 100 characters but for a search term, at
+# most 200 characters of up to 12 each percent-encoded. A longer one went into the redirect whole
+# (a 1 MB form field, a 1 MB Location header, past what proxies take).
+_BACK_MAX = 2_600
 
 
 def _way_back(value: Any) -> str:
@@ -299,8 +358,62 @@ async def review(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     fields = _review_fields(form)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    await review_and_announce(request, rfp_id, item_id, fields)
+    await _review_in_words(request, rfp_id, item_id, fields)
     raise _back_to_item(form, rfp_id, item_id, str(form.get("action")))
+
+
+# What the RFP page says after a bulk approval, each reason an item was skipped (SKIPPED).
+SKIPPED_SAID = {"already_approved": "already approved", "no_answer": "without an answer",
+                "discarded": "discarded", "not_found": "no longer in this RFP"}
+
+
+def _approvable(item: dict[str, Any]) -> bool:
+    """Whether the page offers the item to the bulk approval (approve_items approves it)."""
+    return item["state"] not in ("approved", "discarded") and bool((item["answer"] or "").strip())
+
+
+def _bulk(request: web.Request, sections: list[tuple[str | None, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """The page's bulk approval: the items offered in the auto-answer band, and what the last
+    one did (?bulk=approved,already approved,no answer,discarded,not found: counts, `approve`)."""
+    shown = [item for _, items in sections for item in items]
+    band = [item["id"] for item in shown if _approvable(item) and item["band"] == "auto_answer"]
+    said = None
+    counts = request.query.get("bulk", "").split(",")
+    if len(counts) == 1 + len(SKIPPED) and all(c.isdigit() and len(c) <= 6 for c in counts):
+        approved, *skipped = (int(c) for c in counts)
+        said = f"Approved {approved} item{'' if approved == 1 else 's'}."
+        if sum(skipped):
+            reasons = ", ".join(f"{n} {SKIPPED_SAID[why]}"
+                                for why, n in zip(SKIPPED, skipped, strict=True) if n)
+            said += f" Skipped {sum(skipped)}: {reasons}."
+    return {"approvable": any(_approvable(item) for item in shown), "band_items": band,
+            "bulk_said": said, "bulk_max": MAX_BULK_APPROVE}
+
+
+@page(write=True, roles=WRITERS)
+async def approve(request: web.Request) -> web.StreamResponse:
+    """Approve many items at once: the ones ticked ("Approve selected", `item`), or the page's
+    items in the auto-answer band (`band_item`, listed by the page), each as its Approve button
+    would (approve_items); back to the page saying how many were approved and skipped."""
+    form = await read_form(request)
+    rfp_id = request.match_info["id"]
+    scope = form.get("scope")
+    if scope not in ("selected", "band"):
+        raise ValidationFailed(["Choose “Approve selected” or “Approve all in the auto-answer band”."],
+                               "nothing was approved")
+    ids = [str(value) for value in form.getall("item" if scope == "selected" else "band_item", [])]
+    if not ids:
+        raise ValidationFailed(["Tick the items to approve first (the box beside each item)."],
+                               "nothing was approved")
+    if len(ids) > MAX_BULK_APPROVE:  # said in words before any id is read
+        raise ValidationFailed([f"At most {MAX_BULK_APPROVE} items can be approved at once;"
+                                f" {len(ids):,} were chosen."], "too many items to approve at once")
+    done = await approve_and_announce(request, rfp_id, ids,
+                                      save_to_knowledge_base=form.get("save_to_kb") == "1")
+    counts = [len(done.approved), *(len(done.skipped.get(why, [])) for why in SKIPPED)]
+    back = _back(form)
+    said = f"bulk={','.join(str(n) for n in counts)}"
+    raise see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}{said}#bulk-done")
 
 
 # The RFP page's item select offers a few members ("someone else…" for the rest): chosen without
@@ -315,7 +428,8 @@ def _assignee_field(form: Any) -> int | None:
         return None
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
         return int(value)
-    raise ValidationFailed([f"assignee_id: must be a member's user id or empty; got {str(value)[:40]!r}"])
+    raise ValidationFailed(
+        [f"The assignee must be one of the members listed, or nobody; got {str(value)[:40]!r}"])
 
 
 @page(write=True, roles=WRITERS)
@@ -330,7 +444,7 @@ async def assign(request: web.Request) -> web.StreamResponse:
         raise see_other(f"/rfps/{rfp_id}/items/{item_id}/assign"
                         + (f"?back={quote(back, safe='')}" if back else ""))
     fields = {"assignee_id": _assignee_field(form)}
-    await review_and_announce(request, rfp_id, item_id, fields)
+    await _review_in_words(request, rfp_id, item_id, fields)
     raise _back_to_item(form, rfp_id, item_id, "assign")
 
 

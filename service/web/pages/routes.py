@@ -32,6 +32,7 @@ def routes() -> list[web.RouteDef]:
         get("/rfps/{id}/items/{item_id}/assign", rfps.choose_assignee, name="page_choose_assignee",
             allow_head=False),
         web.post("/rfps/{id}/items/{item_id}/assign", rfps.assign, name="page_assign_item"),
+        web.post("/rfps/{id}/approve", rfps.approve, name="page_approve_items"),
         web.post("/rfps/{id}/import", rfps.upload, name="page_import_items"),
         web.post("/rfps/{id}/answer", rfps.answer_all, name="page_answer_rfp"),
         get("/rfps/{id}/progress", rfps.progress, name="page_rfp_progress", allow_head=False),

@@ -24,8 +24,10 @@ from ...domain.models import Page, RfpItem, rfp_json
 from ...domain.rfp_items import (
     EXPORT_FORMATS,
     AnswerOptions,
+    BulkApproved,
     answer_pending_items,
     append_items,
+    approve_items,
     export_filename,
     export_format,
     fetch_item,
@@ -198,6 +200,23 @@ async def review_and_announce(
     if reviewed.mailed:  # the assignee's e-mail
         request.app[MAIL_SENDER].wake()
     return unstructure(RfpItem.from_row(reviewed.row))
+
+
+async def approve_and_announce(
+    request: web.Request, rfp_id: str, item_ids: list[str], *, save_to_knowledge_base: bool = False,
+) -> BulkApproved:
+    """Approve many items (domain rfp_items.approve_items: each as review_and_announce approves
+    one), the webhook deliverer woken once. The web app's bulk approval comes here."""
+    who = principal(request)
+    async with connection(request) as conn:
+        done = await approve_items(
+            conn, who.account_id, rfp_id, item_ids, who.member_id,
+            save_to_knowledge_base=save_to_knowledge_base, actor=actor(request),
+            web_base_url=request.app[CONFIG].server.web_base_url,
+        )
+    if done.queued:
+        request.app[DELIVERER].wake()
+    return done
 
 
 @requires("read", hold_connection=False)

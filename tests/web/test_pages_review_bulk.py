@@ -1,0 +1,294 @@
+"""Reviewing a long RFP on its page: searching its items (with the state and "Assigned to me"
+filters and the pager), approving many at once (each as one item's Approve does), and the page's
+rough edges (what a viewer, a discarded item and an RFP without items show; errors in words)."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from conftest import with_config
+
+# The shared page fixtures are imported to register them; tests take them as arguments by name.
+# ruff: noqa: F811
+from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password  # noqa: F401
+
+from service.web.app import create_app
+
+
+async def sign_in(client: TestClient, email: str) -> str:
+    """Sign in through the form; the session's CSRF token."""
+    form = await client.get("/signin")
+    response = await client.post("/signin", allow_redirects=False, data={
+        "email": email, "password": PASSWORD, "sign_in_token": field(await form.text(), "sign_in_token")})
+    assert response.status == 303, await response.text()
+    return field(await (await client.get("/rfps")).text(), "csrf_token")
+
+
+Row = tuple[str, str, str | None, float | None]
+
+
+async def add_items(conn: Any, rfp_id: str, rows: list[Row]) -> list[str]:
+    """Items (question, state, answer, confidence) in order; their ids."""
+    ids = [f"item_{rfp_id[-6:]}_{n}" for n in range(1, len(rows) + 1)]
+    await conn.executemany(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer, confidence)"
+        " VALUES ($1, $2, $3, $4, $5::rfp_item_state, $6, $7)",
+        [(item_id, rfp_id, question, n, state, answer, confidence)
+         for n, (item_id, (question, state, answer, confidence))
+         in enumerate(zip(ids, rows, strict=True), 1)])
+    return ids
+
+
+def shown(page: str, ids: list[str]) -> list[str]:
+    return [i for i in ids if f'id="item-{i}"' in page]
+
+
+def picks(page: str) -> list[str]:
+    """The items the page offers to "Approve selected"."""
+    return re.findall(r'<input type="checkbox" form="bulk" name="item" value="([^"]+)"', page)
+
+
+def band_items(page: str) -> list[str]:
+    return re.findall(r'<input type="hidden" name="band_item" value="([^"]+)">', page)
+
+
+def said(page: str, element_id: str) -> str:
+    found = re.search(rf'id="{element_id}">(.*?)</p>', page, re.S)
+    return unescape(found.group(1)) if found else ""
+
+
+QUESTIONS = [
+    ("Do you encrypt backups?", "auto_answered", "Yes, with AES-256.", 0.92),
+    ("Is MFA enforced for administrators?", "auto_answered", "Yes.", 0.9),
+    ("Is data encrypted at rest?", "needs_input", "Partly: the database is.", 0.6),
+    ("Who is your DPO?", "approved", "Ada Lovelace.", 0.95),
+    ("How are keys rotated?", "auto_answered", "Keys are encrypted and rotated yearly.", 0.85),
+    ("Do you keep 100% of logs?", "pending", None, None),
+]
+
+
+async def test_rfp_page__search_finds_questions_and_answers_with_the_filters_and_the_pager(
+    aiohttp_client, config, admin, make_member, make_account, make_rfp, conn,
+):
+    # Before: the page had no search; finding "the encryption question" among 300 items was
+    # paging through them.
+    writer = await make_member(admin.account_id, "member")
+    await set_password(conn, writer.email)
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, web={"items_per_page": 2})))
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, QUESTIONS)
+    await conn.execute("UPDATE rfp_items SET assignee_id = $2 WHERE id = ANY($1::text[])",
+                       [ids[0], ids[4]], writer.user_id)
+    # Another account's RFP holds the same words: never found, whatever is searched.
+    other = await make_account()
+    theirs = await make_rfp(other, "Theirs")
+    their_ids = await add_items(conn, theirs, [("Do you encrypt everything?", "auto_answered", "Yes.", 0.9)])
+    await sign_in(client, writer.email)
+
+    # "encrypt" is in items 1 and 3's questions and item 5's answer: pages of 2, every link
+    # keeping the term.
+    page = await (await client.get(f"/rfps/{rfp_id}", params={"q": "ENCRYPT"})).text()
+    assert shown(page, ids) == [ids[0], ids[2]] and not shown(page, their_ids)
+    assert said(page, "search-count") == "3 items matching “ENCRYPT”."
+    assert 'href="?q=ENCRYPT&amp;page=2" rel="next"' in page
+    assert 'href="?state=review&amp;q=ENCRYPT"' in page  # the state filters keep it
+    assert 'href="?assignee=me&amp;q=ENCRYPT" id="assigned-to-me"' in page
+    assert field(page, "back") == "?q=ENCRYPT&amp;page=1"
+    assert '<input id="q" name="q" type="search" value="ENCRYPT">' in page
+    rest = await (await client.get(f"/rfps/{rfp_id}?q=ENCRYPT&page=2")).text()
+    assert shown(rest, ids) == [ids[4]]
+
+    # With the state filter and "Assigned to me": the form keeps them as hidden fields.
+    both = await (await client.get(f"/rfps/{rfp_id}?state=review&assignee=me&q=encrypt")).text()
+    assert shown(both, ids) == [ids[0], ids[4]]
+    assert said(both, "search-count") == "2 items matching “encrypt” in this filter."
+    assert '<input type="hidden" name="state" value="review">' in both
+    assert '<input type="hidden" name="assignee" value="me">' in both
+    assert 'href="?state=review&amp;assignee=me" id="clear-search"' in both
+    # A term's wildcards are literal, and the term is only ever matched in this RFP.
+    percent = await (await client.get(f"/rfps/{rfp_id}?q=100%25")).text()
+    assert shown(percent, ids) == [ids[5]]
+    none = await client.get(f"/rfps/{rfp_id}?q=everything")
+    assert none.status == 200 and said(await none.text(), "no-match") == "No items match “everything”."
+    assert (await client.get(f"/rfps/{theirs}?q=encrypt")).status == 404
+
+    # Too short or too long: said beside the box, the page kept (not the error page).
+    for term, words in (("ab", "Type at least 3 letters or digits in a row"),
+                        ("x" * 201, "The search term is too long: at most 200 characters"
+                                    " (this one has 201)")):
+        response = await client.get(f"/rfps/{rfp_id}", params={"q": term, "state": "review"})
+        page = await response.text()
+        assert response.status == 400 and said(page, "search-problem").startswith(words), term
+        assert not shown(page, ids) and 'id="item-search"' in page and "Acme" in page
+
+
+async def test_bulk_approve__approves_each_as_one_approval_and_counts_what_it_skipped(
+    app_client, admin, make_rfp, conn,
+):
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, [*QUESTIONS, ("Set aside?", "discarded", "Old.", 0.9),
+                                         ("Blank?", "needs_input", "  ", 0.1)])
+    await conn.execute(
+        "INSERT INTO webhook_endpoints (id, account_id, url, event_types, secret) VALUES"
+        " ('whep_bulk', $1, 'https://hooks.example.com/in',"
+        " '{rfp_item.approved,rfp.approved}', 'whsec_AAAA')", admin.account_id)
+    csrf = await sign_in(app_client, admin.email)
+
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    # Offered: the answered items not yet approved (not the approved, pending, discarded or blank).
+    assert picks(page) == [ids[0], ids[1], ids[2], ids[4]]
+    assert band_items(page) == [ids[0], ids[1], ids[4]]  # 0.85 and up, no attention asked
+    assert "Approve all 3 in the auto-answer band on this page" in page
+
+    # One item approved alone (and saved to the knowledge base), as the page's button does it.
+    alone = await app_client.post(f"/rfps/{rfp_id}/items/{ids[0]}", allow_redirects=False, data={
+        "csrf_token": csrf, "action": "save_to_kb", "answer": "Yes, with AES-256.", "back": "?page=1"})
+    assert alone.status == 303
+    # The rest in one go, every item ticked: the approved, pending, discarded and blank ones skipped.
+    response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
+        ("csrf_token", csrf), ("back", "?state=review&page=1"), ("scope", "selected"),
+        ("save_to_kb", "1"), *(("item", item_id) for item_id in [*ids[1:], ids[0], "item_nope"])])
+    assert response.status == 303
+    assert response.headers["Location"] == f"/rfps/{rfp_id}?state=review&page=1&bulk=3,2,2,1,1#bulk-done"
+    page = await (await app_client.get(response.headers["Location"])).text()
+    assert said(page, "bulk-done") == ("Approved 3 items. Skipped 6: 2 already approved, 2 without an"
+                                       " answer, 1 discarded, 1 no longer in this RFP.")
+    states = dict(await conn.fetch("SELECT id, state::text FROM rfp_items WHERE rfp_id = $1", rfp_id))
+    assert [states[i] for i in ids] == ["approved"] * 5 + ["pending", "discarded", "needs_input"]
+
+    # Each approved in bulk has what the one approved alone has: the same audit events, webhook
+    # events and knowledge-base entry (source and external id), the RFP approved once with the last.
+    async def trail(item_id: str) -> dict[str, Any]:
+        actions = sorted(r["action"] for r in await conn.fetch(
+            "SELECT action FROM audit_events WHERE record_id = $1", item_id))
+        updated = await conn.fetchrow("SELECT before, after FROM audit_events WHERE record_id = $1"
+                                      " AND action = 'rfp_item.updated'", item_id)
+        changed = {k for k in json.loads(updated["after"]) if json.loads(updated["before"]).get(k)
+                   != json.loads(updated["after"])[k]}
+        hooks = [json.loads(r["body"]) for r in await conn.fetch(
+            "SELECT body FROM webhook_events WHERE record_id = $1", item_id)]
+        entry = await conn.fetchrow(
+            "SELECT k.source, k.external_id, k.question, k.answer FROM rfp_items i"
+            " JOIN knowledge_items k ON k.id = i.knowledge_item_id WHERE i.id = $1", item_id)
+        question, answer = await conn.fetchrow("SELECT question, answer FROM rfp_items WHERE id = $1",
+                                               item_id)
+        return {"actions": actions, "changed": changed,
+                "hooks": [(h["type"], h["data"]["id"], h["data"]["state"]) for h in hooks],
+                "entry": (entry["source"], entry["external_id"], entry["question"] == question,
+                          entry["answer"] == answer)}
+
+    expected = await trail(ids[0])
+    assert expected["actions"] == ["rfp_item.approved", "rfp_item.updated"]
+    assert expected["changed"] == {"state", "knowledge_item_id"}
+    assert expected["hooks"] == [("rfp_item.approved", ids[0], "approved")]
+    for item_id in (ids[1], ids[2], ids[4]):
+        got = await trail(item_id)
+        assert got["actions"] == expected["actions"] and got["changed"] == expected["changed"]
+        assert got["hooks"] == [("rfp_item.approved", item_id, "approved")]
+        assert got["entry"] == (f"rfp:{rfp_id}", f"rfp_item:{item_id}", True, True)
+    assert await conn.fetchval("SELECT count(*) FROM audit_events WHERE action = 'rfp.approved'") == 0
+    # The RFP is approved with its last item (the pending one answered and approved, the blank one
+    # discarded): once, by the bulk approval.
+    await conn.execute("UPDATE rfp_items SET answer = 'Yes.', state = 'auto_answered' WHERE id = $1", ids[5])
+    await conn.execute("UPDATE rfp_items SET state = 'discarded' WHERE id = $1", ids[7])
+    last = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
+        ("csrf_token", csrf), ("scope", "selected"), ("item", ids[5])])
+    assert last.headers["Location"] == f"/rfps/{rfp_id}?bulk=1,0,0,0,0#bulk-done"
+    assert await conn.fetchval("SELECT count(*) FROM audit_events WHERE action = 'rfp.approved'") == 1
+    assert await conn.fetchval("SELECT count(*) FROM webhook_events WHERE type = 'rfp.approved'") == 1
+    assert await conn.fetchval("SELECT knowledge_item_id FROM rfp_items WHERE id = $1", ids[5]) is None
+
+
+async def test_bulk_approve__the_auto_answer_band_of_the_page(app_client, admin, make_rfp, conn):
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, QUESTIONS)
+    csrf = await sign_in(app_client, admin.email)
+    page = await (await app_client.get(f"/rfps/{rfp_id}?state=review")).text()
+    listed = band_items(page)
+    assert listed == [ids[0], ids[1], ids[4]]
+    response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
+        ("csrf_token", csrf), ("back", "?state=review&page=1"), ("scope", "band"),
+        ("item", ids[2]), *(("band_item", item_id) for item_id in listed)])
+    assert response.headers["Location"].endswith("bulk=3,0,0,0,0#bulk-done")
+    approved = {r["id"] for r in await conn.fetch("SELECT id FROM rfp_items WHERE state = 'approved'")}
+    assert approved == {ids[0], ids[1], ids[3], ids[4]}  # not the ticked needs-input one
+    page = await (await app_client.get(f"/rfps/{rfp_id}?state=review")).text()
+    assert 'id="approve-band"' not in page and not band_items(page)
+
+
+async def test_bulk_approve__refused_to_a_viewer_past_the_cap_without_csrf_or_a_choice(
+    app_client, admin, make_member, make_rfp, conn,
+):
+    viewer = await make_member(admin.account_id, "viewer")
+    await set_password(conn, admin.email)
+    await set_password(conn, viewer.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, [(f"Question {n}?", "auto_answered", "Yes.", 0.9)
+                                         for n in range(1, 102)])
+    csrf = await sign_in(app_client, admin.email)
+
+    # Past the cap: 422 naming it, nothing approved.
+    many = await app_client.post(f"/rfps/{rfp_id}/approve", data=[
+        ("csrf_token", csrf), ("scope", "selected"), *(("item", i) for i in ids)])
+    assert many.status == 422
+    assert "At most 100 items can be approved at once; 101 were chosen." in unescape(await many.text())
+    nothing = await app_client.post(f"/rfps/{rfp_id}/approve", data={"csrf_token": csrf, "scope": "selected"})
+    assert nothing.status == 422 and "Tick the items to approve first" in await nothing.text()
+    forged = await app_client.post(f"/rfps/{rfp_id}/approve", data={"scope": "selected", "item": ids[0]})
+    assert forged.status == 403
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE state = 'approved'") == 0
+
+    await app_client.post("/signout", data={"csrf_token": csrf})
+    csrf = await sign_in(app_client, viewer.email)
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert not picks(page) and 'id="bulk"' not in page and "/approve" not in page
+    refused = await app_client.post(f"/rfps/{rfp_id}/approve",
+                                    data={"csrf_token": csrf, "scope": "selected", "item": ids[0]})
+    assert refused.status == 403
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE state = 'approved'") == 0
+
+
+async def test_rfp_page__rough_edges(app_client, admin, make_member, make_rfp, conn):
+    viewer = await make_member(admin.account_id, "viewer")
+    await set_password(conn, admin.email)
+    await set_password(conn, viewer.email)
+    empty = await make_rfp(admin, "Empty")
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, [("Kept?", "auto_answered", "Yes.", 0.9),
+                                         ("Set aside?", "discarded", "No.", 0.9)])
+    csrf = await sign_in(app_client, admin.email)
+
+    # An RFP without items: nothing to answer or export, the upload offered.
+    page = await (await app_client.get(f"/rfps/{empty}")).text()
+    assert "answer-all" not in page and "export-csv" not in page and "/export" not in page
+    assert f'action="/rfps/{empty}/import"' in page and "Upload a questionnaire to add them." in page
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert 'id="answer-all"' in page and 'id="export-csv"' in page
+    # A discarded item shows no band (its draft is set aside); the kept one shows its band.
+    kept, discarded = (page.split(f'id="item-{i}"', 1)[1].split("</header>", 1)[0] for i in ids)
+    assert 'class="band band-auto_answer"' in kept and 'class="band' not in discarded
+    # Refusals say the field in words, not the API's name.
+    refused = await app_client.post(f"/rfps/{rfp_id}/items/{ids[0]}",
+                                    data={"csrf_token": csrf, "action": "approve", "answer": " "})
+    text = unescape(await refused.text())
+    assert refused.status == 422 and "The answer: an item needs an answer before it can be approved" in text
+    assert "rfp_item." not in text
+    bad = await app_client.post(f"/rfps/{rfp_id}/items/{ids[0]}", data={"csrf_token": csrf, "action": "x"})
+    assert bad.status == 422 and "action:" not in unescape(await bad.text())
+    state = await app_client.get(f"/rfps/{rfp_id}?state=open")
+    assert state.status == 400
+    assert "the items that need input, await review or are approved" in await state.text()
+
+    # A viewer is never assigned: no "Assigned to me" (nor "Anyone's").
+    await app_client.post("/signout", data={"csrf_token": csrf})
+    await sign_in(app_client, viewer.email)
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert "assigned-to-me" not in page and "assigned-to-anyone" not in page
+    assert 'id="item-search"' in page
