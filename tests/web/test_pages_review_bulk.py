@@ -144,7 +144,7 @@ async def test_bulk_approve__approves_each_as_one_approval_and_counts_what_it_sk
     # Offered: the answered items not yet approved (not the approved, pending, discarded or blank).
     assert picks(page) == [ids[0], ids[1], ids[2], ids[4]]
     assert band_items(page) == [ids[0], ids[1], ids[4]]  # 0.85 and up, no attention asked
-    assert "Approve all 3 in the auto-answer band on this page" in page
+    assert "Approve all 3 auto-answer items on this page" in page
 
     # One item approved alone (and saved to the knowledge base), as the page's button does it.
     alone = await app_client.post(f"/rfps/{rfp_id}/items/{ids[0]}", allow_redirects=False, data={

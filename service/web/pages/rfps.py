@@ -399,8 +399,9 @@ async def approve(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     scope = form.get("scope")
     if scope not in ("selected", "band"):
-        raise ValidationFailed(["Choose “Approve selected” or “Approve all in the auto-answer band”."],
-                               "nothing was approved")
+        raise ValidationFailed(
+            ["Choose “Approve selected” or “Approve all … auto-answer items on this page”."],
+            "nothing was approved")
     ids = [str(value) for value in form.getall("item" if scope == "selected" else "band_item", [])]
     if not ids:
         raise ValidationFailed(["Tick the items to approve first (the box beside each item)."],
