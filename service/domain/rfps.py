@@ -324,16 +324,28 @@ def assigned_to(raw: str | None, user_id: int) -> int:
 
 async def list_items(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, page: Page,
-    assignee: AssigneeFilter | None = None,
+    assignee: AssigneeFilter | None = None, pattern: str | None = None,
 ) -> tuple[list[RfpItem], int]:
-    """One page of an RFP's items in order (with `assignee`, only theirs), and how many there are."""
+    """One page of an RFP's items in order (with `assignee`, only theirs; with `pattern`,
+    search_pattern's, only those whose question or answer holds it), and how many there are.
+    A search runs under SEARCH_TIMEOUT_MS (then 503)."""
     await fetch_rfp(conn, rfp_id, account_id)
+    mine, user_id = assignee is not None, None if assignee is None else assignee.user_id
+    if pattern is not None:
+        try:
+            async with conn.transaction(readonly=True):
+                await limit_search_time(conn)
+                rows = await conn.fetch(db.query("search_rfp_items_page"), rfp_id, page.size,
+                                        page.offset, pattern, mine, user_id)
+        except asyncpg.QueryCanceledError:
+            raise search_timed_out() from None
+        # One row at least: past the last page, the count alone.
+        return [RfpItem.from_row(row) for row in rows if row["id"] is not None], rows[0]["total"]
     if assignee is None:
         total = await conn.fetchval(db.query("count_rfp_items"), rfp_id)
     else:
         total = await conn.fetchval(db.query("count_rfp_items_of_assignee"), rfp_id, assignee.user_id)
-    rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset,
-                            assignee is not None, None if assignee is None else assignee.user_id)
+    rows = await conn.fetch(db.query("list_rfp_items"), rfp_id, page.size, page.offset, mine, user_id)
     return [RfpItem.from_row(row) for row in rows], total
 
 

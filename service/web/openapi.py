@@ -826,10 +826,18 @@ def document() -> dict[str, Any]:
         },
         "/api/v1/rfps/{id}/rfp_items": {"get": _op("list_rfp_items", "an RFP's items", {
             "200": _json(_page_of("rfp_items", "RfpItem"), "one page of items in order"),
-            "400": _error("page, or assignee, invalid (parameter_invalid)"),
-            "404": not_found["rfp"]},
+            "400": _error("page, or assignee, invalid; query over 200 characters or without 3 "
+                          "letters or digits in a row (parameter_invalid)"),
+            "404": not_found["rfp"],
+            "503": _error("the database is unavailable, or a search statement passed the search "
+                          "time limit (250 ms) and was stopped (service_unavailable)")},
             params=[_ID, _PAGE, _query("assignee", "only the items assigned to this member: me, "
-                                       "none (the unassigned ones) or a user id")])},
+                                       "none (the unassigned ones) or a user id"),
+                    _query("query", "only the items whose question or answer holds this "
+                           "case-insensitive substring (as GET /api/v1/rfps/search's query: at "
+                           "most 200 characters, at least 3 letters or digits in a row; %, _ and "
+                           "\\ are literal); absent or blank: every item",
+                           {"type": "string", "maxLength": 200})])},
         "/api/v1/rfp_items": {"get": _op(
             "list_assigned_rfp_items", "one member's items across the account's RFPs", {
                 "200": _json(_page_of("rfp_items", "AssignedRfpItem"), "one page of the items "

@@ -94,13 +94,17 @@ async def patch_rfp(request: web.Request) -> web.Response:
 
 @requires("read")
 async def list_rfp_items(request: web.Request) -> web.Response:
-    """One page of an RFP's items; `?assignee=me|none|<user id>` only those assigned so."""
+    """One page of an RFP's items; `?assignee=me|none|<user id>` only those assigned so,
+    `?query=` only those whose question or answer holds it (the RFP search's rule and limits;
+    absent or blank: every item)."""
     page = Page.from_query(request.query)
     who = principal(request)
     assignee = rfps.assignee_filter(request.query.get("assignee"), who.user_id)
+    term = request.query.get("query", "")
+    pattern = rfps.search_pattern(term, "query") if term.strip() else None
     async with connection(request) as conn:
         items, total = await rfps.list_items(
-            conn, who.account_id, request.match_info["id"], page, assignee
+            conn, who.account_id, request.match_info["id"], page, assignee, pattern
         )
     return json_response(
         {
