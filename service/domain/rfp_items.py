@@ -666,6 +666,22 @@ async def answer_pending_items(
     return answering
 
 
+async def credits_short(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, cost: int
+) -> dict[str, int] | None:
+    """Why "answer all" was refused when it was the credits: the items it would start, the
+    account's credits, and how many of the first items those pay for (`max_items`). None when the
+    subscription is not active, or the credits now pay for every item (added meanwhile)."""
+    standing = await conn.fetchrow(db.query("account_standing"), account_id)
+    waiting = await conn.fetchval(db.query("count_rfp_items_waiting"), rfp_id)
+    if standing is None or standing["subscription_status"] != "active":
+        return None
+    if standing["credits"] >= cost * waiting:
+        return None
+    return {"waiting": waiting, "credits": standing["credits"], "cost": cost,
+            "affordable": standing["credits"] // cost if cost else waiting}
+
+
 async def answering_progress(conn: asyncpg.Connection, account_id: str, rfp_id: str) -> dict[str, Any]:
     """Where "answer all" has got to: the RFP's state and stats, and how many items are in flight."""
     from .rfps import fetch_rfp

@@ -113,6 +113,11 @@ SELECT position FROM rfp_items
 SELECT count(*)::integer FROM rfp_items
  WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NOT NULL;
 
+-- count_rfp_items_waiting --
+-- How many items of an RFP "answer all" would start now (pending, not being answered).
+SELECT count(*)::integer FROM rfp_items
+ WHERE rfp_id = $1 AND state = 'pending' AND question_id IS NULL;
+
 -- rfp_title --
 -- An RFP's title (an assignment's e-mail names it).
 SELECT title FROM rfps WHERE id = $1;

@@ -212,6 +212,40 @@ async def test_answer_all_button__an_inactive_account_is_refused_with_nothing_pe
     assert "no active subscription; items cannot be answered" in await refused.text()
 
 
+async def test_answer_all_button__short_of_credits_offers_the_first_items_they_pay_for(
+    app_client, make_account, make_rfp, conn
+):
+    """"Answer all" was all or nothing: with 2 credits and 3 pending items, an error page and no
+    way to answer any. The page now says what it costs and offers the first two."""
+    admin = await make_account(credits=2)
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position) VALUES ('item_c1', $1, 'One?', 1),"
+        " ('item_c2', $1, 'Two?', 2), ('item_c3', $1, 'Three?', 3)", rfp_id)
+    csrf = await sign_in(app_client, admin.email)
+    refused = await app_client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False,
+                                    data={"csrf_token": csrf, "back": "?state=needs_input&page=1"})
+    assert refused.status == 303
+    assert refused.headers["Location"] == f"/rfps/{rfp_id}?state=needs_input&page=1&short=1#answer-short"
+    shown = await app_client.get(refused.headers["Location"])
+    text = await shown.text()
+    assert shown.status == 200, text[-1500:]
+    assert "Answering all 3 pending items costs 3 credits; the account has 2." in text
+    assert field(text, "max_items") == "2"
+    assert await conn.fetchval("SELECT count(*) FROM questions") == 0
+    sent = await app_client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False,
+                                 data={"csrf_token": csrf, "back": "?page=1", "max_items": "2"})
+    assert sent.status == 303 and "answering=2" in sent.headers["Location"]
+    started = await conn.fetch("SELECT id FROM rfp_items WHERE question_id IS NOT NULL ORDER BY position")
+    assert [r["id"] for r in started] == ["item_c1", "item_c2"]
+    broke = await (await app_client.get(f"/rfps/{rfp_id}?short=1")).text()
+    assert "the account has 0" in broke and "Ask the service's operator for more credits." in broke
+    for bad in ("0", "x", "9" * 40):
+        invalid = await app_client.post(f"/rfps/{rfp_id}/answer", data={"csrf_token": csrf, "max_items": bad})
+        assert invalid.status == 422 and "max_items" in await invalid.text(), bad
+
+
 async def test_rfp_page__another_accounts_rfp_is_the_404_page(
     app_client, admin, make_account, make_rfp, conn
 ):

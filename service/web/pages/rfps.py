@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ... import db
 from ...domain.convert import FRAMEWORKS, structure
-from ...domain.errors import ParameterInvalid, ValidationFailed
+from ...domain.errors import ParameterInvalid, UsageBlocked, ValidationFailed
 from ...domain.models import MemberRef, Page
 from ...domain.rfp_items import (
     MAX_BULK_APPROVE,
@@ -19,6 +19,7 @@ from ...domain.rfp_items import (
     AnswerOptions,
     answering_progress,
     assignable_members,
+    credits_short,
     fetch_item,
     import_options,
 )
@@ -149,6 +150,10 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             )
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
         writers = _told_apart(await assignable_members(conn, who.account_id)) if may_write(who) else []
+        # ?short=1: "answer all" was refused for its credits (answer_all); what they pay for.
+        short = (await credits_short(conn, who.account_id, rfp_id,
+                                     request.app[CONFIG].questions.credits_per_question)
+                 if request.query.get("short") == "1" and may_write(who) else None)
     sections: list[tuple[str | None, list[dict[str, Any]]]] = []
     for row in rows:
         item = {
@@ -193,6 +198,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "report": None, **_done(request, sections), **_bulk(request, sections),
         # "Answer all" that found nothing pending (?answering=0, answer_all): said, not silent.
         "nothing_pending": request.query.get("answering") == "0" and not in_flight,
+        "short": short,
     }, status=400 if problem and not alone else 200)
 
 
@@ -486,12 +492,27 @@ async def upload(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=WRITERS)
 async def answer_all(request: web.Request) -> web.StreamResponse:
+    """"Answer all pending items", or (`max_items`, the offer the page makes when the credits
+    fall short) the first ones the credits pay for."""
     form = await read_form(request)
     rfp_id = request.match_info["id"]
-    async with connection(request) as conn:
-        answering = await start_answering(request, conn, rfp_id, AnswerOptions())
+    raw = str(form.get("max_items") or "")
+    # A form sends text: digits as the number, anything else as itself, for the API's words.
+    fields = {"max_items": int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else raw}
+    options = structure(fields if raw else {}, AnswerOptions)
     back = _back(form).rstrip("?&")  # the page's filters, kept
-    raise see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}answering={answering['started']}#progress")
+    join = "&" if back else "?"
+    async with connection(request) as conn:
+        try:
+            answering = await start_answering(request, conn, rfp_id, options)
+        except UsageBlocked:
+            # Too few credits for every item: back to the page, which says so and offers the
+            # first ones they pay for (an inactive subscription is the error page, as before).
+            cost = request.app[CONFIG].questions.credits_per_question
+            if await credits_short(conn, principal(request).account_id, rfp_id, cost) is None:
+                raise
+            raise see_other(f"/rfps/{rfp_id}{back}{join}short=1#answer-short") from None
+    raise see_other(f"/rfps/{rfp_id}{back}{join}answering={answering['started']}#progress")
 
 
 @page()
