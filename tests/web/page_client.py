@@ -42,3 +42,18 @@ def field(html: str, name: str) -> str:
     found = re.search(rf'name="{name}" value="([^"]*)"', html)
     assert found, f"no {name} field in the page"
     return found.group(1)
+
+
+async def sign_in(client: TestClient, email: str, password: str = PASSWORD) -> str:
+    """Sign in through the form; returns the session's CSRF token (from the next page)."""
+    form = await client.get("/signin")
+    token = field(await form.text(), "sign_in_token")
+    response = await client.post(
+        "/signin", data={"email": email, "password": password, "sign_in_token": token, "next": "/rfps"},
+        allow_redirects=False,
+    )
+    assert response.status == 303, await response.text()
+    assert response.headers["Location"] == "/rfps"
+    page = await client.get("/rfps")
+    assert page.status == 200
+    return field(await page.text(), "csrf_token")

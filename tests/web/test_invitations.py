@@ -8,8 +8,8 @@ from typing import Any
 from conftest import with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
-from page_client import aiohttp_client_cls, set_password  # noqa: F401
-from test_pages_accounts import invite, sign_in
+from page_client import aiohttp_client_cls, set_password, sign_in  # noqa: F401
+from test_pages_accounts import invite
 
 from service.domain.models import PAGE_SIZE
 from service.web.app import create_app

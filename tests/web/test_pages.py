@@ -17,7 +17,14 @@ from markupsafe import escape
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
-from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password  # noqa: F401
+from page_client import (  # noqa: F401
+    PASSWORD,
+    aiohttp_client_cls,
+    app_client,
+    field,
+    set_password,
+    sign_in,
+)
 
 from service.domain import housekeeping
 from service.web.app import create_app
@@ -25,21 +32,6 @@ from service.web.app import create_app
 
 def post_actions(html: str) -> list[str]:
     return re.findall(r'<form[^>]*\bmethod="post"[^>]*\baction="([^"]+)"', html)
-
-
-async def sign_in(client: TestClient, email: str, password: str = PASSWORD) -> str:
-    """Sign in through the form; returns the session's CSRF token (from the next page)."""
-    form = await client.get("/signin")
-    token = field(await form.text(), "sign_in_token")
-    response = await client.post(
-        "/signin", data={"email": email, "password": password, "sign_in_token": token, "next": "/rfps"},
-        allow_redirects=False,
-    )
-    assert response.status == 303, await response.text()
-    assert response.headers["Location"] == "/rfps"
-    page = await client.get("/rfps")
-    assert page.status == 200
-    return field(await page.text(), "csrf_token")
 
 
 async def test_sign_in__session_cookie_flags_and_sign_out_ends_it_on_the_server(app_client, admin, conn):

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 from conftest import mail_settings, with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
-from page_client import PASSWORD, aiohttp_client_cls, field, set_password  # noqa: F401
+from page_client import PASSWORD, aiohttp_client_cls, field, set_password, sign_in  # noqa: F401
 
 from service.domain.members import added_mail, invitation_mail, password_reset_mail
 from service.logs import redact_url
@@ -27,12 +27,6 @@ async def mail_client(aiohttp_client: Any, config: Any, smtp: Any, **sections: A
         **sections)))
 
 
-async def sign_in(client: TestClient, email: str, password: str = PASSWORD) -> str:
-    token = field(await (await client.get("/signin")).text(), "sign_in_token")
-    signed = await client.post("/signin", allow_redirects=False, data={
-        "email": email, "password": password, "sign_in_token": token})
-    assert signed.status == 303, await signed.text()
-    return field(await (await client.get("/rfps")).text(), "csrf_token")
 
 
 async def invite(client: TestClient, csrf: str, email: str, role: str = "member") -> None:

@@ -9,23 +9,13 @@ from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from aiohttp.test_utils import TestClient
 from conftest import mail_settings, with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
-from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password  # noqa: F401
+from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password, sign_in  # noqa: F401
 
 from service.web.app import create_app
-
-
-async def sign_in(client: TestClient, email: str) -> str:
-    """Sign in through the form; the session's CSRF token."""
-    form = await client.get("/signin")
-    response = await client.post("/signin", allow_redirects=False, data={
-        "email": email, "password": PASSWORD, "sign_in_token": field(await form.text(), "sign_in_token")})
-    assert response.status == 303, await response.text()
-    return field(await (await client.get("/rfps")).text(), "csrf_token")
 
 
 async def items(conn: Any, rfp_id: str, count: int) -> list[str]:

@@ -9,24 +9,13 @@ import re
 from html import unescape
 from typing import Any
 
-from aiohttp.test_utils import TestClient
 from conftest import with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
-from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password  # noqa: F401
+from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password, sign_in  # noqa: F401
 
 from service.web.app import create_app
-
-
-async def sign_in(client: TestClient, email: str) -> str:
-    """Sign in through the form; the session's CSRF token."""
-    form = await client.get("/signin")
-    response = await client.post("/signin", allow_redirects=False, data={
-        "email": email, "password": PASSWORD, "sign_in_token": field(await form.text(), "sign_in_token")})
-    assert response.status == 303, await response.text()
-    return field(await (await client.get("/rfps")).text(), "csrf_token")
-
 
 Row = tuple[str, str, str | None, float | None]
 
