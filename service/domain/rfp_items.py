@@ -436,6 +436,9 @@ async def approve_items(
     done = BulkApproved(approved=[], skipped={})
     queued = 0
     for item_id in wanted:
+        if len(item_id) > 100 or "\x00" in item_id:  # no item's id (PostgreSQL cannot take NUL)
+            done.skipped.setdefault("not_found", []).append(item_id)
+            continue
         async with conn.transaction():
             # The RFP, then the item, as review takes them; checked under the item's lock.
             await conn.fetchval(db.query("lock_rfp_before_items"), rfp_id, account_id)

@@ -142,12 +142,14 @@ async def test_bulk_approve__approves_each_as_one_approval_and_counts_what_it_sk
     # The rest in one go, every item ticked: the approved, pending, discarded and blank ones skipped.
     response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
         ("csrf_token", csrf), ("back", "?state=review&page=1"), ("scope", "selected"),
-        ("save_to_kb", "1"), *(("item", item_id) for item_id in [*ids[1:], ids[0], "item_nope"])])
+        ("save_to_kb", "1"),
+        *(("item", item_id) for item_id in [*ids[1:], ids[0], "item_nope", "item_\x00", "x" * 5000])])
     assert response.status == 303
-    assert response.headers["Location"] == f"/rfps/{rfp_id}?state=review&page=1&bulk=3,2,2,1,1#bulk-done"
+    assert response.headers["Location"] == f"/rfps/{rfp_id}?state=review&page=1&bulk=3,2,2,1,3#bulk-done"
     page = await (await app_client.get(response.headers["Location"])).text()
-    assert said(page, "bulk-done") == ("Approved 3 items. Skipped 6: 2 already approved, 2 without an"
-                                       " answer, 1 discarded, 1 no longer in this RFP.")
+    # An id no item has (a NUL byte, 5,000 characters: a 500 before) is skipped as gone.
+    assert said(page, "bulk-done") == ("Approved 3 items. Skipped 8: 2 already approved, 2 without an"
+                                       " answer, 1 discarded, 3 no longer in this RFP.")
     states = dict(await conn.fetch("SELECT id, state::text FROM rfp_items WHERE rfp_id = $1", rfp_id))
     assert [states[i] for i in ids] == ["approved"] * 5 + ["pending", "discarded", "needs_input"]
 
