@@ -17,7 +17,7 @@ import asyncpg
 import attrs
 
 from .. import db
-from .errors import NotFound
+from .errors import NotFound, Unauthorized
 from .tokens import Principal, hash_token
 
 # secrets.token_urlsafe(32): 43 characters. Anything else is refused without a query.
@@ -79,7 +79,11 @@ async def switch_account(
         membership = await conn.fetchrow(db.query("lock_membership_of_user"), user_id, account_id)
         if membership is None:
             raise NotFound("you are not a member of that account")
-        await end_session(conn, cookie)
+        # Only the call that ends a live session starts another: a sign-out (or another tab's
+        # switch) since the page checked it would otherwise be undone by a new session.
+        if not await end_session(conn, cookie):
+            raise Unauthorized("this session has ended (signed out, or switched in another tab); "
+                               "sign in again")
         return await start_session(conn, membership["id"], ttl_seconds), membership
 
 
@@ -87,8 +91,11 @@ def csrf_matches(session: Session, sent: str | None) -> bool:
     return bool(sent) and hmac.compare_digest(session.csrf_token.encode(), str(sent).encode())
 
 
-async def end_session(conn: asyncpg.Connection, cookie: str | None) -> None:
+async def end_session(conn: asyncpg.Connection, cookie: str | None) -> bool:
     """Sign-out: the session stops working on the server at once. Deleting sessions ended a day
-    ago is housekeeping's (`prune_sessions`, hourly), not each sign-out's."""
+    ago is housekeeping's (`prune_sessions`, hourly), not each sign-out's. Returns whether this
+    call ended it (False: unknown, or ended already, by a sign-out or a switch meanwhile)."""
     if cookie and len(cookie) == _COOKIE_LENGTH and cookie.isascii():
-        await conn.execute(db.query("revoke_web_session"), hash_token(cookie))
+        status = await conn.execute(db.query("revoke_web_session"), hash_token(cookie))
+        return status != "UPDATE 0"
+    return False

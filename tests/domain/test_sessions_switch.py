@@ -12,9 +12,9 @@ import pytest
 from conftest import CONNECT
 
 from service.domain import accounts
-from service.domain.errors import NotFound
+from service.domain.errors import NotFound, ServiceError
 from service.domain.members import remove_member
-from service.domain.sessions import find_session, start_session, switch_account
+from service.domain.sessions import end_session, find_session, start_session, switch_account
 
 
 async def two_memberships(conn: asyncpg.Connection, make_account) -> tuple[str, str, int, str]:
@@ -51,3 +51,26 @@ async def test_switch__a_removal_after_it_ends_the_new_session(conn, make_accoun
     assert (await find_session(conn, new_cookie)).principal.account_id == beta_id
     await remove_member(conn, beta_id, member_id)
     assert await find_session(conn, new_cookie) is None
+
+
+async def test_switch__of_a_session_ended_meanwhile_starts_none(conn, make_account, database_url):
+    """A sign-out (or another tab's switch) that ends the session after the page checked it but
+    before its switch: the switch started a session all the same, so a user who had just signed
+    out was signed in again (the switch's cookie arriving last), and a double-click left two live
+    sessions, one of them nobody's. Now only the switch that ends a live session starts one."""
+    cookie, beta_id, user_id, _ = await two_memberships(conn, make_account)
+    other = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        results = await asyncio.gather(switch_account(conn, cookie, user_id, beta_id, 3600),
+                                       switch_account(other, cookie, user_id, beta_id, 3600),
+                                       return_exceptions=True)
+    finally:
+        await other.close()
+    refused = [r for r in results if isinstance(r, ServiceError)]
+    assert len(refused) == 1 and sum(isinstance(r, tuple) for r in results) == 1, results
+    assert refused[0].code == "unauthorized"
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 1
+    await end_session(conn, next(r for r in results if isinstance(r, tuple))[0])  # signed out
+    with pytest.raises(ServiceError):
+        await switch_account(conn, cookie, user_id, beta_id, 3600)
+    assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 0
