@@ -10,6 +10,7 @@ import errno
 import logging
 import multiprocessing
 import os
+import re
 import resource
 import shutil
 import signal
@@ -162,6 +163,7 @@ _CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
 
 
 _METRICS_PREFIX = "rfp-metrics-"
+_METRICS_DIR = re.compile(r"rfp-metrics-([0-9]{1,10})-.*", re.ASCII | re.DOTALL)
 
 
 def remove_orphaned_metrics_dirs(directory: str) -> list[str]:
@@ -175,9 +177,13 @@ def remove_orphaned_metrics_dirs(directory: str) -> list[str]:
     except OSError:
         return removed
     for entry in entries:
-        pid_text = entry.name.removeprefix(_METRICS_PREFIX).partition("-")[0]
-        if not (entry.name.startswith(_METRICS_PREFIX) and pid_text.isdigit()):
+        # `rfp-metrics-<pid>-…` only: ASCII digits that fit a pid (os.kill raised OverflowError
+        # past a C long, int() ValueError on "²"), and the dash, which the older random names
+        # (`rfp-metrics-` and 8 characters, all digits by chance) never have.
+        named = _METRICS_DIR.fullmatch(entry.name)
+        if named is None or int(named[1]) >= 2**31:
             continue
+        pid_text = named[1]
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
                 continue

@@ -171,3 +171,16 @@ def test_metrics__folders_of_serve_parents_gone_are_removed_at_start(tmp_path):
     assert remove_orphaned_metrics_dirs(str(tmp_path)) == [str(gone)]
     assert not gone.exists() and alive.exists() and other.exists()
     assert remove_orphaned_metrics_dirs(str(tmp_path / "missing")) == []
+
+
+def test_metrics__a_folder_named_like_no_pid_is_left_and_the_start_goes_on(tmp_path):
+    """A folder of this user's whose name reads as a pid no process can have (past a C long:
+    OverflowError; a superscript digit: ValueError) stopped `serve --workers` at its start with a
+    traceback; one of the older random names, all digits by chance, read as a dead pid and went,
+    its living service's samples with it. Only `rfp-metrics-<pid>-…` with a real pid is removed."""
+    odd = [tmp_path / name for name in (
+        "rfp-metrics-99999999999999999999-a", "rfp-metrics-\u00b2-b", "rfp-metrics-12345678")]
+    for folder in odd:
+        folder.mkdir()
+    assert remove_orphaned_metrics_dirs(str(tmp_path)) == []
+    assert all(folder.exists() for folder in odd)
