@@ -536,11 +536,13 @@ async def authenticate(
 
 async def invite(
     conn: asyncpg.Connection, config: Config, who: Principal, fields: Any,
-    actor: audit.Actor | None = None,
+    actor: audit.Actor | None = None, *, replacing: str | None = None,
 ) -> Invitation:
     """POST /invitations: (re-)invite an address; a newer invitation replaces the pending one.
     Its e-mail counts against mail.invitation_mails_per_hour (to the address) and
-    mail.account_mails_per_hour: 429 past either, nothing written."""
+    mail.account_mails_per_hour: 429 past either, nothing written. With `replacing` (the Members
+    page's "Send again" of one invitation), a 409 unless that invitation of the address is still
+    pending: one revoked since the page was shown is not sent again."""
     account_name = await require_active_account(conn, who.account_id)
     data = structure(fields, NewInvitation, root="invitation")
     token = new_link_token()
@@ -550,6 +552,11 @@ async def invite(
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
             raise ValidationFailed(["invitation.email: is already a member of this account"])
+        if replacing is not None and await conn.fetchval(
+            db.query("lock_pending_invitation_to"), replacing, who.account_id, data.email
+        ) is None:  # locked: a revoke under way is waited for, then this finds nothing
+            raise Conflict(f"the invitation to {data.email} is no longer pending (revoked, accepted "
+                           "or sent again since the page was shown); nothing was sent")
         await _within_account_mail_bound(conn, config, who.account_id, data.email)
         await conn.execute(db.query("revoke_pending_invitations"), who.account_id, data.email)
         row = await conn.fetchrow(
@@ -587,6 +594,10 @@ async def revoke_invitation(
             state = await conn.fetchval(db.query("invitation_state_in_account"), invitation_id, account_id)
             if state is None:
                 raise NotFound(f"no invitation {invitation_id} in this account")
+            newer = await conn.fetchval(db.query("pending_invitation_replacing"), invitation_id, account_id)
+            if newer is not None:  # "Send again" replaced it meanwhile: that link is live
+                raise Conflict(f"invitation {invitation_id} was replaced by a newer invitation to the "
+                               f"same address, {newer}, still pending: revoke that one")
             raise Conflict(f"invitation {invitation_id} is {state}, not pending: there is nothing to revoke")
         if actor is not None:
             await audit.record(conn, actor, "invitation.revoked", record_id=row["id"],

@@ -153,6 +153,22 @@ UPDATE invitations SET state = 'revoked', updated_at = now()
  WHERE id = $1 AND account_id = $2 AND state = 'pending'
 RETURNING id, email, role::text AS role, state::text AS state, expires_at, created_at;
 
+-- lock_pending_invitation_to --
+-- Invitation $1 of account $2 when it is still the pending one to address $3 (the Members page's
+-- "Send again" of it), locked: a revoke under way is waited for, and then it is not found.
+SELECT id FROM invitations
+ WHERE id = $1 AND account_id = $2 AND lower(email) = lower($3) AND state = 'pending'
+   FOR UPDATE;
+
+-- pending_invitation_replacing --
+-- The pending invitation of account $2 to the address of its invitation $1, when there is one
+-- (a revoked invitation replaced by a newer one: that is the live link).
+SELECT newer.id
+  FROM invitations old
+  JOIN invitations newer ON newer.account_id = old.account_id
+                        AND lower(newer.email) = lower(old.email) AND newer.state = 'pending'
+ WHERE old.id = $1 AND old.account_id = $2 AND old.state = 'revoked';
+
 -- invitation_state_in_account --
 -- The state of one of the account's invitations (to say why it cannot be revoked).
 SELECT state::text FROM invitations WHERE id = $1 AND account_id = $2;

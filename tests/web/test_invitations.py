@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from conftest import with_config
@@ -139,3 +140,41 @@ async def test_members_page__waiting_invitations_have_a_pager_of_their_own(
     assert f"p{PAGE_SIZE + 1}@example.test" in second and "p1@example.test" not in second
     bad = await app_client.get("/members?invitations_page=x")
     assert bad.status == 400 and "invitations_page must be" in await bad.text()
+
+
+async def test_members_page__send_again_of_an_invitation_revoked_meanwhile_sends_nothing(
+    aiohttp_client, config, admin, conn
+):
+    """"Send again" from a page shown before another admin (or another tab) revoked that
+    invitation re-invited the address someone had just withdrawn (a wrong address mailed again,
+    the revoke's "its link no longer works" undone). It names the invitation it sends again: one
+    no longer pending is a 409 and nothing is sent. And revoking an invitation that "Send again"
+    replaced meanwhile said only "is revoked", while a newer link to the address was live."""
+    client = await _page_client(aiohttp_client, config)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    await invite(client, csrf, "wrong@example.test", "viewer")
+    page = await (await client.get("/members")).text()
+    first = await conn.fetchval("SELECT id FROM invitations")
+    send_again = re.search(r'<form method="post" action="/members/invite".*?</form>',
+                           page.split('id="invitations"')[1], re.S)[0]
+    assert f'name="invitation_id" value="{first}"' in send_again
+    again = {"csrf_token": csrf, "email": "wrong@example.test", "role": "viewer", "invitation_id": first}
+    revoked = await client.post(f"/members/invitations/{first}/revoke", allow_redirects=False,
+                                data={"csrf_token": csrf})
+    assert revoked.status == 303
+    stale = await client.post("/members/invite", allow_redirects=False, data=again)
+    assert stale.status == 409 and "no longer pending" in await stale.text()
+    assert await conn.fetchval("SELECT count(*) FROM invitations WHERE state = 'pending'") == 0
+    assert await conn.fetchval("SELECT count(*) FROM mail_outbox WHERE kind = 'invitation'") == 1
+
+    await invite(client, csrf, "grace@example.test")
+    second = await conn.fetchval("SELECT id FROM invitations WHERE state = 'pending'")
+    resent = await client.post("/members/invite", allow_redirects=False, data={
+        **again, "email": "grace@example.test", "role": "member", "invitation_id": second})
+    assert resent.status == 303
+    late = await client.post(f"/api/v1/invitations/{second}/revoke", headers=admin.headers)
+    message = (await late.json())["error"]["message"]
+    assert late.status == 409 and "newer invitation" in message, message
+    newest = await conn.fetchval("SELECT id FROM invitations WHERE state = 'pending'")
+    assert newest in message

@@ -70,8 +70,11 @@ async def invite_member(request: web.Request) -> web.StreamResponse:
     fields = {"email": str(form.get("email") or "")}
     if form.get("role"):
         fields["role"] = str(form.get("role"))
+    # "Send again" names the invitation it sends again: none if it was revoked meanwhile (409).
+    replacing = form.get("invitation_id")
     async with connection(request) as conn:
-        await invite(conn, request.app[CONFIG], principal(request), fields, actor(request))
+        await invite(conn, request.app[CONFIG], principal(request), fields, actor(request),
+                     replacing=str(replacing) if replacing else None)
     request.app[MAIL_SENDER].wake()
     raise see_other("/members?done=invited")  # no address in the URL: it would be in the access log
 
