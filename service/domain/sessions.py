@@ -72,7 +72,8 @@ async def switch_account(
     `account_id`: returns the new cookie value and the membership (id, account_id, account_name,
     email). NotFound when the user holds no membership there, the same for another's account as
     for an unknown id; nothing changes then. The account comes from a form: the membership is
-    looked up by the session's user, never taken on trust."""
+    looked up by the session's user, never taken on trust. The new session ends when this one
+    would have (at most `ttl_seconds` from now); Unauthorized when this one has ended already."""
     if not account_id or len(account_id) > 100 or "\x00" in account_id:  # NUL: PostgreSQL cannot
         raise NotFound("you are not a member of that account")
     async with conn.transaction():
@@ -80,22 +81,23 @@ async def switch_account(
         if membership is None:
             raise NotFound("you are not a member of that account")
         # Only the call that ends a live session starts another: a sign-out (or another tab's
-        # switch) since the page checked it would otherwise be undone by a new session.
-        if not await end_session(conn, cookie):
+        # switch) since the page checked it would otherwise be undone by a new session. The new
+        # one ends when the old one would have (switching back and forth renewed it for ever).
+        left = None
+        if cookie and len(cookie) == _COOKIE_LENGTH and cookie.isascii():
+            left = await conn.fetchval(db.query("end_web_session_to_switch"), hash_token(cookie))
+        if left is None:
             raise Unauthorized("this session has ended (signed out, or switched in another tab); "
                                "sign in again")
-        return await start_session(conn, membership["id"], ttl_seconds), membership
+        return await start_session(conn, membership["id"], min(ttl_seconds, left)), membership
 
 
 def csrf_matches(session: Session, sent: str | None) -> bool:
     return bool(sent) and hmac.compare_digest(session.csrf_token.encode(), str(sent).encode())
 
 
-async def end_session(conn: asyncpg.Connection, cookie: str | None) -> bool:
+async def end_session(conn: asyncpg.Connection, cookie: str | None) -> None:
     """Sign-out: the session stops working on the server at once. Deleting sessions ended a day
-    ago is housekeeping's (`prune_sessions`, hourly), not each sign-out's. Returns whether this
-    call ended it (False: unknown, or ended already, by a sign-out or a switch meanwhile)."""
+    ago is housekeeping's (`prune_sessions`, hourly), not each sign-out's."""
     if cookie and len(cookie) == _COOKIE_LENGTH and cookie.isascii():
-        status = await conn.execute(db.query("revoke_web_session"), hash_token(cookie))
-        return status != "UPDATE 0"
-    return False
+        await conn.execute(db.query("revoke_web_session"), hash_token(cookie))

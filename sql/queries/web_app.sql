@@ -46,6 +46,13 @@ SELECT m.id, m.account_id, a.name AS account_name, u.email
  WHERE m.user_id = $1 AND m.account_id = $2
    FOR KEY SHARE OF m;
 
+-- end_web_session_to_switch --
+-- Switching accounts: the live session $1 ends; returns the seconds it had left (none when it had
+-- ended already), which the other membership's session gets: a switch never extends a session.
+UPDATE web_sessions SET revoked_at = now()
+ WHERE token_hash = $1 AND revoked_at IS NULL AND expires_at > now()
+RETURNING extract(epoch FROM expires_at - now())::float8 AS seconds_left;
+
 -- revoke_web_session --
 -- Sign-out: the session ends on the server, whatever the browser keeps.
 UPDATE web_sessions SET revoked_at = now() WHERE token_hash = $1 AND revoked_at IS NULL;

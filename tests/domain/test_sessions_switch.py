@@ -74,3 +74,16 @@ async def test_switch__of_a_session_ended_meanwhile_starts_none(conn, make_accou
     with pytest.raises(ServiceError):
         await switch_account(conn, cookie, user_id, beta_id, 3600)
     assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 0
+
+
+async def test_switch__keeps_the_sessions_end_and_never_extends_it(conn, make_account):
+    """A session lasts web.session_ttl_hours from its sign-in; a switch started the other
+    account's session with a whole new TTL, so switching back and forth kept a browser (or a
+    stolen cookie) signed in for ever without the password. The new session ends when the old
+    one would have."""
+    cookie, beta_id, user_id, _ = await two_memberships(conn, make_account)
+    await conn.execute("UPDATE web_sessions SET expires_at = now() + interval '10 minutes'")
+    ends = await conn.fetchval("SELECT expires_at FROM web_sessions")
+    new_cookie, _ = await switch_account(conn, cookie, user_id, beta_id, 12 * 3600)
+    assert await conn.fetchval("SELECT expires_at FROM web_sessions WHERE revoked_at IS NULL") == ends
+    assert (await find_session(conn, new_cookie)).principal.account_id == beta_id
