@@ -577,7 +577,8 @@ async def list_invitations(
     conn: asyncpg.Connection, account_id: str, page: Page
 ) -> tuple[list[Invitation], int]:
     """The invitations that wait for their invitee (an expired one shows as expired: sending it
-    again or revoking it is the admin's choice), newest first."""
+    again or revoking it is the admin's choice), newest first; not those of an address that
+    became a member another way (POST /users, the CLI), whose link is a 409 already."""
     total = await conn.fetchval(db.query("count_pending_invitations"), account_id)
     rows = await conn.fetch(db.query("list_pending_invitations"), account_id, page.size, page.offset)
     return [Invitation.from_row(row) for row in rows], total

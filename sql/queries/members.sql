@@ -134,16 +134,22 @@ UPDATE invitations SET state = 'revoked', updated_at = now()
  WHERE account_id = $1 AND lower(email) = lower($2) AND state = 'pending';
 
 -- count_pending_invitations --
--- How many invitations of the account wait for their invitee (expired ones included).
-SELECT count(*) FROM invitations WHERE account_id = $1 AND state = 'pending';
+-- How many invitations of the account wait for their invitee (expired ones included; not those
+-- of an address that became a member another way, by POST /users or the CLI).
+SELECT count(*) FROM invitations i
+ WHERE i.account_id = $1 AND i.state = 'pending'
+   AND NOT EXISTS (SELECT 1 FROM members m JOIN users u ON u.id = m.user_id
+                    WHERE m.account_id = i.account_id AND lower(u.email) = lower(i.email));
 
 -- list_pending_invitations --
 -- A page of the account's invitations that wait for their invitee, newest first (the partial
--- index invitations_one_pending holds exactly these rows).
-SELECT id, email, role::text AS role, state::text AS state, expires_at, created_at
-  FROM invitations
- WHERE account_id = $1 AND state = 'pending'
- ORDER BY created_at DESC, id
+-- index invitations_one_pending holds these rows), as count_pending_invitations counts them.
+SELECT i.id, i.email, i.role::text AS role, i.state::text AS state, i.expires_at, i.created_at
+  FROM invitations i
+ WHERE i.account_id = $1 AND i.state = 'pending'
+   AND NOT EXISTS (SELECT 1 FROM members m JOIN users u ON u.id = m.user_id
+                    WHERE m.account_id = i.account_id AND lower(u.email) = lower(i.email))
+ ORDER BY i.created_at DESC, i.id
  LIMIT $2 OFFSET $3;
 
 -- revoke_invitation --

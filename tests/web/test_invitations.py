@@ -178,3 +178,17 @@ async def test_members_page__send_again_of_an_invitation_revoked_meanwhile_sends
     assert late.status == 409 and "newer invitation" in message, message
     newest = await conn.fetchval("SELECT id FROM invitations WHERE state = 'pending'")
     assert newest in message
+
+
+async def test_list__an_invitee_who_became_a_member_another_way_is_not_waiting(client, admin, conn):
+    """Invited, then added by an administrator (POST /users, or the CLI) before accepting: the
+    invitation stayed pending, so "Invitations waiting" listed a member (its "Send again" a 422,
+    its link a 409). Waiting are the invitations of addresses that are not members."""
+    await _invite(client, admin, "grace@example.test")
+    await _invite(client, admin, "ada@example.test")
+    created = await client.post("/api/v1/users", headers=admin.headers, json={"user": {
+        "email": "Grace@Example.test", "password": "a long enough password", "terms_of_service": True}})
+    assert created.status == 201, await created.text()
+    body = await (await client.get("/api/v1/invitations", headers=admin.headers)).json()
+    assert [i["email"] for i in body["invitations"]] == ["ada@example.test"]
+    assert body["pagination"]["total_count"] == 1
