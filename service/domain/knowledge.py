@@ -190,6 +190,7 @@ async def delete_item(
     async with conn.transaction():
         # The deleted version says who deleted it (library.py).
         await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
+        await conn.execute(db.query("lock_items_saved_as"), [item_id])  # before the entry
         row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
         if row is None or await conn.fetchval(
             db.query("delete_knowledge_item"), item_id, account_id

@@ -467,6 +467,8 @@ async def merge(
     async with conn.transaction():
         # The duplicate as it was, for its deletion's event (a missing one is the 422 below).
         duplicate = await find_item(conn, account_id, duplicate_id) if actor is not None else None
+        # The RFP items saved as either entry first, as an approval takes an item, then its entry.
+        await conn.execute(db.query("lock_items_saved_as"), [keep_id, duplicate_id])
         # Both entries locked in one order, an import's: merging A into B while B is merged into
         # A (each locking its kept entry first), or while an import updated both, deadlocked.
         locked = {row["id"]: row for row in await conn.fetch(

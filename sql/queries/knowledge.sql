@@ -19,6 +19,13 @@ SELECT * FROM knowledge_items
  ORDER BY created_at DESC, id DESC
  LIMIT $2 OFFSET $3;
 
+-- lock_items_saved_as --
+-- The RFP items saved as entries $1 (rfp_items.knowledge_item_id), locked in id order before the
+-- entries are: deleting or merging an entry changes them (ON DELETE SET NULL, repoint_rfp_items)
+-- after it had locked the entry, while an approval saving an item takes the item, then its entry:
+-- the two orders could deadlock (one of the two a 503).
+SELECT id FROM rfp_items WHERE knowledge_item_id = ANY($1::text[]) ORDER BY id FOR UPDATE;
+
 -- delete_knowledge_item --
 -- Remove one entry of an account; returns its id when it existed.
 DELETE FROM knowledge_items WHERE id = $1 AND account_id = $2 RETURNING id;

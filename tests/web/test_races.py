@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import asyncpg
+import pytest
 from conftest import CONNECT, lock_waiters
 
 from service.domain.knowledge import import_csv
@@ -170,3 +171,38 @@ async def test_merge__and_an_import_updating_both_entries_at_once_never_deadlock
     assert report.imported == 2
     answers = await conn.fetch("SELECT id, answer FROM knowledge_items ORDER BY external_id")
     assert answers[0]["id"] == "kb_2" and answers[0]["answer"] == "Updated a."
+
+
+@pytest.mark.parametrize("change", ["delete", "merge"])
+async def test_deleting_or_merging_an_entry__takes_its_saved_items_before_the_entry(
+    client, conn, database_url, admin, make_rfp, change
+):
+    """An approval saving an RFP item takes the item, then its entry; deleting the entry (its
+    foreign key sets the item's reference to null) or merging it (repoint_rfp_items) took the
+    entry, then the item: the two could deadlock, one a 503. Now the item first: while another
+    transaction holds the item, the waiting delete or merge holds nothing of the entry yet."""
+    for entry_id in ("kb_saved", "kb_other"):
+        await conn.execute("INSERT INTO knowledge_items (id, account_id, question, answer)"
+                           " VALUES ($1, $2, 'Do you encrypt backups?', 'Yes.')", entry_id, admin.account_id)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer, knowledge_item_id)"
+        " VALUES ('item_saved', $1, 'Backups encrypted?', 1, 'approved', 'Yes.', 'kb_saved')", rfp_id)
+    path, body = (("/api/v1/knowledge_base_items/kb_saved", None) if change == "delete" else
+                  ("/api/v1/knowledge_base_items/kb_other/merge", {"duplicate_id": "kb_saved"}))
+    method = client.delete if change == "delete" else client.post
+    async with holding(database_url, "SELECT 1 FROM rfp_items WHERE id = 'item_saved' FOR UPDATE"):
+        changing = asyncio.create_task(method(path, json=body, headers=admin.headers))
+        await lock_waiters(conn, 1)
+        probe = await asyncpg.connect(database_url, **CONNECT)
+        try:
+            async with probe.transaction():
+                free = await probe.fetchval(
+                    "SELECT id FROM knowledge_items WHERE id = 'kb_saved' FOR UPDATE NOWAIT")
+        finally:
+            await probe.close()
+        assert free == "kb_saved"
+    response = await changing
+    assert response.status in (200, 204), await response.text()
+    saved_as = await conn.fetchval("SELECT knowledge_item_id FROM rfp_items WHERE id = 'item_saved'")
+    assert saved_as == (None if change == "delete" else "kb_other")
