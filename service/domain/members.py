@@ -552,9 +552,13 @@ async def invite(
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
             raise ValidationFailed(["invitation.email: is already a member of this account"])
-        if replacing is not None and await conn.fetchval(
-            db.query("lock_pending_invitation_to"), replacing, who.account_id, data.email
-        ) is None:  # locked: a revoke under way is waited for, then this finds nothing
+        # Locked: a revoke under way is waited for, then this finds nothing. An id no invitation
+        # can have (a form's NUL byte, which PostgreSQL text cannot hold) finds nothing either.
+        if replacing is not None and (
+            len(replacing) > 100 or "\x00" in replacing or await conn.fetchval(
+                db.query("lock_pending_invitation_to"), replacing, who.account_id, data.email
+            ) is None
+        ):
             raise Conflict(f"the invitation to {data.email} is no longer pending (revoked, accepted "
                            "or sent again since the page was shown); nothing was sent")
         await _within_account_mail_bound(conn, config, who.account_id, data.email)

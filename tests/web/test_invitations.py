@@ -180,6 +180,24 @@ async def test_members_page__send_again_of_an_invitation_revoked_meanwhile_sends
     assert newest in message
 
 
+async def test_members_page__send_again_naming_an_id_no_invitation_can_have_is_409(
+    aiohttp_client, config, admin, conn
+):
+    """A forged "Send again" whose invitation_id holds a NUL byte (a form field, which nothing
+    refuses before the query; PostgreSQL text cannot hold NUL) was a 500: now the 409 of an
+    invitation no longer pending, nothing sent."""
+    client = await _page_client(aiohttp_client, config)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    await invite(client, csrf, "grace@example.test", "viewer")
+    for forged in ("inv_\x00", "x" * 10_000):
+        response = await client.post("/members/invite", allow_redirects=False, data={
+            "csrf_token": csrf, "email": "grace@example.test", "role": "viewer", "invitation_id": forged})
+        assert response.status == 409 and "no longer pending" in await response.text()
+    assert await conn.fetchval("SELECT count(*) FROM invitations") == 1
+    assert await conn.fetchval("SELECT count(*) FROM mail_outbox WHERE kind = 'invitation'") == 1
+
+
 async def test_list__an_invitee_who_became_a_member_another_way_is_not_waiting(client, admin, conn):
     """Invited, then added by an administrator (POST /users, or the CLI) before accepting: the
     invitation stayed pending, so "Invitations waiting" listed a member (its "Send again" a 422,
