@@ -395,12 +395,11 @@ async def review_items(
                 rows = await conn.fetch(db.query("review_items_page"), *arguments)
         except asyncpg.QueryCanceledError:
             raise search_timed_out() from None
-    if item_id is not None and not rows:
+    # One row at least: past the last page (or with nothing passing), the count alone.
+    items = [row for row in rows if row["id"] is not None]
+    if item_id is not None and not items:
         raise NotFound("no such item in this RFP")
-    total = rows[0]["total"] if rows else (
-        0 if page.number == 1 else await conn.fetchval(db.query("count_rfp_items"), rfp_id)
-    )
-    return rfp, rows, total
+    return rfp, items, rows[0]["total"]
 
 
 async def assigned_items(

@@ -99,6 +99,8 @@ SELECT count(*)::integer FROM (SELECT 1 FROM rfps WHERE account_id = $1 LIMIT $2
 -- rfp_id index, under the search's statement timeout (review_items).
 -- Questions and answers are cut to $6 characters, with their whole lengths beside them: a page
 -- of 100 items of 100,000 characters was a 62 MB page that held the event loop for 0.3 s.
+-- One row with the total and nulls when the page is past the end (no item passes, or a page
+-- number beyond the last): the count is always the filters'.
 -- `total` is how many items pass the filters, counted from their ids and positions alone: a
 -- count(*) OVER () beside the whole rows carried every passing item's text through the window
 -- (20 MB spilled to disk for 20,000 items of 1 KB: 175 ms for a term they all held).
@@ -118,10 +120,9 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
        i.question_id, i.knowledge_item_id, i.assignee_id, a.email AS assignee_email,
        display_name(a.first_name, a.last_name, a.email) AS assignee_name,
        q.state AS question_state, coalesce(q.requires_attention, false) AS requires_attention,
-       q.attention_points, q.references,
-       (SELECT count(*) FROM passing) AS total
-  FROM page
-  JOIN rfp_items i ON i.id = page.id
+       q.attention_points, q.references, counted.total
+  FROM (SELECT count(*) AS total FROM passing) AS counted
+  LEFT JOIN (page JOIN rfp_items i ON i.id = page.id) ON true
   LEFT JOIN questions q ON q.id = i.question_id
   LEFT JOIN users a ON a.id = i.assignee_id
  ORDER BY page.position;

@@ -91,6 +91,14 @@ async def test_rfp_page__search_finds_questions_and_answers_with_the_filters_and
     assert '<input id="q" name="q" type="search" value="ENCRYPT">' in page
     rest = await (await client.get(f"/rfps/{rfp_id}?q=ENCRYPT&page=2")).text()
     assert shown(rest, ids) == [ids[4]]
+    # A page past the last (a link kept from before items changed) counts what the search and
+    # the filters pass, as every page does: it counted every item of the RFP ("6 items
+    # matching", a pager of 3 pages for the search's 2).
+    past = await (await client.get(f"/rfps/{rfp_id}?q=ENCRYPT&page=3")).text()
+    assert not shown(past, ids) and said(past, "search-count") == "3 items matching “ENCRYPT”."
+    assert "Page 3 of 2" in past
+    past = await (await client.get(f"/rfps/{rfp_id}?state=approved&page=2")).text()
+    assert 'id="past-the-end"' in past and "Page 2 of 3" not in past  # 1 approved, not 6 items
 
     # With the state filter and "Assigned to me": the form keeps them as hidden fields.
     both = await (await client.get(f"/rfps/{rfp_id}?state=review&assignee=me&q=encrypt")).text()
