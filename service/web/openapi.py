@@ -957,9 +957,11 @@ def document() -> dict[str, Any]:
         "/api/v1/invitations/{id}/revoke": {"post": _op(
             "revoke_invitation", "withdraw a pending invitation (admin): its link stops working", {
                 "200": _json(_ref("Invitation"), "the invitation, now revoked"),
-                "403": _error("insufficient_scope, forbidden (not admin) or usage_blocked"),
+                # Not usage_blocked: withdrawing a link works without an active subscription.
+                "403": _error("insufficient_scope or forbidden (not admin)"),
                 "404": _error("no such invitation in this account"),
-                "409": _error("the invitation was accepted or revoked already (conflict)")},
+                "409": _error("the invitation was accepted or revoked already, or replaced by a "
+                              "newer one to the same address, which the message names (conflict)")},
             params=[_ID])},
         "/api/v1/invitations/{token}": {"get": _op("get_invitation", "what an invitation offers", {
             "200": _json(_ref("Invitation"), "the invitation, with account_name"),

@@ -91,6 +91,15 @@ async def test_revoke__another_accounts_invitation_is_unknown_and_untouched(
     assert [s["state"] for s in states] == ["pending", "pending"]
 
 
+async def test_revoke__works_without_an_active_subscription(client, admin, conn):
+    """Withdrawing a link is never blocked by the subscription (the OpenAPI said usage_blocked)."""
+    made = await _invite(client, admin, "ada@example.test")
+    await conn.execute("UPDATE accounts SET subscription_status = 'inactive' WHERE id = $1",
+                       admin.account_id)
+    revoked = await client.post(f"/api/v1/invitations/{made['id']}/revoke", headers=admin.headers)
+    assert revoked.status == 200 and (await revoked.json())["state"] == "revoked"
+
+
 async def test_members_page__admin_sees_waiting_invitations_sends_one_again_and_revokes_one(
     aiohttp_client, config, admin, make_member, conn
 ):
