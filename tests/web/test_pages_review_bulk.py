@@ -284,6 +284,11 @@ async def test_rfp_page__rough_edges(app_client, admin, make_member, make_rfp, c
     state = await app_client.get(f"/rfps/{rfp_id}?state=open")
     assert state.status == 400
     assert "the items that need input, await review or are approved" in await state.text()
+    # ?bulk= is the page's own (approve redirects there): a count that is no ASCII number is
+    # ignored, where a '²' (a digit to str.isdigit, not to int()) was a 500.
+    for counts in ("²,0,0,0,0", "٣,0,0,0,0"):
+        odd = await app_client.get(f"/rfps/{rfp_id}", params={"bulk": counts})
+        assert odd.status == 200 and 'id="bulk-done"' not in await odd.text(), counts
 
     # A viewer is never assigned: no "Assigned to me" (nor "Anyone's").
     await app_client.post("/signout", data={"csrf_token": csrf})

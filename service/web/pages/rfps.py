@@ -385,7 +385,7 @@ def _bulk(request: web.Request, sections: list[tuple[str | None, list[dict[str, 
     band = [item["id"] for item in shown if _approvable(item) and item["band"] == "auto_answer"]
     said = None
     counts = request.query.get("bulk", "").split(",")
-    if len(counts) == 1 + len(SKIPPED) and all(c.isdigit() and len(c) <= 6 for c in counts):
+    if len(counts) == 1 + len(SKIPPED) and all(c.isascii() and c.isdigit() and len(c) <= 6 for c in counts):
         approved, *skipped = (int(c) for c in counts)
         said = f"Approved {approved} item{'' if approved == 1 else 's'}."
         if sum(skipped):
