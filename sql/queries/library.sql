@@ -35,9 +35,13 @@ SELECT * FROM knowledge_items WHERE id = $1 AND account_id = $2 FOR UPDATE;
 -- Entries $1 of account $2, locked in the order an import updates them (upsert_knowledge_items:
 -- external id, then id for those without one): merging A into B while B is merged into A, or while
 -- an import updates both, then waits instead of deadlocking. Rows are locked as the sort emits them.
+-- FOR NO KEY UPDATE, as an import's update locks them, and not FOR UPDATE: the indexer's claims
+-- (embeddings_pending) hold entries FOR KEY SHARE in creation order, which FOR UPDATE waits for,
+-- and a claim holding the second entry while waiting for the first deadlocked with a merge. Only
+-- deleting the duplicate then waits for a claim, holding nothing a claim waits for.
 SELECT * FROM knowledge_items WHERE id = ANY($1::text[]) AND account_id = $2
  ORDER BY external_id, id
-   FOR UPDATE;
+   FOR NO KEY UPDATE;
 
 -- is_account_member --
 -- Whether $1 is a member of account $2.

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 from conftest import CONNECT, lock_waiters
 
+from service import db
 from service.domain.knowledge import import_csv
 
 
@@ -206,3 +207,37 @@ async def test_deleting_or_merging_an_entry__takes_its_saved_items_before_the_en
     assert response.status in (200, 204), await response.text()
     saved_as = await conn.fetchval("SELECT knowledge_item_id FROM rfp_items WHERE id = 'item_saved'")
     assert saved_as == (None if change == "delete" else "kb_other")
+
+
+@pytest.mark.pgvector
+async def test_merge__and_the_indexer_claiming_both_entries_at_once_never_deadlock(
+    client, conn, database_url, admin
+):
+    """The indexer claims entries to embed in creation order, each held FOR KEY SHARE
+    (embeddings_pending); a merge locked its two entries FOR UPDATE in external-id order, which
+    conflicts with that. With the orders crossed (kb_b made first, kb_a's external id first), the
+    indexer held kb_b and waited for kb_a while the merge held kb_a and waited for kb_b: a
+    deadlock, the merge a 503 (or the indexer's round lost). The merge now locks both FOR NO KEY
+    UPDATE, which a KEY SHARE claim does not wait for; only deleting the duplicate waits for it."""
+    for entry_id, external_id, age in (("kb_b", "b", "2 minutes"), ("kb_a", "a", "1 minute")):
+        await conn.execute(
+            "INSERT INTO knowledge_items (id, account_id, question, answer, external_id, created_at)"
+            " VALUES ($1, $2, $3, 'Yes.', $4, now() - $5::text::interval)",
+            entry_id, admin.account_id, f"Question {external_id}?", external_id, age)
+    indexer = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        # Another claim on kb_b (the merge's second lock) holds the merge there, kb_a locked.
+        async with holding(database_url, "SELECT 1 FROM knowledge_items WHERE id = 'kb_b' FOR KEY SHARE"):
+            merging = asyncio.create_task(client.post(
+                "/api/v1/knowledge_base_items/kb_a/merge", json={"duplicate_id": "kb_b"},
+                headers=admin.headers))
+            await lock_waiters(conn, 1)
+            claiming = asyncio.create_task(indexer.fetch(db.query("embeddings_pending"), "m", 10, 60.0))
+            await asyncio.sleep(0.3)  # the indexer claims kb_b, then kb_a (or waits for it)
+        async with asyncio.timeout(20):
+            merged, claimed = await asyncio.gather(merging, claiming)
+    finally:
+        await indexer.close()
+    assert merged.status == 200, await merged.text()
+    assert {row["id"] for row in claimed} <= {"kb_a", "kb_b"}
+    assert [r["id"] for r in await conn.fetch("SELECT id FROM knowledge_items")] == ["kb_a"]
