@@ -296,3 +296,22 @@ async def test_rfp_page__rough_edges(app_client, admin, make_member, make_rfp, c
     page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
     assert "assigned-to-me" not in page and "assigned-to-anyone" not in page
     assert 'id="item-search"' in page
+
+
+async def test_bulk_approve__the_band_offered_stays_within_the_cap_on_a_longer_page(
+    aiohttp_client, config, admin, make_rfp, conn,
+):
+    """With web.items_per_page above the cap, "Approve all … on this page" listed every item in
+    the band, and approving them was refused whole (422)."""
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost"}, web={"items_per_page": 150})))
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, [(f"Question {n}?", "auto_answered", "Yes.", 0.9)
+                                         for n in range(1, 121)])
+    csrf = await sign_in(client, admin.email)
+    listed = band_items(await (await client.get(f"/rfps/{rfp_id}")).text())
+    assert listed == ids[:100]
+    approved = await client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
+        ("csrf_token", csrf), ("scope", "band"), *(("band_item", item_id) for item_id in listed)])
+    assert approved.status == 303 and "bulk=100,0,0,0,0" in approved.headers["Location"]

@@ -382,7 +382,9 @@ def _bulk(request: web.Request, sections: list[tuple[str | None, list[dict[str, 
     """The page's bulk approval: the items offered in the auto-answer band, and what the last
     one did (?bulk=approved,already approved,no answer,discarded,not found: counts, `approve`)."""
     shown = [item for _, items in sections for item in items]
-    band = [item["id"] for item in shown if _approvable(item) and item["band"] == "auto_answer"]
+    # At most what one request approves (an operator may show more items a page): the first ones.
+    band = [item["id"] for item in shown
+            if _approvable(item) and item["band"] == "auto_answer"][:MAX_BULK_APPROVE]
     said = None
     counts = request.query.get("bulk", "").split(",")
     if len(counts) == 1 + len(SKIPPED) and all(c.isascii() and c.isdigit() and len(c) <= 6 for c in counts):
