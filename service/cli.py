@@ -189,8 +189,11 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
             status = run_workers(config)
     finally:
         if database.embedded:
-            database.embedded.stop()
-            log.info("embedded PostgreSQL stopped")
+            if database.embedded.stop():
+                log.info("embedded PostgreSQL stopped")
+            else:
+                log.info("embedded PostgreSQL left running: another process still uses it "
+                         "(the last one to let go stops it)")
     return status
 
 

@@ -88,8 +88,11 @@ class EmbeddedPostgres:
     def url(self, database: str = "postgres") -> str:
         return self._server.get_uri(database)
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """Let go of the server: the wheel stops it when this was its last user (another `serve`
+        or a CLI command on the same data directory keeps it running). True when it is stopped."""
         self._server.cleanup()
+        return not (self.pgdata / "postmaster.pid").exists()
 
 
 # The wheel keeps the pids of the processes using its server in this file, and the last of them

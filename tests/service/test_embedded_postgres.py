@@ -102,3 +102,29 @@ def test_embedded_postgres__forgetting_dead_users_loses_no_live_one(tmp_path, mo
         server.stop()
         other_worker.kill()
         other_worker.wait()
+
+
+def test_embedded_postgres__stop_says_whether_it_stopped_the_server(tmp_path):
+    # A probe: `serve` logged "embedded PostgreSQL stopped" on its way out while another process
+    # (a second `serve`, a CLI command) still used the server, which ran on; the wheel stops it
+    # only when its last user lets go. stop() now says which happened.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    server = db.EmbeddedPostgres(tmp_path / "var")
+    handles = tmp_path / "var" / "pg" / ".handle_pids.json"
+    pid_file = tmp_path / "var" / "pg" / "postmaster.pid"
+    other_user = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        handles.write_text(json.dumps([os.getpid(), other_user.pid]))
+        assert server.stop() is False
+        assert pid_file.exists()
+    finally:
+        handles.write_text(json.dumps([os.getpid()]))  # the last user: stop() stops the server
+        stopped = server.stop()
+        other_user.kill()
+        other_user.wait()
+    assert stopped is True
+    assert not pid_file.exists()
