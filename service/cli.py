@@ -473,10 +473,12 @@ def _export_original(args: argparse.Namespace, config: Config) -> int:
         Path(args.output).write_bytes(written_back)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot write {args.output}: {exc.strerror}") from None
-    written = sum(1 for cell in cells if cell.text is not None)
+    written = sum(1 for cell in cells if cell.answered and cell.text is not None)
+    marked = sum(1 for cell in cells if not cell.answered and cell.text is not None)
     emit(args, {"rfp_id": args.rfp, "format": "original", "output": args.output, "items": len(cells),
-                "written": written},
-         f"wrote {written} of {len(cells)} answers of {args.rfp} into {args.output}")
+                "written": written, "marked_unanswered": marked},
+         f"wrote {written} of {len(cells)} answers of {args.rfp} into {args.output}"
+         + (f" ({marked} left unanswered, given {args.unanswered!r})" if marked else ""))
     return 0
 
 

@@ -123,6 +123,7 @@ class Cell:
     row: int  # 1-based
     column: int  # 0-based
     text: str | None  # None: unanswered
+    answered: bool = True  # False: `text` is the unanswered= mark, or None
 
 
 async def load(
@@ -164,7 +165,8 @@ async def load(
         if item["state"] == "discarded":
             continue
         cells.append(Cell(sheet=item["source_sheet"], row=item["source_row"], column=column,
-                          text=text if text is not None else options.unanswered))
+                          text=text if text is not None else options.unanswered,
+                          answered=text is not None))
     return file, cells
 
 

@@ -384,6 +384,31 @@ async def test_cli__rfp_import_keeps_the_file_and_export_original_writes_it_back
         ("Access Control", "C3"): "Yes", ("Access Control", "C4"): None, ("Access Control", "C5"): None})
 
 
+async def test_cli__export_original_counts_the_unanswered_mark_apart_from_answers(
+    client, conn, admin, database_url, tmp_path
+):
+    # A probe: with --unanswered TBD, `rfp export --format original` said "wrote 3 of 3 answers"
+    # for one approved answer and two cells given "TBD" (the mark was counted as an answer).
+    import asyncio
+
+    from cli_runner import cli_json
+
+    rfp_id = await _rfp(client, admin)
+    source = tmp_path / "acme.xlsx"
+    source.write_bytes(questionnaire())
+    await asyncio.to_thread(
+        cli_json, database_url, "rfp", "import", "--account", admin.account_id, "--rfp", rfp_id,
+        str(source), "--sheet", "Access Control")
+    mfa, *others = await _items(conn, rfp_id)
+    await _review(client, admin, rfp_id, mfa["id"], answer="Yes, always.", state="approved")
+    exported = await asyncio.to_thread(
+        cli_json, database_url, "rfp", "export", "--account", admin.account_id, "--rfp", rfp_id,
+        "--format", "original", "--unanswered", "TBD", "--output", str(tmp_path / "out.xlsx"))
+    assert exported["written"] == 1
+    assert exported["marked_unanswered"] == len(others) > 0
+    assert exported["items"] == 1 + len(others)
+
+
 def test_dropdown_value__the_option_of_the_answers_yes_no_lead():
     from service.domain.writeback import _dropdown_value
 
