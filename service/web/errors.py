@@ -19,6 +19,7 @@ from ..domain.errors import (
     ServiceUnavailable,
 )
 from ..logs import redact_url
+from .keys import CONFIG
 from .protocol import undecodable_body
 from .responses import json_response
 from .telemetry import REQUEST_ID
@@ -62,7 +63,16 @@ def render(error: ServiceError) -> web.Response:
     return response
 
 
-def _from_http_exception(exc: web.HTTPException) -> ServiceError:
+def _body_limit(request: web.Request) -> str:
+    """The body limit that applied, with its setting (SECURITY.md: a limit's message names it)."""
+    server = request.app[CONFIG].server
+    limit = getattr(request, "_client_max_size", None) or server.max_body_bytes
+    if limit < server.max_body_bytes and limit == server.max_public_body_bytes:
+        return f"at most {limit} bytes without a token or session (server.max_public_body_bytes)"
+    return f"at most {limit} bytes (server.max_body_bytes)"
+
+
+def _from_http_exception(exc: web.HTTPException, request: web.Request) -> ServiceError:
     if isinstance(exc, web.HTTPNotFound):
         return NotFound("no such route")
     if isinstance(exc, web.HTTPMethodNotAllowed):
@@ -71,7 +81,7 @@ def _from_http_exception(exc: web.HTTPException) -> ServiceError:
             f"{exc.method} is not allowed here; allowed: {allowed}", headers={"Allow": allowed}
         )
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return PayloadTooLarge("the request body is larger than the service accepts")
+        return PayloadTooLarge(f"the request body is larger than the service accepts: {_body_limit(request)}")
     error = ServiceError(exc.reason or "request failed")
     error.status = exc.status
     error.code = exc.reason.lower().replace(" ", "_") if exc.reason else "error"
@@ -92,7 +102,7 @@ def error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
     if isinstance(exc, web.HTTPException):
         if exc.status < 400:
             raise exc
-        return render(_from_http_exception(exc))
+        return render(_from_http_exception(exc, request))
     if (refused := undecodable_body(request, exc)) is not None:
         return render(refused)
     if db.database_unavailable(exc):

@@ -457,3 +457,22 @@ async def test_body_that_is_not_its_content_encoding__400_closed_logged_in_one_l
         assert error["code"] == "bad_request"
         assert "does not match its Content-Encoding" in error["message"]
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+
+
+async def test_body_past_its_limit__413_names_the_setting(config, aiohttp_client, admin):
+    """A probe: SECURITY.md says each limit's message names its setting; a JSON body past
+    server.max_body_bytes, or an anonymous one past server.max_public_body_bytes, was 413 "the
+    request body is larger than the service accepts", naming neither."""
+    from conftest import with_config
+
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"max_body_bytes": 50_000, "max_public_body_bytes": 2_000})))
+    signed_in = await client.post("/api/v1/rfps", json={"rfp": {"title": "x" * 60_000}},
+                                  headers=admin.headers)
+    assert signed_in.status == 413
+    message = (await signed_in.json())["error"]["message"]
+    assert "server.max_body_bytes" in message and "50000" in message
+    anonymous = await client.post("/api/v1/tokens", json={"email": "a@example.com", "password": "x" * 3_000})
+    assert anonymous.status == 413
+    message = (await anonymous.json())["error"]["message"]
+    assert "server.max_public_body_bytes" in message and "2000" in message
