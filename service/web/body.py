@@ -30,10 +30,10 @@ from .ratelimit import held_at_most
 T = TypeVar("T")
 
 
-def _timed_out(request: web.Request, what: str, seconds: float) -> RequestTimeout:
+def _timed_out(request: web.Request, what: str, seconds: float, setting: str) -> RequestTimeout:
     # The rest of the body is not waited for: the response closes the connection (after
     # aiohttp's lingering read of at most 10 s).
-    return RequestTimeout(f"{what} did not arrive within {seconds:g} s",
+    return RequestTimeout(f"{what} did not arrive within {seconds:g} s ({setting})",
                           headers={"Connection": "close"})
 
 
@@ -46,28 +46,31 @@ async def arriving(request: web.Request, receiving: Awaitable[T], what: str, *, 
     max_body_bytes held 2.5 GB."""
     server = request.app[CONFIG].server
     seconds = server.upload_timeout_seconds if upload else server.body_timeout_seconds
+    setting = "server.upload_timeout_seconds" if upload else "server.body_timeout_seconds"
     who = request.get(PRINCIPAL)
     try:
         if upload or who is None:  # (uploads: one_of_members_uploads; nobody: max_public_body_bytes)
-            return await _within(request, receiving, what, seconds)
+            return await _within(request, receiving, what, seconds, setting)
         with held_at_most(
             request.app[BODIES], who.member_id, server.max_bodies_per_member,
             "{held} request bodies of this member are arriving already "
             "(server.max_bodies_per_member); send the next once one has arrived",
             retry_after=1,
         ):
-            return await _within(request, receiving, what, seconds)
+            return await _within(request, receiving, what, seconds, setting)
     finally:
         if asyncio.iscoroutine(receiving):
             receiving.close()  # not awaited when refused (once it has run, closing does nothing)
 
 
-async def _within(request: web.Request, receiving: Awaitable[T], what: str, seconds: float) -> T:
+async def _within(
+    request: web.Request, receiving: Awaitable[T], what: str, seconds: float, setting: str,
+) -> T:
     try:
         async with asyncio.timeout(seconds):
             return await receiving
     except TimeoutError:
-        raise _timed_out(request, what, seconds) from None
+        raise _timed_out(request, what, seconds, setting) from None
 
 
 async def read_body(request: web.Request) -> bytes:
