@@ -256,7 +256,8 @@ async def take_connection(app: web.Application) -> asyncpg.Connection:
         return await app[POOL].take(timeout)
     except TimeoutError:
         raise ServiceUnavailable(
-            f"no database connection became free within {timeout:g} s; retry shortly",
+            f"no database connection became free within {timeout:g} s "
+            "(database.acquire_timeout_seconds); retry shortly",
             headers={"Retry-After": str(max(1, math.ceil(timeout)))},
         ) from None
     except OSError as exc:  # FileNotFoundError (socket), ConnectionRefusedError and the like

@@ -106,8 +106,8 @@ def _admit(request: web.Request, bucket: str, limit: RateLimit, decided: Decisio
     if not decided.allowed:
         request.app[METRICS].rate_limit_rejections.labels(bucket).inc()
         raise RateLimited(
-            f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds; "
-            f"retry in {max(1, math.ceil(decided.retry_after))} s",
+            f"too many requests: at most {limit.limit} per {limit.period_seconds:g} seconds "
+            f"(rate_limits.{bucket}); retry in {max(1, math.ceil(decided.retry_after))} s",
         )  # its RateLimit-* and Retry-After headers: the front door adds them
 
 

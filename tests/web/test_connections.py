@@ -134,7 +134,9 @@ async def test_pool__acquire_timeout_is_503_with_retry_after(config, admin, make
         response = await client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)
     assert response.status == 503
     assert response.headers["Retry-After"] == "1"
-    assert (await response.json())["error"]["code"] == "service_unavailable"
+    error = (await response.json())["error"]
+    assert error["code"] == "service_unavailable"
+    assert "(database.acquire_timeout_seconds)" in error["message"]  # SECURITY.md: names its setting
     assert (await client.get(f"/api/v1/rfps/{rfp_id}", headers=admin.headers)).status == 200
 
 

@@ -46,11 +46,10 @@ async def test_rate_limit__a_request_refused_by_scope_or_role_takes_nothing(
     assert (await client.post("/api/v1/rfps", json=rfp, headers=viewer.headers)).status == 403
     assert await buckets(conn) == {}
 
-    statuses = [
-        (await client.post("/api/v1/rfps", json=rfp, headers=admin.headers)).status
-        for _ in range(3)
-    ]
-    assert statuses == [201, 201, 429]
+    responses = [await client.post("/api/v1/rfps", json=rfp, headers=admin.headers) for _ in range(3)]
+    assert [response.status for response in responses] == [201, 201, 429]
+    # SECURITY.md: a limit's message names its setting (it said only "at most 2 per 60 seconds").
+    assert "(rate_limits.create_rfp)" in (await responses[2].json())["error"]["message"]
     (key, tokens), = (await buckets(conn)).items()
     assert key == f"create_rfp:{admin.member_id}" and tokens < 0.1  # empty, but for the refill
 
