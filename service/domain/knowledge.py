@@ -446,14 +446,16 @@ async def _save_review(
 async def save_reviewed_answer(
     conn: asyncpg.Connection, account_id: str, *, question: str, answer: str, source: str,
     title: str | None = None, external_id: str | None = None, reviewed_question: str | None = None,
-    owner: str | None = None,
+    owner: str | None = None, saved_as: str | None = None,
 ) -> tuple[KnowledgeItem, bool]:
     """Save an answer a person approved as a knowledge-base entry: (the entry, whether it is new).
 
     The one way both reviews save: an RFP item's (keyed by `external_id` "rfp_item:<id>") and a
     question's (keyed by `reviewed_question`, or the same question text). Saving the same item or
     question again updates its entry rather than adding another; a new entry is owned by `owner`
-    (the reviewing member), an existing one keeps its owner and review date.
+    (the reviewing member), an existing one keeps its owner and review date. `saved_as`: the entry
+    an RFP item is saved as now (rfp_items.knowledge_item_id), which is the one a merge kept once
+    the item's own entry was merged into it (its external id went with the duplicate).
     """
     async with conn.transaction():
         await conn.execute(db.query("set_actor"), owner)  # the entry's version says who (library.py)
@@ -462,7 +464,7 @@ async def save_reviewed_answer(
         for _ in range(2):  # a second pass updates the entry a concurrent first save just inserted
             saved = await conn.fetchrow(
                 db.query("save_reviewed_answer"), new_id("kb"), account_id, question, answer, title,
-                source, external_id, reviewed_question, owner,
+                source, external_id, reviewed_question, owner, saved_as,
             )
             if saved is not None:
                 return KnowledgeItem.from_row(saved), saved["created"]

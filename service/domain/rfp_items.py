@@ -493,6 +493,7 @@ async def review_item(
         entry, _ = await save_reviewed_answer(
             conn, account_id, question=row["question"], answer=answer, title=row["section"],
             source=f"rfp:{row['rfp_id']}", external_id=f"rfp_item:{row['id']}", owner=member_id,
+            saved_as=current["knowledge_item_id"],
         )
         row = await conn.fetchrow(db.query("link_rfp_item_to_knowledge_item"), row["id"], entry.id)
     await conn.execute(db.query("touch_rfp"), row["rfp_id"])

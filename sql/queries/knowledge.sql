@@ -63,19 +63,20 @@ SELECT pg_advisory_xact_lock(hashtextextended('reviewed_question:' || $1 || ':' 
 
 -- save_reviewed_answer --
 -- A reviewed answer as an entry (id $1 when new): the entry an earlier save of the same RFP item
--- (external id $7) or of the same question (reviewed question $8, or the same question text among
--- reviewed entries) made is updated in place, so saving again never duplicates. A new entry is owned
--- by the reviewer ($9); an existing one keeps its owner, review date and, given no title $5, its
--- title. No row: a concurrent first save won the insert; the caller runs this again to update it.
+-- (the entry it is saved as, $10: the one a merge kept, when its own was merged into it; or external
+-- id $7) or of the same question (reviewed question $8, or the same question text among reviewed
+-- entries) made is updated in place, so saving again never duplicates. A new entry is owned by the
+-- reviewer ($9); an existing one keeps its owner, review date and, given no title $5, its title.
+-- No row: a concurrent first save won the insert; the caller runs this again to update it.
 WITH earlier AS (
     SELECT k.id
       FROM knowledge_items k
      WHERE k.account_id = $2
-       AND (k.external_id = $7::text
+       AND (k.id = $10::text OR k.external_id = $7::text
             OR ($8::text IS NOT NULL AND k.reviewed_question IS NOT NULL
                 AND (k.reviewed_question = $8 OR lower(k.question) = lower($3))))
-     ORDER BY k.external_id IS NOT DISTINCT FROM $7 DESC, k.reviewed_question IS NOT DISTINCT FROM $8 DESC,
-              k.created_at, k.id
+     ORDER BY k.id IS NOT DISTINCT FROM $10 DESC, k.external_id IS NOT DISTINCT FROM $7 DESC,
+              k.reviewed_question IS NOT DISTINCT FROM $8 DESC, k.created_at, k.id
      LIMIT 1
      FOR UPDATE
 ), updated AS (

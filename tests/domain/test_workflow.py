@@ -248,3 +248,27 @@ async def test_review__saved_entry_owned_by_reviewer_and_a_later_save_keeps_owne
     assert (kb["owner_member_id"], str(kb["review_by"]), kb["answer"], kb["title"]) == (
         admin.member_id, "2031-01-01", "Every 90 days.", None)
     assert kb["version"] == 3  # the review date change, then the second save: both versioned
+
+
+async def test_review__saving_again_after_a_merge_updates_the_entry_kept(client, conn, admin):
+    """An item saved as entry E, E merged into K: the item is saved as K now, and saving it again
+    updates K (the README's "saving again updates that entry"). It made a third entry: the save
+    looked for E's external id rfp_item:<id>, gone with E."""
+    rfp_id = await new_rfp(client, admin, ["Do you encrypt backups?"])
+    [item] = await item_ids(client, admin, rfp_id)
+    saved = await review(client, admin, rfp_id, item, answer="Yes.", state="approved",
+                         save_to_knowledge_base=True)
+    assert saved.status == 200, await saved.text()
+    first = await conn.fetchval("SELECT knowledge_item_id FROM rfp_items WHERE id = $1", item)
+    kept = await client.post("/api/v1/knowledge_base_items", headers=admin.headers, json={
+        "knowledge_base_item": {"question": "Are backups encrypted?", "answer": "Yes, AES."}})
+    kept_id = (await kept.json())["id"]
+    merged = await client.post(f"/api/v1/knowledge_base_items/{kept_id}/merge",
+                               json={"duplicate_id": first}, headers=admin.headers)
+    assert merged.status == 200, await merged.text()
+    again = await review(client, admin, rfp_id, item, answer="Yes, with AES-256.", state="approved",
+                         save_to_knowledge_base=True)
+    assert again.status == 200, await again.text()
+    entries = await conn.fetch("SELECT id, answer FROM knowledge_items")
+    assert [(e["id"], e["answer"]) for e in entries] == [(kept_id, "Yes, with AES-256.")]
+    assert await conn.fetchval("SELECT knowledge_item_id FROM rfp_items WHERE id = $1", item) == kept_id
