@@ -718,3 +718,19 @@ def test_write_xlsx__an_answer_past_excels_cell_limit_is_cut_saying_so():
     written = load_workbook(io.BytesIO(result))["S1"]["B2"].value
     assert len(written) == EXCEL_CELL_CHARS
     assert written == answer[:EXCEL_CELL_CHARS - len(EXCEL_CUT_NOTE)] + EXCEL_CUT_NOTE
+
+
+async def test_csv_writeback__an_answer_column_outside_the_file_is_422_before_any_answer_too(
+    client, conn, admin
+):
+    """It was 200 with the file unchanged while nothing was answered, and 422 only once an answer
+    was approved: the column is checked for every item, written or not."""
+    rfp_id = await _rfp(client, admin)
+    await _import(client, admin, rfp_id, b"Question,Category\nDo you encrypt?,Data\n", "text/csv")
+    outside = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original&answer_column=F",
+                               headers=admin.headers)
+    assert outside.status == 422
+    assert "answer_column: the file has 2 columns" in " ".join((await outside.json())["error"]["details"])
+    after_last = await client.get(f"/api/v1/rfps/{rfp_id}/export?format=original&answer_column=C",
+                                  headers=admin.headers)
+    assert after_last.status == 200
