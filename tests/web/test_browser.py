@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from conftest import mail_settings, with_config
 
+from service.domain.accounts import add_member
 from service.domain.passwords import hasher
 from service.web.app import create_app
 
@@ -559,6 +560,8 @@ def narrow_tables_flow(base: str, profile: str, email: str) -> dict[str, list]:
         for path in ("/rfps", "/members"):
             driver.get(base + path)
             seen[path] = driver.execute_script(CELLS)
+            seen[f"{path} width"] = driver.execute_script(
+                "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
         return seen
     finally:
         driver.quit()
@@ -571,8 +574,13 @@ async def test_browser__a_phone_s_tables_say_each_cell_s_column(
     completion, a member's address, role and date stood bare ("—", "admin", "2030-01-01")."""
     await set_password(conn, admin.email)
     await make_member(admin.account_id, role="viewer")
+    # A long address, unbroken, widened the members' (and invitations') table to 517 px.
+    await add_member(conn, admin.account_id, "margaret.with.a.long.address@subsidiary.example.com", "member")
     await make_rfp(admin, "Acme")
     seen = await asyncio.to_thread(narrow_tables_flow, site, profile, admin.email)
+    for path in ("/rfps", "/members"):
+        scrolled, shown = seen.pop(f"{path} width")
+        assert scrolled <= shown, (path, scrolled, shown)
     for path, cells in seen.items():
         assert cells and not any(shown for _, shown, _ in cells), path
         # Every column but the first (the row's name, a link or the member's name) says its header.
