@@ -219,3 +219,28 @@ async def test_list__an_invitee_who_became_a_member_another_way_is_not_waiting(c
     body = await (await client.get("/api/v1/invitations", headers=admin.headers)).json()
     assert [i["email"] for i in body["invitations"]] == ["ada@example.test"]
     assert body["pagination"]["total_count"] == 1
+
+
+async def test_members_page__send_again_and_revoke_say_what_they_did_beside_the_list(
+    aiohttp_client, config, admin, conn
+):
+    """Revoke came back to the invitations' heading (#invitations-h) while its notice was at the
+    page's top, scrolled out of view (a phone: 200 px above it); Send again said "Invitation
+    sent." at the top, as a new invitation does. And Send again's accessible name did not hold
+    its words ("Send the invitation to … again": axe's label-content-name-mismatch)."""
+    client = await _page_client(aiohttp_client, config)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    await invite(client, csrf, "grace@example.test", "viewer")
+    await invite(client, csrf, "ada@example.test", "member")
+    page = await (await client.get("/members")).text()
+    assert 'aria-label="Send again to grace@example.test">Send again</button>' in page
+    grace = await conn.fetchval("SELECT id FROM invitations WHERE email = 'grace@example.test'")
+    resent = await client.post("/members/invite", allow_redirects=False, data={
+        "csrf_token": csrf, "email": "grace@example.test", "role": "viewer", "invitation_id": grace})
+    assert resent.status == 303 and resent.headers["Location"] == "/members?done=resent#invitations-h"
+    for done, said in (("resent", "Invitation sent again: its new link expires in 7 days"),
+                       ("revoked", "Invitation revoked")):
+        text = await (await client.get(f"/members?done={done}")).text()
+        top, section = text.split('<h2 id="invitations-h">')
+        assert said not in top and 'id="invitations-notice">' + said in section, done

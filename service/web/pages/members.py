@@ -27,10 +27,13 @@ from .common import page, principal, read_form, render, see_other
 def _notice(request: web.Request) -> str | None:
     """What the form just sent did (each POST redirects here: a reload sends nothing again)."""
     done = request.query.get("done")
+    days = request.app[CONFIG].members.invitation_ttl_days
     if done == "invited":
-        days = request.app[CONFIG].members.invitation_ttl_days
         return (f"Invitation sent. Its link works once and expires in {days:g} days; inviting the "
                 "same address again replaces it.")
+    if done == "resent":
+        return (f"Invitation sent again: its new link expires in {days:g} days, and the old one "
+                "no longer works.")
     return {
         "role": "Role changed.", "removed": "Member removed.",
         "revoked": "Invitation revoked: its link no longer works.",
@@ -51,9 +54,14 @@ async def _members_page(request: web.Request) -> web.Response:
         invitations, invited = (
             await list_invitations(conn, who.account_id, waiting) if is_admin else ([], 0)
         )
+    # What Send again and Revoke did is said in the invitations' section, which they come back to.
+    notice = _notice(request)
+    about_invitations = request.query.get("done") in ("resent", "revoked")
     return render(request, "members.html", {
         "members": members, "page": current.number, "pages": math.ceil(total / current.size),
-        "total": total, "is_admin": is_admin, "notice": _notice(request),
+        "total": total, "is_admin": is_admin,
+        "notice": None if about_invitations else notice,
+        "invitations_notice": notice if about_invitations else None,
         "me": who.member_id, "invitations": invitations, "invited": invited,
         "invitations_page": waiting.number, "invitations_pages": math.ceil(invited / waiting.size),
     })
@@ -76,7 +84,9 @@ async def invite_member(request: web.Request) -> web.StreamResponse:
         await invite(conn, request.app[CONFIG], principal(request), fields, actor(request),
                      replacing=str(replacing) if replacing else None)
     request.app[MAIL_SENDER].wake()
-    raise see_other("/members?done=invited")  # no address in the URL: it would be in the access log
+    # No address in the URL: it would be in the access log. "Send again" comes back to the list it
+    # was pressed in, which says what it did under its heading (the page's top is out of view).
+    raise see_other("/members?done=resent#invitations-h" if replacing else "/members?done=invited")
 
 
 @page(write=True, roles=("admin",))
