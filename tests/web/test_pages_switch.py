@@ -231,3 +231,15 @@ async def test_not_found_page__offers_the_other_accounts_alike_for_any_missing_p
     assert pages[0] == pages[1]
     assert 'id="not-found-accounts">You are in Alpha Corp;' in pages[0]
     assert '<a href="/accounts">switch account</a>' in pages[0]
+
+
+async def test_accounts_page__of_a_user_in_one_account_says_there_is_none_to_switch_to(
+    app_client, admin, conn
+):
+    """/accounts, reached by its address, told a user of one account "a member of 1 account …
+    switching … starts one in the other account", an account there is not."""
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    html = await (await app_client.get("/accounts")).text()
+    assert "member of this account only: there is no other to switch to" in html
+    assert "the other account" not in html and "/accounts/switch" not in html
