@@ -686,6 +686,14 @@ async def credits_short(
             "affordable": standing["credits"] // cost if cost else waiting}
 
 
+async def left_pending(conn: asyncpg.Connection, account_id: str, rfp_id: str, cost: int) -> dict[str, int]:
+    """What "answer the first N" left: the items still pending, what answering them costs, and
+    the account's credits."""
+    standing = await conn.fetchrow(db.query("account_standing"), account_id)
+    waiting = await conn.fetchval(db.query("count_rfp_items_waiting"), rfp_id)
+    return {"waiting": waiting, "cost": cost * waiting, "credits": standing["credits"] if standing else 0}
+
+
 async def answering_progress(conn: asyncpg.Connection, account_id: str, rfp_id: str) -> dict[str, Any]:
     """Where "answer all" has got to: the RFP's state and stats, and how many items are in flight."""
     from .rfps import fetch_rfp

@@ -238,6 +238,33 @@ async def test_answer_all_button__short_of_credits_offers_the_first_items_they_p
         assert invalid.status == 422 and "max_items" in await invalid.text(), bad
 
 
+async def test_answer_first_items__the_page_says_what_they_left_pending_once_answered(
+    app_client, make_account, make_rfp, conn
+):
+    """"Answer the first 2 pending items" ended on the page as it was, 3 items counted as
+    "0 to review · 2 need input · 0 approved": nothing said the third was still pending, nor why."""
+    admin = await make_account(credits=2)
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position) VALUES ('item_f1', $1, 'One?', 1),"
+        " ('item_f2', $1, 'Two?', 2), ('item_f3', $1, 'Three?', 3)", rfp_id)
+    csrf = await sign_in(app_client, admin.email)
+    sent = await app_client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False,
+                                 data={"csrf_token": csrf, "back": "?page=1", "max_items": "2"})
+    assert sent.headers["Location"] == f"/rfps/{rfp_id}?page=1&first=2&answering=2#progress"
+    running = await (await app_client.get(sent.headers["Location"])).text()
+    assert 'id="answered-first"' not in running  # said once they are answered, not before
+    await conn.execute("UPDATE rfp_items SET question_id = NULL, state = 'needs_input', answer = 'x'"
+                       " WHERE question_id IS NOT NULL")
+    # The script's reload when the progress ends drops answering=, keeping first=.
+    done = await (await app_client.get(f"/rfps/{rfp_id}?page=1&first=2")).text()
+    assert ("Answered the first 2 pending items. 1 item is still pending: answering it costs"
+            " 1 credit, and the account has 0. Ask the service's operator for more credits.") in done
+    plain = await (await app_client.get(f"/rfps/{rfp_id}?first=²")).text()
+    assert 'id="answered-first"' not in plain
+
+
 async def test_rfp_page__another_accounts_rfp_is_the_404_page(
     app_client, admin, make_account, make_rfp, conn
 ):

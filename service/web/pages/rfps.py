@@ -22,6 +22,7 @@ from ...domain.rfp_items import (
     credits_short,
     fetch_item,
     import_options,
+    left_pending,
 )
 from ...domain.rfps import (
     REVIEW_FILTERS,
@@ -154,6 +155,12 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         short = (await credits_short(conn, who.account_id, rfp_id,
                                      request.app[CONFIG].questions.credits_per_question)
                  if request.query.get("short") == "1" and may_write(who) else None)
+        # ?first=N: "Answer the first N pending items" has finished; what it left pending.
+        first = request.query.get("first", "")
+        left = (await left_pending(conn, who.account_id, rfp_id,
+                                   request.app[CONFIG].questions.credits_per_question)
+                if first.isascii() and first.isdigit() and len(first) <= 6 and may_write(who)
+                and not in_flight else None)
     sections: list[tuple[str | None, list[dict[str, Any]]]] = []
     for row in rows:
         item = {
@@ -198,7 +205,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "report": None, **_done(request, sections), **_bulk(request, sections),
         # "Answer all" that found nothing pending (?answering=0, answer_all): said, not silent.
         "nothing_pending": request.query.get("answering") == "0" and not in_flight,
-        "short": short,
+        "short": short, "first": {"answered": int(first), **left} if left else None,
     }, status=400 if problem and not alone else 200)
 
 
@@ -514,7 +521,9 @@ async def answer_all(request: web.Request) -> web.StreamResponse:
             if await credits_short(conn, principal(request).account_id, rfp_id, cost) is None:
                 raise
             raise see_other(f"/rfps/{rfp_id}{back}{join}short=1#answer-short") from None
-    raise see_other(f"/rfps/{rfp_id}{back}{join}answering={answering['started']}#progress")
+    # The first N (the credits' offer): once they are answered, the page says what is left.
+    first = f"first={answering['started']}&" if raw else ""
+    raise see_other(f"/rfps/{rfp_id}{back}{join}{first}answering={answering['started']}#progress")
 
 
 @page()
