@@ -268,8 +268,11 @@ async def test_rfp_page__rough_edges(app_client, admin, make_member, make_rfp, c
     page = await (await app_client.get(f"/rfps/{empty}")).text()
     assert "answer-all" not in page and "export-csv" not in page and "/export" not in page
     assert f'action="/rfps/{empty}/import"' in page and "Upload a questionnaire to add them." in page
+    # Nor anything to filter or search: the filters' links and the search box, over no item at all.
+    assert 'aria-label="Filter items"' not in page and 'id="item-search"' not in page
     page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
     assert 'id="answer-all"' in page and 'id="export-csv"' in page
+    assert 'aria-label="Filter items"' in page and 'id="item-search"' in page
     # A discarded item shows no band (its draft is set aside); the kept one shows its band.
     kept, discarded = (page.split(f'id="item-{i}"', 1)[1].split("</header>", 1)[0] for i in ids)
     assert 'class="band band-auto_answer"' in kept and 'class="band' not in discarded
