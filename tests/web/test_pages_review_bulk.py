@@ -273,6 +273,10 @@ async def test_rfp_page__rough_edges(app_client, admin, make_member, make_rfp, c
     page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
     assert 'id="answer-all"' in page and 'id="export-csv"' in page
     assert 'aria-label="Filter items"' in page and 'id="item-search"' in page
+    # "Approve selected" says what it approves: the boxes beside the items, unexplained before
+    # (pressed with none ticked, an error page).
+    assert 'id="approve-selected" aria-describedby="bulk-hint">' in page
+    assert 'id="bulk-hint">(tick the box beside each item to approve; at most 100 at once)' in page
     # A discarded item shows no band (its draft is set aside); the kept one shows its band.
     kept, discarded = (page.split(f'id="item-{i}"', 1)[1].split("</header>", 1)[0] for i in ids)
     assert 'class="band band-auto_answer"' in kept and 'class="band' not in discarded
