@@ -149,6 +149,21 @@ async def test_members_page__waiting_invitations_have_a_pager_of_their_own(
     assert f"p{PAGE_SIZE + 1}@example.test" in second and "p1@example.test" not in second
     bad = await app_client.get("/members?invitations_page=x")
     assert bad.status == 400 and "invitations_page must be" in await bad.text()
+    # Revoking one on the second page comes back to it, where it went back to the first.
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', second)[1]
+    form = re.search(r'<form method="post" action="(/members/invitations/[^"]+/revoke)".*?</form>',
+                     second, re.S)
+    assert '<input type="hidden" name="invitations_page" value="2">' in form[0]
+    revoked = await app_client.post(form[1], allow_redirects=False,
+                                    data={"csrf_token": csrf, "invitations_page": "2"})
+    assert revoked.headers["Location"] == "/members?invitations_page=2&done=revoked#invitations-h"
+    # That page is now past the last: it says so and leads to the first, not "No invitation is waiting".
+    past = await (await app_client.get(revoked.headers["Location"])).text()
+    assert "No invitation is waiting" not in past
+    assert 'No invitation on this page. <a href="/members#invitations-h">First page</a>' in past
+    odd = await app_client.post("/members/invitations/inv_1/revoke", allow_redirects=False,
+                                data={"csrf_token": csrf, "invitations_page": "²", "page": "1"})
+    assert odd.headers["Location"] == "/members?done=revoked#invitations-h"
 
 
 async def test_members_page__send_again_of_an_invitation_revoked_meanwhile_sends_nothing(

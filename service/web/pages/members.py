@@ -113,9 +113,16 @@ async def remove(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=("admin",))
 async def revoke(request: web.Request) -> web.StreamResponse:
-    """The API's POST /invitations/{id}/revoke: the invitation's link stops working at once."""
+    """The API's POST /invitations/{id}/revoke: the invitation's link stops working at once.
+    Back to the pages of members and invitations it was pressed on (the form's page numbers)."""
+    form = await read_form(request)
     async with connection(request) as conn:
         await revoke_invitation(
             conn, principal(request).account_id, request.match_info["id"], actor(request)
         )
-    raise see_other("/members?done=revoked#invitations-h")
+    pages = "".join(
+        f"{name}={value}&" for name in ("page", "invitations_page")
+        if isinstance(value := form.get(name), str) and value.isascii() and value.isdigit()
+        and len(value) <= 3 and int(value) > 1
+    )
+    raise see_other(f"/members?{pages}done=revoked#invitations-h")
