@@ -704,6 +704,7 @@ async def answering_progress(conn: asyncpg.Connection, account_id: str, rfp_id: 
         "state": rfp["state"],
         "in_flight": in_flight,
         "total_items": rfp["total_items"],
+        "pending_items": rfp["pending_items"],
         "needs_input_items": rfp["needs_input_items"],
         "auto_answered_items": rfp["auto_answered_items"],
         "approved_items": rfp["approved_items"],

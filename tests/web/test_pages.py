@@ -265,6 +265,32 @@ async def test_answer_first_items__the_page_says_what_they_left_pending_once_ans
     assert 'id="answered-first"' not in plain
 
 
+async def test_rfp_page__counts_the_items_not_answered_and_names_an_untitled_source_by_its_question(
+    app_client, admin, make_rfp, conn
+):
+    """The stats line ("N items · to review · need input · approved") counted no pending item, so
+    its numbers did not add up while items waited; "Drawn from:" showed an entry without title or
+    external id as its internal id (kb_…)."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    refs = ('[{"kb_item_id": "kb_untitled", "title": null, "external_id": null, "used": true,'
+            ' "question": "Do you encrypt backups at rest with keys you manage yourselves?"}]')
+    await conn.execute("INSERT INTO questions (id, account_id, user_id, question, state, \"references\")"
+                       " VALUES ('q_refs', $1, $2, 'Backups?', 'complete', $3::jsonb)",
+                       admin.account_id, admin.user_id, refs)
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer, question_id) VALUES"
+        " ('item_p1', $1, 'One?', 1, 'pending', NULL, NULL),"
+        " ('item_p2', $1, 'Backups?', 2, 'auto_answered', 'Yes.', 'q_refs')", rfp_id)
+    await sign_in(app_client, admin.email)
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert '<span data-stat="pending_items">1</span> not answered yet' in page
+    assert ">Do you encrypt backups at rest with keys you manage yourselves?</a>" in page
+    assert ">kb_untitled</a>" not in page
+    progress = await (await app_client.get(f"/rfps/{rfp_id}/progress")).json()
+    assert progress["pending_items"] == 1
+
+
 async def test_rfp_page__another_accounts_rfp_is_the_404_page(
     app_client, admin, make_account, make_rfp, conn
 ):
