@@ -671,8 +671,9 @@ def switch_flow(base: str, profile: str, email: str) -> dict[str, Any]:
         driver.find_element(By.LINK_TEXT, "Beta's RFP").click()
         wait(driver, lambda d: "/rfps/rfp_" in d.current_url)
         seen["heading"] = text_of(driver, "h1")
-        seen["refused"] = [entry["message"] for entry in driver.get_log("browser")
-                           if "Content Security Policy" in entry["message"]]
+        logged = [entry["message"] for entry in driver.get_log("browser")]
+        seen["refused"] = [message for message in logged if "Content Security Policy" in message]
+        seen["favicon"] = [message for message in logged if "favicon" in message]
         return seen
     finally:
         driver.quit()
@@ -734,6 +735,7 @@ async def test_browser__a_consultant_in_two_accounts_switches_to_the_second_one_
     assert seen["whoami_after"].endswith("(member)")
     assert seen["heading"] == "Beta's RFP"
     assert seen["refused"] == []
+    assert seen["favicon"] == []  # every page asked for /favicon.ico: a 404 in the console
 
 
 async def test_browser__search_an_rfp_and_approve_what_it_found_at_once(
