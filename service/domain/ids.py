@@ -27,3 +27,10 @@ def base62(number: int, width: int) -> str:
 def new_id(prefix: str) -> str:
     """A prefixed, unguessable, URL-safe id: `rfp_` + 22 base62 characters (~131 bits)."""
     return f"{prefix}_" + base62(secrets.randbelow(_ID_SPACE), 22)  # one draw, not 22
+
+
+def could_be_id(text: str) -> bool:
+    """Whether `text`, sent as a record's id (a form's value), can be looked up: ids are short,
+    and PostgreSQL text cannot hold NUL (the query would fail: a 500). One that cannot is as
+    unknown as an id no record has."""
+    return 0 < len(text) <= 100 and "\x00" not in text

@@ -61,7 +61,7 @@ from .errors import (
     UsageBlocked,
     ValidationFailed,
 )
-from .ids import new_id
+from .ids import could_be_id, new_id
 from .models import Page
 from .passwords import Passwords, address_key, guard_password_attempt, remember_client, take_bucket
 from .rfp_items import unassign_member_items
@@ -553,9 +553,9 @@ async def invite(
         if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
             raise ValidationFailed(["invitation.email: is already a member of this account"])
         # Locked: a revoke under way is waited for, then this finds nothing. An id no invitation
-        # can have (a form's NUL byte, which PostgreSQL text cannot hold) finds nothing either.
+        # can have (a form's NUL byte) finds nothing either.
         if replacing is not None and (
-            len(replacing) > 100 or "\x00" in replacing or await conn.fetchval(
+            not could_be_id(replacing) or await conn.fetchval(
                 db.query("lock_pending_invitation_to"), replacing, who.account_id, data.email
             ) is None
         ):

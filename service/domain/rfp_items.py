@@ -36,6 +36,7 @@ from .errors import (
     ParameterInvalid,
     ValidationFailed,
 )
+from .ids import could_be_id
 from .knowledge import save_reviewed_answer
 from .models import MemberRef, RfpItem, rfp_json
 from .questions import ITEMS_REFUSED, DetailLevel, create_item_questions, require_active_subscription
@@ -436,7 +437,7 @@ async def approve_items(
     done = BulkApproved(approved=[], skipped={})
     queued = 0
     for item_id in wanted:
-        if len(item_id) > 100 or "\x00" in item_id:  # no item's id (PostgreSQL cannot take NUL)
+        if not could_be_id(item_id):
             done.skipped.setdefault("not_found", []).append(item_id)
             continue
         async with conn.transaction():
@@ -670,14 +671,21 @@ async def answer_pending_items(
     return answering
 
 
+async def _standing_and_waiting(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str
+) -> tuple[asyncpg.Record | None, int]:
+    """The account's credits and subscription, and how many items "answer all" would start now."""
+    standing = await conn.fetchrow(db.query("account_standing"), account_id)
+    return standing, await conn.fetchval(db.query("count_rfp_items_waiting"), rfp_id)
+
+
 async def credits_short(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, cost: int
 ) -> dict[str, int] | None:
     """Why "answer all" was refused when it was the credits: the items it would start, the
     account's credits, and how many of the first items those pay for (`max_items`). None when the
     subscription is not active, or the credits now pay for every item (added meanwhile)."""
-    standing = await conn.fetchrow(db.query("account_standing"), account_id)
-    waiting = await conn.fetchval(db.query("count_rfp_items_waiting"), rfp_id)
+    standing, waiting = await _standing_and_waiting(conn, account_id, rfp_id)
     if standing is None or standing["subscription_status"] != "active":
         return None
     if standing["credits"] >= cost * waiting:
@@ -689,8 +697,7 @@ async def credits_short(
 async def left_pending(conn: asyncpg.Connection, account_id: str, rfp_id: str, cost: int) -> dict[str, int]:
     """What "answer the first N" left: the items still pending, what answering them costs, and
     the account's credits."""
-    standing = await conn.fetchrow(db.query("account_standing"), account_id)
-    waiting = await conn.fetchval(db.query("count_rfp_items_waiting"), rfp_id)
+    standing, waiting = await _standing_and_waiting(conn, account_id, rfp_id)
     return {"waiting": waiting, "cost": cost * waiting, "credits": standing["credits"] if standing else 0}
 
 

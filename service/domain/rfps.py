@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -129,6 +130,18 @@ def search_timed_out() -> ServiceUnavailable:
     )
 
 
+@asynccontextmanager
+async def search_time_bounded(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """A read-only transaction whose statements are stopped after SEARCH_TIMEOUT_MS: then 503
+    (`search_timed_out`)."""
+    try:
+        async with conn.transaction(readonly=True):
+            await limit_search_time(conn)
+            yield
+    except asyncpg.QueryCanceledError:
+        raise search_timed_out() from None
+
+
 async def bounded_search(
     conn: asyncpg.Connection, count_query: str, page_query: str, account_id: str,
     pattern: str | None, cap: int, page: Page,
@@ -136,14 +149,10 @@ async def bounded_search(
     """A search's page and its count (stopping at `cap`), in one read-only transaction whose
     statements are planned for the pattern they are given and stopped after SEARCH_TIMEOUT_MS
     (then 503, `search_timed_out`)."""
-    try:
-        async with conn.transaction(readonly=True):
-            await conn.execute(db.query("plan_each_search"))  # the index needs the pattern seen
-            await limit_search_time(conn)
-            total = await conn.fetchval(db.query(count_query), account_id, pattern, cap)
-            rows = await conn.fetch(db.query(page_query), account_id, pattern, page.size, page.offset)
-    except asyncpg.QueryCanceledError:
-        raise search_timed_out() from None
+    async with search_time_bounded(conn):
+        await conn.execute(db.query("plan_each_search"))  # the index needs the pattern seen
+        total = await conn.fetchval(db.query(count_query), account_id, pattern, cap)
+        rows = await conn.fetch(db.query(page_query), account_id, pattern, page.size, page.offset)
     return rows, total
 
 
@@ -332,13 +341,9 @@ async def list_items(
     await fetch_rfp(conn, rfp_id, account_id)
     mine, user_id = assignee is not None, None if assignee is None else assignee.user_id
     if pattern is not None:
-        try:
-            async with conn.transaction(readonly=True):
-                await limit_search_time(conn)
-                rows = await conn.fetch(db.query("search_rfp_items_page"), rfp_id, page.size,
-                                        page.offset, pattern, mine, user_id)
-        except asyncpg.QueryCanceledError:
-            raise search_timed_out() from None
+        async with search_time_bounded(conn):
+            rows = await conn.fetch(db.query("search_rfp_items_page"), rfp_id, page.size,
+                                    page.offset, pattern, mine, user_id)
         # One row at least: past the last page, the count alone.
         return [RfpItem.from_row(row) for row in rows if row["id"] is not None], rows[0]["total"]
     if assignee is None:
@@ -389,12 +394,8 @@ async def review_items(
     if pattern is None:
         rows = await conn.fetch(db.query("review_items_page"), *arguments)
     else:
-        try:
-            async with conn.transaction(readonly=True):
-                await limit_search_time(conn)
-                rows = await conn.fetch(db.query("review_items_page"), *arguments)
-        except asyncpg.QueryCanceledError:
-            raise search_timed_out() from None
+        async with search_time_bounded(conn):
+            rows = await conn.fetch(db.query("review_items_page"), *arguments)
     # One row at least: past the last page (or with nothing passing), the count alone.
     items = [row for row in rows if row["id"] is not None]
     if item_id is not None and not items:

@@ -18,6 +18,7 @@ import attrs
 
 from .. import db
 from .errors import NotFound, Unauthorized
+from .ids import could_be_id
 from .tokens import Principal, hash_token
 
 # secrets.token_urlsafe(32): 43 characters. Anything else is refused without a query.
@@ -74,7 +75,7 @@ async def switch_account(
     for an unknown id; nothing changes then. The account comes from a form: the membership is
     looked up by the session's user, never taken on trust. The new session ends when this one
     would have (at most `ttl_seconds` from now); Unauthorized when this one has ended already."""
-    if not account_id or len(account_id) > 100 or "\x00" in account_id:  # NUL: PostgreSQL cannot
+    if not could_be_id(account_id):
         raise NotFound("you are not a member of that account")
     async with conn.transaction():
         membership = await conn.fetchrow(db.query("lock_membership_of_user"), user_id, account_id)
