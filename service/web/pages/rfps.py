@@ -156,11 +156,10 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
                                      request.app[CONFIG].questions.credits_per_question)
                  if request.query.get("short") == "1" and may_write(who) else None)
         # ?first=N: "Answer the first N pending items" has finished; what it left pending.
-        first = request.query.get("first", "")
+        first = _count(request.query.get("first", ""))
         left = (await left_pending(conn, who.account_id, rfp_id,
                                    request.app[CONFIG].questions.credits_per_question)
-                if first.isascii() and first.isdigit() and len(first) <= 6 and may_write(who)
-                and not in_flight else None)
+                if first is not None and may_write(who) and not in_flight else None)
     sections: list[tuple[str | None, list[dict[str, Any]]]] = []
     for row in rows:
         item = {
@@ -205,7 +204,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "report": None, **_done(request, sections), **_bulk(request, sections),
         # "Answer all" that found nothing pending (?answering=0, answer_all): said, not silent.
         "nothing_pending": request.query.get("answering") == "0" and not in_flight,
-        "short": short, "first": {"answered": int(first), **left} if left else None,
+        "short": short, "first": {"answered": first, **left} if left else None,
     }, status=400 if problem and not alone else 200)
 
 
@@ -349,12 +348,24 @@ def _back(form: Any) -> str:
     return _way_back(form.get("back"))
 
 
+def _back_saying(form: Any, rfp_id: str, said: str, anchor: str) -> web.HTTPSeeOther:
+    """Back to the RFP page the form was sent from (its filters kept), `said` (what the form did,
+    for the page to say) added to its query, at `anchor`."""
+    back = _back(form).rstrip("?&")
+    return see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}{said}#{anchor}")
+
+
+def _count(text: Any) -> int | None:
+    """A small count sent as text (a query's or form's: at most 6 ASCII digits), or None."""
+    text = str(text)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
+
+
 def _back_to_item(form: Any, rfp_id: str, item_id: str, done: str) -> web.HTTPSeeOther:
     """Back to the item on the page the form was sent from, saying what was done to it
     (`done`, one of DONE, shown at the item: nothing said it, and a saved answer looked unchanged)."""
-    back = _back(form)
     said = f"done={done}&done_item={quote(item_id, safe='')}"
-    return see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}{said}#item-{item_id}")
+    return _back_saying(form, rfp_id, said, f"item-{item_id}")
 
 
 # What the RFP page says at an item after each of its forms (_back_to_item); "assign" names the
@@ -394,8 +405,9 @@ def _bulk(request: web.Request, sections: list[tuple[str | None, list[dict[str, 
             if _approvable(item) and item["band"] == "auto_answer"][:MAX_BULK_APPROVE]
     said = None
     counts = request.query.get("bulk", "").split(",")
-    if len(counts) == 1 + len(SKIPPED) and all(c.isascii() and c.isdigit() and len(c) <= 6 for c in counts):
-        approved, *skipped = (int(c) for c in counts)
+    numbers = [_count(c) for c in counts]
+    if len(numbers) == 1 + len(SKIPPED) and None not in numbers:
+        approved, *skipped = numbers
         said = f"Approved {approved} item{'' if approved == 1 else 's'}."
         if sum(skipped):
             reasons = ", ".join(f"{n} {SKIPPED_SAID[why]}"
@@ -427,9 +439,7 @@ async def approve(request: web.Request) -> web.StreamResponse:
     done = await approve_and_announce(request, rfp_id, ids,
                                       save_to_knowledge_base=form.get("save_to_kb") == "1")
     counts = [len(done.approved), *(len(done.skipped.get(why, [])) for why in SKIPPED)]
-    back = _back(form)
-    said = f"bulk={','.join(str(n) for n in counts)}"
-    raise see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}{said}#bulk-done")
+    raise _back_saying(form, rfp_id, f"bulk={','.join(str(n) for n in counts)}", "bulk-done")
 
 
 # The RFP page's item select offers a few members ("someone else…" for the rest): chosen without
@@ -507,10 +517,8 @@ async def answer_all(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     raw = str(form.get("max_items") or "")
     # A form sends text: digits as the number, anything else as itself, for the API's words.
-    fields = {"max_items": int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else raw}
+    fields = {"max_items": raw if (number := _count(raw)) is None else number}
     options = structure(fields if raw else {}, AnswerOptions)
-    back = _back(form).rstrip("?&")  # the page's filters, kept
-    join = "&" if back else "?"
     async with connection(request) as conn:
         try:
             answering = await start_answering(request, conn, rfp_id, options)
@@ -520,10 +528,10 @@ async def answer_all(request: web.Request) -> web.StreamResponse:
             cost = request.app[CONFIG].questions.credits_per_question
             if await credits_short(conn, principal(request).account_id, rfp_id, cost) is None:
                 raise
-            raise see_other(f"/rfps/{rfp_id}{back}{join}short=1#answer-short") from None
+            raise _back_saying(form, rfp_id, "short=1", "answer-short") from None
     # The first N (the credits' offer): once they are answered, the page says what is left.
     first = f"first={answering['started']}&" if raw else ""
-    raise see_other(f"/rfps/{rfp_id}{back}{join}{first}answering={answering['started']}#progress")
+    raise _back_saying(form, rfp_id, f"{first}answering={answering['started']}", "progress")
 
 
 @page()
