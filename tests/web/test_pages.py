@@ -204,18 +204,25 @@ async def test_answer_all_button__an_inactive_account_is_refused_with_nothing_pe
     assert "no active subscription; items cannot be answered" in await refused.text()
 
 
+async def _three_items_two_credits(
+    client: TestClient, make_account: Any, make_rfp: Any, conn: Any, tag: str
+) -> tuple[str, str]:
+    """An account of 2 credits signed in, its RFP of 3 pending items (item_<tag>1 … 3): the RFP's
+    id and the session's CSRF token."""
+    admin = await make_account(credits=2)
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.executemany("INSERT INTO rfp_items (id, rfp_id, question, position) VALUES ($1, $2, $3, $4)",
+                           [(f"item_{tag}{n}", rfp_id, f"Question {n}?", n) for n in (1, 2, 3)])
+    return rfp_id, await sign_in(client, admin.email)
+
+
 async def test_answer_all_button__short_of_credits_offers_the_first_items_they_pay_for(
     app_client, make_account, make_rfp, conn
 ):
     """"Answer all" was all or nothing: with 2 credits and 3 pending items, an error page and no
     way to answer any. The page now says what it costs and offers the first two."""
-    admin = await make_account(credits=2)
-    await set_password(conn, admin.email)
-    rfp_id = await make_rfp(admin, "Acme")
-    await conn.execute(
-        "INSERT INTO rfp_items (id, rfp_id, question, position) VALUES ('item_c1', $1, 'One?', 1),"
-        " ('item_c2', $1, 'Two?', 2), ('item_c3', $1, 'Three?', 3)", rfp_id)
-    csrf = await sign_in(app_client, admin.email)
+    rfp_id, csrf = await _three_items_two_credits(app_client, make_account, make_rfp, conn, "c")
     refused = await app_client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False,
                                     data={"csrf_token": csrf, "back": "?state=needs_input&page=1"})
     assert refused.status == 303
@@ -243,13 +250,7 @@ async def test_answer_first_items__the_page_says_what_they_left_pending_once_ans
 ):
     """"Answer the first 2 pending items" ended on the page as it was, 3 items counted as
     "0 to review · 2 need input · 0 approved": nothing said the third was still pending, nor why."""
-    admin = await make_account(credits=2)
-    await set_password(conn, admin.email)
-    rfp_id = await make_rfp(admin, "Acme")
-    await conn.execute(
-        "INSERT INTO rfp_items (id, rfp_id, question, position) VALUES ('item_f1', $1, 'One?', 1),"
-        " ('item_f2', $1, 'Two?', 2), ('item_f3', $1, 'Three?', 3)", rfp_id)
-    csrf = await sign_in(app_client, admin.email)
+    rfp_id, csrf = await _three_items_two_credits(app_client, make_account, make_rfp, conn, "f")
     sent = await app_client.post(f"/rfps/{rfp_id}/answer", allow_redirects=False,
                                  data={"csrf_token": csrf, "back": "?page=1", "max_items": "2"})
     assert sent.headers["Location"] == f"/rfps/{rfp_id}?page=1&first=2&answering=2#progress"
