@@ -163,7 +163,7 @@ _CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
 
 
 _METRICS_PREFIX = "rfp-metrics-"
-_METRICS_DIR = re.compile(r"rfp-metrics-([0-9]{1,10})-.*", re.ASCII | re.DOTALL)
+_METRICS_DIR = re.compile(rf"{_METRICS_PREFIX}([0-9]{{1,10}})-.*", re.ASCII | re.DOTALL)
 
 
 def remove_orphaned_metrics_dirs(directory: str) -> list[str]:
@@ -181,13 +181,12 @@ def remove_orphaned_metrics_dirs(directory: str) -> list[str]:
         # past a C long, int() ValueError on "²"), and the dash, which the older random names
         # (`rfp-metrics-` and 8 characters, all digits by chance) never have.
         named = _METRICS_DIR.fullmatch(entry.name)
-        if named is None or int(named[1]) >= 2**31:
+        if named is None or (pid := int(named[1])) >= 2**31:
             continue
-        pid_text = named[1]
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
                 continue
-            os.kill(int(pid_text), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.path)
@@ -195,7 +194,7 @@ def remove_orphaned_metrics_dirs(directory: str) -> list[str]:
             continue
     if removed:
         log.info("removed %d metrics folder(s) of service processes gone: %s", len(removed),
-                    ", ".join(removed))
+                 ", ".join(removed))
     return removed
 
 
