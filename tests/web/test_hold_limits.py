@@ -19,8 +19,11 @@ from service.web.protocol import _SendWatch
 from service.web.ratelimit import held_at_most
 
 # Backends of the service waiting for the table lock the test holds: each holds a pooled connection.
+# Of this database only: the test databases are copies of one template, so 'rfps' has the same oid
+# in every other test's database.
 WAITING_ON_RFPS = (
     "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'rfps'::regclass"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
 
 
