@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -408,6 +409,35 @@ async def test_comments__every_table_view_and_type_of_the_schema_has_one(conn):
     assert await conn.fetch(UNCOMMENTED_SENSITIVE_COLUMNS) == []
     # Made by `migrate` itself rather than a migration, and commented all the same.
     assert await conn.fetchval("SELECT obj_description('schema_migrations'::regclass, 'pg_class')")
+
+
+# Foreign keys into a table, with whether an index leads with the referring column and holds every
+# row its ON DELETE statement can match (no predicate, or only "column IS NOT NULL").
+FOREIGN_KEYS_INTO = """
+SELECT c.conrelid::regclass::text AS referring, a.attname AS col,
+       EXISTS (SELECT 1 FROM pg_index i
+                WHERE i.indrelid = c.conrelid AND i.indkey[0] = c.conkey[1]
+                  AND (i.indpred IS NULL
+                       OR pg_get_expr(i.indpred, i.indrelid) = '(' || a.attname || ' IS NOT NULL)'))
+         AS indexed
+  FROM pg_constraint c
+  JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+ WHERE c.contype = 'f' AND c.confrelid::regclass::text = ANY ($1::text[])
+ ORDER BY 1, 2"""
+
+
+async def test_foreign_keys__into_tables_the_service_deletes_from_are_indexed(conn):
+    """A deletion checks or updates every row that refers to the deleted one, through the foreign key;
+    without an index on the referring column that reads the whole referring table, every account's
+    rows (removing a member read every question and entry until migration 0040). The tables are those
+    the service's own SQL deletes from."""
+    sql = "\n".join(p.read_text() for p in (ROOT / "sql").rglob("*.sql") if "migrations" not in p.parts)
+    deleted = sorted(set(re.findall(r"DELETE FROM (\w+)", sql, flags=re.IGNORECASE)))
+    assert "members" in deleted and "knowledge_items" in deleted
+    keys = await conn.fetch(FOREIGN_KEYS_INTO, deleted)
+    named = {(k["referring"], k["col"]) for k in keys}
+    assert {("questions", "member_id"), ("rfp_items", "knowledge_item_id")} <= named
+    assert [(k["referring"], k["col"]) for k in keys if not k["indexed"]] == []
 
 
 async def test_comments__a_table_type_or_secret_column_without_one_is_named(conn):
