@@ -13,6 +13,7 @@ import io
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import IO, Any
 
 import asyncpg
@@ -387,8 +388,9 @@ async def review(
 # request stays well under a second; more is refused (422 naming the cap), not cut short.
 MAX_BULK_APPROVE = 100
 
-# Why a bulk approval left an item as it was, in the order the web app says them.
-SKIPPED = ("already_approved", "no_answer", "discarded", "not_found")
+# Why a bulk approval left an item as it was, in the order the web app says them; "changed":
+# changed since the page that chose it was shown (approve_items' `unchanged_since`).
+SKIPPED = ("already_approved", "no_answer", "discarded", "not_found", "changed")
 
 
 @attrs.frozen(kw_only=True)
@@ -399,6 +401,17 @@ class BulkApproved:
     approved: list[str]
     skipped: dict[str, list[str]]
     queued: int = 0
+
+
+class BulkStopped(Exception):
+    """approve_items stopped at `item_id`: its approval failed (the failure is `__cause__`: a
+    ValidationFailed, a transaction conflict, a lost connection…). `done`, the items approved and
+    skipped before it, stay so (each was committed alone); it and the `left` ids after it were
+    not tried."""
+
+    def __init__(self, done: BulkApproved, item_id: str, left: int) -> None:
+        super().__init__(f"the bulk approval stopped at item {item_id}")
+        self.done, self.item_id, self.left = done, item_id, left
 
 
 def _not_approvable(item: Mapping[str, Any]) -> str | None:
@@ -416,14 +429,16 @@ def _not_approvable(item: Mapping[str, Any]) -> str | None:
 async def approve_items(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, item_ids: Sequence[str],
     member_id: str | None = None, *, save_to_knowledge_base: bool = False,
-    actor: audit.Actor | None = None, web_base_url: str = "",
+    actor: audit.Actor | None = None, web_base_url: str = "", unchanged_since: datetime | None = None,
 ) -> BulkApproved:
     """Approve many items of an RFP at once, each exactly as one item's approval does (review:
     its rfp_item.updated and rfp_item.approved events and webhooks, rfp.approved with the last
     one, and with `save_to_knowledge_base` its knowledge-base entry), each in a transaction of
     its own: an item another reviewer changed meanwhile is skipped alone, never undoing the
-    others. Items already approved, discarded or without an answer, and ids not of this RFP,
-    are skipped and reported by reason. More than MAX_BULK_APPROVE ids is ValidationFailed."""
+    others. Items already approved, discarded or without an answer, ids not of this RFP and,
+    with `unchanged_since`, items changed after it (the page that chose them was shown then)
+    are skipped and reported by reason. More than MAX_BULK_APPROVE ids is ValidationFailed.
+    An item whose approval fails stops the run: BulkStopped, with what was done before it."""
     wanted = list(dict.fromkeys(item_ids))  # each once, in the order given
     if len(wanted) > MAX_BULK_APPROVE:
         raise ValidationFailed(
@@ -436,26 +451,59 @@ async def approve_items(
         fields["save_to_knowledge_base"] = True
     done = BulkApproved(approved=[], skipped={})
     queued = 0
-    for item_id in wanted:
+    for index, item_id in enumerate(wanted):
         if not could_be_id(item_id):
             done.skipped.setdefault("not_found", []).append(item_id)
             continue
-        async with conn.transaction():
-            # The RFP, then the item, as review takes them; checked under the item's lock.
-            await conn.fetchval(db.query("lock_rfp_before_items"), rfp_id, account_id)
-            try:
-                current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
-            except NotFound:
-                done.skipped.setdefault("not_found", []).append(item_id)
-                continue
-            if reason := _not_approvable(current):
-                done.skipped.setdefault(reason, []).append(item_id)
-                continue
-            reviewed = await review(conn, account_id, rfp_id, item_id, fields, member_id,
-                                    actor=actor, web_base_url=web_base_url)
+        try:
+            reason, reviewed = await _approve_one(conn, account_id, rfp_id, item_id, fields, member_id,
+                                                  actor, web_base_url, unchanged_since)
+        except Exception as exc:
+            # The items before it are committed (webhooks queued, audit written): the caller must
+            # be able to say so, not only the failure.
+            raise BulkStopped(attrs.evolve(done, queued=queued), item_id, len(wanted) - index - 1) from exc
+        if reason is not None:
+            done.skipped.setdefault(reason, []).append(item_id)
+            continue
         done.approved.append(item_id)
-        queued += reviewed.queued
+        queued += reviewed.queued if reviewed is not None else 0
     return attrs.evolve(done, queued=queued)
+
+
+async def _approve_one(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, fields: dict[str, Any],
+    member_id: str | None, actor: audit.Actor | None, web_base_url: str,
+    unchanged_since: datetime | None,
+) -> tuple[str | None, Reviewed | None]:
+    """One item of approve_items in its own transaction: (why it was skipped, None) or (None,
+    its review)."""
+    async with conn.transaction():
+        # The RFP, then the item, as review takes them; checked under the item's lock.
+        await conn.fetchval(db.query("lock_rfp_before_items"), rfp_id, account_id)
+        try:
+            current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
+        except NotFound:
+            return "not_found", None
+        if reason := _not_approvable(current):
+            return reason, None
+        if unchanged_since is not None and current["updated_at"] > unchanged_since:
+            return "changed", None
+        return None, await review(conn, account_id, rfp_id, item_id, fields, member_id,
+                                  actor=actor, web_base_url=web_base_url)
+
+
+def approval_problems(item: Mapping[str, Any]) -> list[str]:
+    """What keeps an item, as stored, from being approved (review_item's checks of its fields,
+    e.g. an answer drafted longer than MAX_TEXT), each "rfp_item.<field>: …"; [] for nothing."""
+    stored = {"question": item["question"], "section": item["section"], "answer": item["answer"],
+              "state": "approved"}
+    try:
+        review = structure(stored, ItemReview, root="rfp_item")
+    except ValidationFailed as exc:
+        return list(exc.details or [exc.message])
+    if review.answer is None or not review.answer.strip():
+        return ["rfp_item.answer: an item needs an answer before it can be approved"]
+    return []
 
 
 async def review_item(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -401,6 +402,41 @@ async def review_items(
     if item_id is not None and not items:
         raise NotFound("no such item in this RFP")
     return rfp, items, rows[0]["total"]
+
+
+# The characters str.strip() takes (none lies past U+3000): auto_answer_items's blank answer is
+# the one rfp_items._not_approvable skips.
+BLANK = "".join(chr(code) for code in range(0x3001) if chr(code).isspace())
+
+
+@attrs.frozen(kw_only=True)
+class BandItems:
+    """auto_answer_items's answer: how many items, the first ones' ids, and when it was read."""
+
+    total: int
+    ids: list[str]
+    seen: datetime
+
+
+async def auto_answer_items(
+    conn: asyncpg.Connection, account_id: str, rfp_id: str, state: str | None, *,
+    min_confidence: float, first: int, assignee_id: int | None = None, pattern: str | None = None,
+    unchanged_since: datetime | None = None,
+) -> BandItems:
+    """The items of an RFP that the page's filters pass (review_items': `state`, `assignee_id`,
+    `pattern`) and that a bulk approval of the auto-answer band approves: answered, not
+    approved or discarded, an answer that is not blank, confidence at least `min_confidence`
+    with no attention asked (bands.band's auto_answer); with `unchanged_since`, only those not
+    changed after it. The first `first` ids in questionnaire order, and how many in all. A search
+    runs under SEARCH_TIMEOUT_MS (then 503)."""
+    arguments = (rfp_id, account_id, REVIEW_FILTERS.get(state or ""), assignee_id, pattern,
+                 min_confidence, unchanged_since, BLANK, first)
+    if pattern is None:
+        row = await conn.fetchrow(db.query("auto_answer_items"), *arguments)
+    else:
+        async with search_time_bounded(conn):
+            row = await conn.fetchrow(db.query("auto_answer_items"), *arguments)
+    return BandItems(total=row["total"], ids=list(row["ids"]), seen=row["seen"])
 
 
 async def assigned_items(

@@ -127,6 +127,32 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
   LEFT JOIN users a ON a.id = i.assignee_id
  ORDER BY page.position;
 
+-- auto_answer_items --
+-- What the RFP page's "Approve all … auto-answer items" approves under the page's filters
+-- (review_items_page's: $3 the state, null every one; $4 the assignee, null anyone's; $5 the
+-- ILIKE pattern, null no search), across the whole RFP $1 of account $2: the items answered and
+-- not yet approved or discarded whose answer is not blank ($8: the characters Python's
+-- str.strip() takes, so that the page and the approval agree on blank) and in the auto-answer
+-- band (service/domain/bands.py band: confidence at least $6, no attention asked), and with $7
+-- only those unchanged since then. `total`, how many; `ids`, the first $9 in questionnaire
+-- order; `seen`, the statement's time (the page passes it back as $7 when the button is pressed).
+WITH band AS MATERIALIZED (
+    SELECT i.id, i.position
+      FROM rfp_items i
+      JOIN rfps r ON r.id = i.rfp_id AND r.account_id = $2
+      LEFT JOIN questions q ON q.id = i.question_id
+     WHERE i.rfp_id = $1 AND i.state NOT IN ('pending', 'approved', 'discarded')
+       AND ($3::text IS NULL OR i.state::text = $3)
+       AND ($4::bigint IS NULL OR i.assignee_id = $4)
+       AND ($5::text IS NULL OR i.question ILIKE $5 OR i.answer ILIKE $5)
+       AND btrim(i.answer, $8) <> ''
+       AND i.confidence >= $6::double precision AND NOT coalesce(q.requires_attention, false)
+       AND ($7::timestamptz IS NULL OR i.updated_at <= $7)
+)
+SELECT (SELECT count(*) FROM band)::integer AS total,
+       array(SELECT id FROM band ORDER BY position LIMIT $9) AS ids,
+       statement_timestamp() AS seen;
+
 -- search_knowledge_items --
 -- One page of an account's entries whose question, answer or title matches an ILIKE pattern
 -- (null: every entry), newest first. knowledge_search_text (migration 0029) is the three fields

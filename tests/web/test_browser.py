@@ -702,6 +702,15 @@ def search_and_approve_flow(base: str, profile: str, email: str, rfp_id: str) ->
         seen["done"] = text_of(driver, "#bulk-done")
         seen["url_after"] = driver.current_url.split("?", 1)[1]
         seen["left"] = [h.text for h in driver.find_elements(By.CSS_SELECTOR, ".item h3")]
+        # The search cleared, the filter kept: the band's button approves what the filter
+        # passes in that band, on every page.
+        driver.find_element(By.ID, "clear-search").click()
+        wait(driver, lambda d: "q=" not in d.current_url and d.find_elements(By.ID, "approve-band"))
+        seen["band_button"] = text_of(driver, "#approve-band")
+        seen["band_hint"] = text_of(driver, "#band-hint")
+        driver.find_element(By.ID, "approve-band").click()
+        wait(driver, lambda d: "bulk_band=1" in d.current_url and d.find_elements(By.ID, "bulk-done"))
+        seen["band_done"] = text_of(driver, "#bulk-done")
         # Too short a term: said beside the box, on the page.
         box = driver.find_element(By.ID, "q")
         box.clear()
@@ -756,7 +765,10 @@ async def test_browser__search_an_rfp_and_approve_what_it_found_at_once(
     assert seen["done"] == "Approved 2 items."
     assert seen["url_after"].startswith("state=review&q=encrypt&page=1&bulk=2,0,0,0,0")
     assert seen["left"] == []  # both left the "Review" filter
+    assert seen["band_button"] == "Approve the one auto-answer item in this filter"
+    assert seen["band_hint"].startswith("(the auto-answer items of every page in this filter,")
+    assert seen["band_done"] == "Approved 1 item. No auto-answer item in this filter is left to approve."
     assert seen["problem"].startswith("Type at least 3 letters or digits in a row")
     states = dict(await conn.fetch("SELECT id, state::text FROM rfp_items WHERE rfp_id = $1", rfp_id))
-    assert states == {"item_b1": "approved", "item_b2": "auto_answered", "item_b3": "approved",
+    assert states == {"item_b1": "approved", "item_b2": "approved", "item_b3": "approved",
                       "item_b4": "needs_input"}

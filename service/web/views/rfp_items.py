@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -25,6 +26,7 @@ from ...domain.rfp_items import (
     EXPORT_FORMATS,
     AnswerOptions,
     BulkApproved,
+    BulkStopped,
     answer_pending_items,
     append_items,
     approve_items,
@@ -204,16 +206,23 @@ async def review_and_announce(
 
 async def approve_and_announce(
     request: web.Request, rfp_id: str, item_ids: list[str], *, save_to_knowledge_base: bool = False,
+    unchanged_since: datetime | None = None,
 ) -> BulkApproved:
     """Approve many items (domain rfp_items.approve_items: each as review_and_announce approves
-    one), the webhook deliverer woken once. The web app's bulk approval comes here."""
+    one), the webhook deliverer woken once, also when an item's failure stopped the run
+    (BulkStopped: the items before it are approved). The web app's bulk approval comes here."""
     who = principal(request)
-    async with connection(request) as conn:
-        done = await approve_items(
-            conn, who.account_id, rfp_id, item_ids, who.member_id,
-            save_to_knowledge_base=save_to_knowledge_base, actor=actor(request),
-            web_base_url=request.app[CONFIG].server.web_base_url,
-        )
+    try:
+        async with connection(request) as conn:
+            done = await approve_items(
+                conn, who.account_id, rfp_id, item_ids, who.member_id,
+                save_to_knowledge_base=save_to_knowledge_base, actor=actor(request),
+                web_base_url=request.app[CONFIG].server.web_base_url, unchanged_since=unchanged_since,
+            )
+    except BulkStopped as stopped:
+        if stopped.done.queued:
+            request.app[DELIVERER].wake()
+        raise
     if done.queued:
         request.app[DELIVERER].wake()
     return done
