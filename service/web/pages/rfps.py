@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
-from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -13,16 +11,11 @@ from aiohttp import web
 
 from ... import db
 from ...domain.convert import FRAMEWORKS, structure
-from ...domain.errors import NotFound, ParameterInvalid, UsageBlocked, ValidationFailed
-from ...domain.ids import could_be_id
+from ...domain.errors import ParameterInvalid, UsageBlocked, ValidationFailed
 from ...domain.models import MemberRef, Page
 from ...domain.rfp_items import (
-    MAX_BULK_APPROVE,
-    SKIPPED,
     AnswerOptions,
-    BulkStopped,
     answering_progress,
-    approval_problems,
     assignable_members,
     credits_short,
     fetch_item,
@@ -32,7 +25,6 @@ from ...domain.rfp_items import (
 from ...domain.rfps import (
     REVIEW_FILTERS,
     SEARCH_COUNT_CAP,
-    BandItems,
     RfpCreate,
     SearchResult,
     assigned_items,
@@ -46,18 +38,16 @@ from ...domain.rfps import (
     search_rfps,
     search_term_problem,
 )
-from ...logs import redact_url
 from ..actors import actor
 from ..auth import connection
 from ..body import one_of_members_uploads
 from ..keys import CONFIG
 from ..responses import json_response
-from ..telemetry import REQUEST_ID
 from ..views import rfp_items as rfp_items_views
-from ..views.rfp_items import approve_and_announce, import_upload, review_and_announce, start_answering
+from ..views.rfp_items import import_upload, review_and_announce, start_answering
 from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
-
-log = logging.getLogger(__name__)
+from .rfp_bulk import approvable, bulk_context, stopped_item
+from .rfp_ways import back_saying, count, form_back, in_words, way_back
 
 WRITERS = ("admin", "member")
 
@@ -158,7 +148,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             conn, who.account_id, rfp_id, shown, first=0, assignee_id=who.user_id if mine else None,
             pattern=pattern, min_confidence=request.app[CONFIG].questions.auto_answer_confidence,
         ) if bulk_shown and not problem else None)
-        stopped = await _stopped_item(request, conn, rfp_id) if bulk_shown else None
+        stopped = await stopped_item(request, conn, rfp_id) if bulk_shown else None
         if problem and not alone:
             rfp, rows, total = await fetch_rfp(conn, rfp_id, who.account_id), [], 0
         else:
@@ -175,7 +165,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
                                      request.app[CONFIG].questions.credits_per_question)
                  if request.query.get("short") == "1" and may_write(who) else None)
         # ?first=N: "Answer the first N pending items" has finished; what it left pending.
-        first = _count(request.query.get("first", ""))
+        first = count(request.query.get("first", ""))
         left = (await left_pending(conn, who.account_id, rfp_id,
                                    request.app[CONFIG].questions.credits_per_question)
                 if first is not None and may_write(who) and not in_flight else None)
@@ -196,7 +186,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             "assignee_id": row["assignee_id"], "assignee_name": row["assignee_name"],
             "assignee_email": row["assignee_email"],
         }
-        item["approvable"] = _approvable(item)
+        item["approvable"] = approvable(item)
         if not sections or sections[-1][0] != row["section"]:
             sections.append((row["section"], []))
         sections[-1][1].append(item)
@@ -221,7 +211,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
         "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
         "report": None, **_done(request, sections),
-        **_bulk(request, sections, band, stopped, term if pattern else "", bool(shown or mine)),
+        **bulk_context(request, sections, band, stopped, term if pattern else "", bool(shown or mine)),
         # "Answer all" that found nothing pending (?answering=0, answer_all): said, not silent.
         "nothing_pending": request.query.get("answering") == "0" and not in_flight,
         "short": short, "first": {"answered": first, **left} if left else None,
@@ -329,59 +319,19 @@ def _review_fields(form: Any) -> dict[str, Any]:
     return fields
 
 
-# The API's field names in the review's messages (domain rfp_items.review_item), as the RFP
-# page's reader knows them.
-_FIELD_WORDS = {
-    "rfp_item.answer": "The answer", "rfp_item.question": "The question",
-    "rfp_item.section": "The section", "rfp_item.state": "The item's state",
-    "rfp_item.save_to_knowledge_base": "Saving to the knowledge base",
-    "rfp_item.assignee_id": "The assignee",
-}
-
-
-async def _review_in_words(request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]) -> None:
+async def _reviewin_words(request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]) -> None:
     """review_and_announce, its refusals naming the fields in words rather than the API's names."""
     try:
         await review_and_announce(request, rfp_id, item_id, fields)
     except ValidationFailed as exc:
-        raise ValidationFailed([_in_words(detail) for detail in exc.details or []], exc.message) from None
-
-
-# The longest way back kept: the page's own are under 100 characters but for a search term, at
-# most 200 characters of up to 12 each percent-encoded. A longer one went into the redirect whole
-# (a 1 MB form field, a 1 MB Location header, past what proxies take).
-_BACK_MAX = 2_600
-
-
-def _way_back(value: Any) -> str:
-    """A way back to the page a form was sent from ("?state=…&page=…"), or "" for none."""
-    back = str(value or "")
-    return back if back.startswith("?") and len(back) <= _BACK_MAX else ""
-
-
-def _back(form: Any) -> str:
-    """A form's way back to the page it was sent from: its `back`, or ""."""
-    return _way_back(form.get("back"))
-
-
-def _back_saying(form: Any, rfp_id: str, said: str, anchor: str) -> web.HTTPSeeOther:
-    """Back to the RFP page the form was sent from (its filters kept), `said` (what the form did,
-    for the page to say) added to its query, at `anchor`."""
-    back = _back(form).rstrip("?&")
-    return see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}{said}#{anchor}")
-
-
-def _count(text: Any) -> int | None:
-    """A small count sent as text (a query's or form's: at most 6 ASCII digits), or None."""
-    text = str(text)
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
+        raise ValidationFailed([in_words(detail) for detail in exc.details or []], exc.message) from None
 
 
 def _back_to_item(form: Any, rfp_id: str, item_id: str, done: str) -> web.HTTPSeeOther:
     """Back to the item on the page the form was sent from, saying what was done to it
     (`done`, one of DONE, shown at the item: nothing said it, and a saved answer looked unchanged)."""
     said = f"done={done}&done_item={quote(item_id, safe='')}"
-    return _back_saying(form, rfp_id, said, f"item-{item_id}")
+    return back_saying(form, rfp_id, said, f"item-{item_id}")
 
 
 # What the RFP page says at an item after each of its forms (_back_to_item); "assign" names the
@@ -398,210 +348,8 @@ async def review(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     fields = _review_fields(form)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    await _review_in_words(request, rfp_id, item_id, fields)
+    await _reviewin_words(request, rfp_id, item_id, fields)
     raise _back_to_item(form, rfp_id, item_id, str(form.get("action")))
-
-
-# What the RFP page says after a bulk approval, each reason an item was skipped (SKIPPED).
-SKIPPED_SAID = {"already_approved": "already approved", "no_answer": "without an answer",
-                "discarded": "discarded", "not_found": "no longer in this RFP",
-                "changed": "changed since the page was shown"}
-
-# Why a bulk approval stopped at an item (?bulk_why=, _stop_kind): what the page says of it.
-STOPPED_SAID = {
-    "invalid": "Item {position} cannot be approved as it stands",
-    "conflict": ("Approving item {position} conflicted with another change made at the same moment"
-                 " and was rolled back."),
-    "unavailable": "The database became unavailable while item {position} was being approved.",
-    "error": "Something went wrong on our side while approving item {position}; it has been logged.",
-}
-
-
-def _approvable(item: dict[str, Any]) -> bool:
-    """Whether the page offers the item to the bulk approval (approve_items approves it)."""
-    return item["state"] not in ("approved", "discarded") and bool((item["answer"] or "").strip())
-
-
-async def _stopped_item(request: web.Request, conn: Any, rfp_id: str) -> dict[str, Any] | None:
-    """The item a bulk approval stopped at (?bulk_stop=, approve), as the page says it: its
-    position and, when it was refused as it stands, what keeps it from being approved now."""
-    item_id = request.query.get("bulk_stop")
-    if not item_id or not could_be_id(item_id) or request.query.get("bulk_why") not in STOPPED_SAID:
-        return None
-    try:
-        item = await fetch_item(conn, principal(request).account_id, rfp_id, item_id)
-    except NotFound:
-        return None
-    problems = approval_problems(item) if request.query.get("bulk_why") == "invalid" else []
-    return {"id": item_id, "position": item["position"], "problems": [_in_words(p) for p in problems]}
-
-
-def _in_words(detail: str) -> str:
-    """A review's refusal ("rfp_item.answer: …") with the field in words ("The answer: …")."""
-    name, colon, rest = detail.partition(": ")
-    return f"{_FIELD_WORDS[name]}: {rest}" if colon and name in _FIELD_WORDS else detail
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n:,} {one if n == 1 else many}"
-
-
-def _bulk(
-    request: web.Request, sections: list[tuple[str | None, list[dict[str, Any]]]],
-    band: BandItems | None, stopped: dict[str, Any] | None, term: str, filtered: bool,
-) -> dict[str, Any]:
-    """The page's bulk approval: the band's button (the auto-answer items under the page's
-    filters, across the RFP, MAX_BULK_APPROVE a press), and what the last one did
-    (?bulk=approved,already approved,no answer,discarded,not found,changed: counts; with
-    bulk_band=1 the band's; with bulk_stop, bulk_why and bulk_left, where it stopped: approve)."""
-    shown = [item for _, items in sections for item in items]
-    total = band.total if band is not None else 0
-    where = (" matching this search" if term else "") + (" in this filter" if filtered else "")
-    after_band = request.query.get("bulk_band") == "1"
-    if after_band and total > MAX_BULK_APPROVE:
-        label = f"Approve the next {MAX_BULK_APPROVE} ({total:,} left)"
-    elif after_band:
-        label = "Approve the last one" if total == 1 else f"Approve the last {total}"
-    elif total > MAX_BULK_APPROVE:
-        label = f"Approve the first {MAX_BULK_APPROVE} of {total:,} auto-answer items{where}"
-    else:
-        label = (f"Approve the one auto-answer item{where}" if total == 1
-                 else f"Approve all {total} auto-answer items{where}")
-    said = None
-    numbers = [_count(c) for c in request.query.get("bulk", "").split(",")]
-    if len(numbers) == 1 + len(SKIPPED) and None not in numbers:
-        approved, *skipped = numbers
-        said = f"Approved {_plural(approved, 'item', 'items')}."
-        if sum(skipped):
-            reasons = ", ".join(f"{n} {SKIPPED_SAID[why]}"
-                                for why, n in zip(SKIPPED, skipped, strict=True) if n)
-            said += f" Skipped {sum(skipped)}: {reasons}."
-        if after_band and band is not None:
-            said += (f" {_plural(total, 'auto-answer item', 'auto-answer items')}{where}"
-                     f" {'is' if total == 1 else 'are'} left to approve." if total
-                     else f" No auto-answer item{where} is left to approve.")
-    return {"approvable": any(_approvable(item) for item in shown), "band_total": total,
-            "band_label": label, "band_where": where,
-            "band_seen": band.seen.isoformat() if band is not None else "",
-            "bulk_said": said, "bulk_max": MAX_BULK_APPROVE,
-            "bulk_stopped": _stopped_said(request, stopped) if said else None}
-
-
-def _stopped_said(request: web.Request, stopped: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Where the bulk approval stopped, in words: why, and what it left unapproved."""
-    why, left = request.query.get("bulk_why"), _count(request.query.get("bulk_left", ""))
-    if stopped is None or why not in STOPPED_SAID or left is None:
-        return None
-    said = STOPPED_SAID[why].format(position=stopped["position"])
-    if why == "invalid":
-        said += (": " + "; ".join(stopped["problems"]) + "." if stopped["problems"]
-                 else ".")
-        said += " Open it alone to correct it (or discard it)."
-    if left:
-        rest = f"It and the {_plural(left, 'item', 'items')} chosen after it were not approved"
-        rest += ": approve them again." if why != "invalid" else "; the others can be approved again."
-    else:
-        rest = "It was not approved" + (": approve it again." if why != "invalid" else ".")
-    return {"id": stopped["id"], "said": said, "left": rest}
-
-
-def _band_filters(form: Any) -> tuple[str | None, bool, str | None]:
-    """The page's filters the band's button was pressed under (the state, "Assigned to me", the
-    search's pattern), refused in words as the page refuses them."""
-    try:
-        shown = review_filter(str(form.get("state") or "") or None)
-    except ParameterInvalid:
-        raise ValidationFailed([f"The state filter must be one of {', '.join(REVIEW_FILTERS)};"
-                                f" got {str(form.get('state'))[:40]!r}"], "nothing was approved") from None
-    mine = str(form.get("assignee") or "")
-    if mine not in ("", "me"):
-        raise ValidationFailed([f"The assignee filter must be “me” or none; got {mine[:40]!r}"],
-                               "nothing was approved")
-    term = str(form.get("q") or "")
-    if term.strip() and (problem := search_term_problem(term)):
-        raise ValidationFailed([problem], "nothing was approved")
-    return shown, mine == "me", like_pattern(term) if term.strip() else None
-
-
-def _seen(form: Any) -> datetime:
-    """When the page the band's button was pressed on was shown (its `seen`): only the items
-    unchanged since are approved, each one the reviewer could have seen there."""
-    try:
-        seen = datetime.fromisoformat(str(form.get("seen") or ""))
-    except ValueError:
-        seen = None
-    if seen is None or seen.tzinfo is None:
-        raise ValidationFailed(["The page's time is missing; reload the page and try again."],
-                               "nothing was approved")
-    return seen
-
-
-def _stop_kind(request: web.Request, stopped: BulkStopped) -> str:
-    """Why a bulk approval stopped (a key of STOPPED_SAID), logged as the error page would."""
-    cause = stopped.__cause__ or stopped
-    where = (request.method, redact_url(request.path), request.get(REQUEST_ID))
-    if isinstance(cause, ValidationFailed):
-        return "invalid"
-    if db.database_unavailable(cause):
-        log.warning("database unavailable in page %s %s (request id %s): %r", *where, cause)
-        return "unavailable"
-    if (conflict := db.transaction_conflict(cause)) is not None:
-        log.warning("transaction rolled back in page %s %s (request id %s): %s %s", *where, conflict,
-                    getattr(conflict, "detail", None) or "")
-        return "conflict"
-    log.error("bulk approval stopped in page %s %s (request id %s)", *where, exc_info=cause)
-    return "error"
-
-
-@page(write=True, roles=WRITERS)
-async def approve(request: web.Request) -> web.StreamResponse:
-    """Approve many items at once: the ones ticked ("Approve selected", `item`), or (`band`) the
-    first MAX_BULK_APPROVE of the RFP's items in the auto-answer band that pass the page's
-    filters (`state`, `assignee`, `q`) and were not changed since the page was shown (`seen`),
-    chosen here, each as its Approve button would (approve_items); back to the page saying how
-    many were approved and skipped, and where an item's failure stopped the run."""
-    form = await read_form(request)
-    rfp_id = request.match_info["id"]
-    scope = form.get("scope")
-    if scope not in ("selected", "band"):
-        raise ValidationFailed(
-            ["Choose “Approve selected” or “Approve all … auto-answer items”."],
-            "nothing was approved")
-    seen = None
-    if scope == "band":
-        (shown, mine, pattern), seen = _band_filters(form), _seen(form)
-        who = principal(request)
-        async with connection(request) as conn:
-            await fetch_rfp(conn, rfp_id, who.account_id)  # another account's RFP: 404
-            band = await auto_answer_items(
-                conn, who.account_id, rfp_id, shown, first=MAX_BULK_APPROVE,
-                assignee_id=who.user_id if mine else None, pattern=pattern, unchanged_since=seen,
-                min_confidence=request.app[CONFIG].questions.auto_answer_confidence)
-        ids = band.ids
-    else:
-        ids = [str(value) for value in form.getall("item", [])]
-        if not ids:
-            raise ValidationFailed(["Tick the items to approve first (the box beside each item)."],
-                                   "nothing was approved")
-        if len(ids) > MAX_BULK_APPROVE:  # said in words before any id is read
-            raise ValidationFailed([f"At most {MAX_BULK_APPROVE} items can be approved at once;"
-                                    f" {len(ids):,} were chosen."], "too many items to approve at once")
-    band_part = "&bulk_band=1" if scope == "band" else ""
-    try:
-        done = await approve_and_announce(request, rfp_id, ids, unchanged_since=seen,
-                                          save_to_knowledge_base=form.get("save_to_kb") == "1")
-    except BulkStopped as stopped:
-        stop = (f"&bulk_stop={quote(stopped.item_id, safe='')}&bulk_why={_stop_kind(request, stopped)}"
-                f"&bulk_left={stopped.left}")
-        raise _back_saying(form, rfp_id, f"bulk={_counts(stopped.done)}{band_part}{stop}",
-                           "bulk-done") from None
-    raise _back_saying(form, rfp_id, f"bulk={_counts(done)}{band_part}", "bulk-done")
-
-
-def _counts(done: Any) -> str:
-    """A bulk approval's counts as ?bulk= carries them: approved, then skipped by reason."""
-    return ",".join(str(n) for n in (len(done.approved),
-                                     *(len(done.skipped.get(why, [])) for why in SKIPPED)))
 
 
 # The RFP page's item select offers a few members ("someone else…" for the rest): chosen without
@@ -628,11 +376,11 @@ async def assign(request: web.Request) -> web.StreamResponse:
     if form.get("assignee_id") == CHOOSE:  # "someone else…" without the script: every writer
         async with connection(request) as conn:  # an item of the account (404), its ids ours
             await fetch_item(conn, principal(request).account_id, rfp_id, item_id)
-        back = _back(form)
+        back = form_back(form)
         raise see_other(f"/rfps/{rfp_id}/items/{item_id}/assign"
                         + (f"?back={quote(back, safe='')}" if back else ""))
     fields = {"assignee_id": _assignee_field(form)}
-    await _review_in_words(request, rfp_id, item_id, fields)
+    await _reviewin_words(request, rfp_id, item_id, fields)
     raise _back_to_item(form, rfp_id, item_id, "assign")
 
 
@@ -641,7 +389,7 @@ async def choose_assignee(request: web.Request) -> web.StreamResponse:
     """One item's assign form with a select of every writer of the account: the RFP page's
     "someone else…" without the script (with it, the page's own select gets them)."""
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    back = _way_back(request.query.get("back"))
+    back = way_back(request.query.get("back"))
     who = principal(request)
     async with connection(request) as conn:
         item = await fetch_item(conn, who.account_id, rfp_id, item_id)
@@ -679,7 +427,7 @@ async def answer_all(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
     raw = str(form.get("max_items") or "")
     # A form sends text: digits as the number, anything else as itself, for the API's words.
-    fields = {"max_items": raw if (number := _count(raw)) is None else number}
+    fields = {"max_items": raw if (number := count(raw)) is None else number}
     options = structure(fields if raw else {}, AnswerOptions)
     async with connection(request) as conn:
         try:
@@ -690,10 +438,10 @@ async def answer_all(request: web.Request) -> web.StreamResponse:
             cost = request.app[CONFIG].questions.credits_per_question
             if await credits_short(conn, principal(request).account_id, rfp_id, cost) is None:
                 raise
-            raise _back_saying(form, rfp_id, "short=1", "answer-short") from None
+            raise back_saying(form, rfp_id, "short=1", "answer-short") from None
     # The first N (the credits' offer): once they are answered, the page says what is left.
     first = f"first={answering['started']}&" if raw else ""
-    raise _back_saying(form, rfp_id, f"{first}answering={answering['started']}", "progress")
+    raise back_saying(form, rfp_id, f"{first}answering={answering['started']}", "progress")
 
 
 @page()

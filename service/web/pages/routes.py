@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import account, accounts, ask, joining, knowledge, members, rfps, static
+from . import account, accounts, ask, joining, knowledge, members, rfp_bulk, rfps, static
 
 
 def routes() -> list[web.RouteDef]:
@@ -32,7 +32,7 @@ def routes() -> list[web.RouteDef]:
         get("/rfps/{id}/items/{item_id}/assign", rfps.choose_assignee, name="page_choose_assignee",
             allow_head=False),
         web.post("/rfps/{id}/items/{item_id}/assign", rfps.assign, name="page_assign_item"),
-        web.post("/rfps/{id}/approve", rfps.approve, name="page_approve_items"),
+        web.post("/rfps/{id}/approve", rfp_bulk.approve, name="page_approve_items"),
         web.post("/rfps/{id}/import", rfps.upload, name="page_import_items"),
         web.post("/rfps/{id}/answer", rfps.answer_all, name="page_answer_rfp"),
         get("/rfps/{id}/progress", rfps.progress, name="page_rfp_progress", allow_head=False),

@@ -1,0 +1,55 @@
+"""The RFP page's forms' ways back to it (their filters and page kept) and what the redirects
+carry for the page to say: counts, and a review's refusals in words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from .common import see_other
+
+# The API's field names in the review's messages (domain rfp_items.review_item), as the RFP
+# page's reader knows them.
+FIELD_WORDS = {
+    "rfp_item.answer": "The answer", "rfp_item.question": "The question",
+    "rfp_item.section": "The section", "rfp_item.state": "The item's state",
+    "rfp_item.save_to_knowledge_base": "Saving to the knowledge base",
+    "rfp_item.assignee_id": "The assignee",
+}
+
+
+def in_words(detail: str) -> str:
+    """A review's refusal ("rfp_item.answer: …") with the field in words ("The answer: …")."""
+    name, colon, rest = detail.partition(": ")
+    return f"{FIELD_WORDS[name]}: {rest}" if colon and name in FIELD_WORDS else detail
+
+
+# The longest way back kept: the page's own are under 100 characters but for a search term, at
+# most 200 characters of up to 12 each percent-encoded. A longer one went into the redirect whole
+# (a 1 MB form field, a 1 MB Location header, past what proxies take).
+BACK_MAX = 2_600
+
+
+def way_back(value: Any) -> str:
+    """A way back to the page a form was sent from ("?state=…&page=…"), or "" for none."""
+    back = str(value or "")
+    return back if back.startswith("?") and len(back) <= BACK_MAX else ""
+
+
+def form_back(form: Any) -> str:
+    """A form's way back to the page it was sent from: its `back`, or ""."""
+    return way_back(form.get("back"))
+
+
+def back_saying(form: Any, rfp_id: str, said: str, anchor: str) -> web.HTTPSeeOther:
+    """Back to the RFP page the form was sent from (its filters kept), `said` (what the form did,
+    for the page to say) added to its query, at `anchor`."""
+    back = form_back(form).rstrip("?&")
+    return see_other(f"/rfps/{rfp_id}{back}{'&' if back else '?'}{said}#{anchor}")
+
+
+def count(text: Any) -> int | None:
+    """A small count sent as text (a query's or form's: at most 6 ASCII digits), or None."""
+    text = str(text)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
