@@ -239,7 +239,9 @@ async def test_bulk_approve__the_band_approves_the_filters_items_across_the_rfp_
         elif n == 6:
             rows.append((question, "discarded", "Yes.", 0.9))
         else:
-            rows.append((question, "auto_answered" if n % 4 else "needs_input", "Yes.", 0.9))
+            # Item 2's answer opens with spaces: not blank for all that.
+            rows.append((question, "auto_answered" if n % 4 else "needs_input",
+                         "\n Yes." if n == 2 else "Yes.", 0.9))
     ids = await add_items(conn, rfp_id, rows)
     # One answer that asks for attention: never in the band, whatever its confidence.
     await conn.execute(
