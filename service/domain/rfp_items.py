@@ -406,8 +406,8 @@ class BulkApproved:
 class BulkStopped(Exception):
     """approve_items stopped at `item_id`: its approval failed (the failure is `__cause__`: a
     ValidationFailed, a transaction conflict, a lost connection…). `done`, the items approved and
-    skipped before it, stay so (each was committed alone); it and the `left` ids after it were
-    not tried."""
+    skipped before it, stay so (each was committed alone); it was not approved (its transaction
+    rolled back), and the `left` ids after it were not tried."""
 
     def __init__(self, done: BulkApproved, item_id: str, left: int) -> None:
         super().__init__(f"the bulk approval stopped at item {item_id}")
