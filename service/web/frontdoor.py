@@ -12,6 +12,7 @@ reach `no_route`, registered last, so that 404 and 405 have the same shape and r
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 
 import attrs
@@ -97,8 +98,40 @@ def guarded_routes(routes: Iterable[web.RouteDef], config: Config) -> list[web.R
     the catch-all's prefix `/` and never be reached."""
     return [
         attrs.evolve(route, handler=guard(route.handler, route.kwargs.get("name"), config))
-        for route in [*routes, web.route("*", "/{path:.*}", no_route)]
+        for route in [*literals_first(list(routes)), web.route("*", "/{path:.*}", no_route)]
     ]
+
+
+def literals_first(routes: list[web.RouteDef]) -> list[web.RouteDef]:
+    """`routes` with each `{name}` kept from matching a word that another route of the same
+    shape has in its place: /api/v1/rfps/search is the search whatever the method, so DELETE
+    there is a 405 naming GET alone, and PATCH there no update of an RFP called "search".
+    (aiohttp tries the literal path first, but a method it lacks falls through to `{id}`.)"""
+    paths = [route.path.split("/") for route in routes]
+
+    def words_beside(segments: list[str], at: int) -> set[str]:
+        return {
+            other[at] for other in paths
+            if len(other) == len(segments) and not other[at].startswith("{")
+            and all(
+                i == at or a == b or a.startswith("{") or b.startswith("{")
+                for i, (a, b) in enumerate(zip(other, segments, strict=True))
+            )
+        }
+
+    changed = []
+    for route, segments in zip(routes, paths, strict=True):
+        path = list(segments)
+        for at, segment in enumerate(segments):
+            placeholder = _PLACEHOLDER.fullmatch(segment)
+            if placeholder and (words := words_beside(segments, at)):
+                either = "|".join(re.escape(word) for word in sorted(words))
+                path[at] = f"{{{placeholder[1]}:(?!(?:{either})(?:/|$))[^{{}}/]+}}"
+        changed.append(attrs.evolve(route, path="/".join(path)) if path != segments else route)
+    return changed
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")  # a plain `{name}`, matching any one path segment
 
 
 def _wants_page(request: web.Request) -> bool:

@@ -11,7 +11,7 @@ from conftest import item_updates_failing
 
 from service.web.app import create_app
 from service.web.auth import public, requires
-from service.web.frontdoor import guard
+from service.web.frontdoor import guard, no_route
 
 
 async def test_unknown_route__404_not_found_error_object(client, admin):
@@ -43,6 +43,33 @@ async def test_wrong_method__405_with_allow_header(client, admin, method, path, 
     assert response.headers["Allow"] == allowed
     body = await response.json()
     assert body["error"]["code"] == "method_not_allowed"
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+async def test_wrong_method__allow_names_exactly_the_methods_of_that_path(client):
+    """Every route's path, asked with each method it does not declare: 405, the error JSON, and
+    Allow listing the methods declared for that very path. /api/v1/rfps/search is the search
+    only: an {id} beside it never takes "search" (PATCH there is no update of an RFP "search")."""
+    declared: dict[str, set[str]] = {}
+    for route in client.app.router.routes():
+        if route.handler.__wrapped__ is not no_route:
+            declared.setdefault(route.resource.canonical, set()).add(route.method)
+    for template, methods in declared.items():
+        path = re.sub(r"\{\w+\}", "x1", template)  # an id no literal path segment spells
+        allowed = ", ".join(sorted(methods))
+        for method in sorted(set(_METHODS) - methods):
+            if method == "HEAD":  # past the OpenAPI check, which reads every error's body as JSON
+                response = await client.session.request(method, client.make_url(path))
+            else:
+                response = await client.request(method, path)
+            where = f"{method} {path}"
+            assert (response.status, response.headers.get("Allow")) == (405, allowed), where
+            if method != "HEAD":
+                body = await response.json()
+                assert body["error"]["code"] == "method_not_allowed", where
+                assert body["error"]["message"].endswith(f"allowed: {allowed}"), where
 
 
 async def test_request_id__generated_when_absent(client):
