@@ -33,7 +33,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import attrs
@@ -298,6 +298,29 @@ async def _within_account_mail_bound(
         )
 
 
+ALREADY_A_MEMBER = "is already a member of this account"
+T = TypeVar("T")
+
+
+async def _structure_new_address(
+    conn: asyncpg.Connection, account_id: str, fields: Any, cls: type[T], root: str
+) -> T:
+    """`fields` (a new user or invitation) as `cls`. When other fields are refused, an address
+    that is already a member here is said among them, so that one 422 lists all there is to put
+    right; when none is, the caller checks it again under the address's lock."""
+    try:
+        return structure(fields, cls, root=root)
+    except ValidationFailed as exc:
+        email = fields.get("email") if isinstance(fields, dict) else None
+        try:
+            address = structure(email, Email)
+        except ValidationFailed:  # refused among the others already
+            raise exc from None
+        if await conn.fetchval(db.query("is_member"), account_id, address):
+            exc.details = [f"{root}.email: {ALREADY_A_MEMBER}", *(exc.details or [])]
+        raise
+
+
 async def member_created(
     conn: asyncpg.Connection, actor: audit.Actor | None, account_id: str, member: Member
 ) -> None:
@@ -322,13 +345,13 @@ async def create_user(
     administrator can see in the member list anyway.
     """
     account_name = await require_active_account(conn, account_id)
-    data = structure(fields, NewUser, root="user")
+    data = await _structure_new_address(conn, account_id, fields, NewUser, "user")
     first, last = data.first_name or "", data.last_name or ""
     role = data.role or "member"
     async with _race_is_conflict(), conn.transaction():
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), account_id, data.email):
-            raise ValidationFailed(["user.email: is already a member of this account"])
+            raise ValidationFailed([f"user.email: {ALREADY_A_MEMBER}"])
         if requested_by is not None:
             await _within_account_mail_bound(conn, config, account_id, data.email)
         user = await conn.fetchrow(db.query("user_by_email"), data.email)
@@ -544,14 +567,14 @@ async def invite(
     page's "Send again" of one invitation), a 409 unless that invitation of the address is still
     pending: one revoked since the page was shown is not sent again."""
     account_name = await require_active_account(conn, who.account_id)
-    data = structure(fields, NewInvitation, root="invitation")
+    data = await _structure_new_address(conn, who.account_id, fields, NewInvitation, "invitation")
     token = new_link_token()
     async with _race_is_conflict(), conn.transaction():
         # Concurrent invitations to one address wait here instead of failing on
         # invitations_one_pending: each replaces the one before.
         await conn.execute(db.query("lock_address"), data.email)
         if await conn.fetchval(db.query("is_member"), who.account_id, data.email):
-            raise ValidationFailed(["invitation.email: is already a member of this account"])
+            raise ValidationFailed([f"invitation.email: {ALREADY_A_MEMBER}"])
         # Locked: a revoke under way is waited for, then this finds nothing. An id no invitation
         # can have (a form's NUL byte) finds nothing either.
         if replacing is not None and (

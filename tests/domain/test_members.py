@@ -175,6 +175,19 @@ async def test_create_user__member_of_this_account_in_any_case_is_422(client, ad
     assert details == ["user.email: is already a member of this account"]
 
 
+async def test_create_user__member_address_said_beside_the_other_fields_errors(client, admin):
+    """One 422 lists all there is to put right: the address that is a member already as well as
+    a bad role (the membership was checked only once every other field passed)."""
+    member = await client.post("/api/v1/users", json=new_user(), headers=admin.headers)
+    assert member.status == 201
+    again = await client.post("/api/v1/users", json=new_user(role="boss", password="short"),
+                              headers=admin.headers)
+    details = (await again.json())["error"]["details"]
+    assert again.status == 422
+    assert details[0] == "user.email: is already a member of this account"
+    assert sorted(d.split(":")[0] for d in details[1:]) == ["user.password", "user.role"], details
+
+
 async def test_create_user__accepts_explicit_terms_forms_and_defaults_to_member(client, admin):
     for number, terms in enumerate([True, "Accepted", " yes ", "1", "TRUE"]):
         response = await client.post(

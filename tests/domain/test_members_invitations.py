@@ -126,6 +126,19 @@ async def test_invitation__existing_member_is_422(client, admin, make_member):
     assert body["error"]["details"] == ["invitation.email: is already a member of this account"]
 
 
+async def test_invitation__member_address_said_beside_a_bad_role(client, admin, make_member, conn):
+    member = await make_member(admin.account_id)
+    response = await invite(client, admin, email=member.email.upper(), role="boss")
+    details = (await response.json())["error"]["details"]
+    assert response.status == 422
+    assert details[0] == "invitation.email: is already a member of this account"
+    assert [d.split(":")[0] for d in details[1:]] == ["invitation.role"], details
+    # Not a member: the bad role alone.
+    other = await invite(client, admin, email="nobody@example.test", role="boss")
+    assert [d.split(":")[0] for d in (await other.json())["error"]["details"]] == ["invitation.role"]
+    assert await conn.fetchval("SELECT count(*) FROM invitations") == 0
+
+
 async def test_invitation__needs_admin_role_and_valid_fields(client, admin, make_member):
     viewer = await make_member(admin.account_id, role="viewer")
     forbidden = await invite(client, viewer)

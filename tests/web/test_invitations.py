@@ -259,3 +259,17 @@ async def test_members_page__send_again_and_revoke_say_what_they_did_beside_the_
         text = await (await client.get(f"/members?done={done}")).text()
         top, section = text.split('<h2 id="invitations-h">')
         assert said not in top and 'id="invitations-notice">' + said in section, done
+
+
+async def test_members_page__invite_of_a_member_with_a_bad_role_says_both(
+    aiohttp_client, config, admin, make_member, conn
+):
+    client = await _page_client(aiohttp_client, config)
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    member = await make_member(admin.account_id)
+    refused = await client.post("/members/invite", allow_redirects=False,
+                                data={"csrf_token": csrf, "email": member.email, "role": "boss"})
+    text = await refused.text()
+    assert refused.status == 422
+    assert "is already a member of this account" in text and "must be one of" in text
