@@ -68,11 +68,12 @@ async def user_memberships(conn: asyncpg.Connection, user_id: int) -> list[async
 
 async def switch_account(
     conn: asyncpg.Connection, cookie: str | None, user_id: int, account_id: str, ttl_seconds: float
-) -> tuple[str, asyncpg.Record]:
+) -> tuple[str, asyncpg.Record, float]:
     """End the session behind `cookie` and start one of the same user's membership in
-    `account_id`: returns the new cookie value and the membership (id, account_id, account_name,
-    email). NotFound when the user holds no membership there, the same for another's account as
-    for an unknown id; nothing changes then. The account comes from a form: the membership is
+    `account_id`: returns the new cookie value, the membership (id, account_id, account_name,
+    email) and the seconds the new session lives (its cookie's Max-Age). NotFound when the user
+    holds no membership there, the same for another's account as for an unknown id; nothing
+    changes then. The account comes from a form: the membership is
     looked up by the session's user, never taken on trust. The new session ends when this one
     would have (at most `ttl_seconds` from now); Unauthorized when this one has ended already."""
     if not could_be_id(account_id):
@@ -90,7 +91,8 @@ async def switch_account(
         if left is None:
             raise Unauthorized("this session has ended (signed out, or switched in another tab); "
                                "sign in again")
-        return await start_session(conn, membership["id"], min(ttl_seconds, left)), membership
+        lifetime = min(ttl_seconds, left)
+        return await start_session(conn, membership["id"], lifetime), membership, lifetime
 
 
 def csrf_matches(session: Session, sent: str | None) -> bool:

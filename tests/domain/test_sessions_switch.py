@@ -46,7 +46,7 @@ async def test_switch__waits_for_a_removal_under_way_then_is_refused(conn, make_
 
 async def test_switch__a_removal_after_it_ends_the_new_session(conn, make_account):
     cookie, beta_id, user_id, member_id = await two_memberships(conn, make_account)
-    new_cookie, membership = await switch_account(conn, cookie, user_id, beta_id, 3600)
+    new_cookie, membership, _ = await switch_account(conn, cookie, user_id, beta_id, 3600)
     assert membership["id"] == member_id and await find_session(conn, cookie) is None
     assert (await find_session(conn, new_cookie)).principal.account_id == beta_id
     await remove_member(conn, beta_id, member_id)
@@ -84,6 +84,7 @@ async def test_switch__keeps_the_sessions_end_and_never_extends_it(conn, make_ac
     cookie, beta_id, user_id, _ = await two_memberships(conn, make_account)
     await conn.execute("UPDATE web_sessions SET expires_at = now() + interval '10 minutes'")
     ends = await conn.fetchval("SELECT expires_at FROM web_sessions")
-    new_cookie, _ = await switch_account(conn, cookie, user_id, beta_id, 12 * 3600)
+    new_cookie, _, lifetime = await switch_account(conn, cookie, user_id, beta_id, 12 * 3600)
     assert await conn.fetchval("SELECT expires_at FROM web_sessions WHERE revoked_at IS NULL") == ends
+    assert 590 < lifetime <= 600
     assert (await find_session(conn, new_cookie)).principal.account_id == beta_id

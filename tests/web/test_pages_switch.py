@@ -134,6 +134,24 @@ async def test_switch__lands_on_the_other_accounts_rfps_and_each_cookie_reaches_
     assert await conn.fetchval("SELECT count(*) FROM rfps") == 2
 
 
+async def test_switch__the_new_cookie_lasts_as_long_as_its_session(
+    app_client, make_account, make_rfp, conn
+):
+    """The switch keeps the earlier session's end; its cookie said the whole web.session_ttl_hours
+    all the same, so the browser kept a cookie the server no longer knew, for hours."""
+    alpha, beta = await two_accounts(make_account, make_rfp, conn)
+    await sign_in(app_client, alpha.email)
+    csrf = field(await (await app_client.get("/rfps")).text(), "csrf_token")
+    await conn.execute("UPDATE web_sessions SET expires_at = now() + interval '10 minutes'")
+    switched = await switch(app_client, beta.account_id, csrf)
+    assert switched.status == 303
+    max_age = int(switched.cookies["rfp_session"]["max-age"])
+    assert 590 <= max_age < 600, max_age
+    left = await conn.fetchval("SELECT extract(epoch FROM expires_at - now()) FROM web_sessions"
+                               " WHERE revoked_at IS NULL")
+    assert max_age <= left
+
+
 async def test_switch__another_account_is_refused_as_an_unknown_one(
     app_client, make_account, make_rfp, conn
 ):

@@ -68,12 +68,17 @@ def signed_out_form_sent(request: web.Request, form: Any) -> bool:
     return bool(sent) and hmac.compare_digest(sent.encode(), cookie.encode()) and same_origin(request)
 
 
-def signed_in_response(request: web.Request, cookie_value: str, location: str) -> web.HTTPSeeOther:
-    """The redirect that starts a session: its cookie set, the signed-out form's dropped."""
+def signed_in_response(
+    request: web.Request, cookie_value: str, location: str, lifetime: float | None = None
+) -> web.HTTPSeeOther:
+    """The redirect that starts a session: its cookie set, for the session's `lifetime` in
+    seconds (web.session_ttl_hours when not given), rounded down so that it never outlives it."""
     response = see_other(location)
+    if lifetime is None:
+        lifetime = request.app[CONFIG].web.session_ttl_hours * 3600
     response.set_cookie(
         COOKIE, cookie_value, httponly=True, secure=_secure(request), samesite="Lax", path="/",
-        max_age=int(request.app[CONFIG].web.session_ttl_hours * 3600),
+        max_age=int(lifetime),
     )
     return response
 

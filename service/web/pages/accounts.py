@@ -33,9 +33,10 @@ async def switch(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     ttl = request.app[CONFIG].web.session_ttl_hours * 3600
     async with connection(request) as conn, conn.transaction():
-        cookie_value, membership = await switch_account(
+        cookie_value, membership, lifetime = await switch_account(
             conn, request.cookies.get(COOKIE), who.user_id, str(form.get("account_id", "")), ttl
         )
         await audit.record(conn, signed_in_actor(actor(request), membership), "auth.signed_in",
                            record_id=membership["id"], after={"session": "web", "switched": True})
-    raise signed_in_response(request, cookie_value, "/rfps?switched=1")
+    # The cookie goes when the session does: the switch kept the earlier session's end.
+    raise signed_in_response(request, cookie_value, "/rfps?switched=1", lifetime)
