@@ -48,6 +48,7 @@ from ..frontdoor import WRAPPER_HEADERS
 from ..keys import CONFIG, SHARES
 from ..protocol import undecodable_body
 from ..telemetry import REQUEST_ID
+from .fields import in_words
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +285,7 @@ def error_page(request: web.Request, error: ServiceError) -> web.Response:
         return not_found(request)
     response = render(request, "error.html", {
         "status": status, "title": _TITLES.get(status, "Something went wrong"),
-        "message": error.message, "details": error.details or [],
+        "message": error.message, "details": in_words(error.details),
         "request_id": request.get(REQUEST_ID, ""), "back": came_from(request),
     }, status=status)
     response.headers.update(error.headers)

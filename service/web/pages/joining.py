@@ -41,6 +41,7 @@ from ..ratelimit import take_or_refuse
 from ..telemetry import REQUEST_ID
 from .account import signed_in_response, signed_out_form, signed_out_form_sent
 from .common import COOKIE, SESSION, SIGN_IN_COOKIE, error_page, page, read_form, render, see_other
+from .fields import in_words
 
 _EXPIRED_FORM = "The form had expired or came from another site. Please try again."
 
@@ -155,7 +156,7 @@ async def accept_invitation_page(request: web.Request) -> web.StreamResponse:
         if exc.code in _STATUS:
             return _with_retry_after(_invitation_form(
                 request, invitation, form=form, error=_sentence(exc),
-                details=exc.details, status=_STATUS[exc.code]), exc)
+                details=in_words(exc.details), status=_STATUS[exc.code]), exc)
         return error_page(request, exc)
     request.app[DELIVERER].wake()  # member.created, if an endpoint wants it
     cookie_value = await _start_session(request, member.id)
@@ -275,7 +276,7 @@ async def reset(request: web.Request) -> web.StreamResponse:
             return _link_gone(request, _RESET_GONE, kind="reset")
         if exc.code in _STATUS:
             return _with_retry_after(_reset_form(
-                request, token, error=_sentence(exc), details=exc.details,
+                request, token, error=_sentence(exc), details=in_words(exc.details),
                 status=_STATUS[exc.code]), exc)
         raise
     response = see_other("/signin?done=reset")
@@ -344,7 +345,7 @@ async def confirm(request: web.Request) -> web.StreamResponse:
             return _link_gone(request, _CONFIRM_GONE, kind="confirm")
         if exc.code in _STATUS:
             return _with_retry_after(_confirm_form(
-                request, token, needs_password, error=_sentence(exc), details=exc.details,
+                request, token, needs_password, error=_sentence(exc), details=in_words(exc.details),
                 status=_STATUS[exc.code]), exc)
         raise
     response = see_other("/signin?done=confirmed")

@@ -30,7 +30,8 @@ from ..keys import CONFIG
 from ..telemetry import REQUEST_ID
 from ..views.rfp_items import approve_and_announce
 from .common import page, principal, read_form
-from .rfp_ways import back_saying, count, in_words
+from .fields import in_words
+from .rfp_ways import back_saying, count
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ async def stopped_item(request: web.Request, conn: Any, rfp_id: str) -> dict[str
     except NotFound:
         return None
     problems = approval_problems(item) if request.query.get("bulk_why") == "invalid" else []
-    return {"id": item_id, "position": item["position"], "problems": [in_words(p) for p in problems]}
+    return {"id": item_id, "position": item["position"], "problems": in_words(problems)}
 
 
 def _plural(n: int, one: str, many: str) -> str:

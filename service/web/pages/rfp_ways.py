@@ -1,5 +1,5 @@
 """The RFP page's forms' ways back to it (their filters and page kept) and what the redirects
-carry for the page to say: counts, and a review's refusals in words."""
+carry for the page to say: counts."""
 
 from __future__ import annotations
 
@@ -8,22 +8,6 @@ from typing import Any
 from aiohttp import web
 
 from .common import see_other
-
-# The API's field names in the review's messages (domain rfp_items.review_item), as the RFP
-# page's reader knows them.
-FIELD_WORDS = {
-    "rfp_item.answer": "The answer", "rfp_item.question": "The question",
-    "rfp_item.section": "The section", "rfp_item.state": "The item's state",
-    "rfp_item.save_to_knowledge_base": "Saving to the knowledge base",
-    "rfp_item.assignee_id": "The assignee",
-}
-
-
-def in_words(detail: str) -> str:
-    """A review's refusal ("rfp_item.answer: …") with the field in words ("The answer: …")."""
-    name, colon, rest = detail.partition(": ")
-    return f"{FIELD_WORDS[name]}: {rest}" if colon and name in FIELD_WORDS else detail
-
 
 # The longest way back kept: the page's own are under 100 characters but for a search term, at
 # most 200 characters of up to 12 each percent-encoded. A longer one went into the redirect whole

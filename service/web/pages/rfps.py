@@ -47,7 +47,7 @@ from ..views import rfp_items as rfp_items_views
 from ..views.rfp_items import import_upload, review_and_announce, start_answering
 from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
 from .rfp_bulk import approvable, bulk_context, stopped_item
-from .rfp_ways import back_saying, count, form_back, in_words, way_back
+from .rfp_ways import back_saying, count, form_back, way_back
 
 WRITERS = ("admin", "member")
 
@@ -319,12 +319,6 @@ def _review_fields(form: Any) -> dict[str, Any]:
     return fields
 
 
-async def _reviewin_words(request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]) -> None:
-    """review_and_announce, its refusals naming the fields in words rather than the API's names."""
-    try:
-        await review_and_announce(request, rfp_id, item_id, fields)
-    except ValidationFailed as exc:
-        raise ValidationFailed([in_words(detail) for detail in exc.details or []], exc.message) from None
 
 
 def _back_to_item(form: Any, rfp_id: str, item_id: str, done: str) -> web.HTTPSeeOther:
@@ -348,7 +342,7 @@ async def review(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     fields = _review_fields(form)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    await _reviewin_words(request, rfp_id, item_id, fields)
+    await review_and_announce(request, rfp_id, item_id, fields)
     raise _back_to_item(form, rfp_id, item_id, str(form.get("action")))
 
 
@@ -380,7 +374,7 @@ async def assign(request: web.Request) -> web.StreamResponse:
         raise see_other(f"/rfps/{rfp_id}/items/{item_id}/assign"
                         + (f"?back={quote(back, safe='')}" if back else ""))
     fields = {"assignee_id": _assignee_field(form)}
-    await _reviewin_words(request, rfp_id, item_id, fields)
+    await review_and_announce(request, rfp_id, item_id, fields)
     raise _back_to_item(form, rfp_id, item_id, "assign")
 
 
