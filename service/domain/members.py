@@ -5,7 +5,8 @@ Decisions where the specification is silent (also in README "Members"):
   "true", "1", "yes" (any case, surrounding spaces ignored). Anything else is a 422.
 - A user may belong to several accounts. `POST /api/v1/tokens` takes an optional `account_id`;
   without it the token belongs to the user's oldest membership. The web app's sign-in goes to
-  the membership it last started a session of (domain/sessions.py), and switches between them.
+  the membership it last started a session of (domain/sessions.py), or, to open a page of a
+  record in another of the user's accounts, to that account; and switches between them.
 - Confirmation and invitation links carry a random token that is stored only as its SHA-256.
   The outbox keeps the message body (and so the link) until it is sent, then erases it.
 - A user created by an administrator (POST /users) has no password until they confirm their
@@ -494,11 +495,14 @@ async def authenticate(
     client: str,
     actor: audit.Actor | None = None,
     last_used: bool = False,
+    holding: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The membership (`id`, `account_id`, `email`) an e-mail address and password sign in to:
     the one rule behind POST /api/v1/tokens (`sign_in`) and the web app's sign-in page. Without
     `account_id`, the user's oldest membership, or with `last_used` (the web app) the one whose
-    web session started last (sessions.py), the oldest when none has had one.
+    web session started last (sessions.py), the oldest when none has had one; before either,
+    with `holding` (a record's kind and id: the page the web app signs in to open), the
+    membership in the account that holds it, when that account is one of the user's.
 
     Throttled by `guard_password_attempt` (every attempt counts); a failure is audited when an
     `actor` is given. A password an administrator chose (from before migration 0020) is refused
@@ -536,9 +540,14 @@ async def authenticate(
                 "POST /api/v1/users/password/reset with your e-mail address"
             )
         await remember_client(conn, user["id"], client)
-        if last_used and account_id is None:
+        membership = None
+        if holding is not None and account_id is None and could_be_id(holding[1]):
+            membership = await conn.fetchrow(
+                db.query("membership_holding_record"), user["id"], holding[1], holding[0]
+            )
+        if membership is None and last_used and account_id is None:
             membership = await conn.fetchrow(db.query("membership_last_used"), user["id"])
-        else:
+        elif membership is None:
             membership = await conn.fetchrow(
                 db.query("membership_for_sign_in"), user["id"], account_id
             )

@@ -128,6 +128,19 @@ SELECT m.id, m.account_id
  ORDER BY m.web_session_at DESC NULLS LAST, m.created_at, m.id
  LIMIT 1;
 
+-- membership_holding_record --
+-- User $1's membership in the account that holds record $2 of kind $3 (rfp, knowledge_item,
+-- question): where the web app signs in to open a page of it. None when that account is not one
+-- of theirs, alike whether the record is another account's or nobody's.
+SELECT m.id, m.account_id
+  FROM members m
+ WHERE m.user_id = $1
+   AND m.account_id = CASE $3::text
+       WHEN 'rfp' THEN (SELECT account_id FROM rfps WHERE id = $2)
+       WHEN 'knowledge_item' THEN (SELECT account_id FROM knowledge_items WHERE id = $2)
+       WHEN 'question' THEN (SELECT account_id FROM questions WHERE id = $2)
+       END;
+
 -- revoke_pending_invitations --
 -- Revoke the live invitation to this address in the account, so its link stops working.
 UPDATE invitations SET state = 'revoked', updated_at = now()

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password  # noqa: F401
 
 from service.domain import accounts
+from service.domain.ids import new_id
 from service.domain.members import remove_member
 
 
@@ -231,6 +232,45 @@ async def test_sign_in__goes_to_the_account_last_used(app_client, make_account, 
     assert "<strong>Beta Ltd</strong>" in page and "(viewer)" in header(page)
     token = await app_client.post("/api/v1/tokens", json={"email": alpha.email, "password": PASSWORD})
     assert (await token.json())["account_id"] == alpha.account_id
+
+
+async def sign_in_to(client: TestClient, email: str, next_path: str) -> Any:
+    """The sign-in form sent from `/signin?next=…` (a page that asked for a session)."""
+    token = field(await (await client.get("/signin")).text(), "sign_in_token")
+    return await client.post("/signin", allow_redirects=False, data={
+        "email": email, "password": PASSWORD, "sign_in_token": token, "next": next_path})
+
+
+async def test_sign_in__to_open_a_page_of_another_of_ones_accounts_goes_to_that_account(
+    app_client, make_account, make_rfp, conn
+):
+    """A link to Beta's RFP, opened signed out by someone who last worked in Alpha, signed in to
+    Alpha, where the RFP is a 404. The sign-in now goes to the account that holds the page's RFP,
+    entry or question when it is one of the user's; any other page, or a record of an account
+    they are not in (or of none), signs in as before, and says nothing of that record."""
+    alpha, beta = await two_accounts(make_account, make_rfp, conn)
+    beta_rfp = await conn.fetchval("SELECT id FROM rfps WHERE account_id = $1", beta.account_id)
+    outsider = await make_account("Gamma Inc")
+    theirs = await make_rfp(outsider, "Gamma's RFP")
+    entry = new_id("kb")
+    await conn.execute("INSERT INTO knowledge_items (id, account_id, question, answer)"
+                       " VALUES ($1, $2, 'Beta question?', 'Beta answer.')", entry, beta.account_id)
+
+    async def lands(next_path: str) -> tuple[str, int]:
+        app_client.session.cookie_jar.clear()
+        signed = await sign_in_to(app_client, alpha.email, next_path)
+        assert signed.status == 303 and signed.headers["Location"] == next_path
+        page = await app_client.get(next_path)
+        account = re.search(r"In <strong>([^<]+)</strong>", await page.text())
+        return (account[1] if account else ""), page.status
+
+    assert await lands(f"/rfps/{beta_rfp}?page=1") == ("Beta Ltd", 200)
+    assert await lands(f"/kb/{entry}") == ("Beta Ltd", 200)
+    assert await lands("/rfps") == ("Beta Ltd", 200)  # the account last used, now Beta
+    await conn.execute("UPDATE members SET web_session_at = NULL")  # back to the oldest, Alpha
+    assert await lands(f"/rfps/{theirs}") == ("Alpha Corp", 404)
+    assert await lands(f"/rfps/{new_id('rfp')}") == ("Alpha Corp", 404)
+    assert await lands("/kb/care") == ("Alpha Corp", 200)
 
 
 async def test_not_found_page__offers_the_other_accounts_alike_for_any_missing_page(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -39,6 +40,19 @@ def _safe_next(raw: str | None) -> str:
             and raw.isprintable() and not any(ch.isspace() for ch in raw)):
         return raw
     return "/rfps"
+
+
+# The pages of one record, by their path's first part: the kind of record its second part names.
+_RECORD_PAGES = {"rfps": "rfp", "kb": "knowledge_item", "ask": "question"}
+
+
+def _record_of(next_path: str) -> tuple[str, str] | None:
+    """The record (kind, id) whose page `next_path` is (/rfps/{id}…, /kb/{id}…, /ask/{id}…), for
+    the sign-in to open it in the account that holds it; None for any other page."""
+    parts = urlsplit(next_path).path.split("/")
+    if len(parts) > 2 and parts[1] in _RECORD_PAGES and parts[2]:
+        return _RECORD_PAGES[parts[1]], parts[2]
+    return None
 
 
 def _secure(request: web.Request) -> bool:
@@ -125,6 +139,8 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
             request.app[POOL], request.app[PASSWORDS], config, email=email, password=password,
             account_id=None, client=client_key(request.remote), actor=actor(request, email),
             last_used=True,  # the account this user last worked in here (sessions.py)
+            # unless the page to open is a record of another of the user's accounts: there
+            holding=_record_of(_safe_next(str(form.get("next", "")))),
         )
     except ServiceError as exc:
         if exc.code == "validation_failed":  # the address is too long or holds NUL
