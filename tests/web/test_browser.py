@@ -475,7 +475,7 @@ async def test_browser__a_refused_form_leads_back_to_itself_with_what_was_typed(
     await set_password(conn, admin.email)
     seen = await asyncio.to_thread(refused_form_flow, site, profile, admin.email)
     assert seen["title"].startswith("Please correct the form")
-    assert "rfp.title: must not be blank" in seen["main"]
+    assert "The title: must not be blank" in seen["main"]
     assert seen["url"].endswith("/rfps")
     assert seen["context"] == "We bid for the EU hosting lot only."
     assert await conn.fetchval("SELECT count(*) FROM rfps") == 0
