@@ -41,6 +41,10 @@ LOCAL_MODEL = "all-MiniLM-L6-v2"
 # How long an indexer's claim on a batch lasts: longer than embedding one batch takes (with the
 # backend's retries), short enough that a dead process's entries are soon taken up by another.
 CLAIM_SECONDS = 300.0
+# How often a process's indexer looks at every entry rather than the queue of written ones
+# (embeddings_pending): what the queue cannot tell, a change of model (entries with no vector of
+# the new one) and entries another process's model took off the queue while both ran.
+EVERY_ENTRY_SECONDS = 300.0
 
 
 class EmbeddingFailure(Exception):
@@ -218,13 +222,14 @@ class Indexer:
         """Entries were written: embed them now rather than at the next poll."""
         self._wake.set()
 
-    async def step(self) -> int:
-        """Embed one batch of pending entries; returns how many were stored. The batch is claimed
-        first, so indexers in several processes never embed the same entry at once."""
+    async def step(self, every_entry: bool = True) -> int:
+        """Embed one batch of pending entries (among every entry, or those queued since their text
+        was written); returns how many were stored. The batch is claimed first, so indexers in
+        several processes never embed the same entry at once."""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 db.query("embeddings_pending"), self.embedder.model, self.config.batch_size,
-                CLAIM_SECONDS,
+                CLAIM_SECONDS, every_entry,
             )
         if not rows:
             return 0
@@ -255,20 +260,33 @@ class Indexer:
             raise
         return len(rows)
 
-    async def catch_up(self) -> int:
-        """Embed until nothing is pending; returns how many were stored."""
+    async def catch_up(self, every_entry: bool = True) -> int:
+        """Embed until nothing is pending (among every entry, or the queued ones), then take what
+        is now current off the queue; returns how many were stored."""
         total = 0
-        while stored := await self.step():
+        while stored := await self.step(every_entry):
             total += stored
+        async with self.pool.acquire() as conn, conn.transaction():
+            current = await conn.fetch(db.query("embeddings_dequeue_lock"), self.embedder.model)
+            if current:
+                await conn.execute(db.query("embeddings_dequeue"), self.embedder.model,
+                                   [row["item_id"] for row in current])
         return total
 
     async def run(self) -> None:
-        """Catch up at start, on every wake-up and every `poll_seconds`; failures are logged and
-        retried at the next round (retrieval meanwhile uses the vectors it has, or none)."""
+        """Catch up at start, on every wake-up and every `poll_seconds`: over every entry at start
+        and EVERY_ENTRY_SECONDS apart, else over the queued ones. Failures are logged and retried
+        at the next round: a failed batch stays queued (retrieval meanwhile uses the vectors it has,
+        or none)."""
+        loop = asyncio.get_running_loop()
+        every_entry_at = loop.time()
         while True:
             self._wake.clear()
+            every_entry = loop.time() >= every_entry_at
             try:
-                stored = await self.catch_up()
+                stored = await self.catch_up(every_entry)
+                if every_entry:
+                    every_entry_at = loop.time() + EVERY_ENTRY_SECONDS
                 if stored:
                     log.info("embedded %d knowledge-base entries with %s", stored, self.embedder.model)
             except (EmbeddingFailure, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:

@@ -5,21 +5,30 @@ SELECT to_regclass('knowledge_embeddings') IS NOT NULL;
 -- embeddings_pending --
 -- Claim up to $2 entries (of every account) with no vector for model $1, or one of text that has
 -- since changed, for $3 seconds, each with the text to embed (the same expression as the hash:
--- keep them in step). Entries another indexer holds an unexpired claim on are left to it; of two
--- indexers racing for one entry, the unique claim makes the second skip it. The entries are locked
--- as the claims' foreign key check locks them: one being deleted meanwhile is skipped, not a failed
--- round (knowledge_embedding_claims_item_id_fkey).
-WITH pending AS (
+-- keep them in step). Looked for among every entry, oldest first, when $4 (a process's start, and
+-- every few minutes: a change of model), else among those on knowledge_embedding_queue (their
+-- text written since), the oldest write first: a round then reads the queue, not every entry. The
+-- branch not taken is a one-time filter, false in a generic plan too. Entries another indexer
+-- holds an unexpired claim on are left to it; of two indexers racing for one entry, the unique
+-- claim makes the second skip it. The entries are locked as the claims' foreign key check locks
+-- them: one being deleted meanwhile is skipped, not a failed round
+-- (knowledge_embedding_claims_item_id_fkey).
+WITH candidates AS (
+    SELECT item_id AS id, queued_at AS since FROM knowledge_embedding_queue WHERE NOT $4::boolean
+    UNION ALL
+    SELECT id, created_at FROM knowledge_items WHERE $4::boolean
+), pending AS (
     SELECT k.id, k.account_id,
            concat_ws(E'\n', k.question, k.title, k.answer) AS text,
            md5(concat_ws(E'\n', k.question, k.title, k.answer)) AS content_hash,
-           k.created_at
-      FROM knowledge_items k
+           w.since
+      FROM candidates w
+      JOIN knowledge_items k ON k.id = w.id
       LEFT JOIN knowledge_embeddings e ON e.item_id = k.id AND e.model = $1
       LEFT JOIN knowledge_embedding_claims c ON c.item_id = k.id AND c.model = $1
      WHERE (e.item_id IS NULL OR e.content_hash <> md5(concat_ws(E'\n', k.question, k.title, k.answer)))
        AND (c.item_id IS NULL OR c.claimed_until < now())
-     ORDER BY k.created_at, k.id
+     ORDER BY w.since, k.id
      LIMIT $2
        FOR KEY SHARE OF k
 ), claimed AS (
@@ -31,7 +40,29 @@ WITH pending AS (
 )
 SELECT p.id, p.account_id, p.text, p.content_hash
   FROM pending p JOIN claimed c ON c.item_id = p.id
- ORDER BY p.created_at, p.id;
+ ORDER BY p.since, p.id;
+
+-- embeddings_dequeue_lock --
+-- The entries on knowledge_embedding_queue whose vector of model $1 is current, their queue rows
+-- locked (in id order, as the trigger's writes take them), for embeddings_dequeue in the same
+-- transaction: a write to an entry's text that this waited for is committed by then, and the
+-- next statement's snapshot sees its text.
+SELECT q.item_id
+  FROM knowledge_embedding_queue q
+  JOIN knowledge_items k ON k.id = q.item_id
+  JOIN knowledge_embeddings e ON e.item_id = k.id AND e.model = $1
+ WHERE e.content_hash = md5(concat_ws(E'\n', k.question, k.title, k.answer))
+ ORDER BY q.item_id
+   FOR UPDATE OF q;
+
+-- embeddings_dequeue --
+-- Take entries $2 (embeddings_dequeue_lock's) off the queue whose vector of model $1 is still
+-- current as this statement sees their text. One whose text a write changed meanwhile stays: it
+-- is embedded again.
+DELETE FROM knowledge_embedding_queue q
+ USING knowledge_items k, knowledge_embeddings e
+ WHERE q.item_id = ANY ($2::text[]) AND k.id = q.item_id AND e.item_id = k.id AND e.model = $1
+   AND e.content_hash = md5(concat_ws(E'\n', k.question, k.title, k.answer));
 
 -- embeddings_release --
 -- Give up the claims on entries $2 (model $1): stored, or the backend failed.

@@ -205,6 +205,79 @@ async def test_indexer__a_failed_batch_is_released_at_once(fake, session, conn, 
         await pool.close()
 
 
+QUEUED = "SELECT count(*) FROM knowledge_embedding_queue"
+
+
+@pytest.mark.pgvector
+async def test_indexer__a_round_reads_the_queue_of_written_entries_and_every_entry_when_asked(
+    fake, session, conn, database_url, admin
+):
+    """Each round looked at every entry of every account (450-560 ms at 100,000 entries, all
+    embedded). Writes to an entry's text queue it (migration 0042); a round reads the queue, and
+    every entry only when asked (a start, and EVERY_ENTRY_SECONDS apart)."""
+    server, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    assert await conn.fetchval(QUEUED) == 4
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
+    try:
+        indexer = Indexer(pool, OpenAIEmbedder(settings(url), session), settings(url))
+        assert await indexer.catch_up(every_entry=False) == 4
+        assert await conn.fetchval(QUEUED) == 0
+        # Not the text: nothing queued, nothing embedded.
+        await conn.execute("UPDATE knowledge_items SET review_by = review_by + 1, tags = '{x}'")
+        assert await conn.fetchval(QUEUED) == 0
+        await conn.execute(
+            "UPDATE knowledge_items SET answer = answer || ' Tested.' WHERE external_id = 'BAK-1'")
+        assert await conn.fetchval(QUEUED) == 1
+        assert await indexer.catch_up(every_entry=False) == 1
+        assert server.requests[-1]["body"]["input"] == ["How often are backups taken?\n"
+                                                        "Nightly copies kept for 30 days. Tested."]
+        # An entry off the queue (another process's model took it off) waits for a round over
+        # every entry: the queued round does not read it.
+        await conn.execute("UPDATE knowledge_items SET answer = 'Yearly.' WHERE external_id = 'HR-1'")
+        await conn.execute("DELETE FROM knowledge_embedding_queue")
+        sent = len(server.requests)
+        assert await indexer.catch_up(every_entry=False) == 0 and len(server.requests) == sent
+        assert await indexer.catch_up(every_entry=True) == 1
+    finally:
+        await pool.close()
+
+
+@pytest.mark.pgvector
+async def test_indexer__a_text_written_while_its_entry_leaves_the_queue_stays_queued(
+    fake, session, conn, database_url, admin
+):
+    """Taking current entries off the queue in the statement that found them current would lose a
+    write committed meanwhile (its text unseen by that statement's snapshot): the entry would
+    keep its old vector until a round over every entry. The queue rows are locked first, and the
+    entries' text read again after."""
+    from conftest import lock_waiters
+
+    server, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=3)
+    writer = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        wide = settings(url, batch_size=10)
+        indexer = Indexer(pool, OpenAIEmbedder(wide, session), wide)
+        assert await indexer.step(every_entry=False) == 4  # embedded, still queued
+        async with writer.transaction():
+            await writer.execute(
+                "UPDATE knowledge_items SET answer = 'Hourly copies.' WHERE external_id = 'BAK-1'")
+            round_ = asyncio.create_task(indexer.catch_up(every_entry=False))
+            await lock_waiters(conn, 1)  # the round waits for the written entry's queue row
+        assert await round_ == 0
+        assert await conn.fetchval(
+            "SELECT k.external_id FROM knowledge_embedding_queue q JOIN knowledge_items k ON k.id = q.item_id"
+        ) == "BAK-1"
+        assert await indexer.catch_up(every_entry=False) == 1
+        assert server.requests[-1]["body"]["input"] == ["How often are backups taken?\nHourly copies."]
+        assert await conn.fetchval(QUEUED) == 0
+    finally:
+        await writer.close()
+        await pool.close()
+
+
 class _HeldEmbedder:
     """Embeds (fake_vector, in the 384 dimensions the migration indexed) only once `go` is set;
     `called` says it has the batch."""

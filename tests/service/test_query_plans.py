@@ -18,6 +18,7 @@ WHOLE_TABLE = {
     "prune_password_resets": "housekeeping sweep",
     "prune_rate_limit_buckets": "housekeeping sweep",
     "delete_unlisted_vocabulary": "start-up sync of the seeded vocabulary",
+    "embeddings_pending": "the indexer's queue of written entries is its round's work",
     "embeddings_prune": "the operator's `embeddings prune`: every other model's vectors",
     "functions_missing": "pg_proc, at start-up",
     "set_review_period": "library_settings holds one row",

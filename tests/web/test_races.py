@@ -232,7 +232,7 @@ async def test_merge__and_the_indexer_claiming_both_entries_at_once_never_deadlo
                 "/api/v1/knowledge_base_items/kb_a/merge", json={"duplicate_id": "kb_b"},
                 headers=admin.headers))
             await lock_waiters(conn, 1)
-            claiming = asyncio.create_task(indexer.fetch(db.query("embeddings_pending"), "m", 10, 60.0))
+            claiming = asyncio.create_task(indexer.fetch(db.query("embeddings_pending"), "m", 10, 60.0, True))
             await asyncio.sleep(0.3)  # the indexer claims kb_b, then kb_a (or waits for it)
         async with asyncio.timeout(20):
             merged, claimed = await asyncio.gather(merging, claiming)
