@@ -44,16 +44,17 @@ SELECT p.id, p.account_id, p.text, p.content_hash
 
 -- embeddings_dequeue_lock --
 -- The entries on knowledge_embedding_queue whose vector of model $1 is current, their queue rows
--- locked (in id order, as the trigger's writes take them), for embeddings_dequeue in the same
--- transaction: a write to an entry's text that this waited for is committed by then, and the
--- next statement's snapshot sees its text.
+-- locked for embeddings_dequeue in the same transaction, whose next statement's snapshot sees
+-- their text as written by then. Rows a write holds (its entry's text written again) are skipped:
+-- they stay queued for the next round, and the indexer never waits for a writer, so it cannot
+-- deadlock with one whose transaction writes entries in several statements.
 SELECT q.item_id
   FROM knowledge_embedding_queue q
   JOIN knowledge_items k ON k.id = q.item_id
   JOIN knowledge_embeddings e ON e.item_id = k.id AND e.model = $1
  WHERE e.content_hash = md5(concat_ws(E'\n', k.question, k.title, k.answer))
  ORDER BY q.item_id
-   FOR UPDATE OF q;
+   FOR UPDATE OF q SKIP LOCKED;
 
 -- embeddings_dequeue --
 -- Take entries $2 (embeddings_dequeue_lock's) off the queue whose vector of model $1 is still
