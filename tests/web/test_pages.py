@@ -137,6 +137,18 @@ async def test_sign_in__without_the_form_token_is_refused(app_client, admin, con
     assert await conn.fetchval("SELECT count(*) FROM web_sessions") == 0
 
 
+async def test_sign_in_page__signed_in_already_goes_where_next_says(app_client, admin, conn):
+    """A signed-in user sent to /signin?next=… (a tab whose session had ended, signed in again in
+    another) got the form again: the check for a session read a key the page never sets."""
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    for asked, lands in (("/kb?q=backups", "/kb?q=backups"), ("//evil.example/x", "/rfps")):
+        response = await app_client.get("/signin", params={"next": asked}, allow_redirects=False)
+        assert (response.status, response.headers.get("Location")) == (303, lands), asked
+    form = await app_client.get("/signin", allow_redirects=False)  # to sign in as someone else
+    assert form.status == 200 and field(await form.text(), "sign_in_token")
+
+
 async def test_pages__need_a_session(app_client, admin, make_rfp):
     rfp_id = await make_rfp(admin)
     for path in ("/rfps", f"/rfps/{rfp_id}", "/items", "/kb", "/ask", "/members"):

@@ -113,8 +113,10 @@ def _sign_in_form(request: web.Request, *, email: str = "", error: str | None = 
 
 @page(signed_in=False)
 async def get_sign_in(request: web.Request) -> web.StreamResponse:
-    if request.get("web_session") is not None:
-        raise see_other("/rfps")
+    # Signed in already and sent here on the way to a page (a session ended in another tab, then
+    # started again): that page. Without `next` the form, to sign in as someone else.
+    if SESSION in request and "next" in request.query:
+        raise see_other(_safe_next(request.query.get("next")))
     return _sign_in_form(request)
 
 
