@@ -596,3 +596,32 @@ def test_configured_model__the_name_each_backend_stores_vectors_under():
     assert embeddings.configured_model(EmbeddingsConfig(backend="openai", model="m")) == "m"
     assert embeddings.configured_model(EmbeddingsConfig(backend="local")) == embeddings.LOCAL_MODEL
     assert embeddings.configured_model(EmbeddingsConfig(backend="none")) is None
+
+
+QUEUE_TRIGGERS = ("knowledge_embedding_enqueue_insert", "knowledge_embedding_enqueue_update")
+
+
+async def test_queue_trigger__a_large_import_costs_about_what_it_costs_without_it(conn, admin):
+    """The update trigger found the entries whose text changed by joining its transition tables
+    on id, which plpgsql planned as a nested loop: re-importing 10,000 entries took 7-16 s where it
+    takes 1-2 s without the triggers (helper-81). Timed against the same import with the triggers
+    disabled, on the same connection, so a busy machine slows both."""
+    def csv(answer: str) -> str:
+        return "id,question,answer\n" + "".join(
+            f"Q-{i},Question {i} about backups?,{answer} {i}.\n" for i in range(10_000))
+
+    async def reimport(enabled: bool, answer: str) -> float:
+        for trigger in QUEUE_TRIGGERS:
+            await conn.execute(f"ALTER TABLE knowledge_items {'ENABLE' if enabled else 'DISABLE'}"
+                               f" TRIGGER {trigger}")
+        start = asyncio.get_running_loop().time()
+        await import_csv(conn, admin.account_id, csv(answer))
+        return asyncio.get_running_loop().time() - start
+
+    await import_csv(conn, admin.account_id, csv("First"))
+    with_triggers = await reimport(True, "Second")  # every text changed: every entry queued
+    assert await conn.fetchval(QUEUED) == 10_000
+    with_triggers += await reimport(True, "Second")  # nothing changed
+    without = await reimport(False, "Third") + await reimport(False, "Third")
+    await reimport(True, "Third")
+    assert with_triggers < 2.5 * without, (with_triggers, without)
