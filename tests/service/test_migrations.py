@@ -816,8 +816,7 @@ async def test_functions__a_newer_revision_counts_only_with_the_functions_it_was
 FUNCTION_REVISIONS = {
     1: "ad90b97e41b16fb09a9ef6517385fabd8c2c92b7244c2abba63d1a53d24f6148",
     2: "43100033f61c455307235314be8b99ae30c5016b7a1a39cba47ab88956a98441",
-    3: "b1de08f672a58e2ca630ee55688159670a9bb5f8836ce3a5502944f6c0e00baf",
-    4: "ef30db3a5f0e9f95f2908624f51de874b8a4ac53575529ec468089c1d2d59b2d",
+    3: "ef30db3a5f0e9f95f2908624f51de874b8a4ac53575529ec468089c1d2d59b2d",
 }
 
 
