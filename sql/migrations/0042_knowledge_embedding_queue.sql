@@ -16,26 +16,10 @@ COMMENT ON TABLE knowledge_embedding_queue IS
 COMMENT ON COLUMN knowledge_embedding_queue.queued_at IS
     'When the entry''s text was last written (the indexer takes the oldest first).';
 
--- The trigger's function is sql/functions/knowledge_embedding_enqueue.sql (created after the
--- migrations); this migration needs it now, so it is created here first, the same.
+-- The triggers' function is sql/functions/knowledge_embedding_enqueue.sql, which `migrate`
+-- creates right after the migrations, in place of this placeholder (CREATE TRIGGER needs one).
 CREATE OR REPLACE FUNCTION knowledge_embedding_enqueue() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        INSERT INTO knowledge_embedding_queue AS q (item_id)
-        SELECT n.id
-          FROM new_rows n JOIN old_rows o ON o.id = n.id
-         WHERE (n.question, n.title, n.answer) IS DISTINCT FROM (o.question, o.title, o.answer)
-         ORDER BY n.id
-        ON CONFLICT (item_id) DO UPDATE SET queued_at = clock_timestamp();
-    ELSE
-        INSERT INTO knowledge_embedding_queue AS q (item_id)
-        SELECT n.id FROM new_rows n ORDER BY n.id
-        ON CONFLICT (item_id) DO UPDATE SET queued_at = clock_timestamp();
-    END IF;
-    RETURN NULL;
-END
-$$;
+LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
 
 CREATE TRIGGER knowledge_embedding_enqueue_insert AFTER INSERT ON knowledge_items
     REFERENCING NEW TABLE AS new_rows
