@@ -85,15 +85,19 @@ async def answers_lexically_warning_once(
 
 
 @contextlib.asynccontextmanager
-async def question_held(database_url: str, question_id: str) -> AsyncIterator[None]:
+async def question_held(database: str | asyncpg.Connection, question_id: str) -> AsyncIterator[None]:
     """While inside, the question stays where it is however loaded the machine: its row is
     locked, so claims pass it over (SKIP LOCKED) and a pipeline working on it cannot store its
     next state (every step slowed by step_delay_seconds is stored on its own). Plain reads are
-    not blocked."""
-    locker = await asyncpg.connect(database_url, **CONNECT)
+    not blocked. A question its pipeline already works on is held by a connection opened before
+    it was asked (`database`): connecting only then took long enough, on a loaded machine, for
+    the first step to be stored first."""
+    locker = database if isinstance(database, asyncpg.Connection) else await asyncpg.connect(
+        database, **CONNECT)
     try:
         async with locker.transaction():
             await locker.execute("SELECT 1 FROM questions WHERE id = $1 FOR UPDATE", question_id)
             yield
     finally:
-        await locker.close()
+        if locker is not database:
+            await locker.close()

@@ -3,7 +3,9 @@ from __future__ import annotations
 import asyncio
 import json
 
+import asyncpg
 import attrs
+from conftest import CONNECT
 from helpers_questions import add_entry, ask, balance_and_ledger, question_held, wait_complete
 
 from service.web.app import create_app
@@ -332,9 +334,13 @@ async def test_events__a_stream_in_another_process_follows_the_question(
     asking = await aiohttp_client(create_app(slow))
     watching = await aiohttp_client(create_app(slow))
     await add_entry(conn, admin.account_id, MFA_Q, MFA_A)
-    body = await (await ask(asking, admin.headers, MFA_Q)).json()
-    async with question_held(database_url, body["id"]):
-        response = await watching.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    locker = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        body = await (await ask(asking, admin.headers, MFA_Q)).json()
+        async with question_held(locker, body["id"]):
+            response = await watching.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+    finally:
+        await locker.close()
     text = (await response.read()).decode()
     assert event_ids(text) == ALL_EVENTS
     events = await read_events_text(text)
@@ -353,10 +359,14 @@ async def test_events__a_question_its_pipeline_lets_go_of_is_read_again(
     # it on), the stream must look in the database at once, not at its next periodic re-read.
     slow = attrs.evolve(config, questions=attrs.evolve(config.questions, step_delay_seconds=0.3))
     client = await aiohttp_client(create_app(slow))
-    body = await (await ask(client, admin.headers, "Anything?")).json()
-    async with question_held(database_url, body["id"]):  # at `new` until the stream has said so
-        response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
-        first = event_ids((await response.content.readuntil(b"\n\n")).decode())
+    locker = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        body = await (await ask(client, admin.headers, "Anything?")).json()
+        async with question_held(locker, body["id"]):  # at `new` until the stream has said so
+            response = await client.get(f"/api/v1/questions/{body['id']}/events", headers=admin.headers)
+            first = event_ids((await response.content.readuntil(b"\n\n")).decode())
+    finally:
+        await locker.close()
     assert first == [("1", "new")]
     async with asyncio.timeout(5):
         while await conn.fetchval(  # noqa: ASYNC110 (polls the database)
