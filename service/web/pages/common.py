@@ -311,25 +311,34 @@ async def not_found_page(request: web.Request) -> web.Response:
     return response
 
 
+def logged_failure(request: web.Request, exc: BaseException) -> str:
+    """What kind of failure `exc` is, as the API's errors.error_response classifies it
+    ("unavailable", "conflict" or "error"), logged for the operator as such."""
+    where = (request.method, redact_url(request.path), request.get(REQUEST_ID))
+    if db.database_unavailable(exc):
+        log.warning("database unavailable in page %s %s (request id %s): %r", *where, exc)
+        return "unavailable"
+    if (conflict := db.transaction_conflict(exc)) is not None:
+        log.warning("transaction rolled back in page %s %s (request id %s): %s %s", *where, conflict,
+                    getattr(conflict, "detail", None) or "")
+        return "conflict"
+    log.error("unhandled error in page %s %s (request id %s)", *where, exc_info=exc)
+    return "error"
+
+
+_FAILED = {
+    "unavailable": (503, "The database is unavailable for a moment. Please try again shortly."),
+    "conflict": (503, "This conflicted with another change made at the same moment and was rolled"
+                      " back. Please try again."),
+    "error": (500, "Something went wrong on our side. It has been logged."),
+}
+
+
 def failure_page(request: web.Request, exc: BaseException) -> web.Response:
-    """The page for an exception no handler turned into a ServiceError, classified as the API's
-    errors.error_response classifies it."""
+    """The page for an exception no handler turned into a ServiceError (logged_failure)."""
     if (refused := undecodable_body(request, exc)) is not None:
         return error_page(request, refused)
-    if db.database_unavailable(exc):
-        status, message = 503, "The database is unavailable for a moment. Please try again shortly."
-        log.warning("database unavailable in page %s %s (request id %s): %r",
-                    request.method, redact_url(request.path), request.get(REQUEST_ID), exc)
-    elif (conflict := db.transaction_conflict(exc)) is not None:
-        status, message = 503, ("This conflicted with another change made at the same moment and"
-                           " was rolled back. Please try again.")
-        log.warning("transaction rolled back in page %s %s (request id %s): %s %s",
-                    request.method, redact_url(request.path), request.get(REQUEST_ID), conflict,
-                    getattr(conflict, "detail", None) or "")
-    else:
-        status, message = 500, "Something went wrong on our side. It has been logged."
-        log.exception("unhandled error in page %s %s (request id %s)",
-                      request.method, redact_url(request.path), request.get(REQUEST_ID), exc_info=exc)
+    status, message = _FAILED[logged_failure(request, exc)]
     return render(request, "error.html", {
         "status": status, "title": _TITLES.get(status, "Something went wrong"), "message": message,
         "details": [], "request_id": request.get(REQUEST_ID, ""), "back": came_from(request),

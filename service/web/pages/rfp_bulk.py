@@ -4,14 +4,12 @@ the page says after either, including where an item's failure stopped the run.""
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
 
-from ... import db
 from ...domain.errors import NotFound, ParameterInvalid, ValidationFailed
 from ...domain.ids import could_be_id
 from ...domain.rfp_items import MAX_BULK_APPROVE, SKIPPED, BulkStopped, approval_problems, fetch_item
@@ -24,16 +22,12 @@ from ...domain.rfps import (
     review_filter,
     search_term_problem,
 )
-from ...logs import redact_url
 from ..auth import connection
 from ..keys import CONFIG
-from ..telemetry import REQUEST_ID
 from ..views.rfp_items import approve_and_announce
-from .common import page, principal, read_form
+from .common import logged_failure, page, principal, read_form
 from .fields import in_words
 from .rfp_ways import back_saying, count
-
-log = logging.getLogger(__name__)
 
 WRITERS = ("admin", "member")
 
@@ -169,18 +163,7 @@ def _seen(form: Any) -> datetime:
 def _stop_kind(request: web.Request, stopped: BulkStopped) -> str:
     """Why a bulk approval stopped (a key of STOPPED_SAID), logged as the error page would."""
     cause = stopped.__cause__ or stopped
-    where = (request.method, redact_url(request.path), request.get(REQUEST_ID))
-    if isinstance(cause, ValidationFailed):
-        return "invalid"
-    if db.database_unavailable(cause):
-        log.warning("database unavailable in page %s %s (request id %s): %r", *where, cause)
-        return "unavailable"
-    if (conflict := db.transaction_conflict(cause)) is not None:
-        log.warning("transaction rolled back in page %s %s (request id %s): %s %s", *where, conflict,
-                    getattr(conflict, "detail", None) or "")
-        return "conflict"
-    log.error("bulk approval stopped in page %s %s (request id %s)", *where, exc_info=cause)
-    return "error"
+    return "invalid" if isinstance(cause, ValidationFailed) else logged_failure(request, cause)
 
 
 @page(write=True, roles=WRITERS)
