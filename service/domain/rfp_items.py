@@ -414,7 +414,7 @@ class BulkStopped(Exception):
         self.done, self.item_id, self.left = done, item_id, left
 
 
-def _not_approvable(item: Mapping[str, Any]) -> str | None:
+def not_approvable(item: Mapping[str, Any]) -> str | None:
     """Why a bulk approval skips an item (one of SKIPPED), or None: it is approved as one item's
     approval would approve it (the RFP page's Approve button)."""
     if item["state"] == "approved":
@@ -484,7 +484,7 @@ async def _approve_one(
             current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
         except NotFound:
             return "not_found", None
-        if reason := _not_approvable(current):
+        if reason := not_approvable(current):
             return reason, None
         if unchanged_since is not None and current["updated_at"] > unchanged_since:
             return "changed", None

@@ -405,7 +405,7 @@ async def review_items(
 
 
 # The characters str.strip() takes (none lies past U+3000): auto_answer_items's blank answer is
-# the one rfp_items._not_approvable skips.
+# the one rfp_items.not_approvable skips.
 BLANK = "".join(chr(code) for code in range(0x3001) if chr(code).isspace())
 
 

@@ -12,7 +12,14 @@ from aiohttp import web
 
 from ...domain.errors import NotFound, ParameterInvalid, ValidationFailed
 from ...domain.ids import could_be_id
-from ...domain.rfp_items import MAX_BULK_APPROVE, SKIPPED, BulkStopped, approval_problems, fetch_item
+from ...domain.rfp_items import (
+    MAX_BULK_APPROVE,
+    SKIPPED,
+    BulkStopped,
+    approval_problems,
+    fetch_item,
+    not_approvable,
+)
 from ...domain.rfps import (
     REVIEW_FILTERS,
     BandItems,
@@ -49,7 +56,7 @@ STOPPED_SAID = {
 
 def approvable(item: dict[str, Any]) -> bool:
     """Whether the page offers the item to the bulk approval (approve_items approves it)."""
-    return item["state"] not in ("approved", "discarded") and bool((item["answer"] or "").strip())
+    return not_approvable(item) is None
 
 
 async def stopped_item(request: web.Request, conn: Any, rfp_id: str) -> dict[str, Any] | None:
