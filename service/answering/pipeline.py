@@ -35,6 +35,7 @@ from ..domain.accounts import change_credits
 from ..domain.convert import unstructure
 from ..domain.models import rfp_json
 from ..domain.questions import Question
+from ..domain.rfps import MAX_TEXT
 from ..metrics import Metrics
 from . import decision as coverage
 from . import staleness
@@ -155,6 +156,26 @@ async def fetch_references(ctx: StepContext, work: Work) -> Work:
     return attrs.evolve(work, references=tuple(found))
 
 
+# A drafted answer is at most what an RFP item's answer may hold, so that approving it as drafted
+# never fails: the local engine at high detail joins three entries' answers (each up to that
+# size), a remote model writes what it likes.
+CUT_POINT = (f"The drafted answer was longer than an answer may be ({MAX_TEXT:,} characters) and "
+             "was cut short; check how it ends.")
+
+
+def within_limit(text: str) -> str:
+    """`text` cut to at most MAX_TEXT characters with an ellipsis saying so: after the last
+    sentence that fits, else at the last break between words (a text without either in its
+    second half is cut where it must be)."""
+    head = text[:MAX_TEXT - 1]
+    sentence_end = max(head.rfind(end) for end in (". ", "? ", "! ", "\n")) + 1
+    word_end = head.rfind(" ")
+    for end in (sentence_end, word_end):
+        if end > MAX_TEXT // 2:
+            return head[:end].rstrip() + "…"
+    return head + "…"
+
+
 async def draft_answer(ctx: StepContext, work: Work) -> Work:
     """The engine's answer from the references; its failure is an outcome, not an error."""
     request = AnswerRequest(
@@ -171,15 +192,18 @@ async def draft_answer(ctx: StepContext, work: Work) -> Work:
             work, draft_answer=None, verbatim_answer=False, sufficient_context=None, used=(),
             engine_points=(), engine_failure=str(exc),
         )
+    text, points = draft.text, draft.attention_points
+    if len(text) > MAX_TEXT:
+        text, points = within_limit(text), (*points, CUT_POINT)
     # Verbatim only when the text is exactly one entry's answer, whatever the engine did.
-    verbatim = any(draft.text == ref.answer for ref in work.references)
+    verbatim = any(text == ref.answer for ref in work.references)
     return attrs.evolve(
         work,
-        draft_answer=draft.text,
+        draft_answer=text,
         verbatim_answer=verbatim,
         sufficient_context=draft.sufficient_context,
         used=draft.used if draft.sufficient_context else (),
-        engine_points=draft.attention_points,
+        engine_points=points,
         engine_failure=None,
     )
 

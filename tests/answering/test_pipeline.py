@@ -315,6 +315,36 @@ async def test_rfp_item__completed_question_answers_a_pending_item(client, conn,
     assert await balance_and_ledger(conn, admin.account_id) == (10, 10)
 
 
+async def test_rfp_item__a_draft_longer_than_an_answer_may_be_is_cut_and_still_approves(
+    client, conn, admin
+):
+    # An entry's answer may be as long as an item's (100,000 characters); "Yes. " in front of it
+    # made a draft that no approval accepted, which stopped every bulk approval at that item.
+    answer = ("Passwords are long. " * 5_000)[:100_000]
+    kb_id = await add_entry(conn, admin.account_id, "Do you enforce a password policy?", answer)
+    await conn.execute("UPDATE knowledge_items SET yes_no = true WHERE id = $1", kb_id)
+    rfp = await (await client.post(
+        "/api/v1/rfps", headers=admin.headers,
+        json={"rfp": {"title": "Bank", "items": [{"question": "Do you enforce a password policy?"}]}},
+    )).json()
+    item = await conn.fetchrow("SELECT id, question FROM rfp_items WHERE rfp_id = $1", rfp["id"])
+    async with conn.transaction():
+        (question_id,) = await create_item_questions(
+            conn, account_id=admin.account_id, user_id=admin.user_id, member_id=None,
+            rfp_id=rfp["id"], items=[(item["id"], item["question"])], credits=0,
+        )
+    done = await wait_complete(client, question_id, admin.headers)
+    assert done["answer"].startswith("Yes. Passwords are long.")
+    assert len(done["answer"]) <= 100_000 and done["answer"].endswith("are long.…")
+    assert any("was cut short" in point for point in done["attention_points"]), done
+    assert done["verbatim_answer"] is False
+    approved = await client.patch(
+        f"/api/v1/rfps/{rfp['id']}/rfp_items/{item['id']}", headers=admin.headers,
+        json={"rfp_item": {"state": "approved"}},
+    )
+    assert approved.status == 200, await approved.text()
+
+
 async def test_rfp_item__an_item_already_reviewed_is_not_overwritten(client, conn, admin):
     rfp = await (await client.post(
         "/api/v1/rfps", headers=admin.headers,
