@@ -45,6 +45,9 @@ CLAIM_SECONDS = 300.0
 # (embeddings_pending): what the queue cannot tell, a change of model (entries with no vector of
 # the new one) and entries another process's model took off the queue while both ran.
 EVERY_ENTRY_SECONDS = 300.0
+# Queue rows taken off in one transaction: a 100,000-entry import would otherwise be dequeued by
+# one transaction holding 100,000 row locks and deleting as many rows at once.
+DEQUEUE_BATCH = 1_000
 
 
 class EmbeddingFailure(Exception):
@@ -217,6 +220,7 @@ class Indexer:
         self.config = config
         self._wake = asyncio.Event()
         self._indexed_dimensions: set[int] = {384}  # the migration's index
+        self.dequeue_batch = DEQUEUE_BATCH
 
     def wake(self) -> None:
         """Entries were written: embed them now rather than at the next poll."""
@@ -266,12 +270,18 @@ class Indexer:
         total = 0
         while stored := await self.step(every_entry):
             total += stored
-        async with self.pool.acquire() as conn, conn.transaction():
-            current = await conn.fetch(db.query("embeddings_dequeue_lock"), self.embedder.model)
-            if current:
-                await conn.execute(db.query("embeddings_dequeue"), self.embedder.model,
-                                   [row["item_id"] for row in current])
-        return total
+        async with self.pool.acquire() as conn:
+            while True:
+                async with conn.transaction():
+                    current = await conn.fetch(db.query("embeddings_dequeue_lock"),
+                                               self.embedder.model, self.dequeue_batch)
+                    if current:
+                        await conn.execute(db.query("embeddings_dequeue"), self.embedder.model,
+                                           [row["item_id"] for row in current])
+                # A full batch: more may be current. What a batch left queued (written meanwhile)
+                # is no longer current, so the next batch does not find it again.
+                if len(current) < self.dequeue_batch:
+                    return total
 
     async def run(self) -> None:
         """Catch up at start, on every wake-up and every `poll_seconds`: over every entry at start

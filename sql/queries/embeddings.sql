@@ -47,13 +47,15 @@ SELECT p.id, p.account_id, p.text, p.content_hash
 -- locked for embeddings_dequeue in the same transaction, whose next statement's snapshot sees
 -- their text as written by then. Rows a write holds (its entry's text written again) are skipped:
 -- they stay queued for the next round, and the indexer never waits for a writer, so it cannot
--- deadlock with one whose transaction writes entries in several statements.
+-- deadlock with one whose transaction writes entries in several statements. At most $2 of them,
+-- so that after a large import each transaction deletes a bounded batch.
 SELECT q.item_id
   FROM knowledge_embedding_queue q
   JOIN knowledge_items k ON k.id = q.item_id
   JOIN knowledge_embeddings e ON e.item_id = k.id AND e.model = $1
  WHERE e.content_hash = md5(concat_ws(E'\n', k.question, k.title, k.answer))
  ORDER BY q.item_id
+ LIMIT $2
    FOR UPDATE OF q SKIP LOCKED;
 
 -- embeddings_dequeue --

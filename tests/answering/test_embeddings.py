@@ -275,6 +275,36 @@ async def test_indexer__a_text_written_while_its_entry_leaves_the_queue_stays_qu
         await pool.close()
 
 
+@pytest.mark.pgvector
+async def test_indexer__takes_entries_off_the_queue_a_bounded_batch_per_transaction(
+    fake, session, conn, database_url, admin
+):
+    """After a large import the queue was emptied by one transaction locking and deleting every
+    row; now DEQUEUE_BATCH rows a transaction, until a batch comes back short."""
+    _server, url = fake
+    await import_csv(conn, admin.account_id, KB)
+    locks: list[str] = []
+
+    def seen(logged) -> None:
+        if "FOR UPDATE OF q SKIP LOCKED" in logged.query:
+            locks.append(logged.query)
+
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2,
+                                     init=lambda c: _add_logger(c, seen))
+    try:
+        indexer = Indexer(pool, OpenAIEmbedder(settings(url), session), settings(url))
+        indexer.dequeue_batch = 3
+        assert await indexer.catch_up(every_entry=False) == 4
+        assert await conn.fetchval(QUEUED) == 0
+        assert len(locks) == 2  # 3 entries, then the last one (a short batch: done)
+    finally:
+        await pool.close()
+
+
+async def _add_logger(connection: asyncpg.Connection, callback) -> None:
+    connection.add_query_logger(callback)
+
+
 class _HeldEmbedder:
     """Embeds (fake_vector, in the 384 dimensions the migration indexed) only once `go` is set;
     `called` says it has the batch."""
