@@ -68,12 +68,12 @@ BEGIN
     SELECT array_agg(m.concept), array_agg(m.phrase)
       INTO mentioned, mentioned_phrases
       FROM knowledge_vocabulary m
-     WHERE (m.account_id IS NULL OR m.account_id = p_account)
+     WHERE coalesce(m.account_id, '') IN ('', p_account)  -- knowledge_vocabulary_phrase's key
        AND numnode(m.phrase_query) > 0 AND question_vector @@ m.phrase_query;
     SELECT array_agg(v.concept ORDER BY v.concept, v.id), array_agg(v.phrase_query ORDER BY v.concept, v.id)
       INTO phrase_concepts, phrase_queries
       FROM knowledge_vocabulary v
-     WHERE (v.account_id IS NULL OR v.account_id = p_account) AND numnode(v.phrase_query) > 0
+     WHERE coalesce(v.account_id, '') IN ('', p_account) AND numnode(v.phrase_query) > 0
        AND v.concept = ANY(mentioned);
 
     -- A candidate's concepts are tested one query a concept, not one a phrase: ~0.2 ms less a

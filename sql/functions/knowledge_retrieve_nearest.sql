@@ -64,7 +64,7 @@ BEGIN
     WITH concept_queries AS MATERIALIZED (  -- each concept's phrases as one query
         SELECT v.concept, string_agg('(' || v.phrase_query::text || ')', ' | ')::tsquery AS query
           FROM knowledge_vocabulary v
-         WHERE (v.account_id IS NULL OR v.account_id = p_account) AND numnode(v.phrase_query) > 0
+         WHERE coalesce(v.account_id, '') IN ('', p_account) AND numnode(v.phrase_query) > 0
            AND v.concept = ANY(concepts)
          GROUP BY v.concept
     )
