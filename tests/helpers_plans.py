@@ -31,3 +31,13 @@ async def explained(conn: asyncpg.Connection, *settings: str) -> AsyncIterator[l
             yield plans
     finally:
         conn.remove_log_listener(listener)
+
+
+def seq_scans(node: dict, found: set[str] | None = None) -> set[str]:
+    """The tables a JSON plan node (EXPLAIN's "Plan") reads whole, its children's included."""
+    found = set() if found is None else found
+    if node.get("Node Type") == "Seq Scan":
+        found.add(node["Relation Name"])
+    for child in node.get("Plans", []):
+        seq_scans(child, found)
+    return found

@@ -14,6 +14,7 @@ from service import db
 from service.answering.retrieval import find_references
 from service.domain.knowledge import import_csv
 from service.domain.questions import create_question
+from tests.helpers_plans import explained, seq_scans
 
 KB = (
     "id,question,answer\n"
@@ -47,51 +48,31 @@ class _FixedEmbedder:
         return [[1.0] + [0.0] * 383 for _ in texts]
 
 
-def _seq_scans(node: dict, found: set[str]) -> set[str]:
-    if node.get("Node Type") == "Seq Scan":
-        found.add(node["Relation Name"])
-    for child in node.get("Plans", []):
-        _seq_scans(child, found)
-    return found
-
-
 async def test_functions__read_their_tables_through_an_index(conn, admin):
-    plans: list[dict] = []
-
-    def logged(_connection: asyncpg.Connection, message: asyncpg.PostgresLogMessage) -> None:
-        if "plan:" in message.message:
-            plans.append(json.loads(message.message.split("plan:", 1)[1]))
-
     dense = await db.pgvector_available(conn)
-    tx = conn.transaction()  # SET LOCAL only, rolled back: nothing stays, behind PgBouncer too
-    await tx.start()
     try:
-        try:
-            await conn.execute("LOAD 'auto_explain'")
-        except asyncpg.InsufficientPrivilegeError:
-            pytest.skip("auto_explain needs a superuser here")
-        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-                        "auto_explain.log_format = json", "auto_explain.log_level = notice",
-                        "enable_seqscan = off"):  # a seq scan is then the plan only without an index
-            await conn.execute(f"SET LOCAL {setting}")
-        conn.add_log_listener(logged)
-        await import_csv(conn, admin.account_id, KB)
-        await conn.execute("UPDATE knowledge_items SET answer = answer || ' Tested.' WHERE account_id = $1",
-                           admin.account_id)
-        await find_references(conn, admin.account_id, "Do you enforce MFA on backups?")
-        if dense:
-            await find_references(conn, admin.account_id, "Do you enforce MFA?", embedder=_FixedEmbedder())
-        await conn.fetchrow("SELECT * FROM take_rate_limit_token('plans', 5, 1)")
-        await conn.fetchval("SELECT webhook_wanted($1, 'rfp.created')", admin.account_id)
-        await create_question(conn, account_id=admin.account_id, user_id=admin.user_id, text="Backups?")
-        await conn.execute("DELETE FROM knowledge_items WHERE account_id = $1", admin.account_id)
-    finally:
-        conn.remove_log_listener(logged)
-        await tx.rollback()
+        async with explained(conn, "auto_explain.log_format = json",
+                             "enable_seqscan = off") as logged:  # a seq scan only without an index
+            await import_csv(conn, admin.account_id, KB)
+            await conn.execute(
+                "UPDATE knowledge_items SET answer = answer || ' Tested.' WHERE account_id = $1",
+                admin.account_id)
+            await find_references(conn, admin.account_id, "Do you enforce MFA on backups?")
+            if dense:
+                await find_references(conn, admin.account_id, "Do you enforce MFA?",
+                                      embedder=_FixedEmbedder())
+            await conn.fetchrow("SELECT * FROM take_rate_limit_token('plans', 5, 1)")
+            await conn.fetchval("SELECT webhook_wanted($1, 'rfp.created')", admin.account_id)
+            await create_question(conn, account_id=admin.account_id, user_id=admin.user_id,
+                                  text="Backups?")
+            await conn.execute("DELETE FROM knowledge_items WHERE account_id = $1", admin.account_id)
+    except asyncpg.InsufficientPrivilegeError:
+        pytest.skip("auto_explain needs a superuser here")
+    plans = [json.loads(message.split("plan:", 1)[1]) for message in logged if "plan:" in message]
     texts = [plan["Query Text"] for plan in plans]
     missed = {name for name, part in REACHED.items() if not any(part in text for text in texts)}
     assert missed == ({"knowledge_retrieve_nearest"} if not dense else set())
     scanning = {text.strip()[:120]: sorted(tables) for plan, text in zip(plans, texts, strict=True)
-                if (tables := _seq_scans(plan["Plan"], set()))
+                if (tables := seq_scans(plan["Plan"]))
                 and not any(part in text for part in WHOLE_TABLE)}
     assert scanning == {}

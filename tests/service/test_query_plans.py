@@ -10,6 +10,7 @@ import re
 import pytest
 
 from service import db
+from tests.helpers_plans import seq_scans
 
 # Statements that read a whole table on purpose, each with why.
 WHOLE_TABLE = {
@@ -31,14 +32,6 @@ EXPLAIN = """CREATE FUNCTION pg_temp.generic_plan(statement text) RETURNS json L
     BEGIN EXECUTE 'EXPLAIN (GENERIC_PLAN, FORMAT JSON) ' || statement INTO plan; RETURN plan; END $f$"""
 
 
-def _seq_scans(node: dict, found: set[str]) -> set[str]:
-    if node.get("Node Type") == "Seq Scan":
-        found.add(node["Relation Name"])
-    for child in node.get("Plans", []):
-        _seq_scans(child, found)
-    return found
-
-
 def _plannable(sql: str) -> bool:
     """A query or data change (not DDL, SET or VACUUM, nor a template of the code's)."""
     body = re.sub(r"--[^\n]*", "", sql).lstrip().upper()
@@ -56,7 +49,7 @@ async def test_queries__read_their_tables_through_an_index(conn):
             continue
         plan = json.loads(await conn.fetchval("SELECT pg_temp.generic_plan($1)", sql))
         planned += 1
-        if tables := _seq_scans(plan[0]["Plan"], set()):
+        if tables := seq_scans(plan[0]["Plan"]):
             scanning[name] = sorted(tables)
     assert planned > 200
     assert {name: tables for name, tables in scanning.items() if name not in WHOLE_TABLE} == {}
