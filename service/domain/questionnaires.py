@@ -195,13 +195,21 @@ def _columns_found(header: list[str]) -> str:
 # -- layout: header row, question and section columns ----------------------------------------
 
 
-def _resolve(header: list[str], spec: str, option: str) -> int:
+def _resolve(header: list[str], spec: str, option: str, header_row: int | None = None) -> int:
     """A column given by header name (preferred) or by letter."""
     found = _find_named(header, spec) if header else None
     if found is not None:
         return found
     if _COLUMN_LETTERS.match(spec.strip()):
         return column_index(spec.strip())
+    if not header:  # no header row found (or header_row=0): there are no names to list
+        problem = ("header_row is 0 (no header row)" if header_row == 0 else
+                   f"no row of the first {HEADER_SCAN_ROWS} holds it, so no header row was found")
+        raise ValidationFailed(
+            [f"{option}: no column {spec!r}: {problem}; give the column by letter, or the header "
+             f"row with header_row"],
+            message=f"the {option} was not found",
+        )
     raise ValidationFailed(
         [f"{option}: no column {spec!r}; columns found: {_columns_found(header)}"],
         message=f"the {option} was not found",
@@ -209,10 +217,17 @@ def _resolve(header: list[str], spec: str, option: str) -> int:
 
 
 def _detect_header(head: list[tuple[int, list[str]]], options: ImportOptions) -> tuple[int, list[str]] | None:
-    named = options.question_column
-    for number, cells in head:
-        if named and _find_named(cells, named) is not None:
-            return number, cells
+    # The row holding a column named in the options is the header: the question column's name
+    # first, then the section's and the answer column's (not a letter: "B" is no header's name,
+    # and may well be a cell's text).
+    named = [options.question_column] + [
+        spec for spec in (options.section_column, options.answer_column)
+        if spec and not _COLUMN_LETTERS.match(spec.strip())
+    ]
+    for spec in filter(None, named):
+        for number, cells in head:
+            if _find_named(cells, spec) is not None:
+                return number, cells
     for number, cells in head:
         ranks = [rank for cell in cells if (rank := _question_rank(cell)) is not None]
         # A lone short sentence ("Please answer each question") is not a header; a lone
@@ -241,7 +256,7 @@ def _layout(head: list[tuple[int, list[str]]], options: ImportOptions, where: st
             header_row, header = detected
 
     if options.question_column:
-        question = _resolve(header, options.question_column, "question_column")
+        question = _resolve(header, options.question_column, "question_column", options.header_row)
     else:
         ranked = [(rank, i) for i, cell in enumerate(header) if (rank := _question_rank(cell)) is not None]
         if not ranked:
@@ -255,13 +270,13 @@ def _layout(head: list[tuple[int, list[str]]], options: ImportOptions, where: st
 
     section: int | None = None
     if options.section_column:
-        section = _resolve(header, options.section_column, "section_column")
+        section = _resolve(header, options.section_column, "section_column", options.header_row)
     else:
         section = next(
             (i for i, cell in enumerate(header) if i != question and _is_section_header(cell)), None
         )
     if options.answer_column:
-        answer = _resolve(header, options.answer_column, "answer_column")
+        answer = _resolve(header, options.answer_column, "answer_column", options.header_row)
     else:
         answer = _answer_column(header, {question, section})
     return _Layout(header_row=header_row, header=header, question=question, section=section,

@@ -97,6 +97,57 @@ async def test_import_xlsx__explicit_sheet_letter_and_header_row(client, admin):
     )
 
 
+
+async def test_import__a_column_named_beside_a_letter_finds_the_header_row(client, admin):
+    # The question column by letter and the section column by its header, in a sheet whose
+    # question header ("Ask") is not one the importer recognises: the row holding "Category" is
+    # the header. It was not looked for there: the section column was then 422 "columns found:
+    # none (the rows are empty)", and without it the header row was imported as a question.
+    workbook = Workbook()
+    sheet = workbook.active
+    sheet.title = "Questions"
+    sheet.append(["ID", "Category", "Ask", "Vendor response"])
+    sheet.append(["A1", "Access", "Do you enforce MFA?", None])
+    sheet.append(["A2", None, "Do you log admin access?", None])
+    buffer = io.BytesIO()
+    workbook.save(buffer)
+    rfp_id = await new_rfp(client, admin)
+    response = await client.post(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/import?sheet=Questions&question_column=C"
+        "&section_column=Category",
+        data=buffer.getvalue(), headers={**admin.headers, "Content-Type": XLSX_MEDIA_TYPE},
+    )
+    report = (await response.json())["import"]
+    assert response.status == 201
+    assert (report["header_row"], report["question_column"], report["section_column"],
+            report["answer_column"], report["imported"]) == (1, "Ask", "Category", "Vendor response", 2)
+    assert [(item["question"], item["section"]) for item in await items_of(client, admin, rfp_id)] == [
+        ("Do you enforce MFA?", "Access"), ("Do you log admin access?", "Access"),
+    ]
+
+
+async def test_import__a_column_named_with_no_header_row_found_says_so(client, admin):
+    rfp_id = await new_rfp(client, admin)
+    response = await client.post(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/import?question_column=B&section_column=Domain",
+        data=b"A1,Do you enforce MFA?\nA2,Do you log admin access?\n",
+        headers={**admin.headers, "Content-Type": "text/csv"},
+    )
+    body = await response.json()
+    assert response.status == 422
+    assert body["error"]["details"] == [
+        "section_column: no column 'Domain': no row of the first 50 holds it, so no header row was "
+        "found; give the column by letter, or the header row with header_row"
+    ]
+    response = await client.post(
+        f"/api/v1/rfps/{rfp_id}/rfp_items/import?question_column=B&section_column=Domain&header_row=0",
+        data=b"A1,Do you enforce MFA?\n", headers={**admin.headers, "Content-Type": "text/csv"},
+    )
+    assert (await response.json())["error"]["details"] == [
+        "section_column: no column 'Domain': header_row is 0 (no header row); give the column by "
+        "letter, or the header row with header_row"
+    ]
+
 async def test_import_xlsx__unknown_sheet_is_422_listing_sheets(client, admin):
     rfp_id = await new_rfp(client, admin)
     response = await client.post(
