@@ -894,7 +894,7 @@ def document() -> dict[str, Any]:
                 body=_wrapped("knowledge_base_item", _ref("KnowledgeBaseItemInput"))),
             "get": _op("list_knowledge_base_items", "the account's knowledge base, newest first", {
                 "200": _json(_page_of("knowledge_base_items", "KnowledgeBaseItem"), "one page"),
-                "400": _error("page, or stale, invalid (parameter_invalid)")},
+                "400": _error("page, stale or owner invalid (parameter_invalid)")},
                 params=[_PAGE, _query("stale", "true: only the items past their review date, "
                                       "most overdue first", {"enum": ["true", "false"]}),
                         _query("owner", "only this member's items (a member id, or me)")]),

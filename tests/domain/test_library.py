@@ -69,6 +69,23 @@ async def test_owner__set_by_patch_filtered_by_owner_and_me(client, admin, make_
     assert [i["id"] for i in body["knowledge_base_items"]] == [mine["id"]]
 
 
+async def test_owner_filter__neither_me_nor_a_member_id_is_400(client, admin):
+    # The RFP items' assignee filter takes user ids (7); an entry's owner is a member (mbr_…).
+    # owner=7 was a 200 with no entries, as if nobody owned any, rather than a mistake named.
+    await _create(client, admin, answer="x")
+    for value in ("7", "bogus", "ME"):
+        response = await client.get(f"{ITEMS}?owner={value}", headers=admin.headers)
+        assert response.status == 400
+        assert (await response.json())["error"] == {
+            "code": "parameter_invalid",
+            "message": f"owner must be me or a member id (mbr_…, as owner_id shows it); got {value!r}",
+        }
+    unknown = await client.get(f"{ITEMS}?owner=mbr_nobody", headers=admin.headers)
+    assert unknown.status == 200 and (await unknown.json())["knowledge_base_items"] == []
+    everything = await client.get(f"{ITEMS}?owner=", headers=admin.headers)
+    assert len((await everything.json())["knowledge_base_items"]) == 1
+
+
 async def test_owner__must_be_a_member_of_the_account(client, admin, make_account):
     stranger = await make_account()
     item = await _create(client, admin, answer="x")

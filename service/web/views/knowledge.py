@@ -87,6 +87,12 @@ async def list_items(request: web.Request) -> web.Response:
     owner = request.query.get("owner") or None
     if owner == "me":
         owner = who.member_id
+    elif owner is not None and not owner.startswith("mbr_"):
+        # A user id (what the RFP items' assignee filter takes) matched no entry: an empty list
+        # that read as "nobody owns any" rather than as a mistake.
+        raise ParameterInvalid(
+            f"owner must be me or a member id (mbr_…, as owner_id shows it); got {owner!r}"
+        )
     async with connection(request) as conn:
         total, items = await library.list_items(
             conn, who.account_id, stale=stale, owner=owner, size=page.size, offset=page.offset
