@@ -42,6 +42,7 @@ CSV_COLUMNS = ("question", "answer", "title", "tags", "source", "id", "yes_no")
 # The CSV's yes_no column: a questionnaire's own Yes/No for the entry; blank or "N/A" is none.
 YES_NO = {"yes": True, "y": True, "true": True, "no": False, "n": False, "false": False,
           "": None, "n/a": None, "na": None, "-": None}
+YES_NO_WORDS = "Yes, No or blank (also Y, N, true, false, N/A, NA or -; any case)"
 
 
 
@@ -287,7 +288,7 @@ def _knowledge_rows(records: Iterator[tuple[int, list[str]]]) -> ParsedCsv:
         yes_no_text = (fields.get("yes_no") or "").strip().lower()
         if yes_no_text not in YES_NO:
             rejected.append(Rejection(
-                row=row_number, reason=f"yes_no must be Yes, No or blank; got {_shown(fields['yes_no'])!r}"
+                row=row_number, reason=f"yes_no must be {YES_NO_WORDS}; got {_shown(fields['yes_no'])!r}"
             ))
             continue
         raw: dict[str, Any] = {
