@@ -51,6 +51,11 @@ def band_form(page: str) -> list[tuple[str, str]]:
         r'<input type="hidden" name="(state|assignee|q|seen|back)" value="([^"]*)">', form)]
 
 
+def seen(page: str) -> tuple[str, str]:
+    """The bulk form's `seen`: when the page was shown (both buttons send it)."""
+    return ("seen", unescape(field(page, "seen")))
+
+
 def band_button(page: str) -> str:
     found = re.search(r'id="approve-band" aria-describedby="band-hint">([^<]*)</button>', page)
     return unescape(found.group(1)) if found else ""
@@ -160,7 +165,7 @@ async def test_bulk_approve__approves_each_as_one_approval_and_counts_what_it_sk
     # The rest in one go, every item ticked: the approved, pending, discarded and blank ones skipped.
     response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
         ("csrf_token", csrf), ("back", "?state=review&page=1"), ("scope", "selected"),
-        ("save_to_kb", "1"),
+        ("save_to_kb", "1"), seen(page),
         *(("item", item_id) for item_id in [*ids[1:], ids[0], "item_nope", "item_\x00", "x" * 5000])])
     assert response.status == 303
     assert response.headers["Location"] == f"/rfps/{rfp_id}?state=review&page=1&bulk=3,2,2,1,3,0#bulk-done"
@@ -206,8 +211,9 @@ async def test_bulk_approve__approves_each_as_one_approval_and_counts_what_it_sk
     # discarded): once, by the bulk approval.
     await conn.execute("UPDATE rfp_items SET answer = 'Yes.', state = 'auto_answered' WHERE id = $1", ids[5])
     await conn.execute("UPDATE rfp_items SET state = 'discarded' WHERE id = $1", ids[7])
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
     last = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
-        ("csrf_token", csrf), ("scope", "selected"), ("item", ids[5])])
+        ("csrf_token", csrf), ("scope", "selected"), ("item", ids[5]), seen(page)])
     assert last.headers["Location"] == f"/rfps/{rfp_id}?bulk=1,0,0,0,0,0#bulk-done"
     assert await conn.fetchval("SELECT count(*) FROM audit_events WHERE action = 'rfp.approved'") == 1
     assert await conn.fetchval("SELECT count(*) FROM webhook_events WHERE type = 'rfp.approved'") == 1
@@ -423,8 +429,10 @@ async def test_bulk_approve__an_item_that_cannot_be_approved_stops_the_run_and_t
         ("Three?", "auto_answered", "Yes. " + "x" * 100_000, 0.9),
         ("Four?", "auto_answered", "Yes.", 0.9), ("Five?", "auto_answered", "Yes.", 0.9)])
     csrf = await sign_in(app_client, admin.email)
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
     response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
-        ("csrf_token", csrf), ("back", "?page=1"), ("scope", "selected"), *(("item", i) for i in ids)])
+        ("csrf_token", csrf), ("back", "?page=1"), ("scope", "selected"), *(("item", i) for i in ids),
+        seen(page)])
     assert response.status == 303
     assert response.headers["Location"] == (
         f"/rfps/{rfp_id}?page=1&bulk=2,0,0,0,0,0&bulk_stop={ids[2]}&bulk_why=invalid&bulk_left=2#bulk-done")
@@ -464,13 +472,14 @@ async def test_bulk_approve__a_deadlock_partway_says_what_was_approved_before_it
     rfp_id = await make_rfp(admin, "Acme")
     ids = await add_items(conn, rfp_id, [(f"Q{n}?", "auto_answered", "Yes.", 0.9) for n in range(1, 6)])
     csrf = await sign_in(app_client, admin.email)
+    page_time = seen(await (await app_client.get(f"/rfps/{rfp_id}")).text())
     # This session never breaks the deadlock itself: the approval's backend, waiting first, does.
     await conn.execute("SET deadlock_timeout = '60s'")
     async with conn.transaction():
         await conn.execute("SELECT 1 FROM rfp_items WHERE id = $1 FOR UPDATE", ids[3])
         posting = asyncio.create_task(app_client.post(
             f"/rfps/{rfp_id}/approve", allow_redirects=False,
-            data=[("csrf_token", csrf), ("scope", "selected"), *(("item", i) for i in ids)]))
+            data=[("csrf_token", csrf), ("scope", "selected"), *(("item", i) for i in ids), page_time]))
         await lock_waiters(conn, 1)  # the approval holds the RFP and waits for the fourth item
         await conn.execute("SELECT 1 FROM rfps WHERE id = $1 FOR NO KEY UPDATE", rfp_id)
         response = await posting

@@ -155,7 +155,7 @@ def _band_filters(form: Any) -> tuple[str | None, bool, str | None]:
 
 
 def _seen(form: Any) -> datetime:
-    """When the page the band's button was pressed on was shown (its `seen`): only the items
+    """When the page the bulk approval was sent from was shown (its `seen`): only the items
     unchanged since are approved, each one the reviewer could have seen there."""
     try:
         seen = datetime.fromisoformat(str(form.get("seen") or ""))
@@ -177,9 +177,9 @@ def _stop_kind(request: web.Request, stopped: BulkStopped) -> str:
 async def approve(request: web.Request) -> web.StreamResponse:
     """Approve many items at once: the ones ticked ("Approve selected", `item`), or (`band`) the
     first MAX_BULK_APPROVE of the RFP's items in the auto-answer band that pass the page's
-    filters (`state`, `assignee`, `q`) and were not changed since the page was shown (`seen`),
-    chosen here, each as its Approve button would (approve_items); back to the page saying how
-    many were approved and skipped, and where an item's failure stopped the run."""
+    filters (`state`, `assignee`, `q`), chosen here; either way only those not changed since the
+    page was shown (`seen`), each as its Approve button would (approve_items); back to the page
+    saying how many were approved and skipped, and where an item's failure stopped the run."""
     form = await read_form(request)
     rfp_id = request.match_info["id"]
     scope = form.get("scope")
@@ -187,7 +187,6 @@ async def approve(request: web.Request) -> web.StreamResponse:
         raise ValidationFailed(
             ["Choose “Approve selected” or “Approve all … auto-answer items”."],
             "nothing was approved")
-    seen = None
     if scope == "band":
         (shown, mine, pattern), seen = _band_filters(form), _seen(form)
         who = principal(request)
@@ -206,6 +205,10 @@ async def approve(request: web.Request) -> web.StreamResponse:
         if len(ids) > MAX_BULK_APPROVE:  # said in words before any id is read
             raise ValidationFailed([f"At most {MAX_BULK_APPROVE} items can be approved at once;"
                                     f" {len(ids):,} were chosen."], "too many items to approve at once")
+        # Only those unchanged since the page was shown, as the band's: a ticked item whose answer
+        # was rewritten meanwhile (another reviewer, a reopened item answered again) was approved
+        # unseen, where its own Approve button sends the answer it shows.
+        seen = _seen(form)
     band_part = "&bulk_band=1" if scope == "band" else ""
     try:
         done = await approve_and_announce(request, rfp_id, ids, unchanged_since=seen,
