@@ -6,15 +6,12 @@ from __future__ import annotations
 
 from html import unescape
 
-import pytest
-
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
 from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password, sign_in  # noqa: F401
 from test_pages_review_bulk import add_items, band_form, picks
 
 
-@pytest.mark.xfail(strict=True, reason="finding: a page time out of a timestamp's range is a 500")
 async def test_bulk_approve__a_page_time_past_what_a_timestamp_holds_is_refused_in_words(
     app_client, admin, make_rfp, conn,
 ):

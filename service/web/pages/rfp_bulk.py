@@ -4,7 +4,7 @@ the page says after either, including where an item's failure stopped the run.""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -159,9 +159,12 @@ def _seen(form: Any) -> datetime:
     unchanged since are approved, each one the reviewer could have seen there."""
     try:
         seen = datetime.fromisoformat(str(form.get("seen") or ""))
-    except ValueError:
+        # In UTC, as the database takes it: year 1 at +01:00 or 9999 at -01:00 parse, but fall
+        # outside what a timestamp holds (OverflowError sending the query: a 500).
+        seen = seen.astimezone(UTC) if seen.tzinfo is not None else None
+    except (ValueError, OverflowError):
         seen = None
-    if seen is None or seen.tzinfo is None:
+    if seen is None:
         raise ValidationFailed(["The page's time is missing; reload the page and try again."],
                                "nothing was approved")
     return seen
