@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from html import unescape
 
+import asyncpg
+import pytest
+
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
 from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password, sign_in  # noqa: F401
@@ -80,3 +83,32 @@ async def test_bulk_approve__selected_skips_an_item_changed_after_the_page_was_s
     assert refused.status == 422 and "reload the page" in unescape(await refused.text())
     assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = $1", ids[0]) == "auto_answered"
 
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "finding: updated_at is the writer's transaction start, so a write committed after the page"
+    " reads as unchanged since `seen`"))
+async def test_bulk_approve__a_write_committed_after_the_page_was_shown_is_not_approved_unseen(
+    app_client, admin, make_rfp, conn, database_url,
+):
+    """`seen` is when the page's statement ran; an item counts as unchanged when its updated_at is
+    not later. But updated_at = now() is when the writing transaction began: a long one (an
+    import rewriting answers) that began before the page and committed after it leaves the page
+    showing the old answer while the item reads as unchanged, and the band approves the new one."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, [("Do you encrypt backups?", "auto_answered", "Yes.", 0.95)])
+    csrf = await sign_in(app_client, admin.email)
+    writer = await asyncpg.connect(database_url)
+    try:
+        async with writer.transaction():
+            await writer.execute("UPDATE rfp_items SET answer = 'No, never.', updated_at = now()"
+                                 " WHERE id = $1", ids[0])
+            page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+            assert "No, never." not in page and "Yes." in page  # the old answer is what was shown
+    finally:
+        await writer.close()
+    response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
+        ("csrf_token", csrf), ("scope", "band"), *band_form(page)])
+    assert response.status == 303
+    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = $1", ids[0]) != "approved"
