@@ -136,7 +136,14 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
 -- Python's str.strip() takes, so that the page and the approval agree on blank; an answer's
 -- first character settles it but for the few that open with one, sparing a btrim() of every
 -- answer), and with $7 only those unchanged since then. `total`, how many; `ids`, the first $9
--- in questionnaire order; `seen`, the statement's time (the page sends it back as $7).
+-- in questionnaire order; `seen`, the page's time (it sends it back as $7): the statement's, or
+-- just before the oldest transaction that has written and not yet committed began. An
+-- item's updated_at is its writer's now(), the start of its transaction: one that began before
+-- this statement and commits after the page read its items (a long import) leaves the page
+-- showing the old answer with an updated_at before the statement's time, and the bulk approval
+-- took it as unchanged. (pg_stat_activity shows the transactions of this role's sessions, which
+-- are the service's; a transaction that has written nothing yet has no backend_xid: a reader,
+-- such as an export or pg_dump, never holds `seen` back.)
 WITH band AS MATERIALIZED (
     SELECT i.id, i.position
       FROM rfp_items i
@@ -152,7 +159,11 @@ WITH band AS MATERIALIZED (
 )
 SELECT (SELECT count(*) FROM band)::integer AS total,
        array(SELECT id FROM band ORDER BY position LIMIT $9) AS ids,
-       statement_timestamp() AS seen;
+       least(statement_timestamp(),
+             (SELECT min(a.xact_start) - interval '1 microsecond' FROM pg_stat_activity a
+               WHERE a.backend_xid IS NOT NULL AND a.datid = (SELECT oid FROM pg_database
+                                                               WHERE datname = current_database())))
+           AS seen;
 
 -- search_knowledge_items --
 -- One page of an account's entries whose question, answer or title matches an ILIKE pattern

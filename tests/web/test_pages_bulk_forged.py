@@ -7,7 +7,6 @@ from __future__ import annotations
 from html import unescape
 
 import asyncpg
-import pytest
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
@@ -85,9 +84,6 @@ async def test_bulk_approve__selected_skips_an_item_changed_after_the_page_was_s
 
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding: updated_at is the writer's transaction start, so a write committed after the page"
-    " reads as unchanged since `seen`"))
 async def test_bulk_approve__a_write_committed_after_the_page_was_shown_is_not_approved_unseen(
     app_client, admin, make_rfp, conn, database_url,
 ):
