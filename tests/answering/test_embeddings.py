@@ -49,6 +49,9 @@ class FakeServer:
         self.requests: list[dict[str, Any]] = []
         self.failures: list[int] = []  # statuses to answer with before succeeding
         self.received = asyncio.Event()
+        # A model's input limit: a request holding a longer text is refused whole (HTTP 400), as
+        # OpenAI refuses one past the model's context length.
+        self.longest: int | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -56,6 +59,8 @@ class FakeServer:
         self.received.set()
         if self.failures:
             return web.json_response({"error": {"message": "try later"}}, status=self.failures.pop(0))
+        if self.longest is not None and any(len(t) > self.longest for t in body["input"]):
+            return web.json_response({"error": {"message": "maximum context length exceeded"}}, status=400)
         data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, self.dimensions)}
                 for i, t in enumerate(body["input"])]
         return web.json_response({"object": "list", "model": body["model"], "data": data[::-1],
@@ -297,6 +302,38 @@ async def test_indexer__takes_entries_off_the_queue_a_bounded_batch_per_transact
         assert await indexer.catch_up(every_entry=False) == 4
         assert await conn.fetchval(QUEUED) == 0
         assert len(locks) == 2  # 3 entries, then the last one (a short batch: done)
+    finally:
+        await pool.close()
+
+
+@pytest.mark.xfail(strict=True, reason="finding: one entry the backend refuses stops every entry behind it")
+@pytest.mark.pgvector
+async def test_indexer__an_entry_the_backend_refuses_holds_back_no_other_entry(
+    fake, session, conn, database_url, admin, make_account
+):
+    """An entry whose text the backend refuses (HTTP 400: past the model's input limit, where an
+    answer may hold 100,000 characters) failed its whole batch, and the round with it, every
+    round: written first, it stayed the oldest on the queue, so no entry of any account queued
+    after it was embedded again (the service's dense retrieval stopped learning). Now the batch is
+    embedded an entry at a time when refused; the refused entry keeps its claim (CLAIM_SECONDS)
+    rather than being sent again every round."""
+    server, url = fake
+    server.longest = 1_000
+    other = await make_account("Other")
+    await import_csv(conn, other.account_id, "id,question,answer\nLONG-1,Everything?," + "x" * 5_000 + "\n")
+    await import_csv(conn, admin.account_id, KB)
+    pool = await asyncpg.create_pool(database_url, **CONNECT, min_size=1, max_size=2)
+    try:
+        indexer = Indexer(pool, OpenAIEmbedder(settings(url, max_attempts=1), session), settings(url))
+        assert await indexer.catch_up(every_entry=False) + await indexer.catch_up(every_entry=False) == 4
+        embedded = await conn.fetch("SELECT k.external_id FROM knowledge_embeddings e"
+                                    " JOIN knowledge_items k ON k.id = e.item_id")
+        assert sorted(r["external_id"] for r in embedded) == ["BAK-1", "END-1", "ENC-1", "HR-1"]
+        # Not sent again while its claim lasts, in a round over the queue or over every entry.
+        sent = len(server.requests)
+        assert await indexer.catch_up(every_entry=False) == 0 and await indexer.catch_up() == 0
+        assert len(server.requests) == sent
+        assert await conn.fetchval(QUEUED) == 1  # still queued: tried again once the claim lapses
     finally:
         await pool.close()
 
