@@ -33,7 +33,7 @@ import asyncpg
 from .. import db
 from ..config import EmbeddingsConfig
 from .minilm_onnx import MODEL, MODEL_INTEGER, OnnxEmbedder
-from .openai_http import Retryable, post_with_retries
+from .openai_http import Retryable, post_with_retries, refused
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +239,12 @@ class Indexer:
             return 0
         ids = [row["id"] for row in rows]
         try:
-            vectors = await self.embedder.embed([row["text"] for row in rows])
-            dimensions = len(vectors[0])
+            embedded = [(row, vector) for row, vector in zip(rows, await self._vectors(rows), strict=True)
+                        if vector is not None]
+            if not embedded:
+                return 0
+            dimensions = len(embedded[0][1])
+            stored = [row["id"] for row, _ in embedded]
             async with self.pool.acquire() as conn:
                 if dimensions not in self._indexed_dimensions:
                     await ensure_hnsw_index(conn, dimensions)
@@ -249,12 +253,13 @@ class Indexer:
                     await conn.execute(
                         db.query("embeddings_store"),
                         self.embedder.model,
-                        ids,
-                        [row["content_hash"] for row in rows],
-                        [vector_literal(v) for v in vectors],
+                        stored,
+                        [row["content_hash"] for row, _ in embedded],
+                        [vector_literal(v) for _, v in embedded],
                         dimensions,
                     )
-                    await conn.execute(db.query("embeddings_release"), self.embedder.model, ids)
+                    # Only theirs: a refused entry keeps its claim (_vectors).
+                    await conn.execute(db.query("embeddings_release"), self.embedder.model, stored)
         except BaseException:
             # Free the batch for the next round (or another process) at once; if even that fails,
             # the claims lapse after CLAIM_SECONDS.
@@ -262,7 +267,35 @@ class Indexer:
                 async with self.pool.acquire() as conn:
                     await conn.execute(db.query("embeddings_release"), self.embedder.model, ids)
             raise
-        return len(rows)
+        return len(embedded)
+
+    async def _vectors(self, rows: Sequence[asyncpg.Record]) -> list[list[float] | None]:
+        """The batch's vectors, None for an entry the backend refuses. A batch it refuses outright
+        (a 4xx, e.g. one text past the model's input limit) is embedded an entry at a time: one
+        entry it cannot take failed the batch and the round every round, and, the oldest on the
+        queue, held back every entry of every account behind it. A refused entry keeps its claim
+        (CLAIM_SECONDS), so it is not sent again each round meanwhile; an outage still fails the
+        round (the claims are released, as before)."""
+        try:
+            return list(await self.embedder.embed([row["text"] for row in rows]))
+        except EmbeddingFailure as exc:
+            if not refused(exc):
+                raise
+            if len(rows) == 1:
+                return [self._refused(rows[0])]
+        vectors: list[list[float] | None] = []
+        for row in rows:
+            try:
+                vectors.extend(await self.embedder.embed([row["text"]]))
+            except EmbeddingFailure as exc:
+                if not refused(exc):
+                    raise
+                vectors.append(self._refused(row))
+        return vectors
+
+    def _refused(self, row: asyncpg.Record) -> None:
+        log.warning("the embeddings backend refused knowledge-base entry %s (%d characters); tried"
+                    " again in %g s", row["id"], len(row["text"]), CLAIM_SECONDS)
 
     async def catch_up(self, every_entry: bool = True) -> int:
         """Embed until nothing is pending (among every entry, or the queued ones), then take what

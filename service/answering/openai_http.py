@@ -41,6 +41,13 @@ def headers(settings: RetrySettings) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def refused(exc: BaseException) -> bool:
+    """Whether `exc`, a caller's `failure`, is the server's final refusal of that request (a 4xx
+    other than 429: this body, e.g. a text past the model's input limit), not an outage or
+    attempts used up: another request may well be taken."""
+    return getattr(exc, "refused", False) is True
+
+
 async def _attempt(
     session: aiohttp.ClientSession, url: str, body: dict[str, Any], settings: RetrySettings,
     parse: Callable[[Any], T], failure: type[Exception], server: str,
@@ -55,7 +62,9 @@ async def _attempt(
                 # goes to the operator's log, never into what a user sees (attention points).
                 log.warning("%s answered HTTP %s: %s", server, response.status,
                             (await response.text())[:2000])
-                raise failure(f"HTTP {response.status} from the {server} (details in the service log)")
+                error = failure(f"HTTP {response.status} from the {server} (details in the service log)")
+                error.refused = True  # type: ignore[attr-defined]  # (refused())
+                raise error
             try:
                 payload = await response.json(content_type=None)
             except ValueError:
