@@ -271,11 +271,12 @@ class Indexer:
 
     async def _vectors(self, rows: Sequence[asyncpg.Record]) -> list[list[float] | None]:
         """The batch's vectors, None for an entry the backend refuses. A batch it refuses outright
-        (a 4xx, e.g. one text past the model's input limit) is embedded an entry at a time: one
-        entry it cannot take failed the batch and the round every round, and, the oldest on the
-        queue, held back every entry of every account behind it. A refused entry keeps its claim
-        (CLAIM_SECONDS), so it is not sent again each round meanwhile; an outage still fails the
-        round (the claims are released, as before)."""
+        (400, 413 or 422: e.g. one text past the model's input limit) is embedded an entry at a
+        time: one entry it cannot take failed the batch and the round every round, and, the
+        oldest on the queue, held back every entry of every account behind it. A refused entry
+        keeps its claim (CLAIM_SECONDS), so it is not sent again each round meanwhile; an outage
+        or a refusal of every request (a wrong key: 401) still fails the round, the claims
+        released, as before."""
         try:
             return list(await self.embedder.embed([row["text"] for row in rows]))
         except EmbeddingFailure as exc:

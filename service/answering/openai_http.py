@@ -41,11 +41,16 @@ def headers(settings: RetrySettings) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+# The replies that refuse what a request carries (a text past the model's input limit: 400 from
+# OpenAI, 413 or 422 from other servers), where another request may be taken; not 401, 403 or 404,
+# which refuse every request alike (a wrong key, model or URL).
+_REFUSING_THE_BODY = frozenset({400, 413, 422})
+
+
 def refused(exc: BaseException) -> bool:
-    """Whether `exc`, a caller's `failure`, is the server's final refusal of that request (a 4xx
-    other than 429: this body, e.g. a text past the model's input limit), not an outage or
-    attempts used up: another request may well be taken."""
-    return getattr(exc, "refused", False) is True
+    """Whether `exc`, a caller's `failure`, is the server's final refusal of that request's body
+    (_REFUSING_THE_BODY), not an outage, attempts used up or a refusal of every request."""
+    return getattr(exc, "status", None) in _REFUSING_THE_BODY
 
 
 async def _attempt(
@@ -63,7 +68,7 @@ async def _attempt(
                 log.warning("%s answered HTTP %s: %s", server, response.status,
                             (await response.text())[:2000])
                 error = failure(f"HTTP {response.status} from the {server} (details in the service log)")
-                error.refused = True  # type: ignore[attr-defined]  # (refused())
+                error.status = response.status  # type: ignore[attr-defined]  # (refused())
                 raise error
             try:
                 payload = await response.json(content_type=None)

@@ -333,6 +333,14 @@ async def test_indexer__an_entry_the_backend_refuses_holds_back_no_other_entry(
         assert await indexer.catch_up(every_entry=False) == 0 and await indexer.catch_up() == 0
         assert len(server.requests) == sent
         assert await conn.fetchval(QUEUED) == 1  # still queued: tried again once the claim lapses
+        # A refusal of every request (a wrong key) is no entry's: the round fails at the batch,
+        # sent once, its claims released.
+        await conn.execute("UPDATE knowledge_items SET answer = 'Hourly.' WHERE external_id = 'BAK-1'")
+        server.failures = [401]
+        with pytest.raises(EmbeddingFailure, match="HTTP 401"):
+            await indexer.catch_up(every_entry=False)
+        assert len(server.requests) == sent + 1
+        assert await indexer.catch_up(every_entry=False) == 1
     finally:
         await pool.close()
 
