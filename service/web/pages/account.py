@@ -19,6 +19,7 @@ from ..auth import connection
 from ..keys import CONFIG, PASSWORDS, POOL
 from .common import (
     COOKIE,
+    NEXT_MAX,
     SESSION,
     SIGN_IN_COOKIE,
     check_form_origin,
@@ -36,8 +37,9 @@ def _safe_next(raw: str | None) -> str:
     """Where to go after signing in: a path of this site only (never //elsewhere)."""
     # No "//host", no backslash, no whitespace or control characters (a browser drops a tab or
     # newline inside a URL, so "/\t/host" would become "//host").
+    # No longer than any page address of the site (NEXT_MAX): the Location would be unreadable.
     if (raw and raw.startswith("/") and not raw.startswith("//") and "\\" not in raw
-            and raw.isprintable() and not any(ch.isspace() for ch in raw)):
+            and len(raw) <= NEXT_MAX and raw.isprintable() and not any(ch.isspace() for ch in raw)):
         return raw
     return "/rfps"
 

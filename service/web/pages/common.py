@@ -136,6 +136,11 @@ def _this_site(request: web.Request, url: str) -> bool:
 
 _CAME_FROM_MAX = 2000  # characters of a way back kept (a page's own URLs are far shorter)
 
+# The longest page address carried through the sign-in (?next=) and back: the site's own are under
+# 100 characters but for an RFP page's search term (at most 200 characters: rfp_ways.BACK_MAX). A
+# longer one went into the redirects whole, a Location past what proxies and clients read.
+NEXT_MAX = 2_600
+
 
 def came_from(request: web.Request) -> str | None:
     """The page of this site a request came from (its Referer, path and query): the page of the
@@ -218,7 +223,9 @@ def page(
             if signed_in:
                 if session is None:
                     if request.method == "GET":
-                        raise see_other(f"/signin?next={quote(request.path_qs, safe='')}")
+                        wanted = request.path_qs
+                        raise see_other(f"/signin?next={quote(wanted, safe='')}"
+                                        if len(wanted) <= NEXT_MAX else "/signin")
                     raise Unauthorized("you are not signed in (or your session has ended)")
                 if request.method == "POST":
                     await check_form_origin(request, session, token=not multipart)
