@@ -58,3 +58,33 @@ async def test_sign_in__a_next_longer_than_any_page_of_the_site_is_not_carried(a
     signed = await app_client.post("/signin", allow_redirects=False, data={
         "email": admin.email, "password": PASSWORD, "sign_in_token": token, "next": search})
     assert signed.headers["Location"] == search
+
+
+async def test_sign_in__next_to_another_accounts_record_says_nothing_of_it(
+    app_client, admin, make_account, make_rfp, conn,
+):
+    """What held: a user signing in to open a page of an account they are not in (another's RFP,
+    entry or question, or one that does not exist) lands in their own account, the redirect the
+    same but for the path asked, the session and its audit event alike: nothing says whether the
+    record exists, and no membership but their own is taken."""
+    await set_password(conn, admin.email)
+    other = await make_account("Other")
+    theirs = await make_rfp(other, "Theirs")
+    entry = await conn.fetchval(
+        "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES ('kb_theirs', $1, 'Q?', 'A.')"
+        " RETURNING id", other.account_id)
+    seen = []
+    for path in (f"/rfps/{theirs}", "/rfps/rfp_nobodys0000000000000", f"/kb/{entry}", "/kb/kb_nobodys",
+                 "/ask/q_nobodys"):
+        token = field(await (await app_client.get("/signin")).text(), "sign_in_token")
+        signed = await app_client.post("/signin", allow_redirects=False, data={
+            "email": admin.email, "password": PASSWORD, "sign_in_token": token, "next": path})
+        assert signed.headers["Location"] == path
+        landed = await app_client.get(path, headers={"Accept": "text/html"})
+        event = await conn.fetchrow("SELECT account_id, actor_id FROM audit_events"
+                                    " WHERE action = 'auth.signed_in' ORDER BY id DESC LIMIT 1")
+        seen.append((signed.status, sorted(signed.headers.keys()), landed.status,
+                     (await landed.text()).count("Other"), dict(event)))
+        app_client.session.cookie_jar.clear()
+    assert all(one == seen[0] for one in seen), seen
+    assert seen[0][2] == 404 and seen[0][4]["account_id"] == admin.account_id
