@@ -19,6 +19,7 @@ import attrs
 from .. import db
 from .errors import NotFound, Unauthorized
 from .ids import could_be_id
+from .models import Page
 from .tokens import Principal, hash_token
 
 # secrets.token_urlsafe(32): 43 characters. Anything else is refused without a query.
@@ -61,9 +62,14 @@ async def find_session(conn: asyncpg.Connection, cookie: str | None) -> Session 
     )
 
 
-async def user_memberships(conn: asyncpg.Connection, user_id: int) -> list[asyncpg.Record]:
-    """The user's memberships (account_id, account_name, role, is_owner), by account name."""
-    return await conn.fetch(db.query("user_memberships"), user_id)
+async def user_memberships(
+    conn: asyncpg.Connection, user_id: int, page: Page
+) -> tuple[list[asyncpg.Record], int]:
+    """A page of the user's memberships (account_id, account_name, role, is_owner), by account
+    name, and how many they hold in all."""
+    total = await conn.fetchval(db.query("count_user_memberships"), user_id)
+    rows = await conn.fetch(db.query("user_memberships"), user_id, page.size, page.offset)
+    return rows, total
 
 
 async def switch_account(

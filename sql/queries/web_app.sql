@@ -26,14 +26,19 @@ SELECT s.token_hash, ARRAY['read', 'write']::text[] AS scopes, s.csrf_token,
    AND s.revoked_at IS NULL
    AND s.expires_at > now();
 
+-- count_user_memberships --
+-- How many accounts user $1 is a member of.
+SELECT count(*) FROM members WHERE user_id = $1;
+
 -- user_memberships --
--- The accounts user $1 is a member of (the web app's account switcher), with their role in each,
--- by account name.
+-- A page of the accounts user $1 is a member of (the web app's account switcher), with their
+-- role in each, by account name.
 SELECT m.account_id, a.name AS account_name, m.role::text AS role, m.is_owner
   FROM members m
   JOIN accounts a ON a.id = m.account_id
  WHERE m.user_id = $1
- ORDER BY lower(a.name), a.id;
+ ORDER BY lower(a.name), a.id
+ LIMIT $2 OFFSET $3;
 
 -- lock_membership_of_user --
 -- User $1's membership in account $2, to start a session of it (switching accounts): none when

@@ -301,3 +301,44 @@ async def test_accounts_page__of_a_user_in_one_account_says_there_is_none_to_swi
     html = await (await app_client.get("/accounts")).text()
     assert "member of this account only: there is no other to switch to" in html
     assert "the other account" not in html and "/accounts/switch" not in html
+
+
+async def test_accounts_page__pages_many_memberships_keeping_the_count_and_the_switch_forms(
+    app_client, make_account, conn
+):
+    """/accounts listed every membership on one page: a consultant in hundreds of accounts got one
+    huge page. It is paged as the other lists (20 a page, `_pager.html`); the count is of them all,
+    the account the session is in is marked on whichever page it falls, and a switch form of a
+    later page switches."""
+    home = await make_account("Zeta home")  # sorts last: the account the session is in, page 3
+    await set_password(conn, home.email)
+    others = [await make_account(f"Account {n:02}") for n in range(1, 46)]
+    for other in others:
+        await accounts.add_member(conn, other.account_id, home.email, "member")
+    await sign_in(app_client, home.email)
+
+    def rows(html: str) -> list[str]:
+        return re.findall(r"<tr>\s*<td>([^<]*)</td>", html)
+
+    first = await (await app_client.get("/accounts")).text()
+    assert rows(first) == [f"Account {n:02}" for n in range(1, 21)]
+    assert "a member of 46 accounts" in first
+    assert "You are in this account" not in first
+    assert '<span>Page 1 of 3</span>' in first and 'href="?page=2" rel="next"' in first
+    second = await (await app_client.get("/accounts?page=2")).text()
+    assert rows(second) == [f"Account {n:02}" for n in range(21, 41)]
+    assert 'href="?page=1" rel="prev"' in second and 'href="?page=3" rel="next"' in second
+    last = await (await app_client.get("/accounts?page=3")).text()
+    assert rows(last) == [f"Account {n:02}" for n in range(41, 46)] + ["Zeta home"]
+    assert "You are in this account" in last and "Switch to Zeta home" not in last
+    assert 'rel="next"' not in last
+    past = await app_client.get("/accounts?page=9")
+    assert past.status == 200 and rows(await past.text()) == []
+    assert 'id="accounts-past-the-end"' in await past.text()
+    bad = await app_client.get("/accounts?page=x")
+    assert bad.status == 400
+
+    switched = await switch(app_client, others[24].account_id, field(second, "csrf_token"))
+    assert switched.status == 303 and switched.headers["Location"] == "/rfps?switched=1"
+    landed = await (await app_client.get("/rfps?switched=1")).text()
+    assert "<strong>Account 25</strong>" in header(landed)

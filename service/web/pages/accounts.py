@@ -4,10 +4,13 @@ leads there when there are several) and switching to another (domain/sessions.py
 
 from __future__ import annotations
 
+import math
+
 from aiohttp import web
 
 from ...domain import audit
 from ...domain.members import signed_in_actor
+from ...domain.models import Page
 from ...domain.sessions import switch_account, user_memberships
 from ..actors import actor
 from ..auth import connection
@@ -18,10 +21,14 @@ from .common import COOKIE, page, principal, read_form, render
 
 @page()
 async def accounts_page(request: web.Request) -> web.StreamResponse:
+    current = Page.from_query(request.query)
     who = principal(request)
     async with connection(request) as conn:
-        memberships = await user_memberships(conn, who.user_id)
-    return render(request, "accounts.html", {"memberships": memberships, "here": who.account_id})
+        memberships, total = await user_memberships(conn, who.user_id, current)
+    return render(request, "accounts.html", {
+        "memberships": memberships, "total": total, "here": who.account_id,
+        "page": current.number, "pages": math.ceil(total / current.size),
+    })
 
 
 @page()
