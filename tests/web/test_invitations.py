@@ -148,7 +148,7 @@ async def test_members_page__waiting_invitations_have_a_pager_of_their_own(
     second = await (await app_client.get("/members?invitations_page=2")).text()
     assert f"p{PAGE_SIZE + 1}@example.test" in second and "p1@example.test" not in second
     bad = await app_client.get("/members?invitations_page=x")
-    assert bad.status == 400 and "invitations_page must be" in await bad.text()
+    assert bad.status == 400 and "The page number of the invitations must be" in await bad.text()
     # Revoking one on the second page comes back to it, where it went back to the first.
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', second)[1]
     form = re.search(r'<form method="post" action="(/members/invitations/[^"]+/revoke)".*?</form>',

@@ -136,7 +136,7 @@ async def test_rfp_page__assigned_to_me_shows_only_mine_and_keeps_the_filter(
     assert "No items in this filter." in both
 
     bad = await client.get(f"/rfps/{rfp_id}?assignee=someone")
-    assert bad.status == 400 and "This filter shows the items assigned to you" in await bad.text()
+    assert bad.status == 400 and "The filter must be Assigned to me or Anyone&#39;s" in await bad.text()
     # The item alone stays whole and alone, whatever the filter.
     alone = await (await client.get(f"/rfps/{rfp_id}?item={ids[1]}&assignee=me")).text()
     assert [i for i in ids if f'id="item-{i}"' in alone] == [ids[1]]

@@ -84,3 +84,89 @@ async def test_invitation_form__refusals_say_the_fields_in_words(app_client, adm
     assert refused.status == 422
     assert sorted(d.split(":")[0] for d in said) == [
         "The first name", "The password", "The terms of service"], said
+
+
+# An API name in running text: snake_case (`question_column`, `invitations_page`, `needs_input`).
+SNAKE_NAME = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
+def refusal(page: str) -> str:
+    """The error page's message and details, as one text."""
+    said = re.search(r'<p class="notice error" role="alert">(.*?)</p>', page, re.S)
+    assert said, page[:2000]
+    listed = re.search(r'<ul class="details">(.*?)</ul>', page, re.S)
+    return " ".join([html.unescape(said[1]).strip(), *(details(page) if listed else [])])
+
+
+async def test_pages__refused_query_parameters_and_upload_layouts_are_said_in_words(
+    app_client, admin, make_rfp, conn
+):
+    """A page's address with a bad query parameter said "invitations_page must be …", "state must
+    be one of needs_input, …", "answer_column must be …"; the questionnaire upload said "the
+    question_column was not found" and "Name it with question_column". The pages say them in the
+    words of their forms and links; the API keeps its names (the next test)."""
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    rfp = await make_rfp(admin)
+    csv = b"Question,Answer\nWho?,Us.\n"
+    assert (await app_client.post(f"/rfps/{rfp}/import", data=upload(csrf, csv))).status == 201
+    export = f"/rfps/{rfp}/export?format="
+    sent = [
+        ("/rfps?page=x", 400, "The page number must be a positive integer; got 'x'"),
+        ("/rfps?page=999999999", 400, "The page number is out of range"),
+        ("/kb?page=9999999", 400, "The page number must be at most 500"),
+        ("/accounts?page=0", 400, "The page number must be a positive integer; got '0'"),
+        ("/members?invitations_page=x", 400,
+         "The page number of the invitations must be a positive integer; got 'x'"),
+        ("/members?invitations_page=99999999", 400, "The page number of the invitations is out of range"),
+        ("/items?state=x", 400, "Needs input, Review or Approved"),
+        (f"/rfps/{rfp}?state=x", 400, "Needs input, Review or Approved"),
+        (f"/rfps/{rfp}?assignee=x", 400, "Assigned to me or Anyone's"),
+        (f"{export}x", 400, "The export format must be csv, xlsx or original; got 'x'"),
+        (f"{export}original&answers=x", 400, "The answers to export must be approved or drafted"),
+        (f"{export}original&answer_column=ZZZZ", 400, "The answer column must be a column letter"),
+        (f"{export}original&unanswered={'x' * 300}", 400,
+         "The text for unanswered questions must be at most 200 characters"),
+    ]
+    posted = [
+        (upload(csrf, csv, question_column="Nope"), 422, "the question column was not found"),
+        (upload(csrf, csv, header_row="x"), 400, "The header row must be a row number"),
+        (upload(csrf, csv, header_row="40"), 422, "The header row: row 40 is empty"),
+        (upload(csrf, b"Colour,Size\nred,big\n"), 422,
+         "Name it with the question column (header or letter)."),
+    ]
+    for path, status, words in sent:
+        refused = await app_client.get(path)
+        text = refusal(await refused.text())
+        assert refused.status == status, (path, refused.status, text)
+        assert words in text and not SNAKE_NAME.search(text), (path, text)
+    for form, status, words in posted:
+        refused = await app_client.post(f"/rfps/{rfp}/import", data=form)
+        text = refusal(await refused.text())
+        assert refused.status == status, (refused.status, text)
+        assert words in text and not SNAKE_NAME.search(text), text
+    for name, words in (("state", "Needs input, Review or Approved"),
+                        ("assignee", "Assigned to me or Anyone's")):
+        band = await app_client.post(f"/rfps/{rfp}/approve", data={
+            "csrf_token": csrf, "scope": "band", name: "x", "seen": "2026-01-01T00:00:00+00:00"})
+        text = refusal(await band.text())
+        assert band.status == 422 and words in text and "nothing was approved" in text, text
+        assert not SNAKE_NAME.search(text), text
+
+
+async def test_api__keeps_the_names_of_its_parameters_and_fields(client, admin, make_rfp):
+    """Integrations read the API's names: only the web pages say them in words."""
+    headers = {"Authorization": f"Bearer {admin.token}"}
+    rfp = await make_rfp(admin)
+    paged = await client.get("/api/v1/members?page=x", headers=headers)
+    assert (await paged.json())["error"]["message"] == "page must be a positive integer; got 'x'"
+    column = await client.get(f"/api/v1/rfps/{rfp}/export?format=original&answer_column=ZZZZ",
+                              headers=headers)
+    assert (await column.json())["error"]["message"].startswith("answer_column must be a column letter")
+    imported = await client.post(
+        f"/api/v1/rfps/{rfp}/rfp_items/import", headers={**headers, "Content-Type": "text/csv"},
+        data=b"Colour,Size\nred,big\n")
+    error = (await imported.json())["error"]
+    assert imported.status == 422 and error["message"] == "the file has no question column"
+    assert error["details"][0].startswith("question_column: no question column found")
+    assert error["details"][0].endswith("Name it with question_column (header or letter).")

@@ -110,7 +110,7 @@ async def test_my_items__state_filters_and_the_pager_keep_each_other(
     assert shown_items(past) == [] and "No items on this page." in past
 
     bad = await client.get("/items?state=auto_answered")
-    assert bad.status == 400 and "state must be one of needs_input, review, approved" in await bad.text()
+    assert bad.status == 400 and "The filter must be Needs input, Review or Approved" in await bad.text()
     assert (await client.get("/items?page=0")).status == 400
 
 

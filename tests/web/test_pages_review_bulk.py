@@ -315,9 +315,10 @@ async def test_bulk_approve__the_band_approves_the_filters_items_across_the_rfp_
 
     # A filter the page would refuse is refused in words, nothing approved; so is a form without
     # the page's time.
-    for extra, words in (((("state", "open"), ("seen", "2026-01-01T00:00:00+00:00")), "The state filter"),
-                         ((("q", "ab"), ("seen", "2026-01-01T00:00:00+00:00")), "Type at least 3"),
-                         ((("assignee", "7"), ("seen", "2026-01-01T00:00:00+00:00")), "The assignee filter"),
+    seen = ("seen", "2026-01-01T00:00:00+00:00")
+    for extra, words in (((("state", "open"), seen), "The filter must be Needs input"),
+                         ((("q", "ab"), seen), "Type at least 3"),
+                         ((("assignee", "7"), seen), "The filter must be Assigned to me"),
                          ((("seen", "yesterday"),), "reload the page")):
         refused = await client.post(f"/rfps/{rfp_id}/approve", data=[
             ("csrf_token", csrf), ("scope", "band"), *extra])
@@ -399,7 +400,7 @@ async def test_rfp_page__rough_edges(app_client, admin, make_member, make_rfp, c
     assert bad.status == 422 and "action:" not in unescape(await bad.text())
     state = await app_client.get(f"/rfps/{rfp_id}?state=open")
     assert state.status == 400
-    assert "the items that need input, await review or are approved" in await state.text()
+    assert "The filter must be Needs input, Review or Approved" in await state.text()
     # ?bulk= is the page's own (approve redirects there): a count that is no ASCII number is
     # ignored, where a '²' (a digit to str.isdigit, not to int()) was a 500.
     for counts in ("²,0,0,0,0", "٣,0,0,0,0"):

@@ -58,7 +58,7 @@ async def test_rfp_list__counts_to_10000_and_refuses_deeper_pages_and_unindexabl
     status, text = await page_text(app_client, "/rfps", page="500")
     assert status == 200 and "Page 500 of 500" in text
     status, text = await page_text(app_client, "/rfps", page="2500")
-    assert status == 400 and "page must be at most 500: results stop at the first 10,000" in text
+    assert status == 400 and "The page number must be at most 500: results stop at the first 10,000" in text
     # Before: a term too short or too long was the error page, naming the parameter (`q`).
     for term in ("%", "qz", "a b"):
         status, text = await page_text(app_client, "/rfps", q=term)
@@ -91,7 +91,7 @@ async def test_kb_list__refuses_long_and_unindexable_terms_and_deep_pages(app_cl
     status, text = await page_text(app_client, "/kb", q="ab")
     assert status == 400 and inline(text) == SHORT and "q must" not in text
     status, text = await page_text(app_client, "/kb", page="900")
-    assert status == 400 and "page must be at most 500" in text
+    assert status == 400 and "The page number must be at most 500" in text
 
 
 async def test_kb_search__counts_to_1000_and_pages_to_50(app_client, admin, conn):
@@ -107,6 +107,6 @@ async def test_kb_search__counts_to_1000_and_pages_to_50(app_client, admin, conn
     status, text = await page_text(app_client, "/kb", q="question")
     assert status == 200 and "1000+ entries matching “question”" in text and "Page 1 of 50" in text
     status, text = await page_text(app_client, "/kb", q="question", page="60")
-    assert status == 400 and "page must be at most 50: results stop at the first 1,000" in text
+    assert status == 400 and "The page number must be at most 50: results stop at the first 1,000" in text
     status, text = await page_text(app_client, "/kb", page="60")
     assert status == 200 and "2000 entries, newest first" in text

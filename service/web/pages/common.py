@@ -48,7 +48,7 @@ from ..frontdoor import WRAPPER_HEADERS
 from ..keys import CONFIG, SHARES
 from ..protocol import undecodable_body
 from ..telemetry import REQUEST_ID
-from .fields import in_words
+from .fields import in_words, said_in_words
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,9 @@ def error_page(request: web.Request, error: ServiceError) -> web.Response:
         return not_found(request)
     response = render(request, "error.html", {
         "status": status, "title": _TITLES.get(status, "Something went wrong"),
-        "message": error.message, "details": in_words(error.details),
+        # A refused query parameter's message starts with its name ("page must be …").
+        "message": said_in_words(error.message, names_first=error.code == "parameter_invalid"),
+        "details": in_words(error.details),
         "request_id": request.get(REQUEST_ID, ""), "back": came_from(request),
     }, status=status)
     response.headers.update(error.headers)

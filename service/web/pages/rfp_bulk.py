@@ -21,12 +21,10 @@ from ...domain.rfp_items import (
     not_approvable,
 )
 from ...domain.rfps import (
-    REVIEW_FILTERS,
     BandItems,
     auto_answer_items,
     fetch_rfp,
     like_pattern,
-    review_filter,
     search_term_problem,
 )
 from ..auth import connection
@@ -34,7 +32,7 @@ from ..keys import CONFIG
 from ..views.rfp_items import approve_and_announce
 from .common import logged_failure, page, principal, read_form
 from .fields import in_words
-from .rfp_ways import back_saying, count
+from .rfp_ways import assignee_filter, back_saying, count, state_filter
 
 WRITERS = ("admin", "member")
 
@@ -140,18 +138,14 @@ def _band_filters(form: Any) -> tuple[str | None, bool, str | None]:
     """The page's filters the band's button was pressed under (the state, "Assigned to me", the
     search's pattern), refused in words as the page refuses them."""
     try:
-        shown = review_filter(str(form.get("state") or "") or None)
-    except ParameterInvalid:
-        raise ValidationFailed([f"The state filter must be one of {', '.join(REVIEW_FILTERS)};"
-                                f" got {str(form.get('state'))[:40]!r}"], "nothing was approved") from None
-    mine = str(form.get("assignee") or "")
-    if mine not in ("", "me"):
-        raise ValidationFailed([f"The assignee filter must be “me” or none; got {mine[:40]!r}"],
-                               "nothing was approved")
+        shown = state_filter(str(form.get("state") or "") or None)
+        mine = assignee_filter(str(form.get("assignee") or ""))
+    except ParameterInvalid as exc:
+        raise ValidationFailed([exc.message], "nothing was approved") from None
     term = str(form.get("q") or "")
     if term.strip() and (problem := search_term_problem(term)):
         raise ValidationFailed([problem], "nothing was approved")
-    return shown, mine == "me", like_pattern(term) if term.strip() else None
+    return shown, mine, like_pattern(term) if term.strip() else None
 
 
 def _seen(form: Any) -> datetime:

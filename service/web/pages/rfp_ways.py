@@ -1,5 +1,6 @@
-"""The RFP page's forms' ways back to it (their filters and page kept) and what the redirects
-carry for the page to say: counts."""
+"""The RFP page's forms' ways back to it (their filters and page kept), what the redirects
+carry for the page to say (counts), and its state filter as the RFP page, its bulk approval and
+"My items" take it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ...domain.errors import ParameterInvalid
+from ...domain.rfps import review_filter
 from .common import see_other
 
 # The longest way back kept: the page's own are under 100 characters but for a search term, at
@@ -37,3 +40,22 @@ def count(text: Any) -> int | None:
     """A small count sent as text (a query's or form's: at most 6 ASCII digits), or None."""
     text = str(text)
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
+
+
+def state_filter(raw: str | None) -> str | None:
+    """A state filter (?state=, or the bulk approval's `state`: review_filter), refused in the
+    words of the filter links above the items (the API's "state must be one of needs_input, …")."""
+    try:
+        return review_filter(raw)
+    except ParameterInvalid:
+        raise ParameterInvalid("The filter must be Needs input, Review or Approved (the links above"
+                               f" the items), or none for every item; got {str(raw)[:40]!r}") from None
+
+
+def assignee_filter(raw: str | None) -> bool:
+    """Whether ?assignee=me (or the bulk approval's `assignee`) asks for one's own items only;
+    anything but "me" or none is refused in the words of the filter links."""
+    if raw in (None, "", "me"):
+        return raw == "me"
+    raise ParameterInvalid("The filter must be Assigned to me or Anyone's (the links above the"
+                           f" items); got {str(raw)[:40]!r}")

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ... import db
 from ...domain.convert import FRAMEWORKS, structure
-from ...domain.errors import ParameterInvalid, UsageBlocked, ValidationFailed
+from ...domain.errors import UsageBlocked, ValidationFailed
 from ...domain.models import MemberRef, Page
 from ...domain.rfp_items import (
     AnswerOptions,
@@ -33,7 +33,6 @@ from ...domain.rfps import (
     fetch_rfp,
     like_pattern,
     list_rfps,
-    review_filter,
     review_items,
     search_rfps,
     search_term_problem,
@@ -47,7 +46,7 @@ from ..views import rfp_items as rfp_items_views
 from ..views.rfp_items import import_upload, review_and_announce, start_answering
 from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
 from .rfp_bulk import approvable, bulk_context, stopped_item
-from .rfp_ways import back_saying, count, form_back, way_back
+from .rfp_ways import assignee_filter, back_saying, count, form_back, state_filter, way_back
 
 WRITERS = ("admin", "member")
 
@@ -118,12 +117,9 @@ def _references(raw: str | None) -> list[dict[str, Any]]:
 @page()
 async def rfp_page(request: web.Request) -> web.StreamResponse:
     rfp_id = request.match_info["id"]
-    shown = _shown(request)
+    shown = state_filter(request.query.get("state"))
     # ?assignee=me: only the items assigned to the signed-in member.
-    mine = request.query.get("assignee") or None
-    if mine is not None and mine != "me":
-        raise ParameterInvalid("This filter shows the items assigned to you (assignee=me)"
-                               f" or everyone's; got {mine[:40]!r}")
+    mine = "me" if assignee_filter(request.query.get("assignee")) else None
     # ?q=: only the items whose question or answer holds the term (the RFP search's rule and
     # limits); a term it cannot take is said beside the box.
     term = request.query.get("q", "")
@@ -218,16 +214,6 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     }, status=400 if problem and not alone else 200)
 
 
-def _shown(request: web.Request) -> str | None:
-    """The page's state filter (?state=, review_filter), refused in words."""
-    try:
-        return review_filter(request.query.get("state"))
-    except ParameterInvalid:
-        raise ParameterInvalid("This filter shows the items that need input, await review or are"
-                               " approved (state=needs_input, review or approved);"
-                               f" got {str(request.query.get('state'))[:40]!r}") from None
-
-
 def _done(request: web.Request, sections: list[tuple[str | None, list[dict[str, Any]]]]) -> dict[str, Any]:
     """What a form just did to an item (?done=…&done_item=…, _back_to_item): said at the item, or
     at the top of the list when the item has left it (approved, in the "review" filter)."""
@@ -252,7 +238,7 @@ def _item_band(request: web.Request, row: Any) -> str | None:
 async def my_items(request: web.Request) -> web.StreamResponse:
     """The signed-in member's items across the account's RFPs, grouped by RFP (the nearest
     deadline first), with the RFP page's state filters; each links to the item alone."""
-    shown = review_filter(request.query.get("state"))
+    shown = state_filter(request.query.get("state"))
     settings = request.app[CONFIG].web
     current = Page.from_query(request.query, size=settings.items_per_page)
     who = principal(request)
