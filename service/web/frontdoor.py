@@ -157,6 +157,10 @@ async def no_route(request: web.Request) -> web.Response:
         from .pages.common import not_found_page  # the web app's 404, in its look
 
         return await not_found_page(request)
+    if allowed and _wants_page(request):
+        from .pages.common import form_address_page  # the web app's 405, in its look
+
+        return await form_address_page(request, ", ".join(sorted(allowed)))
     if allowed:
         raise MethodNotAllowed(
             f"{request.method} is not allowed here; allowed: {', '.join(sorted(allowed))}",

@@ -649,6 +649,30 @@ async def test_unknown_page__is_the_404_page_for_a_browser_and_json_for_the_api(
     assert api.status == 404 and (await api.json())["error"]["code"] == "not_found"
 
 
+async def test_form_address__opened_in_a_browser_is_a_page_saying_so(app_client, admin, make_rfp, conn):
+    """The import's report is shown at the address the form was sent to (/rfps/{id}/import);
+    opened again from the address bar or the history, a GET there was the API's JSON ("GET is not
+    allowed here; allowed: POST"). A browser now gets a page in the app's look, in words, still
+    405 with Allow; the API's 405, and one not asked for HTML, stay JSON."""
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    rfp = await make_rfp(admin)
+    html = {"Accept": "text/html"}
+    for path, allowed in ((f"/rfps/{rfp}/import", "POST"), ("/kb/import", "POST"),
+                          ("/members/invite", "POST")):
+        page = await app_client.get(path, headers=html)
+        text = await page.text()
+        assert (page.status, page.headers["Allow"]) == (405, allowed), path
+        assert page.content_type == "text/html" and "form-action 'self'" in page.headers[
+            "Content-Security-Policy"]
+        assert "This address is where a form is sent" in text and "allowed: POST" not in text
+        assert 'action="/signout"' in text  # the signed-in navigation
+    api = await app_client.get("/api/v1/rfps", headers=html)
+    assert api.status == 405 and (await api.json())["error"]["code"] == "method_not_allowed"
+    bare = await app_client.get(f"/rfps/{rfp}/import")
+    assert bare.status == 405 and (await bare.json())["error"]["code"] == "method_not_allowed"
+
+
 async def test_members_page__admin_changes_a_role_and_removes_a_member_whose_session_ends(
     aiohttp_client, config, admin, make_member, conn
 ):

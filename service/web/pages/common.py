@@ -22,6 +22,7 @@ from ...domain import bands
 from ...domain.errors import (
     Forbidden,
     InvalidMultipart,
+    MethodNotAllowed,
     PayloadTooLarge,
     ServiceError,
     Unauthorized,
@@ -280,7 +281,7 @@ def _service_error(exc: web.HTTPException) -> ServiceError:
 
 _TITLES = {
     400: "That request could not be used", 401: "Please sign in", 403: "Not allowed",
-    404: "Page not found", 409: "Conflict", 413: "Too large", 415: "Wrong kind of file",
+    404: "Page not found", 405: "Not a page", 409: "Conflict", 413: "Too large", 415: "Wrong kind of file",
     422: "Please correct the form", 429: "Too many attempts", 503: "Temporarily unavailable",
 }
 
@@ -308,14 +309,33 @@ def not_found(request: web.Request) -> web.Response:
     return render(request, "not_found.html", {"request_id": request.get(REQUEST_ID, "")}, status=404)
 
 
-async def not_found_page(request: web.Request) -> web.Response:
-    """The 404 page for a path no route has (service/web/frontdoor.py no_route), with the
-    navigation when a session is signed in."""
+async def _with_session(request: web.Request) -> None:
+    """The request's session, if signed in, for the navigation of a page no handler of the web
+    app serves (no route's 404 and 405)."""
     async with connection(request) as conn:
         session = await find_session(conn, request.cookies.get(COOKIE))
     if session is not None:
         request[SESSION] = session
+
+
+async def not_found_page(request: web.Request) -> web.Response:
+    """The 404 page for a path no route has (service/web/frontdoor.py no_route), with the
+    navigation when a session is signed in."""
+    await _with_session(request)
     response = not_found(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+async def form_address_page(request: web.Request, allowed: str) -> web.Response:
+    """The 405 page for a browser opening an address only a form is sent to (frontdoor.py
+    no_route): the import's report is shown at it, and opening that address again (the address
+    bar, the history) asks it with GET. The API's words ("GET is not allowed here") are for the
+    API."""
+    await _with_session(request)
+    response = error_page(request, MethodNotAllowed(
+        "This address is where a form is sent; it cannot be opened as a page. Go back to the page"
+        " the form is on and send it from there.", headers={"Allow": allowed}))
     response.headers.update(SECURITY_HEADERS)
     return response
 
