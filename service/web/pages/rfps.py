@@ -360,7 +360,17 @@ async def assign(request: web.Request) -> web.StreamResponse:
         raise see_other(f"/rfps/{rfp_id}/items/{item_id}/assign"
                         + (f"?back={quote(back, safe='')}" if back else ""))
     fields = {"assignee_id": _assignee_field(form)}
-    await review_and_announce(request, rfp_id, item_id, fields)
+    try:
+        await review_and_announce(request, rfp_id, item_id, fields)
+    except ValidationFailed as exc:
+        # Well formed (_assignee_field), the assignee is refused only for not being a writer of
+        # the account: the API's detail names them by user id, which the page's select did not.
+        if any(detail.startswith("rfp_item.assignee_id:") for detail in exc.details or ()):
+            raise ValidationFailed([
+                "rfp_item.assignee_id: the member chosen can no longer be assigned items (removed"
+                " from the account, or made a viewer, since the page was shown); reload the page"
+                " and choose again"]) from None
+        raise
     raise _back_to_item(form, rfp_id, item_id, "assign")
 
 
