@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from aiohttp import FormData
+from conftest import with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
@@ -18,6 +19,7 @@ from service import db
 from service.domain.ids import new_id
 from service.domain.members import new_link_token
 from service.domain.tokens import hash_token
+from service.web.app import create_app
 
 # A detail that starts with an API field's name: `rfp.title:`, `password:`, `tags[0]:`.
 API_NAME = re.compile(r"^[a-z_]+(\.[a-z_]+)*(\[\d+\])*: ")
@@ -170,3 +172,20 @@ async def test_api__keeps_the_names_of_its_parameters_and_fields(client, admin, 
     assert imported.status == 422 and error["message"] == "the file has no question column"
     assert error["details"][0].startswith("question_column: no question column found")
     assert error["details"][0].endswith("Name it with question_column (header or letter).")
+
+
+async def test_upload_pages__a_file_over_the_limit_says_the_limit_in_megabytes(
+    aiohttp_client, config, admin, make_rfp, conn
+):
+    """The upload forms' 413 said "the file is larger than the 52428800 bytes accepted"."""
+    client = await aiohttp_client(create_app(with_config(
+        config, server={"web_base_url": "http://localhost", "max_upload_bytes": 2 * 1_048_576})))
+    await set_password(conn, admin.email)
+    csrf = await sign_in(client, admin.email)
+    rfp = await make_rfp(admin)
+    big = b"Question\n" + b"Who are you?\n" * 200_000  # 2.5 MB
+    for path in (f"/rfps/{rfp}/import", "/kb/import"):
+        refused = await client.post(path, data=upload(csrf, big))
+        text = refusal(await refused.text())
+        assert refused.status == 413 and "the file is larger than the 2 MB accepted" in text, text
+        assert "2097152" not in text

@@ -408,7 +408,7 @@ async def _read_upload(request: web.Request, limit: int) -> tuple[dict[str, str]
                     size += len(chunk)
                     if size > limit:
                         spool.close()
-                        raise PayloadTooLarge(f"the file is larger than the {limit} bytes accepted")
+                        raise PayloadTooLarge(f"the file is larger than the {_size(limit)} accepted")
                     spool.write(chunk)
                 spool.seek(0)
                 media = part.headers.get("Content-Type")
@@ -422,6 +422,13 @@ async def _read_upload(request: web.Request, limit: int) -> tuple[dict[str, str]
     if not csrf_matches(session, fields.get(CSRF_FIELD)):
         raise Forbidden("the form's security token is missing or stale; reload the page")
     raise ValidationFailed(["file: choose a file to upload"])
+
+
+def _size(limit: int) -> str:
+    """A size as a person reads it: "50 MB" (MiB, as a file manager counts), or bytes below one."""
+    if limit < 1_048_576:
+        return f"{limit:,} bytes"
+    return f"{limit / 1_048_576:,.1f}".removesuffix(".0") + " MB"
 
 
 def new_sign_in_token() -> str:
