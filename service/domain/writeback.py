@@ -126,6 +126,11 @@ class Cell:
     answered: bool = True  # False: `text` is the unanswered= mark, or None
 
 
+async def has_original(conn: asyncpg.Connection, account_id: str, rfp_id: str) -> bool:
+    """Whether the RFP has a kept questionnaire to write its answers into (`load` finds one)."""
+    return await conn.fetchval(db.query("has_questionnaire_file"), rfp_id, account_id)
+
+
 async def load(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, options: WriteOptions,
     max_chars: int | None = None,

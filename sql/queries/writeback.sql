@@ -22,6 +22,16 @@ SELECT f.*
  ORDER BY f.created_at DESC, f.id DESC
  LIMIT 1;
 
+-- has_questionnaire_file --
+-- Whether an RFP has a questionnaire latest_questionnaire_file finds (the RFP page offers the
+-- export into it then), without reading the file.
+SELECT EXISTS (
+  SELECT 1
+    FROM questionnaire_files f
+   WHERE f.rfp_id = $1 AND f.account_id = $2
+     AND EXISTS (SELECT 1 FROM rfp_items i WHERE i.questionnaire_file_id = f.id)
+);
+
 -- questionnaire_file_answer_chars --
 -- The characters of the answers a write-back of a kept questionnaire writes ($2: drafted ones too).
 SELECT coalesce(sum(length(answer)), 0)

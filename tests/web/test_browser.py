@@ -437,16 +437,23 @@ def failed_export_flow(base: str, profile: str, email: str, rfp_id: str) -> dict
 
 
 async def test_browser__an_export_that_fails_shows_why(site, profile, admin, make_rfp, conn):
-    """The export links were `download` links: a refused export (here: no imported file to write
-    into) became a failed download with nothing said, the page unchanged. Followed as links, a
-    file still downloads (Content-Disposition: attachment) and a refusal is its page."""
+    """The export links were `download` links: a refused export (here: a kept questionnaire
+    whose answer column was not found, so there is nowhere to write the answers) became a failed
+    download with nothing said, the page unchanged. Followed as links, a file still downloads
+    (Content-Disposition: attachment) and a refusal is its page. (An RFP without a kept
+    questionnaire no longer offers the export into it.)"""
     await set_password(conn, admin.email)
-    rfp_id = await make_rfp(admin, "Typed by hand")
-    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position) VALUES"
-                       " ('item_h1', $1, 'Do you encrypt backups?', 1)", rfp_id)
+    rfp_id = await make_rfp(admin, "No answer column")
+    await conn.execute("INSERT INTO questionnaire_files (id, account_id, rfp_id, format, sha256, content)"
+                       " VALUES ('qf_1', $1, $2, 'csv', '\\x00', 'Question\nDo you encrypt backups?\n')",
+                       admin.account_id, rfp_id)
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position, questionnaire_file_id,"
+                       " source_row) VALUES ('item_h1', $1, 'Do you encrypt backups?', 1, 'qf_1', 2)",
+                       rfp_id)
     seen = await asyncio.to_thread(failed_export_flow, site, profile, admin.email, rfp_id)
     assert seen["title"].startswith("Please correct the form")
-    assert "no original questionnaire" in seen["main"]
+    assert "no answer column" in seen["main"]
+    assert "The answer column: the questionnaire's answer column was not detected" in seen["main"]
 
 
 def refused_form_flow(base: str, profile: str, email: str) -> dict[str, Any]:

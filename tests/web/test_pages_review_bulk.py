@@ -11,6 +11,7 @@ import sys
 from html import unescape
 from typing import Any
 
+from aiohttp import FormData
 from conftest import lock_waiters, with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
@@ -413,6 +414,30 @@ async def test_rfp_page__rough_edges(app_client, admin, make_member, make_rfp, c
     page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
     assert "assigned-to-me" not in page and "assigned-to-anyone" not in page
     assert 'id="item-search"' in page
+
+
+async def test_rfp_page__offers_the_export_into_the_imported_file_only_when_one_is_kept(
+    app_client, admin, make_rfp, conn
+):
+    """An RFP whose items were added by hand (the API) offered "Export into the imported file",
+    whose link was an error page ("Please correct the form … format: original needs the
+    questionnaire imported … library.max_kept_file_bytes"). It is offered once a questionnaire
+    is imported and kept; CSV and XLSX always."""
+    rfp_id = await make_rfp(admin, "By hand")
+    await add_items(conn, rfp_id, [("Kept?", "auto_answered", "Yes.", 0.9)])
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert 'id="export-csv"' in page and 'id="export-xlsx"' in page
+    assert 'id="export-original"' not in page
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    form.add_field("file", b"Question,Answer\nWho?,\n", filename="q.csv", content_type="text/csv")
+    assert (await app_client.post(f"/rfps/{rfp_id}/import", data=form)).status == 201
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert 'id="export-original"' in page
+    exported = await app_client.get(f"/rfps/{rfp_id}/export?format=original")
+    assert exported.status == 200
 
 
 async def test_bulk_approve__an_item_that_cannot_be_approved_stops_the_run_and_the_page_says_what_was(

@@ -37,6 +37,7 @@ from ...domain.rfps import (
     search_rfps,
     search_term_problem,
 )
+from ...domain.writeback import has_original
 from ..actors import actor
 from ..auth import connection
 from ..body import one_of_members_uploads
@@ -155,6 +156,8 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
                 pattern=None if alone else pattern,
             )
         in_flight = await conn.fetchval(db.query("count_rfp_items_in_flight"), rfp_id)
+        # "Export into the imported file" only when there is one (items added by hand have none).
+        original = bool(rfp["total_items"]) and await has_original(conn, who.account_id, rfp_id)
         writers = _told_apart(await assignable_members(conn, who.account_id)) if may_write(who) else []
         # ?short=1: "answer all" was refused for its credits (answer_all); what they pay for.
         short = (await credits_short(conn, who.account_id, rfp_id,
@@ -205,7 +208,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
         "clear_link": _query(state_part, mine_part),
         "q": term if term.strip() else "", "problem": problem,
         "page": current.number, "pages": math.ceil(total / size), "total": total, "alone": alone,
-        "in_flight": in_flight, "may_write": may_write(who), "writers": writers,
+        "in_flight": in_flight, "original": original, "may_write": may_write(who), "writers": writers,
         "report": None, **_done(request, sections),
         **bulk_context(request, sections, band, stopped, term if pattern else "", bool(shown or mine)),
         # "Answer all" that found nothing pending (?answering=0, answer_all): said, not silent.
