@@ -451,7 +451,7 @@ async def test_browser__an_export_that_fails_shows_why(site, profile, admin, mak
                        " source_row) VALUES ('item_h1', $1, 'Do you encrypt backups?', 1, 'qf_1', 2)",
                        rfp_id)
     seen = await asyncio.to_thread(failed_export_flow, site, profile, admin.email, rfp_id)
-    assert seen["title"].startswith("Please correct the form")
+    assert seen["title"].startswith("That could not be done")
     assert "no answer column" in seen["main"]
     assert "The answer column: the questionnaire's answer column was not detected" in seen["main"]
 

@@ -189,3 +189,20 @@ async def test_upload_pages__a_file_over_the_limit_says_the_limit_in_megabytes(
         text = refusal(await refused.text())
         assert refused.status == 413 and "the file is larger than the 2 MB accepted" in text, text
         assert "2097152" not in text
+
+
+async def test_export_link__refused_is_not_titled_as_a_form_to_correct(app_client, admin, make_rfp, conn):
+    """A followed link refused with 422 (an export into a kept questionnaire with no answer
+    column) was titled "Please correct the form": there is no form."""
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    rfp = await make_rfp(admin)
+    await conn.execute("INSERT INTO questionnaire_files (id, account_id, rfp_id, format, sha256, content)"
+                       " VALUES ('qf_1', $1, $2, 'csv', '\\x00', 'Question\nWho?\n')",
+                       admin.account_id, rfp)
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position, questionnaire_file_id,"
+                       " source_row) VALUES ('item_1', $1, 'Who?', 1, 'qf_1', 2)", rfp)
+    refused = await app_client.get(f"/rfps/{rfp}/export?format=original")
+    page = await refused.text()
+    assert refused.status == 422 and "<h1>That could not be done</h1>" in page
+    assert "Please correct the form" not in page and "no answer column" in refusal(page)

@@ -291,8 +291,11 @@ def error_page(request: web.Request, error: ServiceError) -> web.Response:
     if status == 404:
         # Whether the record is someone else's or nobody's, the page says the same.
         return not_found(request)
+    title = _TITLES.get(status, "Something went wrong")
+    if status == 422 and request.method == "GET":
+        title = "That could not be done"  # a link followed (an export): no form to correct
     response = render(request, "error.html", {
-        "status": status, "title": _TITLES.get(status, "Something went wrong"),
+        "status": status, "title": title,
         # A refused query parameter's message starts with its name ("page must be …").
         "message": said_in_words(error.message, names_first=error.code == "parameter_invalid"),
         "details": in_words(error.details),
