@@ -63,8 +63,12 @@ InternalError = _error("internal_error")
 ServiceUnavailable = _error("service_unavailable")
 
 
+# A validation's message when it has none of its own (the API's; the web pages say another).
+NOT_SAVED = "the record could not be saved"
+
+
 class ValidationFailed(ServiceError):
     code = "validation_failed"
 
-    def __init__(self, details: Sequence[str], message: str = "the record could not be saved"):
+    def __init__(self, details: Sequence[str], message: str = NOT_SAVED):
         super().__init__(message, details=details)

@@ -206,3 +206,21 @@ async def test_export_link__refused_is_not_titled_as_a_form_to_correct(app_clien
     page = await refused.text()
     assert refused.status == 422 and "<h1>That could not be done</h1>" in page
     assert "Please correct the form" not in page and "no answer column" in refusal(page)
+
+
+async def test_forms__a_refusal_without_its_own_message_says_what_to_do(app_client, admin, make_rfp, conn):
+    """A form's 422 without a message of its own said the API's "the record could not be saved"
+    above its details (asking a question saves no record)."""
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    rfp = await make_rfp(admin)
+    for path, data in (("/ask", {"question": " "}), ("/rfps", {"title": ""}),
+                       (f"/rfps/{rfp}/answer", {"max_items": "some"})):
+        refused = await app_client.post(path, data={"csrf_token": csrf, **data})
+        text = refusal(await refused.text())
+        assert refused.status == 422, path
+        assert text.startswith("Correct what is listed below, then send the form again."), text
+        assert "record" not in text, text
+    # A refusal with a message of its own keeps it.
+    kept = await app_client.post(f"/rfps/{rfp}/approve", data={"csrf_token": csrf, "scope": "x"})
+    assert refusal(await kept.text()).startswith("nothing was approved")

@@ -20,6 +20,7 @@ from multidict import MultiDict
 from ... import db
 from ...domain import bands
 from ...domain.errors import (
+    NOT_SAVED,
     Forbidden,
     InvalidMultipart,
     MethodNotAllowed,
@@ -294,10 +295,14 @@ def error_page(request: web.Request, error: ServiceError) -> web.Response:
     title = _TITLES.get(status, "Something went wrong")
     if status == 422 and request.method == "GET":
         title = "That could not be done"  # a link followed (an export): no form to correct
+    # A refused query parameter's message starts with its name ("page must be …"); a validation
+    # without a message of its own says the API's "the record could not be saved" (no record
+    # for a question asked), where the page says what to do.
+    message = said_in_words(error.message, names_first=error.code == "parameter_invalid")
+    if error.code == "validation_failed" and error.message == NOT_SAVED:
+        message = "Correct what is listed below, then send the form again."
     response = render(request, "error.html", {
-        "status": status, "title": title,
-        # A refused query parameter's message starts with its name ("page must be …").
-        "message": said_in_words(error.message, names_first=error.code == "parameter_invalid"),
+        "status": status, "title": title, "message": message,
         "details": in_words(error.details),
         "request_id": request.get(REQUEST_ID, ""), "back": came_from(request),
     }, status=status)
