@@ -637,12 +637,22 @@ def _check_zip(binary: IO[bytes], limits: Limits) -> None:
                                  "never do (an entity expansion bomb does)"],
                                 message="the file could not be read",
                             )
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError,
-            ValueError, OSError) as exc:
+    except zipfile.BadZipFile:
+        raise ValidationFailed([DAMAGED_ZIP], message="the file could not be read") from None
+    except (zipfile.LargeZipFile, NotImplementedError, EOFError, ValueError, OSError) as exc:
         raise ValidationFailed([f"file: not a readable XLSX workbook ({exc})"],
                                message="the file could not be read") from None
     finally:
         binary.seek(0)
+
+
+# An XLSX workbook is a ZIP archive. zipfile's own words ("File is not a zip file") tell a
+# proposal team nothing: a file named or sent as XLSX that is no archive was most often saved in
+# another format, and one that starts as an archive and breaks off was cut short.
+NOT_A_ZIP = ("file: not an XLSX workbook (its content is not the ZIP archive every .xlsx file is; "
+             "was it renamed from another format? Save it from the spreadsheet as .xlsx or CSV)")
+DAMAGED_ZIP = ("file: not a readable XLSX workbook (the ZIP archive every .xlsx file is, is damaged "
+               "or cut short: download or save it again)")
 
 
 def parse_xlsx(binary: IO[bytes], options: ImportOptions, progress: Progress | None = None,
@@ -708,8 +718,7 @@ def detect_format(head: bytes, media_type: str | None, filename: str | None) -> 
         raise ValidationFailed(["file: old Excel (.xls) files are not supported; save it as .xlsx"],
                                message="the file format is not supported")
     if media_type == XLSX_MEDIA_TYPE or name.endswith(".xlsx"):
-        raise ValidationFailed(["file: not a readable XLSX workbook"],
-                               message="the file could not be read")
+        raise ValidationFailed([NOT_A_ZIP], message="the file could not be read")
     return "csv"
 
 

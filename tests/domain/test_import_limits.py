@@ -134,6 +134,17 @@ async def test_xlsx_cell_naming_a_missing_shared_string__422_without_the_excepti
     assert admin.account_id in logged.getMessage()
 
 
+async def test_xlsx_that_is_no_zip_archive__422_saying_what_to_do_not_zipfiles_words(client, admin):
+    """A workbook cut short was refused with zipfile's words, "(File is not a zip file)"; a CSV sent
+    as XLSX with no word of what to do."""
+    rfp_id = await new_rfp(client, admin)
+    response = await upload(client, admin, rfp_id, xlsx()[:300], XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 422, "is damaged or cut short: download or save it")
+    assert "zip file" not in (await response.text())
+    response = await upload(client, admin, rfp_id, b"Question\nIs data encrypted?\n", XLSX_MEDIA_TYPE)
+    await assert_refused(client, admin, rfp_id, response, 422, "Save it from the spreadsheet as .xlsx or CSV")
+
+
 async def test_xlsx_column_past_max_columns__413(client, admin):
     rfp_id = await new_rfp(client, admin)
     body = xlsx(sheet(inline_row(1, "Question"),
