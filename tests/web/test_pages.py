@@ -509,7 +509,7 @@ async def test_knowledge_pages__add_search_edit_import_delete(app_client, admin,
         "csrf_token": csrf, "answer": "Backups run nightly.", "title": "Backups", "tags": "ops; dr",
     })
     assert added.status == 303
-    kb_id = added.headers["Location"].rsplit("/", 1)[1]
+    kb_id = added.headers["Location"].split("?")[0].rsplit("/", 1)[1]
     found = await (await app_client.get("/kb?q=nightly")).text()
     assert "Backups" in found
     assert "Backups" not in await (await app_client.get("/kb?q=zzz")).text()
@@ -782,7 +782,7 @@ async def test_pages__writes_are_audited_as_the_apis_are(app_client, admin, conn
     await app_client.post(f"/rfps/{rfp_id}/items/item_a1", data={"csrf_token": csrf, "action": "approve",
                                                                  "answer": "A."})
     kb = await app_client.post("/kb", data={"csrf_token": csrf, "answer": "B."}, allow_redirects=False)
-    kb_id = kb.headers["Location"].rsplit("/", 1)[1]
+    kb_id = kb.headers["Location"].split("?")[0].rsplit("/", 1)[1]
     await app_client.post(f"/kb/{kb_id}/delete", data={"csrf_token": csrf})
     actions = {r["action"] for r in await conn.fetch("SELECT action FROM audit_events")}
     assert {"auth.signed_in", "rfp.created", "rfp_item.updated", "rfp_item.approved", "rfp.approved",

@@ -36,6 +36,18 @@ WRITERS = ("admin", "member")
 # with its entries (up to ~20 an entry, service/domain/library.py); listing them all once made a
 # 350 MB page that held the event loop for 25 s, every request of the process waiting.
 PAIRS_SHOWN = 200
+# What the form just sent did, said on the page it redirects to (?done=…): without it a saved
+# entry came back looking exactly as before the press, and a deleted one just vanished.
+NOTICES = {
+    "added": "Entry added.",
+    "saved": "Entry saved: the previous version is kept.",
+    "deleted": "Entry deleted.",
+    "reviewed": "Marked reviewed: its next review is one review period from today.",
+}
+
+
+def _notice(request: web.Request) -> str | None:
+    return NOTICES.get(request.query.get("done", ""))
 
 
 def _entry_fields(form: Any, *, editing: bool = False) -> dict[str, Any]:
@@ -69,6 +81,7 @@ async def kb_list(request: web.Request) -> web.StreamResponse:
     return render(request, "kb.html", {
         "items": items, "q": term, "page": current.number, "total": total, "capped": capped,
         "pages": math.ceil(total / current.size), "may_write": may_write(who), "problem": problem,
+        "notice": _notice(request),
     }, status=400 if problem else 200)
 
 
@@ -78,7 +91,7 @@ async def kb_create(request: web.Request) -> web.StreamResponse:
     async with connection(request) as conn:
         item = await create_item(conn, principal(request).account_id, data, actor=actor(request))
     entries_written(request.app)
-    raise see_other(f"/kb/{item.id}")
+    raise see_other(f"/kb/{item.id}?done=added")
 
 
 @page()
@@ -86,7 +99,9 @@ async def kb_entry(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     async with connection(request) as conn:
         item = await fetch_item(conn, who.account_id, request.match_info["id"])
-    return render(request, "kb_entry.html", {"item": item, "may_write": may_write(who)})
+    return render(request, "kb_entry.html", {
+        "item": item, "may_write": may_write(who), "notice": _notice(request),
+    })
 
 
 @page(write=True, roles=WRITERS)
@@ -100,7 +115,7 @@ async def kb_update(request: web.Request) -> web.StreamResponse:
             conn, who.account_id, item_id, who.member_id, fields, actor=actor(request)
         )
     entries_written(request.app)
-    raise see_other(f"/kb/{item.id}")
+    raise see_other(f"/kb/{item.id}?done=saved")
 
 
 @page(write=True, roles=WRITERS)
@@ -110,7 +125,7 @@ async def kb_delete(request: web.Request) -> web.StreamResponse:
             conn, principal(request).account_id, request.match_info["id"], actor=actor(request)
         )
     entries_written(request.app)
-    raise see_other("/kb")
+    raise see_other("/kb?done=deleted")
 
 
 @page(write=True, roles=WRITERS, multipart=True)
@@ -148,6 +163,7 @@ async def kb_care(request: web.Request) -> web.StreamResponse:
         "stale": stale, "total": total, "page": current.number,
         "pages": math.ceil(total / current.size), "report": report, "more_pairs": more_pairs,
         "running": who.account_id in request.app[LIBRARY_JOBS], "may_write": may_write(who),
+        "notice": _notice(request),
     })
 
 
@@ -159,4 +175,4 @@ async def kb_reviewed(request: web.Request) -> web.StreamResponse:
         await library.mark_reviewed(
             conn, who.account_id, request.match_info["id"], who.member_id, None, actor=actor(request)
         )
-    raise see_other("/kb/care")
+    raise see_other("/kb/care?done=reviewed")
