@@ -191,6 +191,11 @@ async def fetch_member(conn: asyncpg.Connection, member_id: str, account_id: str
     return Member.from_row(row)
 
 
+def _hours(hours: float) -> str:
+    """A link's lifetime in words: "1 hour" (the reset link's default said "1 hours"), "48 hours"."""
+    return f"{hours:g} hour{'' if hours == 1 else 's'}"
+
+
 def confirmation_mail(base_url: str, account_name: str, token: str, ttl_hours: float) -> tuple[str, str]:
     """The confirmation of a sign-in an admin created: the web app's /confirm page first, where
     the user chooses a password in a form; the API's way follows, for integrations."""
@@ -199,7 +204,7 @@ def confirmation_mail(base_url: str, account_name: str, token: str, ttl_hours: f
 
 an administrator of {account_name} created a sign-in for you on the RFP response service.
 Confirm your e-mail address and choose your password (12 to 128 characters) within
-{ttl_hours:g} hours, here (the link works once):
+{_hours(ttl_hours)}, here (the link works once):
 
 {base_url}/confirm?token={token}
 
@@ -852,7 +857,7 @@ def password_reset_mail(base_url: str, token: str, ttl_hours: float) -> tuple[st
     body = f"""Hello,
 
 someone (hopefully you) asked to reset the password of this address on the RFP response service.
-Open this link within {ttl_hours:g} hours to choose a new password (it works once):
+Open this link within {_hours(ttl_hours)} to choose a new password (it works once):
 
 {link}
 
