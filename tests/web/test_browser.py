@@ -779,3 +779,40 @@ async def test_browser__search_an_rfp_and_approve_what_it_found_at_once(
     states = dict(await conn.fetch("SELECT id, state::text FROM rfp_items WHERE rfp_id = $1", rfp_id))
     assert states == {"item_b1": "approved", "item_b2": "approved", "item_b3": "approved",
                       "item_b4": "needs_input"}
+
+
+def narrowest_flow(base: str, profile: str, email: str) -> dict[str, Any]:
+    driver = browser(profile)
+    try:
+        sign_in(driver, base, email)
+        # 320 CSS pixels: a small phone, or a 1280-pixel window at 400 % zoom.
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": 320, "height": 700, "deviceScaleFactor": 1, "mobile": True})
+        seen: dict[str, Any] = {}
+        driver.get(base + "/kb/care")  # the first visit starts the duplicate run; its result follows
+        wait(driver, lambda d: d.get(base + "/kb/care") or d.find_elements(By.ID, "merge-how"))
+        seen["merge_how"] = text_of(driver, "#merge-how")
+        for path in ("/kb/care", "/rfps", "/kb", "/items", "/ask", "/members", "/accounts"):
+            driver.get(base + path)
+            seen[path] = driver.execute_script(
+                "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        return seen
+    finally:
+        driver.quit()
+
+
+async def test_browser__no_page_scrolls_sideways_at_320_pixels(site, profile, admin, conn):
+    """The library care page said "Merge a duplicate with the API (POST /api/v1/knowledge_base_
+    items/{id}/merge)": a sentence for developers, whose path, one unbreakable word, made a
+    320-pixel window scroll sideways (374 px wide)."""
+    await set_password(conn, admin.email)
+    await conn.execute(
+        "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES"
+        " ('kb_a', $1, 'Is there a retention policy?', 'Logs are kept 30 days.'),"
+        " ('kb_b', $1, 'Is there a retention policy for logs?', 'Logs are kept 90 days.')",
+        admin.account_id,
+    )
+    seen = await asyncio.to_thread(narrowest_flow, site, profile, admin.email)
+    assert seen.pop("merge_how").startswith("To resolve a pair here, edit or delete one of its entries.")
+    wide = {path: size for path, size in seen.items() if size[0] > size[1]}
+    assert wide == {}
