@@ -781,7 +781,7 @@ async def test_browser__search_an_rfp_and_approve_what_it_found_at_once(
                       "item_b4": "needs_input"}
 
 
-def narrowest_flow(base: str, profile: str, email: str) -> dict[str, Any]:
+def narrowest_flow(base: str, profile: str, email: str, rfp_id: str) -> dict[str, Any]:
     driver = browser(profile)
     try:
         sign_in(driver, base, email)
@@ -792,7 +792,8 @@ def narrowest_flow(base: str, profile: str, email: str) -> dict[str, Any]:
         driver.get(base + "/kb/care")  # the first visit starts the duplicate run; its result follows
         wait(driver, lambda d: d.get(base + "/kb/care") or d.find_elements(By.ID, "merge-how"))
         seen["merge_how"] = text_of(driver, "#merge-how")
-        for path in ("/kb/care", "/rfps", "/kb", "/items", "/ask", "/members", "/accounts"):
+        for path in ("/kb/care", "/rfps", f"/rfps/{rfp_id}", "/kb", "/items", "/ask", "/members",
+                     "/accounts"):
             driver.get(base + path)
             seen[path] = driver.execute_script(
                 "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
@@ -801,10 +802,11 @@ def narrowest_flow(base: str, profile: str, email: str) -> dict[str, Any]:
         driver.quit()
 
 
-async def test_browser__no_page_scrolls_sideways_at_320_pixels(site, profile, admin, conn):
+async def test_browser__no_page_scrolls_sideways_at_320_pixels(site, profile, admin, make_rfp, conn):
     """The library care page said "Merge a duplicate with the API (POST /api/v1/knowledge_base_
     items/{id}/merge)": a sentence for developers, whose path, one unbreakable word, made a
-    320-pixel window scroll sideways (374 px wide)."""
+    320-pixel window scroll sideways (374 px wide); an RFP item's attention point naming an
+    entry by its id ("(kb_UZ5KmsrZNd6haiOXkRotLt)") did too, by a few pixels."""
     await set_password(conn, admin.email)
     await conn.execute(
         "INSERT INTO knowledge_items (id, account_id, question, answer) VALUES"
@@ -812,7 +814,20 @@ async def test_browser__no_page_scrolls_sideways_at_320_pixels(site, profile, ad
         " ('kb_b', $1, 'Is there a retention policy for logs?', 'Logs are kept 90 days.')",
         admin.account_id,
     )
-    seen = await asyncio.to_thread(narrowest_flow, site, profile, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    await conn.execute(
+        "INSERT INTO questions (id, account_id, user_id, question, state, answer, confidence,"
+        " attention_points) VALUES ('q_mfa', $1, $2, 'Do you enforce MFA?', 'complete', 'Yes.', 0.79,"
+        " ARRAY['The knowledge base has no entry that answers this question. The nearest entry is"
+        " “MFA policy” (kb_UZ5KmsrZNd6haiOXkRotLt). Answer it by hand, and consider adding the answer"
+        " to the knowledge base.'])",
+        admin.account_id, admin.user_id,
+    )
+    await conn.execute(
+        "INSERT INTO rfp_items (id, rfp_id, question, position, state, answer, confidence, question_id)"
+        " VALUES ('item_mfa', $1, 'Do you enforce MFA?', 1, 'needs_input', 'Yes.', 0.79, 'q_mfa')", rfp_id,
+    )
+    seen = await asyncio.to_thread(narrowest_flow, site, profile, admin.email, rfp_id)
     assert seen.pop("merge_how").startswith("To resolve a pair here, edit or delete one of its entries.")
     wide = {path: size for path, size in seen.items() if size[0] > size[1]}
     assert wide == {}
