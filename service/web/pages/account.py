@@ -105,6 +105,22 @@ _NOTICES = {
 }
 
 
+# Two refusals of the domain's sign-in rule whose API wording leaves a person at the form without a
+# way on: one names an API route, the other does not say what to do. Only the words are the page's.
+_SIGN_IN_WORDS = {
+    "you are not a member of any account": (
+        "This address is not a member of any account (any more). An administrator of your "
+        "organisation can invite you again."),
+    "this password was chosen by an administrator": (
+        "This password was set by an administrator, not by you: choose your own with “Forgot your "
+        "password?” below, then sign in with it."),
+}
+
+
+def _sign_in_words(message: str) -> str:
+    return next((words for start, words in _SIGN_IN_WORDS.items() if message.startswith(start)), message)
+
+
 def _sign_in_form(request: web.Request, *, email: str = "", error: str | None = None,
                   status: int = 200) -> web.Response:
     return signed_out_form(request, "signin.html", {
@@ -151,7 +167,7 @@ async def post_sign_in(request: web.Request) -> web.StreamResponse:
             return _sign_in_form(request, email="", status=422,
                                  error="That is not a valid e-mail address.")
         if exc.code in ("unauthorized", "email_unconfirmed", "rate_limited", "forbidden"):
-            response = _sign_in_form(request, email=email, error=exc.message,
+            response = _sign_in_form(request, email=email, error=_sign_in_words(exc.message),
                                      status=401 if exc.code == "unauthorized" else 403
                                      if exc.code != "rate_limited" else 429)
             if "Retry-After" in exc.headers:
