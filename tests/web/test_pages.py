@@ -27,6 +27,7 @@ from page_client import (  # noqa: F401
     sign_in,
 )
 
+from service.answering.engines.local import SENTENCES
 from service.domain import housekeeping
 from service.web.app import create_app
 
@@ -560,6 +561,19 @@ async def test_ask_page__the_question_reaches_complete(app_client, admin, conn):
     # Asked as through the API: charged, and audited as the signed-in member.
     audited = await conn.fetch("SELECT record_id, actor_id FROM audit_events WHERE action = 'question.asked'")
     assert [(r["record_id"], r["actor_id"]) for r in audited] == [(path.rsplit("/", 1)[1], admin.member_id)]
+
+
+async def test_ask_page__says_what_each_detail_level_gives(app_client, admin, conn):
+    """The Detail select (Low, Normal, High) was explained nowhere; its hint says what the local
+    engine keeps at each level (engines/local.py's SENTENCES)."""
+    await set_password(conn, admin.email)
+    await sign_in(app_client, admin.email)
+    page = await (await app_client.get("/ask")).text()
+    assert 'aria-describedby="detail-hint"' in page
+    hint = re.search(r'<p class="muted" id="detail-hint">([^<]*)</p>', page).group(1)
+    low, normal, high = SENTENCES
+    assert f"Low: {'one' if low == 1 else low} sentence" in hint
+    assert f"up to {normal} of an entry's sentences" in hint and f"High: up to {high} sentences" in hint
 
 
 async def test_ask_page__shares_the_apis_ask_rate_limit(aiohttp_client, config, admin, conn):
