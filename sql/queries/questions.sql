@@ -259,8 +259,13 @@ SELECT context FROM rfps WHERE id = $1;
 -- answer_rfp_item --
 -- A completed question answers its RFP item, if the item still waits for an answer from this
 -- question: a reopened item asked anew must not take the answer of its earlier question.
+-- updated_at is the time of the write, not now() (its transaction's start): the RFP page's bulk
+-- approval counts an item unchanged when updated_at is before the page's time, and a transaction
+-- that began before the page but wrote after it (waiting for a lock) would otherwise pass. One
+-- that wrote before the page and commits after it holds the page's time back instead
+-- (auto_answer_items). The same for review_rfp_item.
 UPDATE rfp_items
-   SET answer = $2, confidence = $3, state = $4::rfp_item_state, updated_at = now()
+   SET answer = $2, confidence = $3, state = $4::rfp_item_state, updated_at = clock_timestamp()
  WHERE id = $1 AND state = 'pending' AND question_id = $5
 RETURNING rfp_id;
 

@@ -148,7 +148,9 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
 -- showing the old answer with an updated_at before the statement's time, and the bulk approval
 -- took it as unchanged. (pg_stat_activity shows the transactions of this role's sessions, which
 -- are the service's; a transaction that has written nothing yet has no backend_xid: a reader,
--- such as an export or pg_dump, never holds `seen` back.)
+-- such as an export or pg_dump, never holds `seen` back. One that began before the page and
+-- writes an item only after it: the writes of an item's answer and state stamp updated_at with
+-- the write's time, clock_timestamp(), later than `seen`: answer_rfp_item, review_rfp_item.)
 WITH band AS MATERIALIZED (
     SELECT i.id, i.position
       FROM rfp_items i

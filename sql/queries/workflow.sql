@@ -63,7 +63,7 @@ WITH reviewed AS (
                                                           OR answer IS DISTINCT FROM $4) THEN NULL
                               ELSE question_id END,
            assignee_id = $6,
-           updated_at = now()
+           updated_at = clock_timestamp()  -- the write's time: see answer_rfp_item
      WHERE id = $1
     RETURNING *
 )

@@ -13,6 +13,8 @@ import asyncpg
 from page_client import PASSWORD, aiohttp_client_cls, app_client, field, set_password, sign_in  # noqa: F401
 from test_pages_review_bulk import add_items, band_form, picks
 
+from service import db
+
 
 async def test_bulk_approve__a_page_time_past_what_a_timestamp_holds_is_refused_in_words(
     app_client, admin, make_rfp, conn,
@@ -108,3 +110,31 @@ async def test_bulk_approve__a_write_committed_after_the_page_was_shown_is_not_a
         ("csrf_token", csrf), ("scope", "band"), *band_form(page)])
     assert response.status == 303
     assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = $1", ids[0]) != "approved"
+
+
+async def test_bulk_approve__written_after_the_page_by_a_transaction_begun_before_is_not_approved(
+    app_client, admin, make_rfp, conn, database_url,
+):
+    """The case the page's hold-back cannot see: a transaction that began before the page (a
+    review waiting for the RFP's lock) but writes only after the page was read has no xid while
+    the page runs, and its now() is before the page's time. The item's writes stamp the time of
+    the write (clock_timestamp()), which is after the page's."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, [("Do you encrypt backups?", "auto_answered", "Yes.", 0.95)])
+    csrf = await sign_in(app_client, admin.email)
+    writer = await asyncpg.connect(database_url)
+    try:
+        async with writer.transaction():
+            await writer.fetchval("SELECT 1")  # begun: now() is fixed, no xid yet
+            page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+            assert "Yes." in page
+            await writer.fetchrow(db.query("review_rfp_item"), ids[0], "Do you encrypt backups?", None,
+                                  "No, never.", "auto_answered", None)
+    finally:
+        await writer.close()
+    response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
+        ("csrf_token", csrf), ("scope", "band"), *band_form(page)])
+    assert response.status == 303
+    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = $1", ids[0]) != "approved"
+
