@@ -206,6 +206,18 @@ async def versions(
     return found, total + (current is not None)
 
 
+async def version_authors(
+    conn: asyncpg.Connection, account_id: str, found: Sequence[ItemVersion]
+) -> dict[str, str]:
+    """Who wrote and who replaced each of `found` (versions' member ids), by name; a member removed
+    since is absent."""
+    ids = sorted({m for v in found for m in (v.written_by, v.replaced_by) if m is not None})
+    if not ids:
+        return {}
+    rows = await conn.fetch(db.query("version_authors"), account_id, ids)
+    return {row["id"]: row["name"] for row in rows}
+
+
 # -- what a question drew on -------------------------------------------------------------------
 
 

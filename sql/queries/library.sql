@@ -71,6 +71,13 @@ SELECT * FROM knowledge_item_versions
  ORDER BY version DESC
  LIMIT $3 OFFSET $4;
 
+-- version_authors --
+-- The names of the members $2 of account $1 who wrote an entry's versions (those still members).
+SELECT m.id, display_name(u.first_name, u.last_name, u.email) AS name
+  FROM members m
+  JOIN users u ON u.id = m.user_id
+ WHERE m.account_id = $1 AND m.id = ANY ($2::text[]);
+
 -- count_knowledge_item_versions --
 -- How many earlier versions an entry has.
 SELECT count(*)::integer FROM knowledge_item_versions WHERE item_id = $1 AND account_id = $2;

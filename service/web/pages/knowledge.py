@@ -94,13 +94,25 @@ async def kb_create(request: web.Request) -> web.StreamResponse:
     raise see_other(f"/kb/{item.id}?done=added")
 
 
+# Earlier versions shown on an entry's page, newest first (the API's versions list has them all).
+VERSIONS_SHOWN = 20
+
+
 @page()
 async def kb_entry(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     async with connection(request) as conn:
         item = await fetch_item(conn, who.account_id, request.match_info["id"])
+        # The current version first, then the kept ones: those are the page's "earlier versions".
+        found, total = await library.versions(conn, who.account_id, item.id,
+                                              Page(number=1, size=VERSIONS_SHOWN + 1))
+        earlier = [v for v in found if not v.current]
+        authors = await library.version_authors(conn, who.account_id, earlier)
     return render(request, "kb_entry.html", {
         "item": item, "may_write": may_write(who), "notice": _notice(request),
+        "earlier": earlier, "earlier_total": total - 1, "authors": authors,
+        # A version's texts cut as the RFP page cuts an item's, so that the page stays small.
+        "cut": request.app[CONFIG].web.item_chars_shown,
     })
 
 
