@@ -792,8 +792,8 @@ def narrowest_flow(base: str, profile: str, email: str, rfp_id: str) -> dict[str
         driver.get(base + "/kb/care")  # the first visit starts the duplicate run; its result follows
         wait(driver, lambda d: d.get(base + "/kb/care") or d.find_elements(By.ID, "merge-how"))
         seen["merge_how"] = text_of(driver, "#merge-how")
-        for path in ("/kb/care", "/rfps", f"/rfps/{rfp_id}", "/kb", "/items", "/ask", "/members",
-                     "/accounts"):
+        for path in ("/kb/care", "/rfps", f"/rfps/{rfp_id}", "/kb", "/kb/kb_a", "/items", "/ask",
+                     "/members", "/accounts"):
             driver.get(base + path)
             seen[path] = driver.execute_script(
                 "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
@@ -814,6 +814,8 @@ async def test_browser__no_page_scrolls_sideways_at_320_pixels(site, profile, ad
         " ('kb_b', $1, 'Is there a retention policy for logs?', 'Logs are kept 90 days.')",
         admin.account_id,
     )
+    # An earlier version, for the entry page's list of them.
+    await conn.execute("UPDATE knowledge_items SET answer = 'Logs are kept 31 days.' WHERE id = 'kb_a'")
     rfp_id = await make_rfp(admin, "Acme")
     await conn.execute(
         "INSERT INTO questions (id, account_id, user_id, question, state, answer, confidence,"
