@@ -609,7 +609,7 @@ def invitation_flow(base: str, profile: str, email: str, smtp: Any) -> dict[str,
         seen: dict[str, Any] = {"after_invite": driver.current_url,
                                 "notice": text_of(driver, "#members-notice")}
         driver.find_element(By.CSS_SELECTOR, "form.signout button").click()
-        wait(driver, lambda d: d.current_url.endswith("/signin"))
+        wait(driver, lambda d: d.current_url.endswith("/signin?done=signed_out"))
         deadline = time.monotonic() + 20
         while not smtp.messages and time.monotonic() < deadline:
             time.sleep(0.05)

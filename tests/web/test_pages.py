@@ -54,7 +54,9 @@ async def test_sign_in__session_cookie_flags_and_sign_out_ends_it_on_the_server(
     page = await app_client.get("/rfps")
     csrf = field(await page.text(), "csrf_token")
     out = await app_client.post("/signout", data={"csrf_token": csrf}, allow_redirects=False)
-    assert out.status == 303 and out.headers["Location"] == "/signin"
+    assert out.status == 303 and out.headers["Location"] == "/signin?done=signed_out"
+    signed_out = await (await app_client.get(out.headers["Location"])).text()
+    assert '<p class="notice ok" role="status" id="signin-notice">You are signed out.</p>' in signed_out
     assert await conn.fetchval("SELECT count(*) FROM web_sessions WHERE revoked_at IS NULL") == 0
     # The old cookie, replayed, no longer works: the server ended the session.
     app_client.session.cookie_jar.clear()
@@ -93,7 +95,7 @@ async def test_sign_out__of_a_session_already_over_removes_its_cookie(app_client
     csrf = await sign_in(app_client, admin.email)
     await conn.execute("UPDATE web_sessions SET expires_at = now() - interval '1 second'")
     out = await app_client.post("/signout", data={"csrf_token": csrf}, allow_redirects=False)
-    assert out.status == 303 and out.headers["Location"] == "/signin"
+    assert out.status == 303 and out.headers["Location"] == "/signin?done=signed_out"
     assert any(c.startswith("rfp_session=") and "Max-Age=0" in c for c in out.headers.getall("Set-Cookie"))
     # A live session's sign-out still needs its form token.
     csrf = await sign_in(app_client, admin.email)

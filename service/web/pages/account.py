@@ -100,6 +100,7 @@ def signed_in_response(
 
 
 _NOTICES = {
+    "signed_out": "You are signed out.",
     "reset": "Your new password is set: sign in with it.",
     "confirmed": "Your address is confirmed: sign in with your password.",
 }
@@ -192,6 +193,6 @@ async def post_sign_out(request: web.Request) -> web.StreamResponse:
         await check_form_origin(request, request[SESSION])
         async with connection(request) as conn:
             await end_session(conn, request.cookies.get(COOKIE))
-    response = see_other("/signin")
+    response = see_other("/signin?done=signed_out")  # the sign-in page then says so
     response.del_cookie(COOKIE, path="/")
     raise response
