@@ -86,6 +86,34 @@ async def test_bulk_approve__selected_skips_an_item_changed_after_the_page_was_s
 
 
 
+async def _pressed_after_a_write_beside_the_page(app_client, admin, make_rfp, conn, database_url,
+                                                write_before, write_after) -> str:
+    """One auto-answer item ("Yes."); a writer's transaction open while the RFP page is read runs
+    `write_before` before that read and `write_after` after it (each given the writer and the
+    item's id), then commits; the band's button is pressed with that page. The item's state."""
+    await set_password(conn, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    [item_id] = await add_items(conn, rfp_id, [("Do you encrypt backups?", "auto_answered", "Yes.", 0.95)])
+    csrf = await sign_in(app_client, admin.email)
+    writer = await asyncpg.connect(database_url)
+    try:
+        async with writer.transaction():
+            await write_before(writer, item_id)
+            page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+            assert "No, never." not in page and "Yes." in page  # the old answer is what was shown
+            await write_after(writer, item_id)
+    finally:
+        await writer.close()
+    response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
+        ("csrf_token", csrf), ("scope", "band"), *band_form(page)])
+    assert response.status == 303
+    return await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = $1", item_id)
+
+
+async def _nothing(_writer, _item_id) -> None:
+    pass
+
+
 async def test_bulk_approve__a_write_committed_after_the_page_was_shown_is_not_approved_unseen(
     app_client, admin, make_rfp, conn, database_url,
 ):
@@ -93,23 +121,12 @@ async def test_bulk_approve__a_write_committed_after_the_page_was_shown_is_not_a
     not later. But updated_at = now() is when the writing transaction began: a long one (an
     import rewriting answers) that began before the page and committed after it leaves the page
     showing the old answer while the item reads as unchanged, and the band approves the new one."""
-    await set_password(conn, admin.email)
-    rfp_id = await make_rfp(admin, "Acme")
-    ids = await add_items(conn, rfp_id, [("Do you encrypt backups?", "auto_answered", "Yes.", 0.95)])
-    csrf = await sign_in(app_client, admin.email)
-    writer = await asyncpg.connect(database_url)
-    try:
-        async with writer.transaction():
-            await writer.execute("UPDATE rfp_items SET answer = 'No, never.', updated_at = now()"
-                                 " WHERE id = $1", ids[0])
-            page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
-            assert "No, never." not in page and "Yes." in page  # the old answer is what was shown
-    finally:
-        await writer.close()
-    response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
-        ("csrf_token", csrf), ("scope", "band"), *band_form(page)])
-    assert response.status == 303
-    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = $1", ids[0]) != "approved"
+    async def rewrite(writer, item_id) -> None:
+        await writer.execute("UPDATE rfp_items SET answer = 'No, never.', updated_at = now()"
+                             " WHERE id = $1", item_id)
+
+    assert await _pressed_after_a_write_beside_the_page(
+        app_client, admin, make_rfp, conn, database_url, rewrite, _nothing) != "approved"
 
 
 async def test_bulk_approve__written_after_the_page_by_a_transaction_begun_before_is_not_approved(
@@ -119,22 +136,12 @@ async def test_bulk_approve__written_after_the_page_by_a_transaction_begun_befor
     review waiting for the RFP's lock) but writes only after the page was read has no xid while
     the page runs, and its now() is before the page's time. The item's writes stamp the time of
     the write (clock_timestamp()), which is after the page's."""
-    await set_password(conn, admin.email)
-    rfp_id = await make_rfp(admin, "Acme")
-    ids = await add_items(conn, rfp_id, [("Do you encrypt backups?", "auto_answered", "Yes.", 0.95)])
-    csrf = await sign_in(app_client, admin.email)
-    writer = await asyncpg.connect(database_url)
-    try:
-        async with writer.transaction():
-            await writer.fetchval("SELECT 1")  # begun: now() is fixed, no xid yet
-            page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
-            assert "Yes." in page
-            await writer.fetchrow(db.query("review_rfp_item"), ids[0], "Do you encrypt backups?", None,
-                                  "No, never.", "auto_answered", None)
-    finally:
-        await writer.close()
-    response = await app_client.post(f"/rfps/{rfp_id}/approve", allow_redirects=False, data=[
-        ("csrf_token", csrf), ("scope", "band"), *band_form(page)])
-    assert response.status == 303
-    assert await conn.fetchval("SELECT state::text FROM rfp_items WHERE id = $1", ids[0]) != "approved"
+    async def begin(writer, _item_id) -> None:
+        await writer.fetchval("SELECT 1")  # begun: now() is fixed, no xid yet
 
+    async def review(writer, item_id) -> None:
+        await writer.fetchrow(db.query("review_rfp_item"), item_id, "Do you encrypt backups?", None,
+                              "No, never.", "auto_answered", None)
+
+    assert await _pressed_after_a_write_beside_the_page(
+        app_client, admin, make_rfp, conn, database_url, begin, review) != "approved"
