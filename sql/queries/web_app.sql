@@ -143,10 +143,10 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
 -- answer), and with $7 only those unchanged since then. `total`, how many; `ids`, the first $9
 -- in questionnaire order; `seen`, the page's time (it sends it back as $7): the statement's, or
 -- just before the oldest transaction that has written and not yet committed began. An
--- item's updated_at is its writer's now(), the start of its transaction: one that began before
--- this statement and commits after the page read its items (a long import) leaves the page
--- showing the old answer with an updated_at before the statement's time, and the bulk approval
--- took it as unchanged. (pg_stat_activity shows the transactions of this role's sessions, which
+-- item's updated_at is set before its writer commits (most writes' now(), their transaction's
+-- start): one written before this statement and committed after the page read its items (a long
+-- import) leaves the page showing the old answer with an updated_at before the statement's time,
+-- and the bulk approval took it as unchanged. (pg_stat_activity shows the transactions of this role's sessions, which
 -- are the service's; a transaction that has written nothing yet has no backend_xid: a reader,
 -- such as an export or pg_dump, never holds `seen` back. One that began before the page and
 -- writes an item only after it: the writes of an item's answer and state stamp updated_at with
