@@ -282,8 +282,9 @@ class Indexer:
         except EmbeddingFailure as exc:
             if not refused(exc):
                 raise
-            if len(rows) == 1:
-                return [self._refused(rows[0])]
+            if len(rows) == 1:  # the refused request was this entry alone: not sent again
+                self._log_refused(rows[0])
+                return [None]
         vectors: list[list[float] | None] = []
         for row in rows:
             try:
@@ -291,10 +292,11 @@ class Indexer:
             except EmbeddingFailure as exc:
                 if not refused(exc):
                     raise
-                vectors.append(self._refused(row))
+                self._log_refused(row)
+                vectors.append(None)
         return vectors
 
-    def _refused(self, row: asyncpg.Record) -> None:
+    def _log_refused(self, row: asyncpg.Record) -> None:
         log.warning("the embeddings backend refused knowledge-base entry %s (%d characters); tried"
                     " again in %g s", row["id"], len(row["text"]), CLAIM_SECONDS)
 
