@@ -425,12 +425,13 @@ async def auto_answer_items(
 ) -> BandItems:
     """The items of an RFP that the page's filters pass (review_items': `state`, `assignee_id`,
     `pattern`) and that a bulk approval of the auto-answer band approves: answered, not
-    approved or discarded, an answer that is not blank, confidence at least `min_confidence`
+    approved or discarded, an answer that is not blank and no longer than MAX_TEXT (one drafted
+    longer before drafts were cut is left to its own page), confidence at least `min_confidence`
     with no attention asked (bands.band's auto_answer); with `unchanged_since`, only those not
     changed after it. The first `first` ids in questionnaire order, and how many in all. A search
     runs under SEARCH_TIMEOUT_MS (then 503)."""
     arguments = (rfp_id, account_id, REVIEW_FILTERS.get(state or ""), assignee_id, pattern,
-                 min_confidence, unchanged_since, BLANK, first)
+                 min_confidence, unchanged_since, BLANK, first, MAX_TEXT)
     if pattern is None:
         row = await conn.fetchrow(db.query("auto_answer_items"), *arguments)
     else:

@@ -140,7 +140,10 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
 -- confidence at least $6, no attention asked), whose answer is not blank ($8: the characters
 -- Python's str.strip() takes, so that the page and the approval agree on blank; an answer's
 -- first character settles it but for the few that open with one, sparing a btrim() of every
--- answer), and with $7 only those unchanged since then. `total`, how many; `ids`, the first $9
+-- answer) and no longer than an approval accepts ($10, rfps.MAX_TEXT characters: an item drafted
+-- longer before drafts were cut there stopped every press at itself; octet_length, read from the
+-- stored header, spares counting the characters of all but the longest), and with $7 only those
+-- unchanged since then. `total`, how many; `ids`, the first $9
 -- in questionnaire order; `seen`, the page's time (it sends it back as $7): the statement's, or
 -- just before the oldest transaction that has written and not yet committed began. An
 -- item's updated_at is set before its writer commits (most writes' now(), their transaction's
@@ -161,6 +164,7 @@ WITH band AS MATERIALIZED (
        AND ($4::bigint IS NULL OR i.assignee_id = $4)
        AND ($5::text IS NULL OR i.question ILIKE $5 OR i.answer ILIKE $5)
        AND (strpos($8, left(i.answer, 1)) = 0 OR btrim(i.answer, $8) <> '')
+       AND (octet_length(i.answer) <= $10 OR char_length(i.answer) <= $10)
        AND i.confidence >= $6::double precision AND NOT coalesce(q.requires_attention, false)
        AND ($7::timestamptz IS NULL OR i.updated_at <= $7)
 )

@@ -21,6 +21,7 @@ from ...domain.rfp_items import (
     not_approvable,
 )
 from ...domain.rfps import (
+    MAX_TEXT,
     BandItems,
     auto_answer_items,
     fetch_rfp,
@@ -53,8 +54,10 @@ STOPPED_SAID = {
 
 
 def approvable(item: dict[str, Any]) -> bool:
-    """Whether the page offers the item to the bulk approval (approve_items approves it)."""
-    return not_approvable(item) is None
+    """Whether the page offers the item to the bulk approval (approve_items approves it): not an
+    answer longer than an approval accepts (drafted before drafts were cut at MAX_TEXT; the page
+    holds it cut, `answer_chars` its whole length), which would stop the run at itself."""
+    return not_approvable(item) is None and (item["answer_chars"] or 0) <= MAX_TEXT
 
 
 async def stopped_item(request: web.Request, conn: Any, rfp_id: str) -> dict[str, Any] | None:

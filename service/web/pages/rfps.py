@@ -181,6 +181,7 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             "knowledge_item_id": row["knowledge_item_id"],
             "question_cut": row["question_chars"] > len(row["question"]),
             "answer_cut": row["answer"] is not None and row["answer_chars"] > len(row["answer"]),
+            "answer_chars": row["answer_chars"],
             "chars": row["question_chars"] + (row["answer_chars"] or 0),
             "assignee_id": row["assignee_id"], "assignee_name": row["assignee_name"],
             "assignee_email": row["assignee_email"],
