@@ -792,12 +792,20 @@ def narrowest_flow(base: str, profile: str, email: str, rfp_id: str) -> dict[str
         driver.get(base + "/kb/care")  # the first visit starts the duplicate run; its result follows
         wait(driver, lambda d: d.get(base + "/kb/care") or d.find_elements(By.ID, "merge-how"))
         seen["merge_how"] = text_of(driver, "#merge-how")
-        for path in ("/kb/care", "/rfps", f"/rfps/{rfp_id}", "/kb", "/kb/kb_a", "/items", "/ask",
-                     "/members", "/accounts"):
+        for path in ("/kb/care", "/kb/care/merge?a=kb_a&b=kb_b", "/rfps", f"/rfps/{rfp_id}", "/kb",
+                     "/kb/kb_a", "/items", "/ask", "/members", "/accounts"):
             driver.get(base + path)
             seen[path] = driver.execute_script(
                 "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-        return seen
+        # The pair merged where it is listed: its "Merge…", then the second entry kept.
+        driver.get(base + "/kb/care")
+        driver.find_element(By.PARTIAL_LINK_TEXT, "Merge").click()
+        wait(driver, lambda d: d.find_elements(By.ID, "keep-2"))
+        kept = driver.find_element(By.CSS_SELECTOR, "#entry-2-h a").get_attribute("href").rsplit("/", 1)[1]
+        driver.find_element(By.ID, "keep-2").click()
+        wait(driver, lambda d: d.find_elements(By.ID, "kb-notice"))
+        merged = (text_of(driver, "#kb-notice"), kept)
+        return seen | {"merged": merged}
     finally:
         driver.quit()
 
@@ -830,6 +838,9 @@ async def test_browser__no_page_scrolls_sideways_at_320_pixels(site, profile, ad
         " VALUES ('item_mfa', $1, 'Do you enforce MFA?', 1, 'needs_input', 'Yes.', 0.79, 'q_mfa')", rfp_id,
     )
     seen = await asyncio.to_thread(narrowest_flow, site, profile, admin.email, rfp_id)
-    assert seen.pop("merge_how").startswith("To resolve a pair here, edit or delete one of its entries.")
+    assert seen.pop("merge_how").startswith("To resolve a pair, press its “Merge…”")
+    notice, kept = seen.pop("merged")
+    assert notice.startswith("Entries merged: the one you kept stays")
+    assert await conn.fetchval("SELECT array_agg(id) FROM knowledge_items") == [kept]
     wide = {path: size for path, size in seen.items() if size[0] > size[1]}
     assert wide == {}

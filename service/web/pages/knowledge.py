@@ -43,6 +43,8 @@ NOTICES = {
     "saved": "Entry saved: the previous version is kept.",
     "deleted": "Entry deleted.",
     "reviewed": "Marked reviewed: its next review is one review period from today.",
+    "merged": "Entries merged: the one you kept stays, the other is removed, and what cited the other"
+              " now cites the kept one.",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import account, accounts, ask, joining, knowledge, members, rfp_bulk, rfps, static
+from . import account, accounts, ask, joining, kb_merge, knowledge, members, rfp_bulk, rfps, static
 
 
 def routes() -> list[web.RouteDef]:
@@ -41,10 +41,12 @@ def routes() -> list[web.RouteDef]:
         web.post("/kb", knowledge.kb_create, name="page_kb_create"),
         web.post("/kb/import", knowledge.kb_import, name="page_kb_import"),
         get("/kb/care", knowledge.kb_care, name="page_kb_care", allow_head=False),
+        get("/kb/care/merge", kb_merge.merge_page, name="page_kb_merge", allow_head=False),
         web.post("/kb/{id}/reviewed", knowledge.kb_reviewed, name="page_kb_reviewed"),
         get("/kb/{id}", knowledge.kb_entry, name="page_kb_entry", allow_head=False),
         web.post("/kb/{id}", knowledge.kb_update, name="page_kb_update"),
         web.post("/kb/{id}/delete", knowledge.kb_delete, name="page_kb_delete"),
+        web.post("/kb/{id}/merge", kb_merge.merge, name="page_kb_merge_post"),
         get("/ask", ask.ask_form, name="page_ask", allow_head=False),
         web.post("/ask", ask.ask_page, name="page_ask_post"),
         get("/ask/{id}", ask.question_page, name="page_question", allow_head=False),
