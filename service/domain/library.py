@@ -28,7 +28,7 @@ import attrs
 from .. import db
 from . import audit, webhooks
 from .convert import IsoDate, NonBlank, structure, unstructure
-from .errors import NotFound, ValidationFailed
+from .errors import Conflict, NotFound, ValidationFailed
 from .knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
@@ -467,13 +467,17 @@ class MergeInput:
 
 async def merge(
     conn: asyncpg.Connection, account_id: str, keep_id: str, duplicate_id: str, member_id: str | None,
-    *, actor: audit.Actor | None = None,
+    *, actor: audit.Actor | None = None, shown_versions: Mapping[str, int] | None = None,
 ) -> tuple[KnowledgeItem, int]:
     """Merge `duplicate_id` into `keep_id`: questions and RFP items that cited the duplicate cite
     the kept entry (each question remembering `merged_from`), the duplicate's versions stay
     readable, and it is removed. Returns the kept entry and how many questions were repointed.
     With `actor`, the merge's audit event, the duplicate's deletion (audit event and webhook) and
-    the kept entry's update webhook are written in the same transaction."""
+    the kept entry's update webhook are written in the same transaction.
+
+    `shown_versions` (entry id → version), from the web app's page where a member chose the entry
+    kept after reading both: either one changed since is a Conflict and nothing is merged, where
+    a text edited meanwhile was kept, or removed, unseen."""
     if keep_id == duplicate_id:
         raise ValidationFailed(["duplicate_id: must be another entry than the one kept"])
     async with conn.transaction():
@@ -490,6 +494,10 @@ async def merge(
             raise NotFound(f"no knowledge base item {keep_id} in this account")
         if duplicate_id not in locked:
             raise ValidationFailed([f"duplicate_id: no knowledge base item {duplicate_id} in this account"])
+        changed = [item_id for item_id, version in (shown_versions or {}).items()
+                   if item_id in locked and locked[item_id]["version"] != version]
+        if changed:
+            raise Conflict(f"knowledge base item {changed[0]} changed since it was shown; nothing was merged")
         await set_actor(conn, member_id)
         await conn.execute(db.query("set_merging"))
         repointed = await conn.fetch(

@@ -43,6 +43,13 @@ def forms(page: str) -> list[dict[str, str]]:
     return found
 
 
+async def press(app_client, csrf: str, keep: str, removed: str, versions: tuple[str, str] = ("1", "1")):
+    """The merge page's button keeping `keep`, as the page draws it for entries at `versions`."""
+    return await app_client.post(f"/kb/{keep}/merge", data={
+        "csrf_token": csrf, "duplicate_id": removed, "keep_version": versions[0],
+        "duplicate_version": versions[1]})
+
+
 async def writer(app_client, conn, make_member, account_id: str, role: str = "member"):
     who = await make_member(account_id, role=role)
     await set_password(conn, who.email)
@@ -78,13 +85,15 @@ async def test_kb_merge__a_member_keeps_the_entry_chosen_and_the_care_page_says_
     assert shown.status == 200 and "Merge two entries" in page
     assert "Yes, nightly with AES-256." in page and "Yes: AES-256, every night." in page
     assert [form for form in forms(page) if form["action"] != "/signout"] == [
-        {"action": "/kb/kb_b1/merge", "csrf_token": csrf, "duplicate_id": "kb_b2"},
-        {"action": "/kb/kb_b2/merge", "csrf_token": csrf, "duplicate_id": "kb_b1"},
+        {"action": "/kb/kb_b1/merge", "csrf_token": csrf, "duplicate_id": "kb_b2", "keep_version": "1",
+         "duplicate_version": "1"},
+        {"action": "/kb/kb_b2/merge", "csrf_token": csrf, "duplicate_id": "kb_b1", "keep_version": "1",
+         "duplicate_version": "1"},
     ]
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 4  # opening it: nothing
 
     # The second kept: the first removed, what cited it follows.
-    done = await app_client.post("/kb/kb_b2/merge", data={"csrf_token": csrf, "duplicate_id": "kb_b1"})
+    done = await press(app_client, csrf, "kb_b2", "kb_b1")
     assert done.status == 200 and done.url.path == "/kb/care" and done.url.query["done"] == "merged"
     assert f"{NOTICE}Entries merged: the one you kept stays, the other is removed" in await done.text()
     assert await conn.fetchval("SELECT array_agg(id ORDER BY id) FROM knowledge_items") == [
@@ -111,8 +120,7 @@ async def test_kb_merge__a_pair_gone_meanwhile_is_a_page_saying_so(app_client, a
     await conn.execute("DELETE FROM knowledge_items WHERE id = 'kb_g2'")
 
     for keep, removed in (("kb_g1", "kb_g2"), ("kb_g2", "kb_g1")):  # the removed one gone; the kept one
-        pressed = await app_client.post(f"/kb/{keep}/merge",
-                                        data={"csrf_token": csrf, "duplicate_id": removed})
+        pressed = await press(app_client, csrf, keep, removed)
         page = await pressed.text()
         assert pressed.status == 404, page
         assert f"One of these entries is {GONE}" in page
@@ -129,7 +137,7 @@ async def test_kb_merge__the_same_entry_twice_or_none_named_is_said(app_client, 
     _, csrf = await writer(app_client, conn, make_member, admin.account_id)
     shown = await app_client.get("/kb/care/merge?a=kb_s1&b=kb_s1")
     assert shown.status == 422 and SAME in await shown.text()
-    pressed = await app_client.post("/kb/kb_s1/merge", data={"csrf_token": csrf, "duplicate_id": "kb_s1"})
+    pressed = await press(app_client, csrf, "kb_s1", "kb_s1")
     assert pressed.status == 422 and SAME in await pressed.text()
     for unnamed in ("/kb/care/merge", "/kb/care/merge?a=kb_s1", "/kb/care/merge?a=kb_s1&b=+"):
         page = await app_client.get(unnamed)
@@ -150,7 +158,8 @@ async def test_kb_merge__another_accounts_entry_looks_like_none(
     _, csrf = await writer(app_client, conn, make_member, admin.account_id)
 
     async def said(method: str, path: str, **data: str) -> tuple[int, str]:
-        response = await app_client.request(method, path, data={"csrf_token": csrf, **data} if data else None)
+        sent = {"csrf_token": csrf, "keep_version": "1", "duplicate_version": "1", **data} if data else None
+        response = await app_client.request(method, path, data=sent)
         return response.status, await response.text()
 
     nobody = await said("GET", "/kb/care/merge?a=kb_mine&b=kb_nobody")
@@ -176,6 +185,30 @@ async def test_kb_merge__a_viewer_sees_no_merge_and_is_refused_one(app_client, a
     care = await (await app_client.get("/kb/care")).text()
     assert 'href="/kb/kb_v1"' in care and merge_links(care) == [] and 'id="merge-how"' not in care
     assert (await app_client.get("/kb/care/merge?a=kb_v1&b=kb_v2")).status == 403
-    refused = await app_client.post("/kb/kb_v1/merge", data={"csrf_token": csrf, "duplicate_id": "kb_v2"})
+    refused = await press(app_client, csrf, "kb_v1", "kb_v2")
     assert refused.status == 403
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 2
+
+
+async def test_kb_merge__an_entry_edited_since_the_page_was_shown_is_not_merged_unseen(
+    app_client, admin, make_member, conn
+):
+    """Both texts shown, then someone edits one: the press kept (or removed) a text its member
+    never read. It is a 409 page offering both again, and nothing is merged; a form without the
+    versions shown merges nothing either."""
+    await entries(conn, admin.account_id, ("kb_e1", "MFA?", "Yes."), ("kb_e2", "Is MFA on?", "Yes!"))
+    _, csrf = await writer(app_client, conn, make_member, admin.account_id)
+    await app_client.get("/kb/care/merge?a=kb_e1&b=kb_e2")  # both at version 1
+    await conn.execute("UPDATE knowledge_items SET answer = 'No, not yet.' WHERE id = 'kb_e2'")
+    for keep, removed, versions in (("kb_e1", "kb_e2", ("1", "1")), ("kb_e2", "kb_e1", ("1", "1"))):
+        pressed = await press(app_client, csrf, keep, removed, versions)
+        page = await pressed.text()
+        assert pressed.status == 409, page
+        assert "changed since the page was shown (someone edited it meanwhile), so nothing was merged" in page
+        assert f'href="/kb/care/merge?a={keep}&amp;b={removed}" id="merge-again"' in page
+    for versions in (("1", ""), ("", "2"), ("x", "2"), ("9" * 5000, "2")):
+        unseen = await press(app_client, csrf, "kb_e1", "kb_e2", versions)
+        assert unseen.status == 400 and "nothing was merged" in await unseen.text(), versions[0][:9]
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 2
+    assert (await press(app_client, csrf, "kb_e1", "kb_e2", ("1", "2"))).url.query["done"] == "merged"
+    assert await conn.fetchval("SELECT array_agg(id) FROM knowledge_items") == ["kb_e1"]

@@ -7,10 +7,12 @@ none, and the same entry twice are each a page saying so in words, never the err
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from aiohttp import web
 
 from ...domain import library
-from ...domain.errors import NotFound, ValidationFailed
+from ...domain.errors import Conflict, NotFound, ValidationFailed
 from ...domain.knowledge import KnowledgeItem, find_item
 from ..actors import actor
 from ..auth import connection
@@ -21,12 +23,23 @@ from .knowledge import WRITERS
 
 _SAME = "Both sides name the same entry: an entry cannot be merged into itself."
 _UNNAMED = "This page merges two entries, and the address does not name both."
+_UNSEEN = ("The form does not say which versions of the entries were shown, so nothing was merged: "
+           "open the pair again from the Library care page and choose there.")
+_CHANGED = ("One of the entries changed since the page was shown (someone edited it meanwhile), so "
+            "nothing was merged: look at both again before choosing.")
 
 
 def _refused(request: web.Request, status: int, message: str,
-             left: list[KnowledgeItem] | None = None) -> web.Response:
-    return render(request, "kb_merge.html", {"problem": message, "left": left or [], "gone": status == 404},
-                  status=status)
+             left: list[KnowledgeItem] | None = None, again: str | None = None) -> web.Response:
+    return render(request, "kb_merge.html", {
+        "problem": message, "left": left or [], "gone": status == 404, "again": again,
+    }, status=status)
+
+
+def _version(value: object) -> int | None:
+    # (At most 9 digits: Python refuses to read an integer of thousands, a 500 for a forged form.)
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() and len(
+        value) <= 9 else None
 
 
 async def _gone(request: web.Request, ids: tuple[str, str]) -> web.Response:
@@ -63,16 +76,25 @@ async def merge(request: web.Request) -> web.StreamResponse:
     """The API's POST …/{id}/merge with the form's `duplicate_id`: this entry is kept, that one
     removed; back to the care page, which says so."""
     keep_id = request.match_info["id"]
-    duplicate_id = str((await read_form(request)).get("duplicate_id") or "").strip()
+    form = await read_form(request)
+    duplicate_id = str(form.get("duplicate_id") or "").strip()
     if not duplicate_id:
         return _refused(request, 400, _UNNAMED)
+    # The versions the page showed: an entry edited since is not kept, or removed, unseen.
+    shown = {keep_id: _version(form.get("keep_version")),
+             duplicate_id: _version(form.get("duplicate_version"))}
+    if None in shown.values() and keep_id != duplicate_id:
+        return _refused(request, 400, _UNSEEN)
     who = principal(request)
     try:
         async with connection(request) as conn:
             await library.merge(conn, who.account_id, keep_id, duplicate_id, who.member_id,
-                                actor=actor(request))
+                                actor=actor(request), shown_versions=shown)
     except NotFound:
         return await _gone(request, (keep_id, duplicate_id))
+    except Conflict:
+        again = f"/kb/care/merge?{urlencode({'a': keep_id, 'b': duplicate_id})}"
+        return _refused(request, 409, _CHANGED, again=again)
     except ValidationFailed as exc:
         if keep_id == duplicate_id:
             return _refused(request, 422, _SAME)
