@@ -18,7 +18,7 @@ import collections
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -26,7 +26,7 @@ import asyncpg
 import attrs
 
 from .. import db
-from . import audit, webhooks
+from . import audit, preconditions, webhooks
 from .convert import IsoDate, NonBlank, structure, unstructure
 from .errors import Conflict, NotFound, ValidationFailed
 from .knowledge import (
@@ -102,13 +102,17 @@ class ItemChange(KnowledgeItemInput):
 async def update_item(
     conn: asyncpg.Connection, account_id: str, item_id: str, member_id: str | None,
     fields: Mapping[str, Any], *, actor: audit.Actor | None = None,
+    if_match: Collection[str] | None = None,
 ) -> KnowledgeItem:
     """Change an entry; the previous version is kept (who, when, what). With `actor`, its audit
-    event and webhook are written in the same transaction."""
+    event and webhook are written in the same transaction. With `if_match`, only while the
+    entry's tag is one of them (preconditions.check), else PreconditionFailed."""
     async with conn.transaction():
         current = await conn.fetchrow(db.query("lock_knowledge_item"), item_id, account_id)
         if current is None:
             raise NotFound(f"no knowledge base item {item_id} in this account")
+        preconditions.check(if_match, preconditions.entry_tag(current["version"]),
+                            f"knowledge base item {item_id}")
         before = await find_item(conn, account_id, item_id) if actor is not None else None
         stored = {
             "answer": current["answer"], "question": current["question"], "title": current["title"],

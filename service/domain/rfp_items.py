@@ -12,7 +12,7 @@ import csv
 import io
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import IO, Any
 
@@ -21,7 +21,7 @@ import attrs
 
 from .. import db
 from ..config import MailConfig
-from . import audit, mail, questionnaires, webhooks, writeback
+from . import audit, mail, preconditions, questionnaires, webhooks, writeback
 from .convert import (
     NonBlank,
     PositiveCount,
@@ -321,14 +321,16 @@ Review it here:
 async def review(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, item_id: str, fields: dict[str, Any],
     member_id: str | None = None, *, actor: audit.Actor | None = None, web_base_url: str = "",
-    mail_config: MailConfig | None = None,
+    mail_config: MailConfig | None = None, if_match: Collection[str] | None = None,
 ) -> Reviewed:
     """Review one item (PATCH): locked, merged, checked, stored and, when asked, saved to the
     knowledge base, all in one transaction. With `actor`, the same transaction writes the audit
     events (rfp_item.updated; rfp_item.approved and rfp.approved when the review approves the
     item, or the last item of the RFP) and queues their webhooks (the RFP's `web_link` built
     on `web_base_url`). With `mail_config`, assigning the item to another member than
-    `member_id` queues one e-mail to them, linking to the item alone on `web_base_url`."""
+    `member_id` queues one e-mail to them, linking to the item alone on `web_base_url`. With
+    `if_match`, only while the item's tag is one of them (preconditions.check), else
+    PreconditionFailed and nothing is written."""
     async with conn.transaction():
         # The RFP before its item, as "answer all" takes them (a review of a pending item saved
         # while an answer all started deadlocked with it).
@@ -339,6 +341,8 @@ async def review(
         wanted = _wanted_assignee(fields)
         assignee = await lock_assignee(conn, account_id, wanted) if wanted is not None else None
         current = await fetch_item(conn, account_id, rfp_id, item_id, lock=True)
+        preconditions.check(if_match, preconditions.item_tag(current["updated_at"]),
+                            f"item {item_id}")
         changes_state = fields.get("state", current["state"]) != current["state"]
         # The RFP's state before, when this review may change it (rfp.approved is sent once).
         rfp_before = (

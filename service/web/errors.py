@@ -43,6 +43,7 @@ STATUS = {
     "method_not_allowed": 405,
     "request_timeout": 408,
     "conflict": 409,
+    "precondition_failed": 412,  # If-Match named another version (domain/preconditions.py)
     "payload_too_large": 413,
     "unsupported_media_type": 415,
     "validation_failed": 422,

@@ -467,6 +467,15 @@ _LAST_EVENT_ID = {"name": "Last-Event-ID", "in": "header", "required": False,
                                  "ignored",
                   "schema": {"type": "string"}}
 _BEARER = [{"bearer": []}]
+# Conditional writes (service/web/etags.py): a record's ETag, and the If-Match a PATCH may send.
+_ETAG = {"ETag": {"description": "the record's version: send it as If-Match to change this "
+                                 "version alone", "schema": STRING}}
+_IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
+             "description": "the ETag of the version read (or *): the change applies only while "
+                            "the record is still that version, else 412 and nothing is written",
+             "schema": {"type": "string"}}
+_PRECONDITION = _error("If-Match names another version than the record's: it changed since it "
+                       "was read (precondition_failed; the current ETag in ETag)", _ETAG)
 
 
 def _op(op_id: str, summary: str, responses: dict, *, security: list | None = None,
@@ -573,15 +582,15 @@ def _workflow_paths() -> dict[str, Any]:
         "/api/v1/rfps/{id}/rfp_items/import": {"post": upload},
         "/api/v1/rfps/{id}/rfp_items/{item_id}": {
             "get": _op("get_rfp_item", "read one item", {
-                "200": _json(item, "the item"), "404": _error("no such item in this RFP")},
+                "200": _json(item, "the item", _ETAG), "404": _error("no such item in this RFP")},
                 params=[_ID, _ITEM_ID]),
             "patch": _op("review_rfp_item", "edit, approve, discard or reopen an item", {
-                "200": _json(item, "the reviewed item"),
-                "404": _error("no such item in this RFP"),
+                "200": _json(item, "the reviewed item", _ETAG),
+                "404": _error("no such item in this RFP"), "412": _PRECONDITION,
                 "422": _error("approving without an answer, saving an unapproved answer, "
                               "an assignee_id who is not an admin or member of the account, "
                               "or an invalid field")},
-                params=[_ID, _ITEM_ID], body=_wrapped("rfp_item", _ref("RfpItemReview"))),
+                params=[_ID, _ITEM_ID, _IF_MATCH], body=_wrapped("rfp_item", _ref("RfpItemReview"))),
         },
         "/api/v1/rfps/{id}/answer": {"post": answer},
         "/api/v1/rfps/{id}/export": {"get": _op("export_rfp", "the RFP's items as a file", {
@@ -610,10 +619,11 @@ def _library_paths() -> dict[str, Any]:
     paths = {
         "/api/v1/knowledge_base_items/{id}": {
             "patch": _op("update_knowledge_base_item", "change an item (its previous version is "
-                         "kept)", {"200": _json(item, "the changed item"), "404": kb,
+                         "kept)", {"200": _json(item, "the changed item", _ETAG), "404": kb,
+                                   "412": _PRECONDITION,
                                    "422": _error("an invalid field, or an owner who is not a "
                                                  "member of the account")},
-                         params=[_ID], body=_wrapped("knowledge_base_item",
+                         params=[_ID, _IF_MATCH], body=_wrapped("knowledge_base_item",
                                                      _ref("KnowledgeBaseItemChange")))},
         "/api/v1/knowledge_base_items/{id}/reviewed": {"post": _op(
             "review_knowledge_base_item", "mark an item reviewed: next review one review period "
@@ -910,7 +920,7 @@ def document() -> dict[str, Any]:
             })},
         "/api/v1/knowledge_base_items/{id}": {
             "get": _op("get_knowledge_base_item", "read a knowledge base item", {
-                "200": _json(_ref("KnowledgeBaseItem"), "the item"), "404": not_found["kb"]},
+                "200": _json(_ref("KnowledgeBaseItem"), "the item", _ETAG), "404": not_found["kb"]},
                 params=[_ID]),
             "delete": _op("delete_knowledge_base_item", "delete a knowledge base item", {
                 "204": {"description": "deleted"}, "404": not_found["kb"]}, params=[_ID]),

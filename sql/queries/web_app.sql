@@ -121,7 +121,7 @@ WITH passing AS MATERIALIZED (
 )
 SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_chars,
        left(i.answer, $6) AS answer, length(i.answer) AS answer_chars,
-       i.state::text AS state, i.confidence, i.section, i.position,
+       i.state::text AS state, i.confidence, i.section, i.position, i.updated_at,
        i.question_id, i.knowledge_item_id, i.assignee_id, a.email AS assignee_email,
        display_name(a.first_name, a.last_name, a.email) AS assignee_name,
        q.state AS question_state, coalesce(q.requires_attention, false) AS requires_attention,

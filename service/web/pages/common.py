@@ -196,6 +196,14 @@ async def read_form(request: web.Request) -> Any:
     )
 
 
+def shown_version(form: Any) -> tuple[str, ...] | None:
+    """The version of the record a form was shown with (its hidden `shown` field, the record's
+    tag: domain/preconditions.py), so that the write refuses a record changed since; None for a
+    form without one (a page opened before forms sent it), which writes as the API does."""
+    shown = form.get("shown")
+    return (shown,) if isinstance(shown, str) and shown else None
+
+
 async def _sent_csrf(request: web.Request) -> str | None:
     if CSRF_HEADER in request.headers:
         return request.headers[CSRF_HEADER]
@@ -298,7 +306,8 @@ def _service_error(exc: web.HTTPException) -> ServiceError:
 
 _TITLES = {
     400: "That request could not be used", 401: "Please sign in", 403: "Not allowed",
-    404: "Page not found", 405: "Not a page", 409: "Conflict", 413: "Too large", 415: "Wrong kind of file",
+    404: "Page not found", 405: "Not a page", 409: "Conflict", 412: "Changed since you opened it",
+    413: "Too large", 415: "Wrong kind of file",
     422: "Please correct the form", 429: "Too many attempts", 503: "Temporarily unavailable",
 }
 
@@ -317,6 +326,10 @@ def error_page(request: web.Request, error: ServiceError) -> web.Response:
     message = said_in_words(error.message, names_first=error.code == "parameter_invalid")
     if error.code == "validation_failed" and error.message == NOT_SAVED:
         message = "Correct what is listed below, then send the form again."
+    if error.code == "precondition_failed":  # a form's `shown` version (shown_version)
+        message = ("Someone changed this after the page was shown to you, so nothing was saved."
+                   " Go back to copy what you wrote, then reload the page to see their change"
+                   " and make yours again.")
     response = render(request, "error.html", {
         "status": status, "title": title, "message": message,
         "details": in_words(error.details),

@@ -22,6 +22,7 @@ from ...domain.knowledge import (
     search_items,
 )
 from ...domain.models import Page
+from ...domain.preconditions import entry_tag
 from ...domain.rfps import search_term_problem
 from ...domain.uploads import Limits
 from ..actors import actor
@@ -29,7 +30,7 @@ from ..auth import connection
 from ..body import one_of_members_uploads
 from ..keys import CONFIG, LIBRARY_JOBS, PARSERS
 from ..views.knowledge import entries_written, start_duplicate_run
-from .common import may_write, page, principal, read_form, read_upload, render, see_other
+from .common import may_write, page, principal, read_form, read_upload, render, see_other, shown_version
 
 WRITERS = ("admin", "member")
 # Duplicate and conflict pairs the care page lists (conflicts first). An account's findings grow
@@ -112,6 +113,7 @@ async def kb_entry(request: web.Request) -> web.StreamResponse:
         authors = await library.version_authors(conn, who.account_id, earlier)
     return render(request, "kb_entry.html", {
         "item": item, "may_write": may_write(who), "notice": _notice(request),
+        "shown": entry_tag(item.version),
         "earlier": earlier, "earlier_total": total - 1, "authors": authors,
         # A version's texts cut as the RFP page cuts an item's, so that the page stays small.
         "cut": request.app[CONFIG].web.item_chars_shown,
@@ -121,12 +123,14 @@ async def kb_entry(request: web.Request) -> web.StreamResponse:
 @page(write=True, roles=WRITERS)
 async def kb_update(request: web.Request) -> web.StreamResponse:
     """The API's PATCH of an entry (library.update_item: the previous version is kept)."""
-    fields = _entry_fields(await read_form(request), editing=True)
+    form = await read_form(request)
+    fields = _entry_fields(form, editing=True)
     who = principal(request)
     item_id = request.match_info["id"]
     async with connection(request) as conn:
         item = await library.update_item(
-            conn, who.account_id, item_id, who.member_id, fields, actor=actor(request)
+            conn, who.account_id, item_id, who.member_id, fields, actor=actor(request),
+            if_match=shown_version(form),
         )
     entries_written(request.app)
     raise see_other(f"/kb/{item.id}?done=saved")

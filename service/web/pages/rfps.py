@@ -13,6 +13,7 @@ from ... import db
 from ...domain.convert import FRAMEWORKS, structure
 from ...domain.errors import UsageBlocked, ValidationFailed
 from ...domain.models import MemberRef, Page
+from ...domain.preconditions import item_tag
 from ...domain.rfp_items import (
     AnswerOptions,
     answering_progress,
@@ -45,7 +46,17 @@ from ..keys import CONFIG
 from ..responses import json_response
 from ..views import rfp_items as rfp_items_views
 from ..views.rfp_items import import_upload, review_and_announce, start_answering
-from .common import band_of, may_write, page, principal, read_form, read_upload, render, see_other
+from .common import (
+    band_of,
+    may_write,
+    page,
+    principal,
+    read_form,
+    read_upload,
+    render,
+    see_other,
+    shown_version,
+)
 from .rfp_bulk import approvable, bulk_context, stopped_item
 from .rfp_ways import assignee_filter, back_saying, count, form_back, state_filter, way_back
 
@@ -182,6 +193,8 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
             "question_cut": row["question_chars"] > len(row["question"]),
             "answer_cut": row["answer"] is not None and row["answer_chars"] > len(row["answer"]),
             "answer_chars": row["answer_chars"],
+            # What the item's form sends back: its answer is saved, or approved, only as shown.
+            "tag": item_tag(row["updated_at"]),
             "chars": row["question_chars"] + (row["answer_chars"] or 0),
             "assignee_id": row["assignee_id"], "assignee_name": row["assignee_name"],
             "assignee_email": row["assignee_email"],
@@ -332,7 +345,7 @@ async def review(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     fields = _review_fields(form)
     rfp_id, item_id = request.match_info["id"], request.match_info["item_id"]
-    await review_and_announce(request, rfp_id, item_id, fields)
+    await review_and_announce(request, rfp_id, item_id, fields, if_match=shown_version(form))
     raise _back_to_item(form, rfp_id, item_id, str(form.get("action")))
 
 

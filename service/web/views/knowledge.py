@@ -22,10 +22,12 @@ from ...domain.knowledge import (
     parse_upload,
 )
 from ...domain.models import Page
+from ...domain.preconditions import entry_tag
 from ...domain.uploads import Limits
 from ..actors import actor
 from ..auth import Policy, acquire, check, connection, principal, requires
 from ..body import one_of_members_uploads, read_json, read_object, receive_upload
+from ..etags import if_match, tagged
 from ..keys import CONFIG, DELIVERER, INDEXER, LIBRARY_JOBS, PARSERS
 from ..responses import json_response
 
@@ -62,7 +64,8 @@ async def _read_csv_body(request: web.Request) -> ParsedCsv:
 
 
 def _item_response(item: KnowledgeItem, status: int = 200) -> web.Response:
-    return json_response(unstructure(item), status=status)
+    """An entry with its ETag: what a PATCH's If-Match names to change this version alone."""
+    return tagged(json_response(unstructure(item), status=status), entry_tag(item.version))
 
 
 @requires("write", roles=("admin", "member"))
@@ -149,7 +152,8 @@ async def patch_item(request: web.Request) -> web.Response:
     who = principal(request)
     async with connection(request) as conn:
         item = await library.update_item(
-            conn, who.account_id, request.match_info["id"], who.member_id, fields, actor=actor(request)
+            conn, who.account_id, request.match_info["id"], who.member_id, fields, actor=actor(request),
+            if_match=if_match(request),
         )
     entries_written(request.app)
     return _item_response(item)

@@ -22,6 +22,7 @@ from ...domain.convert import structure, unstructure
 from ...domain.errors import PayloadTooLarge, ValidationFailed
 from ...domain.isolation import IsolatedWorkers, Turns, Unread
 from ...domain.models import Page, RfpItem, rfp_json
+from ...domain.preconditions import item_tag
 from ...domain.rfp_items import (
     EXPORT_FORMATS,
     AnswerOptions,
@@ -49,6 +50,7 @@ from ...domain.rfps import (
 from ..actors import actor
 from ..auth import connection, principal, requires
 from ..body import Upload, one_of_members_uploads, read_body, read_json, receive_upload
+from ..etags import if_match, tagged
 from ..frontdoor import stream_headers
 from ..keys import CONFIG, DELIVERER, EXPORTS, MAIL_SENDER, METRICS, PARSERS, PIPELINE
 from ..responses import attachment, json_response
@@ -151,7 +153,12 @@ async def get_rfp_item(request: web.Request) -> web.Response:
         row = await fetch_item(
             conn, principal(request).account_id, request.match_info["id"], request.match_info["item_id"]
         )
-    return json_response(unstructure(RfpItem.from_row(row)))
+    return _item_response(RfpItem.from_row(row))
+
+
+def _item_response(item: RfpItem) -> web.Response:
+    """An item with its ETag: what a PATCH's If-Match names to change this version alone."""
+    return tagged(json_response(unstructure(item)), item_tag(item.updated_at))
 
 
 @requires("read")
@@ -179,29 +186,32 @@ async def patch_rfp_item(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or not isinstance(body.get("rfp_item"), dict):
         raise ValidationFailed(["rfp_item: is required and must be an object"])
     item = await review_and_announce(
-        request, request.match_info["id"], request.match_info["item_id"], body["rfp_item"]
+        request, request.match_info["id"], request.match_info["item_id"], body["rfp_item"],
+        if_match=if_match(request),
     )
-    return json_response(item)
+    return _item_response(item)
 
 
 async def review_and_announce(
-    request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any]
-) -> dict[str, Any]:
+    request: web.Request, rfp_id: str, item_id: str, fields: dict[str, Any],
+    if_match: tuple[str, ...] | None = None,
+) -> RfpItem:
     """Review one item (domain rfp_items.review_item) with its audit events, webhooks
     (rfp_item.approved; rfp.approved once the last item is) and an assignee's e-mail; the item
-    as the API shows it. The API's PATCH and the web app's item buttons both come here."""
+    as stored. The API's PATCH and the web app's item buttons both come here; `if_match`, the
+    versions the client read (preconditions.check)."""
     who = principal(request)
     async with connection(request) as conn:
         reviewed = await review(
             conn, who.account_id, rfp_id, item_id, fields, who.member_id, actor=actor(request),
             web_base_url=request.app[CONFIG].server.web_base_url,
-            mail_config=request.app[CONFIG].mail,
+            mail_config=request.app[CONFIG].mail, if_match=if_match,
         )
     if reviewed.queued:
         request.app[DELIVERER].wake()
     if reviewed.mailed:  # the assignee's e-mail
         request.app[MAIL_SENDER].wake()
-    return unstructure(RfpItem.from_row(reviewed.row))
+    return RfpItem.from_row(reviewed.row)
 
 
 async def approve_and_announce(
