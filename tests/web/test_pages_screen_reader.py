@@ -95,3 +95,28 @@ async def test_members_and_care_pages__row_buttons_name_their_row(
     care = button_names(await (await app_client.get("/kb/care")).text())
     assert repeated(care) == {}, care
     assert {"Mark reviewed: Backup policy", "Mark reviewed: Do you keep logs?"} <= set(care)
+
+
+async def test_import_reports__the_title_says_which_import_and_a_heading_names_the_rows_left_out(
+    app_client, admin, make_rfp, conn,
+):
+    """The knowledge base's import report was titled "Import report" alone (among tabs, or read
+    first by a screen reader, of what?), and its table of rejected rows had no heading, where the
+    questionnaire's report says "Import report · {the RFP}" and heads its table "Skipped rows"."""
+    from aiohttp import FormData
+
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    form.add_field("file", b"question,answer\nIs there a DPO?,Yes.\nNo answer here,\n", filename="kb.csv")
+    page = await (await app_client.post("/kb/import", data=form)).text()
+    assert "<title>Import report · Knowledge base · RFP response</title>" in page
+    assert re.findall(r"<h(\d)>([^<]*)</h\1>", page) == [("1", "CSV imported"), ("2", "Rejected rows")]
+
+    rfp_id = await make_rfp(admin, "Acme")
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    form.add_field("file", b"Question,Answer\nDo you encrypt backups?,\n,\n", filename="q.csv")
+    page = await (await app_client.post(f"/rfps/{rfp_id}/import", data=form)).text()
+    assert "<title>Import report · Acme · RFP response</title>" in page
