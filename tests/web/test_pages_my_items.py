@@ -154,3 +154,40 @@ async def test_my_items__signed_out_goes_to_sign_in_and_back(app_client):
     assert response.status == 303
     assert response.headers["Location"].startswith("/signin?next=")
     assert response.headers["Location"].startswith("/signin?next=/items?state")
+
+
+async def test_my_items__an_item_opened_from_a_filter_s_page_leads_back_to_that_page(
+    aiohttp_client, config, conn, admin, make_rfp,
+):
+    """Opened from page 2 of "Needs input", an item alone's "My items" link, and its forms' way
+    back, led to /items: page 1 of every item, where the item may not be (helper-90's walk, 124
+    items needing input). They now return to the filter and page it was opened from."""
+    client = await signed_in(aiohttp_client, config, conn, admin, items_per_page=2)
+    rfp_id = await make_rfp(admin, "Acme")
+    ids = await add_items(conn, rfp_id, *[(n, admin.user_id, "needs_input") for n in range(1, 4)],
+                          (4, admin.user_id, "approved"))
+    page = await (await client.get("/items?state=needs_input&page=2")).text()
+    assert shown_items(page) == [ids[2]]
+    href = unescape(re.search(rf'href="([^"]*item={ids[2]})"', page).group(1))
+    assert href == f"/rfps/{rfp_id}?from=items%3Fstate%3Dneeds_input%26page%3D2&item={ids[2]}"
+    alone = await (await client.get(href)).text()
+    way = f'<a href="/items?state=needs_input&amp;page=2#item-{ids[2]}" id="my-items">My items</a>'
+    assert way in alone
+    saved = await client.post(f"/rfps/{rfp_id}/items/{ids[2]}", allow_redirects=False, data={
+        "csrf_token": field(alone, "csrf_token"), "action": "save", "answer": "Edited.",
+        "back": unescape(field(alone, "back"))})
+    assert saved.status == 303
+    after = await client.get(saved.headers["Location"])
+    assert way in await after.text() and "Answer saved." in await after.text()
+    # Page 1 of every item: the plain link, as before; a filter or page it names is the list's own.
+    page = await (await client.get("/items")).text()
+    assert f'href="/rfps/{rfp_id}?from=items&amp;item={ids[0]}"' in page
+    refused = await client.get(f"/rfps/{rfp_id}?from=items%3Fstate%3Dnope&item={ids[0]}")
+    assert refused.status == 400 and "The filter must be Needs input" in await refused.text()
+    refused = await client.get(f"/rfps/{rfp_id}?from=items%3Fpage%3D0&item={ids[0]}")
+    assert refused.status == 400
+    # Any other "from" is no way back to "My items" (as before).
+    other = await (await client.get(f"/rfps/{rfp_id}?from=elsewhere&item={ids[0]}")).text()
+    assert 'id="my-items"' not in other
+    other = await (await client.get(f"/rfps/{rfp_id}?from=items%3Fnext%3D%2F%2Fevil&item={ids[0]}")).text()
+    assert 'id="my-items"' not in other

@@ -5,10 +5,12 @@ carry for the page to say (counts), and its state filter as the RFP page, its bu
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qsl
 
 from aiohttp import web
 
 from ...domain.errors import ParameterInvalid
+from ...domain.models import Page
 from ...domain.rfps import review_filter
 from .common import see_other
 
@@ -59,3 +61,24 @@ def assignee_filter(raw: str | None) -> bool:
         return raw == "me"
     raise ParameterInvalid("The filter must be Assigned to me or Anyone's (the links above the"
                            f" items); got {str(raw)[:40]!r}")
+
+
+def my_items_way(raw: str | None) -> str | None:
+    """An item alone's ?from= when "My items" opened it: "items", or "items?state=…&page=…", the
+    list's filter and page, so that its way back returns there (from page 2 of "Needs input" it
+    led to page 1 of every item, where the item may not be); the address of that page of "My
+    items", or None for any other value. A filter or page it names is checked as the list's own."""
+    if raw == "items":
+        return "/items"
+    if not (raw or "").startswith("items?"):
+        return None
+    given = parse_qsl(raw[len("items?"):], keep_blank_values=True)
+    names = [name for name, _ in given]
+    if len(set(names)) != len(names) or not set(names) <= {"state", "page"}:
+        return None
+    fields = dict(given)
+    shown = state_filter(fields.get("state") or None)
+    number = Page.from_query({"page": fields.get("page", "")}).number
+    parts = (f"state={shown}" if shown else "", f"page={number}" if number > 1 else "")
+    kept = "&".join(part for part in parts if part)
+    return "/items" + (f"?{kept}" if kept else "")

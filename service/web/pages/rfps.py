@@ -58,7 +58,15 @@ from .common import (
     shown_version,
 )
 from .rfp_bulk import approvable, bulk_context, stopped_item
-from .rfp_ways import assignee_filter, back_saying, count, form_back, state_filter, way_back
+from .rfp_ways import (
+    assignee_filter,
+    back_saying,
+    count,
+    form_back,
+    my_items_way,
+    state_filter,
+    way_back,
+)
 
 WRITERS = ("admin", "member")
 
@@ -138,9 +146,10 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     problem = search_term_problem(term) if term.strip() else None
     pattern = like_pattern(term) if term.strip() and not problem else None
     # ?item=: that item alone, whole, however long (a longer one is cut on the pages of items);
-    # opened from "My items" (?from=items), it leads back there too, and so do its forms.
+    # opened from "My items" (?from=items, or items?state=…&page=…), it leads back there, to the
+    # list's filter and page, and so do its forms.
     alone = request.query.get("item") or None
-    from_mine = alone is not None and request.query.get("from") == "items"
+    my_items_link = my_items_way(request.query.get("from")) if alone is not None else None
     settings = request.app[CONFIG].web
     cut = settings.item_chars_shown
     size = 1 if alone else settings.items_per_page
@@ -214,7 +223,9 @@ async def rfp_page(request: web.Request) -> web.StreamResponse:
     listing = "".join(f"{part}&" for part in (state_part, mine_part, term_part, page_part) if part)
     return render(request, "rfp.html", {
         "rfp": rfp, "sections": sections, "shown": shown or "", "filters": REVIEW_FILTERS,
-        "mine": bool(mine), "kept": kept, "listing": listing, "from_mine": from_mine,
+        "mine": bool(mine), "kept": kept, "listing": listing, "my_items_link": my_items_link,
+        # Kept by the item's forms' way back: "from=items%3Fstate%3D…&".
+        "from_part": (f"from={quote(my_items_link[1:], safe='')}&" if my_items_link else ""),
         "state_links": {value: _query(f"state={value}" if value else "", mine_part, term_part)
                         for value in ("", *REVIEW_FILTERS)},
         "anyone_link": _query(state_part, term_part),
@@ -275,8 +286,11 @@ async def my_items(request: web.Request) -> web.StreamResponse:
             "in_flight": row["state"] == "pending" and row["question_id"] is not None,
         })
     kept = f"state={shown}&" if shown else ""
+    # Each item's link says where it was opened from, this filter and page, for its way back.
+    here = f"{kept}page={current.number}" if current.number > 1 else kept[:-1]
     return render(request, "items.html", {
         "rfps": rfps, "shown": shown or "", "kept": kept, "page": current.number,
+        "from_here": quote("items" + (f"?{here}" if here else ""), safe=""),
         "pages": math.ceil(total / current.size), "total": total, "may_write": may_write(who),
     })
 
