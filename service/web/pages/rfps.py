@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ... import db
 from ...domain.convert import FRAMEWORKS, structure
-from ...domain.errors import UsageBlocked, ValidationFailed
+from ...domain.errors import Conflict, UsageBlocked, ValidationFailed
 from ...domain.models import MemberRef, Page
 from ...domain.preconditions import item_tag
 from ...domain.rfp_items import (
@@ -436,8 +436,24 @@ async def upload(request: web.Request) -> web.StreamResponse:
         rfp = await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
     with one_of_members_uploads(request):
         fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
+        _not_sent_again(fields, rfp)
         report = await import_upload(request, who.account_id, rfp_id, file, import_options(fields))
     return render(request, "import_report.html", {"rfp": rfp, "report": report}, status=201)
+
+
+def _not_sent_again(fields: dict[str, str], rfp: dict[str, Any]) -> None:
+    """The report is the upload's own response: reloading it sends the upload again (a browser
+    asks first, or not), which imported the questionnaire a second time, every question twice.
+    The form says how many items the RFP had when it was shown (`items_seen`); when that has
+    changed, the upload is refused, 409 saying why. A form without the field (an older page)
+    imports as before."""
+    seen = fields.get("items_seen")
+    if seen is None or count(seen) == rfp["total_items"]:
+        return
+    raise Conflict(
+        f"Not imported: this upload form was shown when the RFP had {seen[:10]} items, and it has"
+        f" {rfp['total_items']:,} now (a reload of an import report sends its file again). Open the"
+        " RFP to see them; to import a file into it again, upload it from the RFP's page as it is now.")
 
 
 @page(write=True, roles=WRITERS)

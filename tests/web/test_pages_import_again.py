@@ -1,0 +1,53 @@
+"""A questionnaire's import report is the upload's own response: reloading it (F5, or the
+browser's "Confirm Form Resubmission") sent the upload again, and imported the questionnaire a
+second time, every question twice (helper-90's walk in Chromium: an RFP of 2 items had 7 after
+the upload, 12 after a reload of its report). The upload form now says how many items the RFP had
+when it was shown, and an upload sent again once they changed is refused, saying why."""
+
+from __future__ import annotations
+
+from aiohttp import FormData
+
+# ruff: noqa: F811
+from page_client import aiohttp_client_cls, app_client, field, set_password, sign_in  # noqa: F401
+
+QUESTIONS = b"Question\nDo you encrypt backups?\nIs MFA enforced?\n"
+
+
+def upload(csrf: str, items_seen: str | None) -> FormData:
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    if items_seen is not None:
+        form.add_field("items_seen", items_seen)
+    form.add_field("file", QUESTIONS, filename="questions.csv", content_type="text/csv")
+    return form
+
+
+async def test_upload__sent_again_from_its_report_is_refused_not_imported_twice(
+    app_client, admin, make_rfp, conn,
+):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert field(page, "items_seen") == "0"
+
+    first = await app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, "0"))
+    assert first.status == 201 and "2 items added" in await first.text()
+    again = await app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, "0"))  # the reload
+    text = await again.text()
+    assert again.status == 409, text
+    assert "Not imported: this upload form was shown when the RFP had 0 items, and it has 2 now" in text
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) == 2
+
+    # From the RFP's page as it is now, the same file is imported again: that is asked for.
+    page = await (await app_client.get(f"/rfps/{rfp_id}")).text()
+    assert field(page, "items_seen") == "2"
+    fresh = await app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, "2"))
+    assert fresh.status == 201 and "starting at position 3" in await fresh.text()
+    # A form without the field (a page from before it) imports as before; a forged value is refused.
+    older = await app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, None))
+    assert older.status == 201
+    forged = await app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, "lots"))
+    assert forged.status == 409
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) == 6
