@@ -435,7 +435,9 @@ async def migrate(
     except _Refused as refused:
         raise MigrationError(_refused_message(conn, refused.exc, refused.pending)) from refused.exc
     except asyncpg.InsufficientPrivilegeError as exc:  # anything else the role may not do
-        raise MigrationError(_refused_message(conn, exc, "")) from exc
+        # Nothing pending was refused, so a read or a write was: a grant missing, which the owner's
+        # `migrate` would not give (reading schema_migrations, syncing the vocabulary).
+        raise MigrationError(await _rights_lacking(conn) or _refused_message(conn, exc, "")) from exc
 
 
 class _Refused(Exception):
@@ -456,6 +458,24 @@ def _refused_message(conn: asyncpg.Connection, exc: asyncpg.InsufficientPrivileg
         f"{exc.message}{hint} (SQLSTATE {exc.sqlstate}); {pending + '; ' if pending else ''}"
         "apply it with `python -m service migrate` run as the role that owns the schema (its URL in "
         'DATABASE_URL), then start this one again (DEPLOYMENT.md, "A separate runtime role")'
+    )
+
+
+async def _rights_lacking(conn: asyncpg.Connection) -> str | None:
+    """One line naming what a runtime role lacks of the rights the service uses (DEPLOYMENT.md,
+    "A separate runtime role"), or None. Without them it started and then failed the requests,
+    mail rounds or pipeline steps that touch those tables, each with a traceback."""
+    lacking = await conn.fetchval(query("rights_lacking"))
+    if not lacking:
+        return None
+    role = conn.get_settings().session_authorization
+    schema = await conn.fetchval("SELECT current_schema()")
+    shown = ", ".join(lacking[:4]) + (f" and {len(lacking) - 4} more" if len(lacking) > 4 else "")
+    return (
+        f"the database role {role} lacks rights the service needs in schema {schema}: {shown}; give "
+        f"them as the role that owns the schema, with the GRANTs of DEPLOYMENT.md, \"A separate runtime "
+        f"role\" (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}; …), "
+        "then start this one again"
     )
 
 
@@ -605,6 +625,10 @@ async def _migrate_locked(
             # On a database made by this run, the sync finishes what the seeding migrations began
             # (phrases they added and later releases dropped): nothing for an operator to read.
             await sync_vocabulary(conn, vocabulary(sql), logging.INFO if done else logging.DEBUG)
+        # A runtime role on a current database: what it may not do of what the service does,
+        # told now rather than by the first request or background round to need it.
+        if not owner and (lacking := await _rights_lacking(conn)):
+            raise MigrationError(lacking)
     return applied
 
 

@@ -184,3 +184,33 @@ SELECT array(SELECT c.relname::text FROM pg_class c
                                  WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
                                    AND d.deptype = 'e')
               ORDER BY c.relname LIMIT 4);
+
+-- rights_lacking --
+-- What this role may not do that the service does, in the schema migrations create in (objects
+-- of extensions left out), each as `name (rights)`: tables lacking SELECT, INSERT, UPDATE or
+-- DELETE, views lacking SELECT, sequences lacking USAGE, functions lacking EXECUTE. Empty for the
+-- owner; for a runtime role, what the GRANTs of DEPLOYMENT.md ("A separate runtime role") give.
+SELECT array(
+    SELECT format('%s (%s)', c.relname, array_to_string(lacking, ', '))
+      FROM pg_class c
+     CROSS JOIN LATERAL (
+         SELECT array_agg(r.name ORDER BY r.n) AS lacking
+           FROM unnest(CASE WHEN c.relkind = 'S' THEN ARRAY['USAGE']
+                            WHEN c.relkind IN ('v', 'm') THEN ARRAY['SELECT']
+                            ELSE ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE'] END)
+                WITH ORDINALITY AS r (name, n)
+          WHERE NOT CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(c.oid, r.name)
+                         ELSE has_table_privilege(c.oid, r.name) END) AS rights
+     WHERE c.relnamespace = current_schema()::regnamespace
+       AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+       AND rights.lacking IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_depend d
+                        WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+    UNION ALL
+    SELECT format('%s() (EXECUTE)', p.proname)
+      FROM pg_proc p
+     WHERE p.pronamespace = current_schema()::regnamespace
+       AND NOT has_function_privilege(p.oid, 'EXECUTE')
+       AND NOT EXISTS (SELECT FROM pg_depend d
+                        WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
+    ORDER BY 1);

@@ -210,6 +210,37 @@ async def test_runtime_role__a_changed_function_file_is_pending_until_the_owner_
         assert await conn.fetchval("SELECT display_name('', '', 'ann@example.test')") == "someone"
 
 
+async def test_runtime_role__a_grant_missing_stops_the_start_naming_what_and_the_grant(roles):
+    # Missing on a table that starting never touches (the mail sender's), or on all of them (the
+    # first read of schema_migrations is refused): either way one line naming what is missing and
+    # the GRANT to run, not "may not change the schema" with `migrate` to run (nothing is pending),
+    # nor a start whose requests and background rounds then fail with tracebacks.
+    async with _connected(roles.owner_url) as conn:
+        await db.migrate(conn)
+    await _grant(roles)
+    app = URL(roles.app_url).user
+    grant = f"(GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {app}; …)"
+    await _as(roles.owner_url, f'REVOKE ALL ON mail_outbox FROM "{app}"')
+    async with _connected(roles.app_url) as conn:
+        with pytest.raises(db.MigrationError) as refused:
+            await db.migrate(conn)
+    assert str(refused.value).startswith(f"the database role {app} lacks rights the service needs in "
+                                         "schema public: mail_outbox (SELECT, INSERT, UPDATE, DELETE); ")
+    assert grant in str(refused.value)
+
+    await _as(roles.owner_url, f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{app}"')
+    result = await asyncio.to_thread(cli, roles.app_url, "housekeeping")
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: the database role {app} lacks rights the service needs in schema "
+                           "public: accounts (SELECT, INSERT, UPDATE, DELETE), "), line
+    assert re.search(r" and \d+ more; ", line) and grant in line, line
+
+    await _grant(roles)  # as documented: it starts
+    async with _connected(roles.app_url) as conn:
+        assert await db.migrate(conn) == []
+
+
 class ThreeDimensions:
     """An embedder whose vectors have a size the migrations made no HNSW index for."""
 
