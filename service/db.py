@@ -769,7 +769,13 @@ async def connect_for_admin(config: Config, url: str) -> tuple[asyncpg.Connectio
     through the pooler without a statement cache. Returns it and whether it keeps its session
     (`migrate(session=…)`)."""
     if config.database.pooler != TRANSACTION_POOLER:
-        return await asyncpg.connect(url, timeout=10), True
+        conn = await asyncpg.connect(url, timeout=10)
+        try:
+            await _check_not_pooled_per_transaction(conn, url)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn, True
     if config.database.direct_url:
         return await asyncpg.connect(config.database.direct_url, timeout=10), True
     return await asyncpg.connect(url, timeout=10, **connect_options(config)), False
@@ -781,3 +787,33 @@ def with_database(url: str, name: str) -> str:
 
     parsed = URL(url)
     return str(parsed.with_path("/" + name).with_query(parsed.query))
+
+
+async def _check_not_pooled_per_transaction(conn: asyncpg.Connection, url: str) -> None:
+    """ConfigError when `url` goes through a pooler that hands each transaction to whichever
+    server connection is free (PgBouncer's pool_mode = transaction) while database.pooler says
+    none. Started so, the service ran: its cached prepared statements then went missing on other
+    server connections, a request now and then a 500 and the background rounds a traceback each,
+    and the migrations' session lock could stay behind on a pooled connection.
+
+    The sign: statements of two connections open at once ran on one backend, or one connection's
+    on two. Without a pooler, or through one in session mode, each connection has its own backend
+    for life, so the check cannot misfire; a pooler that happens to give each its own (another
+    client took the free one meanwhile) goes unnoticed, as before."""
+    pid = "SELECT pg_backend_pid()"
+    other = await asyncpg.connect(url, timeout=10)
+    try:
+        first = await conn.fetchval(pid)
+        seen = await other.fetchval(pid)
+        again = await conn.fetchval(pid)
+    finally:
+        await other.close()
+    if first == again != seen:
+        return
+    raise ConfigError(
+        "database.pooler: database.url goes through a pooler in transaction mode (two connections' "
+        f"statements ran on one server connection, backend {first if seen == first else again}), but "
+        'database.pooler is "none": set it to "pgbouncer-transaction" (env RFP_DATABASE_POOLER) and '
+        "database.direct_url to PostgreSQL itself (DEPLOYMENT.md, \"PgBouncer in transaction mode\")"
+    )
+

@@ -10,7 +10,9 @@ import asyncio
 import logging
 
 import asyncpg
+import pgservers
 import pytest
+from yarl import URL
 
 from service import config as config_module
 from service import db
@@ -101,6 +103,32 @@ async def test_pgbouncer__migrate_without_direct_url_leaves_no_lock_behind(empty
         assert held == 0
     finally:
         await direct.close()
+
+
+@through_pgbouncer  # a server on TCP for a pooler of the test's own (the embedded one has a socket only)
+async def test_pooler__left_none_through_pgbouncer_in_transaction_mode_is_refused_saying_what_to_set(
+    empty_database_url,
+):
+    # The operator forgot database.pooler: the service started, and then lost its cached prepared
+    # statements to other server connections (500s now and then, a traceback each background round).
+    # A pooler of its own: on the pass's shared one another test may take the server connection
+    # between the check's statements, and the check then (rightly) says nothing.
+    server = URL(empty_database_url)
+    with pgservers.pooler(server.port, server.user) as bouncer:
+        through = bouncer.url(server.path[1:])
+        with pytest.raises(config_module.ConfigError) as refused:
+            await db.connect_for_admin(_config(url=through), through)
+        assert str(refused.value).startswith("database.pooler: database.url goes through a pooler in "
+                                             "transaction mode (two connections' statements ran on one ")
+        assert 'set it to "pgbouncer-transaction" (env RFP_DATABASE_POOLER)' in str(refused.value)
+        conn, session = await db.connect_for_admin(_config(url=through, pooler="pgbouncer-transaction"),
+                                                   through)
+        await conn.close()
+        assert not session
+    # PostgreSQL itself: each connection its own backend, nothing to say.
+    conn, session = await db.connect_for_admin(_config(url=empty_database_url), empty_database_url)
+    await conn.close()
+    assert session
 
 
 def test_session_state__only_set_local_and_transaction_scoped_locks():
