@@ -24,6 +24,7 @@ from typing import NoReturn
 
 import asyncpg
 from aiohttp import web
+from yarl import URL
 
 from . import db, logs
 from .config import Config
@@ -102,7 +103,7 @@ def serve_worker(config: Config, supervisor: int | None = None) -> None:
         # The app has started and stopped by now (aiohttp binds after start-up), leases handed back.
         _cannot_listen(config, exc)
         if db.database_unavailable(exc):
-            _cannot_connect(exc)
+            _cannot_connect(config, exc)
         raise
 
 
@@ -147,13 +148,22 @@ def _cannot_listen(config: Config, exc: BaseException) -> None:
         raise SystemExit(2) from None
 
 
-def _cannot_connect(exc: BaseException) -> NoReturn:
-    """One line for the pools that start-up could not open (the migrations' connection could): a
-    connection limit reached, or the server gone meanwhile."""
+def _cannot_connect(config: Config, exc: BaseException) -> NoReturn:
+    """One line for the pools that start-up could not open (the migrations' connection could, to
+    direct_url past a pooler): a connection limit reached, the server gone meanwhile, or PgBouncer
+    refusing the role or password (its auth_file), whose own words name neither."""
     hint = ""
     if isinstance(exc, asyncpg.TooManyConnectionsError):
         hint = " (each service process holds up to database.pool_max_size + questions.pool_size + 1)"
-    print(f"error: database.url: cannot open the service's connections: {exc}{hint}",
+    elif isinstance(exc, asyncpg.InvalidPasswordError) or "SASL authentication failed" in str(exc):
+        hint = (" (the user or password in database.url; behind PgBouncer, the user must be in its "
+                "auth_file with that password's SCRAM secret)")
+    try:  # the password, in the URL's user part or its query, is not shown
+        url = config.database.url
+        where = f" to {URL(url).with_password(None).without_query_params('password')}"
+    except ValueError:
+        where = ""
+    print(f"error: database.url: cannot open the service's connections{where}: {exc}{hint}",
           file=sys.stderr, flush=True)
     raise SystemExit(2) from None
 

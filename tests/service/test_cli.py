@@ -497,9 +497,33 @@ def test_serve__connections_refused_at_start_up_are_one_error_line_and_exit_2(se
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    where = URL(empty_database_url).with_user(role).with_password(None)  # no password shown
     assert errors == [
-        f"error: database.url: cannot open the service's connections: too many connections for role "
-        f'"{role}" (each service process holds up to database.pool_max_size + questions.pool_size + 1)']
+        f"error: database.url: cannot open the service's connections to {where}: too many connections "
+        f'for role "{role}" (each service process holds up to database.pool_max_size + '
+        "questions.pool_size + 1)"]
+
+
+def test_serve__pgbouncer_refusing_the_password_is_named_with_where_and_what_to_check(capsys):
+    # PgBouncer's whole word for a wrong password or a user missing from its auth_file (08P01), as
+    # an operator met it when database.url's password was wrong and direct_url's right: neither
+    # the server nor what to check was named.
+    import asyncpg
+
+    from service import config as config_module
+    from service.server import _cannot_connect
+
+    config = config_module.structure({"database": {
+        "url": "postgresql://rfp_app:secret@pgbouncer.internal:6432/rfp",
+        "pooler": "pgbouncer-transaction", "direct_url": "postgresql://rfp_app:x@postgres.internal/rfp"}})
+    with pytest.raises(SystemExit) as exited:
+        _cannot_connect(config, asyncpg.ProtocolViolationError("SASL authentication failed"))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: database.url: cannot open the service's connections to "
+        "postgresql://rfp_app@pgbouncer.internal:6432/rfp: SASL authentication failed (the user or "
+        "password in database.url; behind PgBouncer, the user must be in its auth_file with that "
+        "password's SCRAM secret)"]
 
 
 # -- a closed stdout ----------------------------------------------------------------------
