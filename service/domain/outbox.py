@@ -7,12 +7,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 
 import asyncpg
 
 from .. import db
 
 log = logging.getLogger(__name__)
+
+
+# How often a sender says again that the database is still unavailable.
+UNAVAILABLE_REPEAT_SECONDS = 60.0
 
 
 class OutboxSender:
@@ -32,6 +37,11 @@ class OutboxSender:
         # to go to sleep looks once more instead, so a row committed just after a loop's empty
         # claim does not wait for the poll interval.
         self._woken = False
+        # Since when the database has been unavailable to this sender's rounds (monotonic), and
+        # when that was last logged: during an outage its `concurrency` loops each failed a round
+        # every poll interval, four WARNING lines a second per process for the webhooks alone.
+        self._unavailable_since: float | None = None
+        self._unavailable_logged = 0.0
 
     def wake(self) -> None:
         while self._sleeping:
@@ -62,10 +72,34 @@ class OutboxSender:
             try:
                 attempted = await self.deliver_due()
             except Exception as exc:  # the loop must survive whatever a round meets
-                db.log_round_failure(log, exc, "%s: delivery round failed, retrying", self.what)
+                self._round_failed(exc)
                 attempted = False
+            else:
+                self._round_done()
             if not attempted:
                 await self._sleep()
+
+    def _round_failed(self, exc: Exception) -> None:
+        """A failed round's line: an outage is told once when it begins and once a minute while it
+        lasts, whichever loop meets it (_round_done tells its end); any other failure each time,
+        with its traceback."""
+        if not db.database_unavailable(exc):
+            db.log_round_failure(log, exc, "%s: delivery round failed, retrying", self.what)
+            return
+        now = time.monotonic()
+        if self._unavailable_since is None:
+            self._unavailable_since = self._unavailable_logged = now
+            db.log_round_failure(log, exc, "%s: delivery round failed, retrying", self.what)
+        elif now - self._unavailable_logged >= UNAVAILABLE_REPEAT_SECONDS:
+            self._unavailable_logged = now
+            log.warning("%s: the database is still unavailable after %.0f s (%s); retrying", self.what,
+                        now - self._unavailable_since, exc)
+
+    def _round_done(self) -> None:
+        if self._unavailable_since is not None:
+            log.info("%s: the database is available again after %.0f s; delivering", self.what,
+                     time.monotonic() - self._unavailable_since)
+            self._unavailable_since = None
 
     async def deliver_due(self) -> bool:
         """Attempt every row due now, one claim at a time; whether any was attempted."""

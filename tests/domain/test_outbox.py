@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from service.domain.outbox import OutboxSender
 
@@ -102,3 +103,40 @@ async def test_sleep__ends_with_the_poll_interval_without_a_wake():
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
+
+
+async def test_outage__is_logged_once_by_all_loops_and_its_end_once(caplog):
+    # PostgreSQL stopped under two hosts for 15 s: each host's four webhook loops logged a WARNING
+    # per round, every poll interval (62 lines a host), and nothing said when it was back.
+    class Unreachable(OutboxSender):
+        what = "webhooks"
+
+        def __init__(self) -> None:
+            super().__init__(poll_interval_seconds=0.01)
+            self.down, self.rounds = True, 0
+
+        async def _claim(self) -> None:
+            self.rounds += 1
+            if self.down:
+                raise ConnectionRefusedError(111, "Connect call failed")
+            return None
+
+    caplog.set_level(logging.INFO, logger="service.domain.outbox")
+    sender = Unreachable()
+    loops = [asyncio.create_task(sender._loop()) for _ in range(4)]
+    try:
+        async with asyncio.timeout(2):
+            while sender.rounds < 40:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        sender.down = False
+        async with asyncio.timeout(2):
+            while not any(r.levelno == logging.INFO for r in caplog.records):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+    [down, back] = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert down == ("WARNING", "webhooks: delivery round failed, retrying: the database is unavailable "
+                               "([Errno 111] Connect call failed)")
+    assert back[0] == "INFO" and back[1].startswith("webhooks: the database is available again after ")
