@@ -109,10 +109,13 @@ def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
 
 
 async def bootstrap_demo(url: str, config: Config) -> dict | None:
-    """On first start with an empty database, create a demo account and return it."""
+    """Migrate; then, on first start with an empty database and `server.demo_account`, create a
+    demo account and return it."""
     conn, session = await connect(url, config)
     try:
         await db.migrate(conn, session=session)
+        if not config.server.demo_account:
+            return None
         async with conn.transaction():
             # Two service instances starting at once on an empty database make one demo, not two.
             await conn.execute("SELECT pg_advisory_xact_lock($1)", db.MIGRATION_LOCK_ID)
@@ -136,7 +139,7 @@ async def bootstrap_demo(url: str, config: Config) -> dict | None:
 
 
 def print_demo(demo: dict, config: Config) -> None:
-    base = f"http://localhost:{config.server.port}"
+    base = config.server.web_base_url.rstrip("/")  # http://localhost:{port} unless set
     token = demo["token"]
     print(
         f"""

@@ -112,6 +112,11 @@ class ServerConfig:
     send_timeout_seconds: float = attrs.field(default=60.0, validator=_positive)
     # Seconds a SIGTERM waits for in-flight requests and pipeline steps.
     shutdown_timeout: float = attrs.field(default=10.0, validator=_positive)
+    # The first start on a database without accounts makes a demo account (admin@example.com,
+    # 100 credits) and prints its admin's token and password: `make run`'s way in. A production
+    # database sets it false (that print lands in the host's log) and makes its first account
+    # with `account create`.
+    demo_account: bool = True
 
     def __attrs_post_init__(self) -> None:
         if not self.web_base_url:  # frozen: set once, here, so every reader sees the final value

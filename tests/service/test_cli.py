@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from cli_runner import cli, cli_json
-from conftest import ROOT
+from conftest import ROOT, with_config
 
 from service.domain.tokens import hash_token
 
@@ -577,3 +577,32 @@ def test_no_stdout_at_all__a_command_that_succeeds_exits_0():
     proc = _patched_cli("pass", stdout=None, preexec_fn=lambda: os.close(1))
     _, stderr = proc.communicate(timeout=60)
     assert (proc.returncode, stderr) == (0, b"")
+
+
+async def test_serve__demo_account_false_migrates_and_makes_no_demo_account(
+    empty_database_url, config, capsys,
+):
+    """helper-91's walk of DEPLOYMENT.md: a production database's first start made a demo account
+    (admin@example.com, a password) and printed its token and password into the host's log, with
+    http://localhost:PORT links whatever web_base_url said. Now `server.demo_account = false`
+    makes none, and the demo's links follow web_base_url."""
+    import asyncpg
+
+    from service import cli as service_cli
+
+    off = with_config(config, server={"demo_account": False})
+    assert await service_cli.bootstrap_demo(empty_database_url, off) is None
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM accounts") == 0  # migrated, no account
+    finally:
+        await conn.close()
+
+    on = with_config(config, server={"web_base_url": "https://rfp.example.org/"})
+    demo = await service_cli.bootstrap_demo(empty_database_url, on)
+    assert demo is not None
+    service_cli.print_demo(demo, on)
+    printed = capsys.readouterr().out
+    assert "https://rfp.example.org/signin as admin@example.com" in printed
+    assert "https://rfp.example.org/api/v1/rfps " in printed
+    assert "localhost" not in printed
