@@ -241,3 +241,65 @@ async def test_merge__and_the_indexer_claiming_both_entries_at_once_never_deadlo
     assert merged.status == 200, await merged.text()
     assert {row["id"] for row in claimed} <= {"kb_a", "kb_b"}
     assert [r["id"] for r in await conn.fetch("SELECT id FROM knowledge_items")] == ["kb_a"]
+
+
+ENTRIES = "/api/v1/knowledge_base_items"
+_ENCRYPTION = ("Do you encrypt customer data at rest?", "Yes, all customer data is encrypted with AES-256.")
+
+
+async def _duplicates_fresh(client, admin) -> dict:
+    """The duplicate report once a run has finished and nothing changed since (GET starts runs)."""
+    async with asyncio.timeout(20):
+        while True:
+            report = await (await client.get(f"{ENTRIES}/duplicates", headers=admin.headers)).json()
+            if report["state"] == "fresh" and not report["running"]:
+                return report
+            await asyncio.sleep(0.05)
+
+
+async def _csv_import(client, admin, rows: list[tuple[str, str, str]]):
+    lines = ["id,question,answer", *(",".join(f'"{cell}"' for cell in row) for row in rows)]
+    return await client.post(f"{ENTRIES}/import", data="\n".join(lines) + "\n",
+                             headers={**admin.headers, "Content-Type": "text/csv"})
+
+
+@pytest.mark.xfail(strict=True, reason="helper-89's probe: the duplicate report stays fresh")
+@pytest.mark.parametrize("write", ["import", "edit"])
+async def test_duplicates__an_entry_written_across_a_run_leaves_the_report_outdated(
+    client, conn, database_url, admin, write
+):
+    """A duplicate run compares the entries one statement reads, and its report is `fresh`
+    until an entry's updated_at passes the run's start. A probe: a write whose transaction began
+    before the run and committed after its read was in neither, an entry's updated_at being its
+    transaction's start: the report stayed fresh without the near-duplicate it wrote, and no GET
+    started another run until some other entry changed. `import`: its new entry written first
+    (external id order), then waiting for x2, which it leaves as it was (another write holds it):
+    the run's start is held before the oldest uncommitted write. `edit`: held before writing
+    anything (by a table lock, which gives the holder no transaction id, standing for any delay
+    between a transaction's start and its write): the entry stamps its write's time."""
+    made = await _csv_import(client, admin, [("x1", *_ENCRYPTION), ("x2", "Bug bounty?", "Yes.")])
+    assert made.status == 200, await made.text()
+    await client.get(f"{ENTRIES}/duplicates", headers=admin.headers)
+    assert (await _duplicates_fresh(client, admin))["pairs"] == []
+    entry = await conn.fetchval("SELECT id FROM knowledge_items WHERE external_id = 'x2'")
+    question, answer = _ENCRYPTION[0].replace("?", " ?"), _ENCRYPTION[1].replace(".", "!")
+    if write == "import":
+        held = holding(database_url, "SELECT 1 FROM knowledge_items WHERE id = $1 FOR UPDATE", entry)
+    else:
+        held = holding(database_url, "LOCK TABLE knowledge_items IN EXCLUSIVE MODE")
+    async with held:
+        if write == "import":
+            writing = asyncio.create_task(_csv_import(client, admin, [
+                ("n1", question, answer), ("x2", "Bug bounty?", "Yes.")]))
+        else:
+            writing = asyncio.create_task(client.patch(
+                f"{ENTRIES}/{entry}", json={"knowledge_base_item": {"question": question, "answer": answer}},
+                headers=admin.headers))
+        await lock_waiters(conn, 1)
+        await client.get(f"{ENTRIES}/duplicates?refresh=true", headers=admin.headers)
+        assert (await _duplicates_fresh(client, admin))["pairs"] == []
+    written = await writing
+    assert written.status == 200, await written.text()
+    report = await (await client.get(f"{ENTRIES}/duplicates", headers=admin.headers)).json()
+    assert report["state"] == "outdated"
+    assert [pair["kind"] for pair in (await _duplicates_fresh(client, admin))["pairs"]] == ["duplicate"]
