@@ -407,7 +407,8 @@ async def find_duplicates(
 ) -> DuplicateRun | None:
     """Recompute an account's duplicates and conflicts; None when a run is already under way."""
     started = time.monotonic()
-    if await conn.fetchval(db.query("start_duplicate_run"), account_id) is None:
+    claim = await conn.fetchrow(db.query("start_duplicate_run"), account_id)
+    if claim is None:
         return None
     entries = await conn.fetch(db.query("duplicate_entries"), account_id)
     findings = await asyncio.to_thread(
@@ -421,7 +422,8 @@ async def find_duplicates(
             [f.item_b for f in findings], [f.kind for f in findings], [f.reason for f in findings],
             [f.similarity for f in findings],
         )
-        await conn.execute(db.query("finish_duplicate_run"), account_id, len(entries), seconds)
+        await conn.execute(db.query("finish_duplicate_run"), account_id, len(entries), seconds,
+                           claim["seen"])
     return DuplicateRun(entries=len(entries), findings=len(findings), seconds=seconds)
 
 

@@ -1,6 +1,10 @@
 -- Keeps every earlier version of a knowledge entry (migration 0022): the entry as it was, who
 -- wrote it and when, who replaced it (the transaction's `rfp.actor`) and how. New entries get
--- their review date one review period (library_settings) from today.
+-- their review date one review period (library_settings) from today. updated_at is the write's
+-- time, clock_timestamp(), not now() (its transaction's start): a duplicate run counts its report
+-- outdated by entries written after it began (library.sql start_duplicate_run), and a transaction
+-- that began before the run but wrote after it read the entries (waiting for a lock) would
+-- otherwise pass as compared.
 CREATE OR REPLACE FUNCTION knowledge_item_versioning() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -10,6 +14,7 @@ BEGIN
         NEW.review_by := coalesce(NEW.review_by, (now() AT TIME ZONE 'UTC')::date
                                   + (SELECT review_period_days FROM library_settings));
         NEW.updated_by := coalesce(NEW.updated_by, actor);
+        NEW.updated_at := clock_timestamp();
         RETURN NEW;
     END IF;
     IF TG_OP = 'UPDATE' AND (NEW.question, NEW.answer, NEW.title, NEW.tags, NEW.source, NEW.yes_no,
@@ -33,7 +38,7 @@ BEGIN
     END IF;
     NEW.version := OLD.version + 1;
     NEW.updated_by := actor;
-    NEW.updated_at := now();
+    NEW.updated_at := clock_timestamp();
     RETURN NEW;
 END
 $$;

@@ -100,11 +100,24 @@ SELECT id, question, left(answer, 2000) AS answer, yes_no
 
 -- start_duplicate_run --
 -- Claim an account's duplicate run; null when one started under a minute ago is still going.
+-- `seen`, the time the entries the run reads next are current to (finish_duplicate_run stores it
+-- as started_at, which entries written later make the report outdated by): the claim's, or just
+-- before the oldest transaction of another session that has written and not yet committed began.
+-- Entries stamp updated_at with their write's time (knowledge_item_versioning), so one written
+-- after the claim is later than `seen`; one written before it whose transaction commits after
+-- the run read the entries (an import waiting for an entry another write holds) holds `seen`
+-- back instead. As auto_answer_items' `seen` (web_app.sql): pg_stat_activity shows this role's
+-- sessions, and a reader, which has no backend_xid, never holds it back.
 INSERT INTO knowledge_duplicate_runs AS r (account_id) VALUES ($1)
 ON CONFLICT (account_id) DO UPDATE SET started_at = now()
  WHERE r.computed_at IS NOT NULL AND r.computed_at >= r.started_at
     OR r.started_at < now() - interval '1 minute'
-RETURNING started_at;
+RETURNING r.started_at,
+          least(r.started_at,
+                (SELECT min(a.xact_start) - interval '1 microsecond' FROM pg_stat_activity a
+                  WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+                    AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())))
+              AS seen;
 
 -- clear_duplicates --
 -- Forget an account's earlier findings (before storing a run's, in one transaction).
@@ -117,8 +130,9 @@ SELECT $1, a, b, k, r, s
   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::real[]) AS f(a, b, k, r, s);
 
 -- finish_duplicate_run --
--- A run is done: when, over how many entries, in how long.
-UPDATE knowledge_duplicate_runs SET computed_at = now(), entries = $2, seconds = $3
+-- A run is done: when, over how many entries, in how long; started_at becomes the time its
+-- entries were current to ($4, start_duplicate_run's `seen`).
+UPDATE knowledge_duplicate_runs SET computed_at = now(), entries = $2, seconds = $3, started_at = $4
  WHERE account_id = $1;
 
 -- duplicate_run --

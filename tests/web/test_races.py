@@ -263,7 +263,6 @@ async def _csv_import(client, admin, rows: list[tuple[str, str, str]]):
                              headers={**admin.headers, "Content-Type": "text/csv"})
 
 
-@pytest.mark.xfail(strict=True, reason="helper-89's probe: the duplicate report stays fresh")
 @pytest.mark.parametrize("write", ["import", "edit"])
 async def test_duplicates__an_entry_written_across_a_run_leaves_the_report_outdated(
     client, conn, database_url, admin, write
