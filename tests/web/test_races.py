@@ -302,3 +302,31 @@ async def test_duplicates__an_entry_written_across_a_run_leaves_the_report_outda
     report = await (await client.get(f"{ENTRIES}/duplicates", headers=admin.headers)).json()
     assert report["state"] == "outdated"
     assert [pair["kind"] for pair in (await _duplicates_fresh(client, admin))["pairs"]] == ["duplicate"]
+
+
+@pytest.mark.xfail(strict=True, reason="helper-89's probe: both admins' changes apply")
+async def test_members__two_admins_changing_each_other_at_once_one_is_refused(
+    client, conn, database_url, admin, make_member
+):
+    """Admin X makes admin Y a viewer while Y removes X. A probe: each request locked only the
+    membership it changed, so both applied (every try, from two processes at once), an outcome
+    neither order gives: whichever goes second is no longer an admin, or a member. Here X's
+    change is held at Y's membership (locked by another transaction) while Y's removal of X is
+    sent; one of the two must be refused, 403, and the other's change stand."""
+    x = await make_member(admin.account_id, "admin")
+    y = await make_member(admin.account_id, "admin")
+    async with holding(database_url, "SELECT 1 FROM members WHERE id = $1 FOR UPDATE", y.member_id):
+        demoting = asyncio.create_task(client.patch(
+            f"/api/v1/members/{y.member_id}", json={"member": {"role": "viewer"}}, headers=x.headers))
+        await lock_waiters(conn, 1)
+        removing = asyncio.create_task(client.delete(f"/api/v1/members/{x.member_id}", headers=y.headers))
+        await asyncio.wait([removing], timeout=0.5)  # done at once while it waits for nothing
+    demoted, removed = await demoting, await removing
+    statuses = (demoted.status, removed.status)
+    assert statuses in ((200, 403), (403, 204)), (await demoted.text(), await removed.text())
+    roles = dict(await conn.fetch("SELECT id, role::text FROM members WHERE id = ANY($1)",
+                                  [x.member_id, y.member_id]))
+    if statuses == (200, 403):
+        assert roles == {x.member_id: "admin", y.member_id: "viewer"}
+    else:
+        assert roles == {y.member_id: "admin"}
