@@ -736,11 +736,29 @@ async def list_members(
     return [Member.from_row(row) for row in rows], total
 
 
-async def _lock_member(conn: asyncpg.Connection, account_id: str, member_id: str) -> asyncpg.Record:
+async def _lock_member(
+    conn: asyncpg.Connection, account_id: str, member_id: str, actor: audit.Actor | None = None
+) -> asyncpg.Record:
+    """The member whose role or membership changes, locked. With `actor` another member of the
+    account (an admin's request), the actor's own membership is locked too (FOR SHARE, both in
+    id order, so two admins changing each other take them in one order) and must still be an
+    admin's: X making Y a viewer while Y removed X each locked only the other, and both applied,
+    which neither order gives."""
+    acting = actor.member_id if actor is not None and actor.member_id != member_id else None
+    if acting is not None and acting < member_id:
+        await _lock_acting_admin(conn, account_id, acting)
     row = await conn.fetchrow(db.query("lock_member"), member_id, account_id)
     if row is None:
         raise NotFound(f"no member {member_id} in this account")
+    if acting is not None and acting > member_id:
+        await _lock_acting_admin(conn, account_id, acting)
     return row
+
+
+async def _lock_acting_admin(conn: asyncpg.Connection, account_id: str, member_id: str) -> None:
+    if await conn.fetchval(db.query("lock_acting_member"), member_id, account_id) != "admin":
+        raise Forbidden("you are no longer an admin of this account (your role changed or you were "
+                        "removed meanwhile); nothing was changed")
 
 
 async def _keep_an_admin(conn: asyncpg.Connection, account_id: str, member: asyncpg.Record) -> None:
@@ -760,7 +778,7 @@ async def change_role(
     if role not in ROLES:
         raise ValidationFailed([f"member.role: must be one of {', '.join(ROLES)}; got {role!r}"])
     async with conn.transaction():
-        member = await _lock_member(conn, account_id, member_id)
+        member = await _lock_member(conn, account_id, member_id, actor)
         if member["role"] != role:
             await _keep_an_admin(conn, account_id, member)
             await conn.execute(db.query("change_member_role"), member_id, account_id, role)
@@ -790,7 +808,7 @@ async def remove_member(
     """Remove a membership; its tokens are deleted with it, so they stop working at once, and
     the items assigned to it are unassigned."""
     async with conn.transaction():
-        member = await _lock_member(conn, account_id, member_id)
+        member = await _lock_member(conn, account_id, member_id, actor)
         await _keep_an_admin(conn, account_id, member)
         # Their items first, while the membership is there: an admin removing their own is
         # the events' `assigned_by` (read through it), not nobody (the operator's CLI).

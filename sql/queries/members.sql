@@ -242,6 +242,11 @@ SELECT id, user_id, role::text AS role, is_owner FROM members
  WHERE id = $1 AND account_id = $2
    FOR UPDATE;
 
+-- lock_acting_member --
+-- The role of the member making a role change or removal, their membership locked (FOR SHARE)
+-- until it commits: a change of their own role, or their removal, waits for it.
+SELECT role::text FROM members WHERE id = $1 AND account_id = $2 FOR SHARE;
+
 -- count_admins --
 -- How many admins an account has.
 SELECT count(*) FROM members WHERE account_id = $1 AND role = 'admin';

@@ -304,7 +304,6 @@ async def test_duplicates__an_entry_written_across_a_run_leaves_the_report_outda
     assert [pair["kind"] for pair in (await _duplicates_fresh(client, admin))["pairs"]] == ["duplicate"]
 
 
-@pytest.mark.xfail(strict=True, reason="helper-89's probe: both admins' changes apply")
 async def test_members__two_admins_changing_each_other_at_once_one_is_refused(
     client, conn, database_url, admin, make_member
 ):
