@@ -133,10 +133,12 @@ def search_timed_out() -> ServiceUnavailable:
 
 @asynccontextmanager
 async def search_time_bounded(conn: asyncpg.Connection) -> AsyncIterator[None]:
-    """A read-only transaction whose statements are stopped after SEARCH_TIMEOUT_MS: then 503
+    """A read-only transaction whose statements are planned for the pattern they are given (the
+    trigram indexes need it seen) and stopped after SEARCH_TIMEOUT_MS: then 503
     (`search_timed_out`)."""
     try:
         async with conn.transaction(readonly=True):
+            await conn.execute(db.query("plan_each_search"))
             await limit_search_time(conn)
             yield
     except asyncpg.QueryCanceledError:
@@ -151,7 +153,6 @@ async def bounded_search(
     statements are planned for the pattern they are given and stopped after SEARCH_TIMEOUT_MS
     (then 503, `search_timed_out`)."""
     async with search_time_bounded(conn):
-        await conn.execute(db.query("plan_each_search"))  # the index needs the pattern seen
         total = await conn.fetchval(db.query(count_query), account_id, pattern, cap)
         rows = await conn.fetch(db.query(page_query), account_id, pattern, page.size, page.offset)
     return rows, total

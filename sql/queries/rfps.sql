@@ -82,9 +82,15 @@ SELECT count(*)::integer FROM rfp_items
 -- search_rfp_items_page --
 -- One page of an RFP's items whose question or answer matches an ILIKE pattern ($4), in
 -- questionnaire order, as list_rfp_items gives them (with $5 only the items assigned to $6, null:
--- the unassigned ones), and `total`, how many match: one statement, reading the RFP's items once
--- (no index serves the pattern: at most 20,000 items, under the search's statement timeout,
--- domain rfps.list_items). One row with the total and nulls when the page is past the end.
+-- the unassigned ones), and `total`, how many match: one statement, reading the matching items
+-- once. One row with the total and nulls when the page is past the end.
+-- rfp_items_search_trgm (migration 0043: the RFP, question and answer in one GIN index) serves the
+-- match: a BitmapOr of the question's and the answer's trigrams, each list cut to the RFP's items
+-- in the index, then `question ILIKE $4 OR answer ILIKE $4` rechecked on those rows alone. It
+-- needs the pattern seen: custom plans, as every search's (domain rfps.search_time_bounded runs
+-- search.sql plan_each_search, then the search's statement timeout). A pattern without a
+-- trigram (shorter than 3 letters or digits in a row, which search_pattern refuses anyway) gets
+-- the RFP's items from the index by rfp_id and matches each, as before the index.
 WITH passing AS MATERIALIZED (
     SELECT i.id, i.position
       FROM rfp_items i

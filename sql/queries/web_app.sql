@@ -100,8 +100,9 @@ SELECT count(*)::integer FROM (SELECT 1 FROM rfps WHERE account_id = $1 LIMIT $2
 -- state), $5 only that item (null: all), $7 only the items assigned to that user (null: all),
 -- $8 only the items whose question or answer matches that ILIKE pattern (null: all; the RFP
 -- page's search, service/domain/rfps.py search_pattern: its wildcards escaped, its term limits).
--- No index serves $8: it reads the RFP's items (at most 20,000, MAX_ITEMS_PER_RFP) by the
--- rfp_id index, under the search's statement timeout (review_items).
+-- rfp_items_search_trgm (migration 0043) serves $8, as in rfps.sql search_rfp_items_page: with
+-- custom plans (review_items runs a search under search_time_bounded) `$8 IS NULL` folds away
+-- and the OR of the two ILIKEs is the index's; without $8 the RFP's items come by rfp_id.
 -- Questions and answers are cut to $6 characters, with their whole lengths beside them: a page
 -- of 100 items of 100,000 characters was a 62 MB page that held the event loop for 0.3 s.
 -- One row with the total and nulls when the page is past the end (no item passes, or a page
@@ -135,7 +136,8 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
 -- auto_answer_items --
 -- What the RFP page's "Approve all … auto-answer items" approves under the page's filters
 -- (review_items_page's: $3 the state, null every one; $4 the assignee, null anyone's; $5 the
--- ILIKE pattern, null no search), across the whole RFP $1 of account $2: the items answered and
+-- ILIKE pattern, null no search; served as there, by rfp_items_search_trgm with custom plans),
+-- across the whole RFP $1 of account $2: the items answered and
 -- not yet approved or discarded, in the auto-answer band (service/domain/bands.py band:
 -- confidence at least $6, no attention asked), whose answer is not blank ($8: the characters
 -- Python's str.strip() takes, so that the page and the approval agree on blank; an answer's
