@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # The development sets (../shared/eval from the main checkout, ../../shared/eval from a worktree).
 EVAL   ?= $(firstword $(wildcard ../shared/eval ../../shared/eval) ../shared/eval)
 
-.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-web bench-webhooks eval fuzz soak clean
+.PHONY: run test test-fast test-pgbouncer soak-restart bench-pgbouncer wheel-check psql migrate lint bench bench-questions bench-retrieval bench-http bench-search bench-web bench-webhooks bench-item-search eval fuzz soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,9 @@ bench-search: $(STAMP)  ## search over 1,000,000 RFPs (BENCH_REUSE=1 keeps the l
 
 bench-web: $(STAMP)  ## the web app's RFP page of an RFP with 1,000 items, server-side render p50/p95
 	$(PY) bench/web_bench.py
+
+bench-item-search: $(STAMP)  ## an RFP's item search at 20,000 items with and without its trigram index, and the index's cost on answer writes
+	$(PY) bench/item_search.py
 
 bench-webhooks: $(STAMP)  ## webhook delivery throughput and the audit/outbox cost per write (short)
 	$(PY) bench/webhooks.py --events 1000 --writes 2000
