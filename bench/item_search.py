@@ -1,5 +1,5 @@
 """An RFP's item search (search_rfp_items_page, `GET /api/v1/rfps/{id}/rfp_items?query=`) at
-20,000 items, with and without the trigram index rfp_items_search_trgm (migration 0043), and
+20,000 items, with and without the trigram index rfp_items_search_trgm (migration 0044), and
 what the index costs an answer's write.
 
     .venv/bin/python bench/item_search.py [--items 20000] [--other-items 100000] [--runs 11]
@@ -10,7 +10,7 @@ RFP): questions of 8-40 words and answers of 20-250 words (5 % of 500-2,000, 0.3
 words, common English words and made-up ones; 10 % unanswered. Then, per term, the statement as
 the service runs it (custom plans, search_time_bounded) with the index ("after") and, in the same
 minutes, with the index dropped inside a rolled-back transaction ("before": the plan before
-0043), alternated `--runs` times; both must return the same rows. Terms: rare (5 items), a
+0044), alternated `--runs` times; both must return the same rows. Terms: rare (5 items), a
 made-up word of common trigrams (64), common (42 % of the items), very common (99 %), and a
 two-character one (which search_pattern refuses, run as a pattern directly: no trigram serves it).
 Write cost: one UPDATE of an item's answer (1,000, 10,000 and 100,000 characters) with and without

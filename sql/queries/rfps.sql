@@ -84,7 +84,7 @@ SELECT count(*)::integer FROM rfp_items
 -- questionnaire order, as list_rfp_items gives them (with $5 only the items assigned to $6, null:
 -- the unassigned ones), and `total`, how many match: one statement, reading the matching items
 -- once. One row with the total and nulls when the page is past the end.
--- rfp_items_search_trgm (migration 0043: the RFP, question and answer in one GIN index) serves the
+-- rfp_items_search_trgm (migration 0044: the RFP, question and answer in one GIN index) serves the
 -- match: a BitmapOr of the question's and the answer's trigrams, each list cut to the RFP's items
 -- in the index, then `question ILIKE $4 OR answer ILIKE $4` rechecked on those rows alone. It
 -- needs the pattern seen: custom plans, as every search's (domain rfps.search_time_bounded runs

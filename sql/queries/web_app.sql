@@ -100,7 +100,7 @@ SELECT count(*)::integer FROM (SELECT 1 FROM rfps WHERE account_id = $1 LIMIT $2
 -- state), $5 only that item (null: all), $7 only the items assigned to that user (null: all),
 -- $8 only the items whose question or answer matches that ILIKE pattern (null: all; the RFP
 -- page's search, service/domain/rfps.py search_pattern: its wildcards escaped, its term limits).
--- rfp_items_search_trgm (migration 0043) serves $8, as in rfps.sql search_rfp_items_page: with
+-- rfp_items_search_trgm (migration 0044) serves $8, as in rfps.sql search_rfp_items_page: with
 -- custom plans (review_items runs a search under search_time_bounded) `$8 IS NULL` folds away
 -- and the OR of the two ILIKEs is the index's; without $8 the RFP's items come by rfp_id.
 -- Questions and answers are cut to $6 characters, with their whole lengths beside them: a page

@@ -1,4 +1,4 @@
-"""An RFP's item search through rfp_items_search_trgm (migration 0043): the statements that match
+"""An RFP's item search through rfp_items_search_trgm (migration 0044): the statements that match
 `question ILIKE p OR answer ILIKE p` (the API's list, the RFP page's list and its "Approve all"
 band) find the same items through the index as without it, and are planned to use it."""
 
@@ -44,7 +44,7 @@ def _index_conditions(plan: dict) -> str:
 async def search(conn, rfp_id: str, pattern: str, through_index: bool) -> tuple[list[str], int, set[str]]:
     """search_rfp_items_page's ids and total for `pattern`, and the indexes its plan used: as
     the service plans it, or with the trigram index dropped (the statement as it ran before
-    0043; the DROP is rolled back)."""
+    0044; the DROP is rolled back)."""
     args = [rfp_id, 100, 0, pattern, False, None]
     transaction = conn.transaction()
     await transaction.start()
@@ -108,7 +108,7 @@ async def test_item_search__planned_through_the_trigram_index_at_20000_items(con
     # three of the RFP's (and in the other's). Nothing is disabled: after VACUUM ANALYZE (what
     # autovacuum does; it also flushes the GIN pending list the bulk insert filled) the planner
     # picks the index on its own, with custom plans as search_time_bounded sets them. Before
-    # 0043 each statement read all 20,000 items by rfp_id and matched every text.
+    # 0044 each statement read all 20,000 items by rfp_id and matched every text.
     rfp_id = await make_rfp(admin, "Large")
     other = await make_account()
     theirs = await make_rfp(other, "Theirs")

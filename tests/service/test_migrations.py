@@ -533,6 +533,18 @@ LANDED = {
     "0030_rfp_items_in_flight": "c37ab3f8eaffc626a5dd77cfe989a76188c2b6bc6fe783358e9e2b9d95f46b99",
     "0031_comments": "2b87a0fdb06e750db94a0c0b3f9a782734e19a6d775fb492da17928cbd646cf4",
     "0032_schema_state": "e4242330a375b46c122bcdc45cc1f48e528e60997c7ae8c79072efb0f1ea5d5c",
+    "0033_rfp_item_assignee": "8ae839bc77e2f25e5fc3b3bf270c2831c38cf96e2eea9f85960a647fa0bcae26",
+    "0034_mail_kind": "bef0f6b6e0a2a2df36bac9857cf5f53dd3a1f930724bf908ba057573fff682dd",
+    "0035_mail_account": "e4e2cb8c0ebbfa9a1fda054f12d049b2951b1769227d8855db79eaae24be7033",
+    "0036_uncovered_item_answers": "6dc737f590cf63d4131c844a1c7440e00922a96bcb161596324a9bb752ffdc7f",
+    "0037_invitation_revoked_comment": "930b972a4171c8ff4f16c36834611dde15aa61e8ad349ac34f1e2d55d2ba6981",
+    "0038_member_web_sessions": "34b7453523f9fae8eef581ccdd4a8652d89b9db3a4aa87f426bf1249d07f1c4d",
+    "0039_rfp_items_saved_as": "21ecf1d0067d563b12692f1eaa21a250d614ee93b266ecdff6e793d23a235dd1",
+    "0040_member_references": "554d60ac19252b377de21730d8c364e56042cc67630dce9c3d539a7af127f80a",
+    "0041_rfp_items_questionnaire_file": "0e5daa748a68aea9d71668b284671d96160b639eb15af1080319a5d361505de2",
+    "0042_knowledge_embedding_queue": "2be155d43a53d38148b079c8211a6aa58008861fda1a776c4bb90a77d7d26a3a",
+    "0043_duplicate_run_started_comment": "f6406c1e37664049777afe8c37b03835beb2bfd8eab8e8755876141ab16130a3",
+    "0044_rfp_items_search_trgm": "3560d79f8aa323a551ca37ad71d5e311d904f8cc8d4efcd09746e1beed1c1e12",
 }
 
 
