@@ -129,7 +129,8 @@ async def test_item_search__planned_through_the_trigram_index_at_20000_items(con
     statements = {
         "search_rfp_items_page": [rfp_id, 50, 0, pattern, False, None],
         "review_items_page": [rfp_id, None, 50, 0, None, 500, None, pattern],
-        "auto_answer_items": [rfp_id, admin.account_id, None, None, pattern, 0.8, None, BLANK, 50],
+        "auto_answer_items": [rfp_id, admin.account_id, None, None, pattern, 0.8, None, BLANK, 50,
+                              rfps.MAX_TEXT],
     }
     for name, args in statements.items():
         async with rfps.search_time_bounded(conn):  # as the service runs them
