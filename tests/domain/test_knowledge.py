@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import aiohttp
+from cli_runner import POOLER_ENV
 
 from service.answering.retrieval import find_references
 from service.domain.knowledge import MAX_IMPORT_ROWS
@@ -204,7 +205,8 @@ async def test_cli_kb_import__json_prints_one_object(tmp_path, config, conn, adm
     done = subprocess.run(  # noqa: ASYNC221 (the CLI is its own process; the test just waits)
         [sys.executable, "-m", "service", "kb", "import", "--account", admin.account_id, str(path),
          "--json"],
-        capture_output=True, text=True, env={"DATABASE_URL": config.database.url, "PATH": ""},
+        capture_output=True, text=True,
+        env={"DATABASE_URL": config.database.url, "PATH": "", **POOLER_ENV},
         check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
+from cli_runner import POOLER_ENV
 from openpyxl import load_workbook
 
 from service.cli import main
@@ -19,6 +20,8 @@ def run(capsys, *argv: str) -> tuple[int, dict | str]:
 
 def test_cli_rfp_import_and_export__round_trip(database_url, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("DATABASE_URL", database_url)
+    for name, value in POOLER_ENV.items():  # the PgBouncer pass: told, as an operator tells it
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("RFP_CONFIG", str(tmp_path / "none.toml"))
     (tmp_path / "none.toml").write_text("")
     _, made = run(capsys, "account", "create", "--name", "Acme", "--admin-email", "a@acme.test", "--json")

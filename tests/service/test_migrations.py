@@ -12,6 +12,7 @@ from importlib import resources
 
 import asyncpg
 import pytest
+from cli_runner import POOLER_ENV
 
 from service import db
 from service.answering.retrieval import find_references
@@ -289,7 +290,7 @@ def test_cli_migrate__refuses_to_start_naming_the_changed_migration(database_url
             await conn.close()
 
     asyncio.run(tamper())
-    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT), **POOLER_ENV}
     result = subprocess.run([sys.executable, "-m", "service", "migrate"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2, result.stderr
