@@ -590,6 +590,9 @@ async def test_serve__demo_account_false_migrates_and_makes_no_demo_account(
 
     from service import cli as service_cli
 
+    # The empty database on the server itself (in the PgBouncer pass too: config's direct_url
+    # would otherwise be where the migrations go).
+    config = with_config(config, database={"url": empty_database_url, "pooler": "none", "direct_url": ""})
     off = with_config(config, server={"demo_account": False})
     assert await service_cli.bootstrap_demo(empty_database_url, off) is None
     conn = await asyncpg.connect(empty_database_url)
