@@ -31,8 +31,8 @@ PGBOUNCER_SKIP := tests/architecture tests/service/test_config.py tests/answerin
 	tests/answering/test_retrieval_ranking.py tests/answering/test_embeddings_onnx.py \
 	tests/domain/test_import_limits.py
 
-test-pgbouncer: $(STAMP)  ## the database-facing tests again: the system's PostgreSQL (Debian's) through PgBouncer in transaction mode
-	$(PY) tests/pgservers.py -- $(PY) -m pytest -q -n 3 -m "not slow" $(addprefix --ignore=,$(PGBOUNCER_SKIP))
+test-pgbouncer: $(STAMP)  ## the database-facing tests again: the system's PostgreSQL (Debian's) through PgBouncer in transaction mode; 4 workers: no slow tests here, and they wait on the pooler
+	$(PY) tests/pgservers.py -- $(PY) -m pytest -q -n 4 -m "not slow" $(addprefix --ignore=,$(PGBOUNCER_SKIP))
 
 wheel-check:  ## build the wheel, install it into a fresh venv outside the checkout, migrate, serve, read
 	$(PYTHON) tests/wheel_check.py
