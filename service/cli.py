@@ -58,15 +58,10 @@ async def connect(url: str, config: Config) -> tuple[asyncpg.Connection, bool]:
     try:
         return await db.connect_for_admin(config, url)
     except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        from yarl import URL
-
         setting = "database.url"
         if config.database.pooler == db.TRANSACTION_POOLER and config.database.direct_url:
             setting, url = "database.direct_url", config.database.direct_url  # what was tried
-        try:  # a password in the URL's user part or its query (`?password=`) is not shown
-            where = str(URL(url).with_password(None).without_query_params("password"))
-        except ValueError:
-            where = "the configured URL"
+        where = db.shown_url(url) or "the configured URL"
         raise ConfigError(f"{setting}: cannot connect to {where}: {exc}") from None
 
 

@@ -781,6 +781,17 @@ async def connect_for_admin(config: Config, url: str) -> tuple[asyncpg.Connectio
     return await asyncpg.connect(url, timeout=10, **connect_options(config)), False
 
 
+def shown_url(url: str) -> str | None:
+    """A database URL as an error line may show it: its password, in the user part or the query
+    (`?password=`), left out; None when it does not parse."""
+    from yarl import URL
+
+    try:
+        return str(URL(url).with_password(None).without_query_params("password"))
+    except ValueError:
+        return None
+
+
 def with_database(url: str, name: str) -> str:
     """The same server URL pointing at another database."""
     from yarl import URL

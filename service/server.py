@@ -24,7 +24,6 @@ from typing import NoReturn
 
 import asyncpg
 from aiohttp import web
-from yarl import URL
 
 from . import db, logs
 from .config import Config
@@ -158,11 +157,8 @@ def _cannot_connect(config: Config, exc: BaseException) -> NoReturn:
     elif isinstance(exc, asyncpg.InvalidPasswordError) or "SASL authentication failed" in str(exc):
         hint = (" (the user or password in database.url; behind PgBouncer, the user must be in its "
                 "auth_file with that password's SCRAM secret)")
-    try:  # the password, in the URL's user part or its query, is not shown
-        url = config.database.url
-        where = f" to {URL(url).with_password(None).without_query_params('password')}"
-    except ValueError:
-        where = ""
+    shown = db.shown_url(config.database.url)
+    where = f" to {shown}" if shown else ""
     print(f"error: database.url: cannot open the service's connections{where}: {exc}{hint}",
           file=sys.stderr, flush=True)
     raise SystemExit(2) from None
