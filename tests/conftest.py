@@ -1,7 +1,9 @@
-"""Test harness: a real PostgreSQL (embedded, or $DATABASE_URL), one fresh database per test.
+"""Test harness: a real PostgreSQL (embedded, or $DATABASE_URL), one database per test as fresh
+as a new one.
 
-A template database is migrated once per session; each test gets `CREATE DATABASE … TEMPLATE`,
-which is a file copy and takes a few tens of milliseconds.
+A template database is migrated once per session; a test gets the database a finished test of the
+same worker left, emptied back to the template's rows, or else `CREATE DATABASE … TEMPLATE`
+(tests/spare_databases.py says when a used one is given again, and why).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import asyncpg
 import attrs
 import pytest
+import spare_databases
 from aiohttp.test_utils import TestClient
 
 from service import config as config_module
@@ -36,6 +39,11 @@ def server_url() -> Iterator[str]:
         yield os.environ["DATABASE_URL"]
         return
     server = db.EmbeddedPostgres(ROOT / "var" / "test")
+    # The tests' own server keeps nothing worth a flush to disk per commit (as tests/pgservers.py
+    # starts Debian's): without this, commits wait on the disk.
+    for sql in ("ALTER SYSTEM SET fsync = off", "ALTER SYSTEM SET full_page_writes = off",
+                "ALTER SYSTEM SET synchronous_commit = off", "SELECT pg_reload_conf()"):
+        asyncio.run(_admin(server.url(), sql))
     yield server.url()
     server.stop()
 
@@ -59,7 +67,25 @@ def template_db(server_url: str) -> Iterator[str]:
 
     asyncio.run(build())
     yield name
-    asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    async def drop_all() -> None:
+        for spare in _SPARES:
+            await _admin(server_url, f'DROP DATABASE IF EXISTS "{spare}" WITH (FORCE)')
+        await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    asyncio.run(drop_all())
+
+
+@pytest.fixture(scope="session")
+def template_state(server_url: str, template_db: str) -> spare_databases.Template:
+    async def read() -> spare_databases.Template:
+        conn = await asyncpg.connect(db.with_database(server_url, template_db))
+        try:
+            return await spare_databases.describe(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
 
 
 @pytest.fixture(scope="session")
@@ -74,6 +100,14 @@ def pgvector_on_server(server_url: str, template_db: str) -> bool:
             await conn.close()
 
     return asyncio.run(check())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests (service processes, the fuzzer, the browser: up to a minute each) first, in
+    their order: pytest-xdist hands tests out in this order, so the long ones start while short
+    ones are left to fill the workers' ends, rather than one worker running the fuzzer alone
+    after the others finished."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)
@@ -92,13 +126,39 @@ PGBOUNCER_URL = os.environ.get("PGBOUNCER_URL", "")
 CONNECT = {"statement_cache_size": 0} if PGBOUNCER_URL else {}
 
 
+# This worker's databases that finished tests left as fresh as a copy of the template.
+_SPARES: list[str] = []
+
+
 @pytest.fixture
-async def direct_database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
-    """A fresh migrated database on the server itself (never through a pooler)."""
-    name = f"rfp_test_{secrets.token_hex(6)}"
-    await _admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield db.with_database(server_url, name)
-    await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+async def direct_database_url(
+    server_url: str, template_db: str, template_state: spare_databases.Template,
+) -> AsyncIterator[str]:
+    """A migrated database as fresh as a new one, on the server itself (never through a pooler)."""
+    if _SPARES:
+        name = _SPARES.pop()
+    else:
+        name = f"rfp_test_{secrets.token_hex(6)}"
+        await _admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    url = db.with_database(server_url, name)
+    yield url
+    if await _reset(url, template_state):
+        _SPARES.append(name)
+    else:
+        await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _reset(url: str, template: spare_databases.Template) -> bool:
+    try:
+        conn = await asyncpg.connect(url)
+    except (OSError, asyncpg.PostgresError):  # e.g. a test that dropped or renamed it
+        return False
+    try:
+        return await spare_databases.reset(conn, template)
+    except asyncpg.PostgresError:  # a lock not given up in time: a fresh one is the safe choice
+        return False
+    finally:
+        await conn.close()
 
 
 @pytest.fixture
