@@ -64,6 +64,11 @@ def template_db(server_url: str) -> Iterator[str]:
         await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}"')
         await _admin(server_url, f'CREATE DATABASE "{name}"')
         await db.migrate_url(db.with_database(server_url, name))
+        conn = await asyncpg.connect(db.with_database(server_url, name))
+        try:
+            await spare_databases.settle(conn)
+        finally:
+            await conn.close()
 
     asyncio.run(build())
     yield name

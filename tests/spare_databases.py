@@ -123,6 +123,16 @@ async def _table_digest(conn: asyncpg.Connection, table: str) -> str:
                                f"FROM {table} t")
 
 
+async def settle(conn: asyncpg.Connection) -> None:
+    """ANALYZE the tables the migrations seeded (the vocabulary's hundreds of rows), as autovacuum
+    would within its first minute: done by autovacuum after `describe`, it would change every copy
+    made since (their statistics, reltuples) and no used database would match the template again.
+    Empty tables are left never-analyzed, as a new installation's are."""
+    for (table,) in await conn.fetch("SELECT relid::regclass::text FROM pg_stat_user_tables"):
+        if await conn.fetchval(f"SELECT EXISTS (SELECT FROM {table})"):
+            await conn.execute(f"ANALYZE {table}")
+
+
 async def describe(conn: asyncpg.Connection) -> Template:
     """The template's state, read once per session on a connection to it."""
     tables = tuple(r[0] for r in await conn.fetch(
