@@ -10,7 +10,8 @@ skip rows another process holds, buckets and sessions in one statement each.
 - web sessions that ended (signed out, expired or ended by a password change) a day ago;
 - e-mails no longer pending written more than `mail.keep_days` ago (their recipients are personal
   data; held ones not before their links expire), and confirmation and password reset links
-  expired a day ago (refused alike when unknown).
+  expired a day ago (refused alike when unknown);
+- the web app's import reports `import_reports.KEEP_DAYS` old (their pages are then 404).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import attrs
 
 from .. import db
 from ..config import Config, RateLimit
+from . import import_reports
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,13 @@ async def prune_links(pool: asyncpg.Pool) -> int:
     return sum(await _batches(pool, ("prune_email_confirmations", "prune_password_resets")))
 
 
+async def prune_import_reports(pool: asyncpg.Pool, keep_days: int = import_reports.KEEP_DAYS,
+                               batch: int = BATCH) -> int:
+    """The web app's import reports kept more than `keep_days` go."""
+    [reports] = await _batches(pool, ("prune_import_reports",), keep_days, batch=batch)
+    return reports
+
+
 async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int | None]:
     """One sweep: how many rows of each kind went (None: that step failed, and is logged; the
     others still run)."""
@@ -141,6 +150,7 @@ async def sweep(pool: asyncpg.Pool, config: Config) -> dict[str, int | None]:
         "web_sessions": lambda: prune_sessions(pool),
         "mail": lambda: prune_mail(pool, config.mail.keep_days, longest_link_days(config)),
         "links": lambda: prune_links(pool),
+        "import_reports": lambda: prune_import_reports(pool),
     }
     deleted: dict[str, int | None] = {}
     for what, step in steps.items():

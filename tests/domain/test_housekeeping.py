@@ -11,7 +11,7 @@ from conftest import CONNECT, with_config
 
 from service import db
 from service.config import Config
-from service.domain import housekeeping
+from service.domain import housekeeping, import_reports
 
 
 def test_longest_rate_limit_period__every_configured_limit_counts():
@@ -64,7 +64,7 @@ async def test_sweep__what_nothing_reads_goes_the_rest_stays(conn, database_url,
     finally:
         await pool.close()
     assert deleted == {"webhook_events": 0, "rate_limit_buckets": 3, "web_sessions": 2, "mail": 2,
-                       "links": 4}
+                       "links": 4, "import_reports": 0}
     assert sorted(r[0] for r in await conn.fetch("SELECT subject FROM mail_outbox")) == [
         "Held, link alive", "Old, still pending", "Recent, sent"]
     for table in ("email_confirmations", "password_resets"):
@@ -75,6 +75,27 @@ async def test_sweep__what_nothing_reads_goes_the_rest_stays(conn, database_url,
     # A deleted bucket starts full, as it would have been.
     allowed = await conn.fetchrow(take, "idle:a", 10.0, 10 / 60)
     assert allowed["allowed"] and allowed["remaining"] == 9
+
+
+async def test_sweep__import_reports_a_week_old_go(conn, database_url, admin, make_rfp):
+    """The web app's import reports (migration 0045) are read right after their import: kept
+    import_reports.KEEP_DAYS, then swept; their pages are then the 404 page."""
+    rfp_id = await make_rfp(admin)
+    for number, (age, rfp) in enumerate([("8 days", None), ("7 days 1 hour", rfp_id), ("6 days", None),
+                                         ("1 minute", rfp_id)]):
+        await conn.execute(
+            "INSERT INTO import_reports (id, account_id, member_id, rfp_id, created_at, report)"
+            "VALUES ($1, $2, $3, $4, now() - $5::text::interval, '{}')",
+            f"imp_{number}", admin.account_id, admin.member_id, rfp, age)
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, **CONNECT)
+    try:
+        assert import_reports.KEEP_DAYS == 7
+        assert await housekeeping.prune_import_reports(pool, batch=1) == 2  # in batches of one
+        deleted = await housekeeping.sweep(pool, Config())
+    finally:
+        await pool.close()
+    assert deleted["import_reports"] == 0
+    assert [r[0] for r in await conn.fetch("SELECT id FROM import_reports ORDER BY id")] == ["imp_2", "imp_3"]
 
 
 async def test_take_rate_limit_token__a_bucket_deleted_between_its_two_statements_starts_full(conn):
@@ -114,7 +135,7 @@ async def test_sweep__a_failing_step_is_logged_and_the_others_still_run(conn, da
     finally:
         await pool.close()
     assert deleted["mail"] is None and deleted["rate_limit_buckets"] == 1
-    assert deleted["links"] == 0 and deleted["web_sessions"] == 0
+    assert deleted["links"] == 0 and deleted["web_sessions"] == 0 and deleted["import_reports"] == 0
     assert "housekeeping: deleting old mail failed" in caplog.text
 
 

@@ -90,7 +90,7 @@ async def test_housekeeping__one_sweep_now_says_what_it_deleted(database_url, co
                        " ('sign_in:email:x', 1, now() - interval '2 days'), ('sign_in:email:y', 1, now())")
     out = cli_json(database_url, "housekeeping")
     assert out["deleted"] == {"webhook_events": 0, "rate_limit_buckets": 1, "web_sessions": 0,
-                              "mail": 0, "links": 0}
+                              "mail": 0, "links": 0, "import_reports": 0}
     kept = await conn.fetchval("SELECT array_agg(bucket_key) FROM rate_limit_buckets")
     assert kept == ["sign_in:email:y"]
 

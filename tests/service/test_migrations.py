@@ -546,6 +546,7 @@ LANDED = {
     "0042_knowledge_embedding_queue": "2be155d43a53d38148b079c8211a6aa58008861fda1a776c4bb90a77d7d26a3a",
     "0043_duplicate_run_started_comment": "f6406c1e37664049777afe8c37b03835beb2bfd8eab8e8755876141ab16130a3",
     "0044_rfp_items_search_trgm": "3560d79f8aa323a551ca37ad71d5e311d904f8cc8d4efcd09746e1beed1c1e12",
+    "0045_import_reports": "262d96cfe751e28609c9bdf4a6e6e3d2524aff23b0647aaebb2bef7573ce88c7",
 }
 
 
