@@ -14,7 +14,7 @@ import asyncpg
 import attrs
 
 from .. import db
-from . import audit, uploads, webhooks
+from . import audit, import_reports, uploads, webhooks
 from .convert import MAX_NAME_SHOWN, NonBlank, TagList, at_most, structure, unstructure
 from .errors import NotFound, ValidationFailed
 from .ids import new_id
@@ -333,33 +333,57 @@ async def import_csv(
     """Create or update (by `id`) the valid rows in one transaction; report the rejected ones.
     With `actor`, the audit event and the entries' webhooks are written in that transaction."""
     parsed = parse_knowledge_csv(text) if isinstance(text, str) else text
+    async with conn.transaction():
+        report = await _import_rows(conn, account_id, parsed, actor)
+    if parsed.valid:
+        await merge_pending_index(conn)
+    return report
+
+
+async def import_csv_kept(
+    conn: asyncpg.Connection, account_id: str, parsed: ParsedCsv, actor: audit.Actor,
+) -> tuple[ImportReport, str]:
+    """`import_csv`, its report kept (import_reports.py) in the import's transaction, for the web
+    app's report page: (the report, its id). Kept apart, a failure between the two would leave an
+    import done with no page to show it, and the form sent again would import it twice."""
+    async with conn.transaction():
+        report = await _import_rows(conn, account_id, parsed, actor)
+        report_id = await import_reports.keep(conn, account_id, actor.member_id, unstructure(report))
+    if parsed.valid:
+        # After the commit: for a role not the index's owner it fails, which would abort the import.
+        await merge_pending_index(conn)
+    return report, report_id
+
+
+async def _import_rows(
+    conn: asyncpg.Connection, account_id: str, parsed: ParsedCsv, actor: audit.Actor | None,
+) -> ImportReport:
+    """The rows of `import_csv`, within the caller's transaction."""
     valid = parsed.valid
     created = updated = 0
     if valid:
         items = [item for _, item in valid]
-        async with conn.transaction():
-            # The entries' versions say who (library.py).
-            await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
-            rows = await conn.fetch(
-                db.query("upsert_knowledge_items"),
-                account_id,
-                [new_id("kb") for _ in items],
-                [_blank_to_none(i.question) for i in items],
-                [i.answer for i in items],
-                [_blank_to_none(i.title) for i in items],
-                [json.dumps(i.tags) for i in items],
-                [_blank_to_none(i.source) for i in items],
-                [i.external_id for i in items],
-                [i.yes_no for i in items],
-            )
-            created = sum(1 for row in rows if row["created"])
-            updated = len(rows) - created
-            if actor is not None:
-                await audit.record(conn, actor, "knowledge_base_items.imported", after={
-                    "created": created, "updated": updated, "rejected": len(parsed.rejected),
-                }, account_id=account_id)
-                await emit_items(conn, account_id, rows)
-        await merge_pending_index(conn)
+        # The entries' versions say who (library.py).
+        await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
+        rows = await conn.fetch(
+            db.query("upsert_knowledge_items"),
+            account_id,
+            [new_id("kb") for _ in items],
+            [_blank_to_none(i.question) for i in items],
+            [i.answer for i in items],
+            [_blank_to_none(i.title) for i in items],
+            [json.dumps(i.tags) for i in items],
+            [_blank_to_none(i.source) for i in items],
+            [i.external_id for i in items],
+            [i.yes_no for i in items],
+        )
+        created = sum(1 for row in rows if row["created"])
+        updated = len(rows) - created
+        if actor is not None:
+            await audit.record(conn, actor, "knowledge_base_items.imported", after={
+                "created": created, "updated": updated, "rejected": len(parsed.rejected),
+            }, account_id=account_id)
+            await emit_items(conn, account_id, rows)
     return ImportReport(
         imported=created + updated,
         created=created,

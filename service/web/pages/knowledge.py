@@ -8,15 +8,15 @@ from typing import Any
 
 from aiohttp import web
 
-from ...domain import library
-from ...domain.convert import structure, unstructure
+from ...domain import import_reports, library
+from ...domain.convert import structure
 from ...domain.isolation import Unread
 from ...domain.knowledge import (
     KnowledgeItemInput,
     create_item,
     delete_item,
     fetch_item,
-    import_csv,
+    import_csv_kept,
     parse_upload,
     search_count_cap,
     search_items,
@@ -157,9 +157,20 @@ async def kb_import(request: web.Request) -> web.StreamResponse:
                                                     Limits.of(config.uploads),
                                                     owner=principal(request).account_id)
     async with connection(request) as conn:
-        report = await import_csv(conn, principal(request).account_id, parsed, actor(request))
+        _, report_id = await import_csv_kept(conn, principal(request).account_id, parsed, actor(request))
     entries_written(request.app)
-    return render(request, "kb_import.html", {"report": unstructure(report)})
+    # Redirect-after-POST: the report's page is a GET, so that a reload (or Back then Forward)
+    # reads the report again; as the POST's own response, a reload imported the file again.
+    raise see_other(f"/kb/imports/{report_id}")
+
+
+@page()
+async def kb_import_report(request: web.Request) -> web.StreamResponse:
+    """A CSV import's report (kb_import), to any member of the account: the knowledge base is
+    theirs to read. Another account's, an unknown or a swept report is the 404 page."""
+    async with connection(request) as conn:
+        report = await import_reports.fetch(conn, principal(request).account_id, request.match_info["id"])
+    return render(request, "kb_import.html", {"report": report})
 
 
 @page()

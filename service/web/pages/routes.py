@@ -40,6 +40,7 @@ def routes() -> list[web.RouteDef]:
         get("/kb", knowledge.kb_list, name="page_kb", allow_head=False),
         web.post("/kb", knowledge.kb_create, name="page_kb_create"),
         web.post("/kb/import", knowledge.kb_import, name="page_kb_import"),
+        get("/kb/imports/{id}", knowledge.kb_import_report, name="page_kb_import_report", allow_head=False),
         get("/kb/care", knowledge.kb_care, name="page_kb_care", allow_head=False),
         get("/kb/care/merge", kb_merge.merge_page, name="page_kb_merge", allow_head=False),
         web.post("/kb/{id}/reviewed", knowledge.kb_reviewed, name="page_kb_reviewed"),
