@@ -21,7 +21,7 @@ import attrs
 
 from .. import db
 from ..config import MailConfig
-from . import audit, mail, preconditions, questionnaires, webhooks, writeback
+from . import audit, import_reports, mail, preconditions, questionnaires, webhooks, writeback
 from .convert import (
     NonBlank,
     PositiveCount,
@@ -62,10 +62,14 @@ class ItemReview:
 async def import_items(
     conn: asyncpg.Connection, actor: audit.Actor, account_id: str, rfp_id: str,
     found: questionnaires.Questionnaire, kept: writeback.KeptFile | None = None,
-    *, filename: str | None = None,
-) -> tuple[dict[str, Any], int]:
+    *, filename: str | None = None, keep_report: bool = False,
+) -> tuple[dict[str, Any], int, str | None]:
     """`import_questionnaire`, its audit event and its webhook (rfp.items_imported) in one
-    transaction: (the import report, how many webhook deliveries were queued)."""
+    transaction: (the import report, how many webhook deliveries were queued, the report's id).
+    With `keep_report` (the web app's upload form) the report is kept for its page in that
+    transaction (import_reports.py; else the id is None): apart, a failure between the two would
+    leave an import done with no page to show it."""
+    report_id = None
     async with conn.transaction():
         report = await import_questionnaire(conn, account_id, rfp_id, found, kept)
         await audit.record(conn, actor, "rfp.items_imported", record_id=rfp_id,
@@ -76,7 +80,9 @@ async def import_items(
                                "skipped": report["skipped_count"],
                            })
         queued = await webhooks.emit(conn, account_id, "rfp.items_imported", rfp_id, report)
-    return report, queued
+        if keep_report:
+            report_id = await import_reports.keep(conn, account_id, actor.member_id, report, rfp_id=rfp_id)
+    return report, queued, report_id
 
 
 async def import_questionnaire(

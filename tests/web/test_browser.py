@@ -170,6 +170,10 @@ def whole_flow(base: str, profile: str, email: str, xlsx: Path, shots: str | Non
         driver.find_element(By.ID, "file").send_keys(str(xlsx))
         driver.find_element(By.CSS_SELECTOR, "form[action$='/import'] button").click()
         seen["report"] = wait(driver, lambda d: d.find_element(By.ID, "import-summary")).text
+        # The report's own page (the upload answered 303): a reload reads it, importing nothing.
+        assert driver.current_url.startswith(f"{rfp_url}/imports/imp_"), driver.current_url
+        driver.refresh()
+        assert wait(driver, lambda d: d.find_element(By.ID, "import-summary")).text == seen["report"]
         driver.find_element(By.ID, "back-to-rfp").click()
         wait(driver, lambda d: d.current_url == rfp_url)
         seen["sections"] = [h.text for h in driver.find_elements(By.CSS_SELECTOR, ".section h2")]

@@ -111,7 +111,7 @@ async def test_pages__refused_query_parameters_and_upload_layouts_are_said_in_wo
     csrf = await sign_in(app_client, admin.email)
     rfp = await make_rfp(admin)
     csv = b"Question,Answer\nWho?,Us.\n"
-    assert (await app_client.post(f"/rfps/{rfp}/import", data=upload(csrf, csv))).status == 201
+    assert (await app_client.post(f"/rfps/{rfp}/import", data=upload(csrf, csv))).status == 200
     export = f"/rfps/{rfp}/export?format="
     sent = [
         ("/rfps?page=x", 400, "The page number must be a positive integer; got 'x'"),

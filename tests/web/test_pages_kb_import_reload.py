@@ -20,6 +20,7 @@ from service.web.app import create_app
 # Two rows without an id (created on each import that reads them) and one with an id (updated).
 CSV = (b"question,answer,id\nIs there a DPO?,Yes.,\nDo you encrypt backups?,Yes: AES-256.,\n"
        b"Is MFA enforced?,Yes.,policy-mfa\nNo answer here,,\n")
+QUESTIONS = b"Question\nDo you encrypt backups?\nIs MFA enforced?\n"
 SUMMARY = "3 rows imported (3 new, 0 updated); 1 rejected"
 
 
@@ -84,7 +85,7 @@ async def test_kb_import__reloading_its_report_imports_nothing_again(app_client,
 
 
 async def test_kb_import_report__read_within_its_account_only_else_the_same_404(
-    app_client, aiohttp_client, config, admin, make_account, make_member, conn,
+    app_client, aiohttp_client, config, admin, make_account, make_member, make_rfp, conn,
 ):
     await set_password(conn, admin.email)
     csrf = await sign_in(app_client, admin.email)
@@ -105,4 +106,34 @@ async def test_kb_import_report__read_within_its_account_only_else_the_same_404(
         page = await app_client.get(malformed)
         assert page.status == 404 and not_found(await page.text()) == missing[0], malformed
     # (A NUL in a path is the front door's 400, before any page: tests/web/test_errors.py.)
+    # A questionnaire's report is not the knowledge base's, nor the other way round.
+    rfp_id = await make_rfp(admin, "Acme")
+    report_id = report.rsplit("/", 1)[1]
+    assert (await app_client.get(f"/rfps/{rfp_id}/imports/{report_id}")).status == 404
     assert await counts(conn, admin.account_id) == (3, 1)
+
+
+async def test_questionnaire_upload__reloading_its_report_imports_nothing_again(
+    app_client, aiohttp_client, config, admin, make_account, make_rfp, conn,
+):
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    shown = await app_client.post(f"/rfps/{rfp_id}/import", data=upload_form(csrf, QUESTIONS, items_seen="0"))
+    assert shown.status == 200 and "2 items added" in await shown.text()
+    again = await reload(app_client, shown, upload_form(csrf, QUESTIONS, items_seen="0"))
+    # (When the report was the POST's response, the reload was refused by items_seen: a 409.)
+    assert again.status == 200 and "2 items added, starting at position 1" in await again.text()
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) == 2
+    location = shown.url.path
+    assert [r.status for r in shown.history] == [303]
+    assert re.fullmatch(rf"/rfps/{rfp_id}/imports/imp_[0-9A-Za-z]{{22}}", location)
+
+    # Another RFP's address, another account's, an unknown id: the 404 page alike.
+    report_id = location.rsplit("/", 1)[1]
+    other_rfp = await make_rfp(admin, "Beta")
+    assert (await app_client.get(f"/rfps/{other_rfp}/imports/{report_id}")).status == 404
+    assert (await app_client.get(f"/kb/imports/{report_id}")).status == 404
+    assert (await app_client.get(f"/rfps/{rfp_id}/imports/{'x' * 300}")).status == 404
+    other = await signed_in_client(aiohttp_client, config, conn, (await make_account("Other")).email)
+    assert (await other.get(location)).status == 404

@@ -366,9 +366,8 @@ async def not_found_page(request: web.Request) -> web.Response:
 
 async def form_address_page(request: web.Request, allowed: str) -> web.Response:
     """The 405 page for a browser opening an address only a form is sent to (frontdoor.py
-    no_route): the import's report is shown at it, and opening that address again (the address
-    bar, the history) asks it with GET. The API's words ("GET is not allowed here") are for the
-    API."""
+    no_route): opening it (the address bar, the history of a page that was a form's response)
+    asks it with GET. The API's words ("GET is not allowed here") are for the API."""
     await _with_session(request)
     response = error_page(request, MethodNotAllowed(
         "This address is where a form is sent; it cannot be opened as a page. Go back to the page"

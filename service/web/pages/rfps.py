@@ -10,6 +10,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from ... import db
+from ...domain import import_reports
 from ...domain.convert import FRAMEWORKS, structure
 from ...domain.errors import Conflict, UsageBlocked, ValidationFailed
 from ...domain.models import MemberRef, Page
@@ -437,23 +438,41 @@ async def upload(request: web.Request) -> web.StreamResponse:
     with one_of_members_uploads(request):
         fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
         _not_sent_again(fields, rfp)
-        report = await import_upload(request, who.account_id, rfp_id, file, import_options(fields))
-    return render(request, "import_report.html", {"rfp": rfp, "report": report}, status=201)
+        _, report_id = await import_upload(request, who.account_id, rfp_id, file, import_options(fields),
+                                           keep_report=True)
+    # Redirect-after-POST, as the knowledge base's import (pages/knowledge.py kb_import).
+    raise see_other(f"/rfps/{rfp_id}/imports/{report_id}")
+
+
+@page()
+async def import_report(request: web.Request) -> web.StreamResponse:
+    """A questionnaire upload's report (upload), to any member of the account, as the RFP is.
+    Another RFP's, another account's, an unknown or a swept report is the 404 page."""
+    who = principal(request)
+    rfp_id = request.match_info["id"]
+    async with connection(request) as conn:
+        rfp = await fetch_rfp(conn, rfp_id, who.account_id)
+        report = await import_reports.fetch(conn, who.account_id, request.match_info["report_id"],
+                                            rfp_id=rfp_id)
+    return render(request, "import_report.html", {"rfp": rfp, "report": report})
 
 
 def _not_sent_again(fields: dict[str, str], rfp: dict[str, Any]) -> None:
-    """The report is the upload's own response: reloading it sends the upload again (a browser
+    """The report was the upload's own response: reloading it sent the upload again (a browser
     asks first, or not), which imported the questionnaire a second time, every question twice.
-    The form says how many items the RFP had when it was shown (`items_seen`); when that has
-    changed, the upload is refused, 409 saying why. A form without the field (an older page)
-    imports as before."""
+    The report is now a page of its own (redirect-after-POST); this still refuses a form sent
+    again once the RFP changed (a report page shown before that change, the same form sent twice,
+    another tab's). The form says how many items the RFP had when it was shown (`items_seen`);
+    when that has changed, the upload is refused, 409 saying why. A form without the field (an
+    older page) imports as before."""
     seen = fields.get("items_seen")
     if seen is None or count(seen) == rfp["total_items"]:
         return
     raise Conflict(
         f"Not imported: this upload form was shown when the RFP had {seen[:10]} items, and it has"
-        f" {rfp['total_items']:,} now (a reload of an import report sends its file again). Open the"
-        " RFP to see them; to import a file into it again, upload it from the RFP's page as it is now.")
+        f" {rfp['total_items']:,} now (a form sent again, from another tab or a page kept open, sends its"
+        " file again). Open the RFP to see them; to import a file into it again, upload it from the"
+        " RFP's page as it is now.")
 
 
 @page(write=True, roles=WRITERS)

@@ -34,6 +34,8 @@ def routes() -> list[web.RouteDef]:
         web.post("/rfps/{id}/items/{item_id}/assign", rfps.assign, name="page_assign_item"),
         web.post("/rfps/{id}/approve", rfp_bulk.approve, name="page_approve_items"),
         web.post("/rfps/{id}/import", rfps.upload, name="page_import_items"),
+        get("/rfps/{id}/imports/{report_id}", rfps.import_report, name="page_import_report",
+            allow_head=False),
         web.post("/rfps/{id}/answer", rfps.answer_all, name="page_answer_rfp"),
         get("/rfps/{id}/progress", rfps.progress, name="page_rfp_progress", allow_head=False),
         get("/rfps/{id}/export", rfps.export, name="page_export_rfp", allow_head=False),

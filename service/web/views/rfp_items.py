@@ -116,17 +116,18 @@ async def import_rfp_items(request: web.Request) -> web.Response:
         await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
     with one_of_members_uploads(request):
         upload = await receive_upload(request, request.app[CONFIG].server.max_upload_bytes)
-        report = await import_upload(request, who.account_id, rfp_id, upload, options)
+        report, _ = await import_upload(request, who.account_id, rfp_id, upload, options)
     return json_response({"import": report}, status=201)
 
 
 async def import_upload(
     request: web.Request, account_id: str, rfp_id: str, upload: Upload,
-    options: questionnaires.ImportOptions,
-) -> dict:
+    options: questionnaires.ImportOptions, *, keep_report: bool = False,
+) -> tuple[dict, str | None]:
     """Parse an uploaded questionnaire and store its rows as the RFP's items, audited and
-    announced to webhooks; the import report. The API's import and the web app's upload form
-    both come here."""
+    announced to webhooks: the import report, and its id when kept (else None). The API's import
+    and the web app's upload form both come here; the form's (`keep_report`) keeps the report for
+    its page in the import's transaction (domain/rfp_items.py import_items)."""
     config = request.app[CONFIG]
     with upload.file:
         # In a child process with a time and memory limit (service/domain/isolation.py): a hostile
@@ -139,12 +140,13 @@ async def import_upload(
         data = upload.file.read()
     kept = writeback.kept_file(data, upload.media_type, upload.filename, config.library.max_kept_file_bytes)
     async with connection(request) as conn:
-        report, queued = await import_items(
-            conn, actor(request), account_id, rfp_id, found, kept, filename=upload.filename
+        report, queued, report_id = await import_items(
+            conn, actor(request), account_id, rfp_id, found, kept, filename=upload.filename,
+            keep_report=keep_report,
         )
     if queued:
         request.app[DELIVERER].wake()
-    return report
+    return report, report_id
 
 
 @requires("read")
