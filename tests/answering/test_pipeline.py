@@ -560,22 +560,24 @@ async def test_runner__a_backlog_of_one_account_does_not_hold_up_another(
 ):
     demo, victim = await make_account("Demo"), await make_account("Victim")
     await add_entry(conn, victim.account_id, "Is data encrypted at rest?", "Yes, with AES-256.")
-    await _backlog(conn, demo, 30)
+    await _backlog(conn, demo, 60)
     theirs = await _question(conn, victim.account_id, victim.user_id, "Is data encrypted at rest?",
                              False)
     config = QuestionsConfig(poll_seconds=0.05, step_delay_seconds=0.02, concurrency=2)
     pipeline = Pipeline(pool, LocalEngine(), config, aiojobs.Scheduler())
     await _run_until_complete(conn, pipeline, theirs)
-    # answered while nearly all of the backlog still waited (oldest first: after all 30 of it).
-    # Counted by when each stored its last state, not by what waits once the test has looked:
-    # on a loaded machine (CI, through PgBouncer) several more finished before the poll saw it.
+    # answered while most of the backlog still waited (oldest first: after at least 58 of its 60).
+    # Counted by when each stored its last state, not by what waits once the test has looked.
+    # How many of the backlog finish meanwhile in the other place depends on the machine: the
+    # victim's question has an entry to rank and takes more steps than a backlog question with
+    # none; 14 finished so in CI through PgBouncer, so the bound is half the backlog, far from 58.
     done_before = await conn.fetchval(
         """SELECT count(*) FROM questions
             WHERE account_id = $1 AND state = 'complete'
               AND updated_at <= (SELECT updated_at FROM questions WHERE id = $2)""",
         demo.account_id, theirs,
     )
-    assert done_before <= 5
+    assert done_before < 30
 
 
 async def test_adopt__after_the_scheduler_closed_refuses_and_leaves_no_coroutine_unawaited(conn, pool, admin):
