@@ -17,7 +17,7 @@ from .. import db
 from . import audit, import_reports, uploads, webhooks
 from .convert import MAX_NAME_SHOWN, NonBlank, TagList, at_most, structure, unstructure
 from .errors import NotFound, ValidationFailed
-from .ids import new_id
+from .ids import could_be_id, new_id
 from .models import Page
 from .questions import fetch_question
 from .rfps import SEARCH_COUNT_CAP, bounded_search, search_pattern
@@ -172,6 +172,8 @@ async def _insert_item(
 
 
 async def find_item(conn: asyncpg.Connection, account_id: str, item_id: str) -> KnowledgeItem | None:
+    if not could_be_id(item_id):  # a NUL (PostgreSQL text holds none) is as unknown as any id
+        return None
     row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
     return None if row is None else KnowledgeItem.from_row(row)
 
@@ -188,10 +190,12 @@ async def delete_item(
 ) -> KnowledgeItem:
     """Delete an entry; returns it as it was. With `actor`, its audit event and webhook are
     written in the same transaction."""
+    if not could_be_id(item_id):
+        raise NotFound("no such knowledge base item in this account")
     async with conn.transaction():
         # The deleted version says who deleted it (library.py).
         await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
-        await conn.execute(db.query("lock_items_saved_as"), [item_id])  # before the entry
+        await conn.execute(db.query("lock_items_saved_as"), [item_id], account_id)  # before the entry
         row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
         if row is None or await conn.fetchval(
             db.query("delete_knowledge_item"), item_id, account_id

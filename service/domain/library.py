@@ -29,6 +29,7 @@ from .. import db
 from . import audit, preconditions, webhooks
 from .convert import IsoDate, NonBlank, structure, unstructure
 from .errors import Conflict, NotFound, ValidationFailed
+from .ids import could_be_id
 from .knowledge import (
     KnowledgeItem,
     KnowledgeItemInput,
@@ -486,11 +487,17 @@ async def merge(
     a text edited meanwhile was kept, or removed, unseen."""
     if keep_id == duplicate_id:
         raise ValidationFailed(["duplicate_id: must be another entry than the one kept"])
+    # Ids no entry can have (a NUL, which PostgreSQL text cannot hold: the lookups would be a 500)
+    # are refused as unknown ones are.
+    if not could_be_id(keep_id):
+        raise NotFound("no such knowledge base item in this account")
+    if not could_be_id(duplicate_id):
+        raise ValidationFailed(["duplicate_id: no knowledge base item by that id in this account"])
     async with conn.transaction():
         # The duplicate as it was, for its deletion's event (a missing one is the 422 below).
         duplicate = await find_item(conn, account_id, duplicate_id) if actor is not None else None
         # The RFP items saved as either entry first, as an approval takes an item, then its entry.
-        await conn.execute(db.query("lock_items_saved_as"), [keep_id, duplicate_id])
+        await conn.execute(db.query("lock_items_saved_as"), [keep_id, duplicate_id], account_id)
         # Both entries locked in one order, an import's: merging A into B while B is merged into
         # A (each locking its kept entry first), or while an import updated both, deadlocked.
         locked = {row["id"]: row for row in await conn.fetch(

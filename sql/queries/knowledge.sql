@@ -23,8 +23,12 @@ SELECT * FROM knowledge_items
 -- The RFP items saved as entries $1 (rfp_items.knowledge_item_id), locked in id order before the
 -- entries are: deleting or merging an entry changes them (ON DELETE SET NULL, repoint_rfp_items)
 -- after it had locked the entry, while an approval saving an item takes the item, then its entry:
--- the two orders could deadlock (one of the two a 503).
-SELECT id FROM rfp_items WHERE knowledge_item_id = ANY($1::text[]) ORDER BY id FOR UPDATE;
+-- the two orders could deadlock (one of the two a 503). Only account $2's items: the ids are
+-- the caller's, not yet found in the account, and another account's entry id sent here locked
+-- that account's items (their approvals waited) until the refusal's rollback.
+SELECT i.id FROM rfp_items i JOIN rfps r ON r.id = i.rfp_id
+ WHERE i.knowledge_item_id = ANY($1::text[]) AND r.account_id = $2
+ ORDER BY i.id FOR UPDATE OF i;
 
 -- delete_knowledge_item --
 -- Remove one entry of an account; returns its id when it existed.

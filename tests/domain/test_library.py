@@ -8,13 +8,16 @@ import string
 import time
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 from helpers_questions import add_entry, ask, wait_all_complete, wait_complete
 
+from service import db
 from service.config import QuestionsConfig
 from service.domain.bands import band
 from service.domain.library import classify, find_duplicates, quantities, yes_no_lead
 from service.web.keys import LIBRARY_JOBS
+from tests.conftest import CONNECT
 
 ITEMS = "/api/v1/knowledge_base_items"
 
@@ -445,3 +448,33 @@ def test_classify_library__questions_are_compared_by_their_opening():
     assert all(len(e["question"]) > 10 * QUESTION_OPENING for e in entries)
     found = classify_library(entries, 0.9, 0.8)
     assert [(f.item_a, f.item_b) for f in found] == [("kb_0", "kb_1")]
+
+
+async def test_lock_items_saved_as__locks_only_the_accounts_own_items(conn, database_url, admin,
+                                                                        make_account):
+    """Merging or deleting locks the RFP items saved as the entries named before it finds them in
+    the account: another account's entry id, sent by an admin, locked that account's items (their
+    approvals waited) until the refusal's rollback."""
+    other = await make_account("Other")
+    theirs = await add_entry(conn, other.account_id, "MFA?", "Yes.")
+    rfp_id = "rfp_theirs"
+    await conn.execute("INSERT INTO rfps (id, account_id, owner_id, title) VALUES ($1, $2, $3, 'T')",
+                       rfp_id, other.account_id, other.user_id)
+    await conn.execute("INSERT INTO rfp_items (id, rfp_id, question, position, knowledge_item_id)"
+                       " VALUES ('item_theirs', $1, 'MFA?', 1, $2)", rfp_id, theirs)
+    attacker = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        await _lock_as(attacker, conn, theirs, admin.account_id, other.account_id)
+    finally:
+        await attacker.close()
+
+
+async def _lock_as(attacker, conn, theirs: str, account_id: str, owner_id: str) -> None:
+    async with attacker.transaction():
+        mine = await attacker.fetch(db.query("lock_items_saved_as"), [theirs], account_id)
+        assert mine == []
+        async with conn.transaction():  # the other account's approval takes its item at once
+            assert await conn.fetchval(
+                "SELECT id FROM rfp_items WHERE id = 'item_theirs' FOR UPDATE NOWAIT") == "item_theirs"
+        owners = await attacker.fetch(db.query("lock_items_saved_as"), [theirs], owner_id)
+        assert [row["id"] for row in owners] == ["item_theirs"]  # the owner's own call does lock it

@@ -212,3 +212,23 @@ async def test_kb_merge__an_entry_edited_since_the_page_was_shown_is_not_merged_
     assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 2
     assert (await press(app_client, csrf, "kb_e1", "kb_e2", ("1", "2"))).url.query["done"] == "merged"
     assert await conn.fetchval("SELECT array_agg(id) FROM knowledge_items") == ["kb_e1"]
+
+
+async def test_kb_merge__an_id_holding_a_nul_is_an_unknown_one_never_a_500(
+    app_client, admin, make_member, conn
+):
+    """PostgreSQL text holds no NUL: an id with one, looked up, failed the query (a probe's form
+    with duplicate_id "kb\\x00" was a 500). It is as unknown as an id no entry has."""
+    await entries(conn, admin.account_id, ("kb_mine", "MFA?", "Yes."), ("kb_also", "MFA ?", "Yes!"))
+    _, csrf = await writer(app_client, conn, make_member, admin.account_id)
+
+    async def said(method: str, path: str, **data: str) -> tuple[int, str]:
+        sent = {"csrf_token": csrf, "keep_version": "1", "duplicate_version": "1", **data} if data else None
+        response = await app_client.request(method, path, data=sent)
+        return response.status, await response.text()
+
+    assert await said("POST", "/kb/kb_mine/merge", duplicate_id="kb_also\x00") == await said(
+        "POST", "/kb/kb_mine/merge", duplicate_id="kb_nobody")
+    # (one in the address is refused before any page: a 400 naming %00)
+    assert (await said("GET", "/kb/care/merge?a=kb_mine&b=kb_also%00"))[0] == 400
+    assert await conn.fetchval("SELECT count(*) FROM knowledge_items") == 2
