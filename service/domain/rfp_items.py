@@ -62,16 +62,16 @@ class ItemReview:
 async def import_items(
     conn: asyncpg.Connection, actor: audit.Actor, account_id: str, rfp_id: str,
     found: questionnaires.Questionnaire, kept: writeback.KeptFile | None = None,
-    *, filename: str | None = None, keep_report: bool = False,
+    *, filename: str | None = None, keep_report: bool = False, items_held: int | None = None,
 ) -> tuple[dict[str, Any], int, str | None]:
     """`import_questionnaire`, its audit event and its webhook (rfp.items_imported) in one
     transaction: (the import report, how many webhook deliveries were queued, the report's id).
     With `keep_report` (the web app's upload form) the report is kept for its page in that
     transaction (import_reports.py; else the id is None): apart, a failure between the two would
-    leave an import done with no page to show it."""
+    leave an import done with no page to show it. `items_held`: as append_items'."""
     report_id = None
     async with conn.transaction():
-        report = await import_questionnaire(conn, account_id, rfp_id, found, kept)
+        report = await import_questionnaire(conn, account_id, rfp_id, found, kept, items_held=items_held)
         await audit.record(conn, actor, "rfp.items_imported", record_id=rfp_id,
                            account_id=account_id, after={
                                "filename": filename, "sheet": report["sheet"],
@@ -87,7 +87,7 @@ async def import_items(
 
 async def import_questionnaire(
     conn: asyncpg.Connection, account_id: str, rfp_id: str, found: questionnaires.Questionnaire,
-    kept: writeback.KeptFile | None = None,
+    kept: writeback.KeptFile | None = None, *, items_held: int | None = None,
 ) -> dict[str, Any]:
     """Store a parsed questionnaire's rows as items (and, for write-back, the file they came
     from with each item's cell); returns the import report."""
@@ -100,7 +100,8 @@ async def import_questionnaire(
         )
     async with conn.transaction():
         start, _ = await append_items(
-            conn, account_id, rfp_id, [r.question for r in found.rows], [r.section for r in found.rows]
+            conn, account_id, rfp_id, [r.question for r in found.rows], [r.section for r in found.rows],
+            items_held=items_held,
         )
         if kept is not None:
             await writeback.keep(conn, account_id, rfp_id, start, found, kept)

@@ -14,6 +14,7 @@ from .. import db
 from . import audit
 from .convert import Framework, HttpUrl, IsoDate, NonBlank, at_most, structure
 from .errors import (
+    Conflict,
     NotFound,
     ParameterInvalid,
     ParameterMissing,
@@ -50,6 +51,17 @@ MAX_TERM_CHARS = 200
 # Backstop for whatever the rules above miss (a term whose trigrams are all common yet which
 # matches nothing): each search statement is cancelled after this long, and the request is 503.
 SEARCH_TIMEOUT_MS = 250
+
+
+class ItemsChanged(Conflict):
+    """Items to append on a view of the RFP when it held `seen` items (the web app's upload form),
+    while it holds `held`: a form sent again. Found under the RFP's lock, where two such forms
+    sent at once each see the other's items."""
+
+    def __init__(self, seen: int, held: int) -> None:
+        super().__init__(f"the RFP holds {held:,} items, not the {seen:,} it held when the request"
+                         " was made; nothing was added")
+        self.seen, self.held = seen, held
 
 
 @attrs.frozen(kw_only=True)
@@ -174,11 +186,13 @@ async def append_items(
     *,
     returning: bool = False,
     actor: audit.Actor | None = None,
+    items_held: int | None = None,
 ) -> tuple[int, list[asyncpg.Record]]:
     """Append items after the RFP's last one in one statement; the RFP lock orders positions.
 
     Returns the first new position and, with `returning`, the stored rows. With `actor`, the
-    audit event (rfp_items.created) is written in the same transaction.
+    audit event (rfp_items.created) is written in the same transaction. With `items_held`, the
+    items are appended only if the RFP still holds that many (else ItemsChanged).
     """
     async with conn.transaction():
         if await conn.fetchrow(db.query("lock_account_rfp"), rfp_id, account_id) is None:
@@ -186,6 +200,8 @@ async def append_items(
         # Items are never deleted (a discarded one stays), so positions count the RFP's items.
         start = await conn.fetchval(db.query("next_item_position"), rfp_id)
         held = start - 1
+        if items_held is not None and held != items_held:
+            raise ItemsChanged(items_held, held)
         if held + len(questions) > MAX_ITEMS_PER_RFP:
             raise ValidationFailed(
                 [f"items: the RFP holds {held:,} items and these are {len(questions):,} more; an "

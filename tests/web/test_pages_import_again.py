@@ -8,10 +8,15 @@ guard stays for the same form sent again: a report page shown before that, anoth
 
 from __future__ import annotations
 
+import asyncio
+
+import asyncpg
 from aiohttp import FormData
 
 # ruff: noqa: F811
 from page_client import aiohttp_client_cls, app_client, field, set_password, sign_in  # noqa: F401
+
+from tests.conftest import CONNECT, lock_waiters
 
 QUESTIONS = b"Question\nDo you encrypt backups?\nIs MFA enforced?\n"
 
@@ -53,3 +58,27 @@ async def test_upload__sent_again_from_its_report_is_refused_not_imported_twice(
     forged = await app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, "lots"))
     assert forged.status == 409
     assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) == 6
+
+
+async def test_upload__two_forms_sent_at_once_import_once(app_client, admin, make_rfp, conn, database_url):
+    """The form's count was checked before the import's transaction: two uploads of a form shown
+    at 0 items, sent at once (a double submit, two tabs), both passed it and both imported. The
+    import checks it again under the RFP's lock: one imports, the other is the 409 page."""
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    holder = await asyncpg.connect(database_url, **CONNECT)
+    try:
+        async with holder.transaction():  # both uploads queue on the RFP's lock behind this
+            await holder.execute("SELECT 1 FROM rfps WHERE id = $1 FOR UPDATE", rfp_id)
+            sent = [asyncio.create_task(app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, "0")))
+                    for _ in range(2)]
+            await lock_waiters(conn, 2)
+    finally:
+        await holder.close()
+    responses = await asyncio.gather(*sent)
+    assert sorted(r.status for r in responses) == [200, 409]
+    refused = next(r for r in responses if r.status == 409)
+    assert "this upload form was shown when the RFP had 0 items, and it has 2 now" in await refused.text()
+    assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) == 2
+    assert await conn.fetchval("SELECT count(*) FROM audit_events WHERE action = 'rfp.items_imported'") == 1

@@ -27,6 +27,7 @@ from ...domain.rfp_items import (
 from ...domain.rfps import (
     REVIEW_FILTERS,
     SEARCH_COUNT_CAP,
+    ItemsChanged,
     RfpCreate,
     SearchResult,
     assigned_items,
@@ -437,9 +438,12 @@ async def upload(request: web.Request) -> web.StreamResponse:
         rfp = await fetch_rfp(conn, rfp_id, who.account_id)  # 404 before reading a large body
     with one_of_members_uploads(request):
         fields, file = await read_upload(request, request.app[CONFIG].server.max_upload_bytes)
-        _not_sent_again(fields, rfp)
-        _, report_id = await import_upload(request, who.account_id, rfp_id, file, import_options(fields),
-                                           keep_report=True)
+        seen = _not_sent_again(fields, rfp)
+        try:
+            _, report_id = await import_upload(request, who.account_id, rfp_id, file,
+                                               import_options(fields), keep_report=True, items_held=seen)
+        except ItemsChanged as changed:  # two sent at once: each passed the check above
+            raise _sent_again(changed.seen, changed.held) from None
     # Redirect-after-POST, as the knowledge base's import (pages/knowledge.py kb_import).
     raise see_other(f"/rfps/{rfp_id}/imports/{report_id}")
 
@@ -457,20 +461,28 @@ async def import_report(request: web.Request) -> web.StreamResponse:
     return render(request, "import_report.html", {"rfp": rfp, "report": report})
 
 
-def _not_sent_again(fields: dict[str, str], rfp: dict[str, Any]) -> None:
+def _not_sent_again(fields: dict[str, str], rfp: dict[str, Any]) -> int | None:
     """The report was the upload's own response: reloading it sent the upload again (a browser
     asks first, or not), which imported the questionnaire a second time, every question twice.
     The report is now a page of its own (redirect-after-POST); this still refuses a form sent
     again once the RFP changed (a report page shown before that change, the same form sent twice,
     another tab's). The form says how many items the RFP had when it was shown (`items_seen`);
     when that has changed, the upload is refused, 409 saying why. A form without the field (an
-    older page) imports as before."""
-    seen = fields.get("items_seen")
-    if seen is None or count(seen) == rfp["total_items"]:
-        return
-    raise Conflict(
-        f"Not imported: this upload form was shown when the RFP had {seen[:10]} items, and it has"
-        f" {rfp['total_items']:,} now (a form sent again, from another tab or a page kept open, sends its"
+    older page) imports as before. Returns the count the form saw, for the import to check again
+    under the RFP's lock (two forms sent at once both pass here)."""
+    raw = fields.get("items_seen")
+    if raw is None:
+        return None
+    seen = count(raw)
+    if seen != rfp["total_items"]:
+        raise _sent_again(raw[:10], rfp["total_items"])
+    return seen
+
+
+def _sent_again(seen: object, held: int) -> Conflict:
+    return Conflict(
+        f"Not imported: this upload form was shown when the RFP had {seen} items, and it has"
+        f" {held:,} now (a form sent again, from another tab or a page kept open, sends its"
         " file again). Open the RFP to see them; to import a file into it again, upload it from the"
         " RFP's page as it is now.")
 

@@ -122,12 +122,13 @@ async def import_rfp_items(request: web.Request) -> web.Response:
 
 async def import_upload(
     request: web.Request, account_id: str, rfp_id: str, upload: Upload,
-    options: questionnaires.ImportOptions, *, keep_report: bool = False,
+    options: questionnaires.ImportOptions, *, keep_report: bool = False, items_held: int | None = None,
 ) -> tuple[dict, str | None]:
     """Parse an uploaded questionnaire and store its rows as the RFP's items, audited and
     announced to webhooks: the import report, and its id when kept (else None). The API's import
     and the web app's upload form both come here; the form's (`keep_report`) keeps the report for
-    its page in the import's transaction (domain/rfp_items.py import_items)."""
+    its page in the import's transaction (domain/rfp_items.py import_items) and imports only into
+    the RFP as its form showed it (`items_held`)."""
     config = request.app[CONFIG]
     with upload.file:
         # In a child process with a time and memory limit (service/domain/isolation.py): a hostile
@@ -142,7 +143,7 @@ async def import_upload(
     async with connection(request) as conn:
         report, queued, report_id = await import_items(
             conn, actor(request), account_id, rfp_id, found, kept, filename=upload.filename,
-            keep_report=keep_report,
+            keep_report=keep_report, items_held=items_held,
         )
     if queued:
         request.app[DELIVERER].wake()
