@@ -93,8 +93,9 @@ SELECT k.id, k.review_by, k.owner_member_id, u.email AS owner_email, k.question,
 
 -- duplicate_entries --
 -- An account's entries as duplicate detection compares them (answers' first 2,000 characters:
--- enough for their opening and the numbers a conflict is found by).
-SELECT id, question, left(answer, 2000) AS answer, yes_no
+-- enough for their opening and the numbers a conflict is found by; questions' first 1,000, all
+-- that library.QUESTION_OPENING compares: 30,000 questions of 100,000 characters were 3 GB).
+SELECT id, left(question, 1000) AS question, left(answer, 2000) AS answer, yes_no
   FROM knowledge_items
  WHERE account_id = $1;
 

@@ -478,3 +478,37 @@ async def _lock_as(attacker, conn, theirs: str, account_id: str, owner_id: str) 
                 "SELECT id FROM rfp_items WHERE id = 'item_theirs' FOR UPDATE NOWAIT") == "item_theirs"
         owners = await attacker.fetch(db.query("lock_items_saved_as"), [theirs], owner_id)
         assert [row["id"] for row in owners] == ["item_theirs"]  # the owner's own call does lock it
+
+
+def test_classify_library__a_library_of_words_found_once_is_held_in_little_memory():
+    """A probe's 30,000 entries of words no other entry has held 1.5 GB in the service process:
+    a list per word, every entry's word set and a copy of its words. 2,000 such entries peaked
+    at 59 MB so; now a word of one entry keeps only that entry's id and words are found again
+    where needed (19 MB measured)."""
+    import tracemalloc
+
+    from service.domain.library import classify_library
+
+    letters = random.Random(3)
+
+    def words(n: int) -> str:
+        return " ".join("".join(letters.choices(string.ascii_lowercase, k=8)) for _ in range(n))
+
+    entries = [{"id": f"kb_{i:05d}", "question": words(110)[:1000], "answer": words(220)[:2000],
+                "yes_no": None} for i in range(2000)]
+    tracemalloc.start()
+    try:
+        assert classify_library(entries, 0.9, 0.8) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 30_000_000, peak
+
+
+async def test_duplicate_entries__reads_only_the_opening_of_a_question(conn, admin):
+    """Questions are compared by their first QUESTION_OPENING characters: the rest is not read."""
+    from service.domain.library import QUESTION_OPENING
+
+    await add_entry(conn, admin.account_id, "Do you encrypt? " * 1000, "Yes.")
+    rows = await conn.fetch(db.query("duplicate_entries"), admin.account_id)
+    assert [len(row["question"]) for row in rows] == [QUESTION_OPENING]
