@@ -483,7 +483,7 @@ async def _lock_as(attacker, conn, theirs: str, account_id: str, owner_id: str) 
 def test_classify_library__a_library_of_words_found_once_is_held_in_little_memory():
     """A probe's 30,000 entries of words no other entry has held 1.5 GB in the service process:
     a list per word, every entry's word set and a copy of its words. 2,000 such entries peaked
-    at 59 MB so; now a word of one entry keeps only that entry's id and words are found again
+    at 61 MB so; now a word of one entry keeps only that entry's id and words are found again
     where needed (19 MB measured)."""
     import tracemalloc
 
