@@ -82,3 +82,15 @@ async def test_upload__two_forms_sent_at_once_import_once(app_client, admin, mak
     assert "this upload form was shown when the RFP had 0 items, and it has 2 now" in await refused.text()
     assert await conn.fetchval("SELECT count(*) FROM rfp_items WHERE rfp_id = $1", rfp_id) == 2
     assert await conn.fetchval("SELECT count(*) FROM audit_events WHERE action = 'rfp.items_imported'") == 1
+
+
+async def test_refused_upload__its_page_says_why_under_a_heading_in_words(app_client, admin, make_rfp, conn):
+    """A 409's page was headed with the status's name, "Conflict", over a message in words."""
+    await set_password(conn, admin.email)
+    csrf = await sign_in(app_client, admin.email)
+    rfp_id = await make_rfp(admin, "Acme")
+    assert (await app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, "0"))).status == 200
+    again = await app_client.post(f"/rfps/{rfp_id}/import", data=upload(csrf, "0"))
+    text = await again.text()
+    assert again.status == 409 and "<h1>Not possible as things stand</h1>" in text, text
+    assert "Conflict" not in text

@@ -306,7 +306,8 @@ def _service_error(exc: web.HTTPException) -> ServiceError:
 
 _TITLES = {
     400: "That request could not be used", 401: "Please sign in", 403: "Not allowed",
-    404: "Page not found", 405: "Not a page", 409: "Conflict", 412: "Changed since you opened it",
+    404: "Page not found", 405: "Not a page", 409: "Not possible as things stand",
+    412: "Changed since you opened it",
     413: "Too large", 415: "Wrong kind of file",
     422: "Please correct the form", 429: "Too many attempts", 503: "Temporarily unavailable",
 }
