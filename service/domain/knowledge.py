@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -14,7 +14,7 @@ import asyncpg
 import attrs
 
 from .. import db
-from . import audit, import_reports, uploads, webhooks
+from . import audit, import_reports, preconditions, uploads, webhooks
 from .convert import MAX_NAME_SHOWN, NonBlank, TagList, at_most, structure, unstructure
 from .errors import NotFound, ValidationFailed
 from .ids import could_be_id, new_id
@@ -186,21 +186,25 @@ async def fetch_item(conn: asyncpg.Connection, account_id: str, item_id: str) ->
 
 
 async def delete_item(
-    conn: asyncpg.Connection, account_id: str, item_id: str, *, actor: audit.Actor | None = None
+    conn: asyncpg.Connection, account_id: str, item_id: str, *, actor: audit.Actor | None = None,
+    if_match: Collection[str] | None = None,
 ) -> KnowledgeItem:
     """Delete an entry; returns it as it was. With `actor`, its audit event and webhook are
-    written in the same transaction."""
+    written in the same transaction. With `if_match`, only while the entry's tag is one of them
+    (preconditions.check), else PreconditionFailed: an entry edited since it was read is not
+    deleted unseen."""
     if not could_be_id(item_id):
         raise NotFound("no such knowledge base item in this account")
     async with conn.transaction():
         # The deleted version says who deleted it (library.py).
         await conn.execute(db.query("set_actor"), actor.member_id if actor else None)
         await conn.execute(db.query("lock_items_saved_as"), [item_id], account_id)  # before the entry
-        row = await conn.fetchrow(db.query("get_knowledge_item"), item_id, account_id)
-        if row is None or await conn.fetchval(
-            db.query("delete_knowledge_item"), item_id, account_id
-        ) is None:
+        row = await conn.fetchrow(db.query("lock_knowledge_item"), item_id, account_id)
+        if row is None:
             raise NotFound(f"no knowledge base item {item_id} in this account")
+        preconditions.check(if_match, preconditions.entry_tag(row["version"]),
+                            f"knowledge base item {item_id}")
+        await conn.execute(db.query("delete_knowledge_item"), item_id, account_id)
         item = KnowledgeItem.from_row(row)
         if actor is not None:
             await item_written(conn, actor, account_id, item, "knowledge_base_item.deleted")

@@ -922,8 +922,10 @@ def document() -> dict[str, Any]:
             "get": _op("get_knowledge_base_item", "read a knowledge base item", {
                 "200": _json(_ref("KnowledgeBaseItem"), "the item", _ETAG), "404": not_found["kb"]},
                 params=[_ID]),
-            "delete": _op("delete_knowledge_base_item", "delete a knowledge base item", {
-                "204": {"description": "deleted"}, "404": not_found["kb"]}, params=[_ID]),
+            "delete": _op("delete_knowledge_base_item", "delete a knowledge base item (with If-Match, "
+                          "only the version named)", {
+                "204": {"description": "deleted"}, "404": not_found["kb"], "412": _PRECONDITION},
+                params=[_ID, _IF_MATCH]),
         },
         "/api/v1/users": {"post": _op("create_user", "create a user (admin); a confirmation "
                                       "e-mail is sent", {

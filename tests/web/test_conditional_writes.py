@@ -174,3 +174,44 @@ async def test_kb_entry_page__saving_over_an_edit_made_since_the_page_was_shown_
     assert response.status == 303
     now = await (await client.get(f"{ENTRIES}/{entry_id}", headers=admin.headers)).json()
     assert (now["answer"], now["title"], now["version"]) == ("Yes, with AES-256.", "Backups", 3)
+
+
+async def test_entry__a_delete_naming_a_version_since_changed_is_412_and_deletes_nothing(client, admin):
+    """A DELETE took no If-Match: a client that read an entry deleted it even after another member
+    had edited it, the edit lost unseen."""
+    entry_id, created_tag = await _entry(client, admin)
+    edited = await client.patch(f"{ENTRIES}/{entry_id}", headers=admin.headers,
+                                json={"knowledge_base_item": {"answer": "Yes, AES-256 since 2024."}})
+    assert edited.status == 200 and edited.headers["ETag"] == '"v2"'
+    stale = await client.delete(f"{ENTRIES}/{entry_id}", headers=admin.headers | {"If-Match": created_tag})
+    assert stale.status == 412 and stale.headers["ETag"] == '"v2"'
+    assert (await stale.json())["error"]["code"] == "precondition_failed"
+    assert (await client.get(f"{ENTRIES}/{entry_id}", headers=admin.headers)).status == 200
+    bad = await client.delete(f"{ENTRIES}/{entry_id}", headers=admin.headers | {"If-Match": "v2"})
+    assert bad.status == 400  # not a quoted tag: the header's form is named, nothing deleted
+    current = await client.delete(f"{ENTRIES}/{entry_id}", headers=admin.headers | {"If-Match": '"v2"'})
+    assert current.status == 204
+    assert (await client.get(f"{ENTRIES}/{entry_id}", headers=admin.headers)).status == 404
+
+
+async def test_kb_entry_page__deleting_an_entry_edited_since_the_page_was_shown_is_refused(
+    app_client, client, admin, conn,
+):
+    await set_password(conn, admin.email)
+    entry_id, _ = await _entry(client, admin)
+    csrf = await sign_in(app_client, admin.email)
+    page = await (await app_client.get(f"/kb/{entry_id}")).text()
+    delete_form = page[page.index(f'action="/kb/{entry_id}/delete"'):]
+    shown = field(delete_form, "shown")
+    assert shown == "v1"
+    edited = await client.patch(f"{ENTRIES}/{entry_id}", headers=admin.headers,
+                                json={"knowledge_base_item": {"answer": "Yes, AES-256 since 2024."}})
+    assert edited.status == 200
+    form = {"csrf_token": csrf, "shown": shown}
+    refused = await app_client.post(f"/kb/{entry_id}/delete", data=form, allow_redirects=False)
+    assert refused.status == 412 and "Someone changed this after the page was shown" in await refused.text()
+    assert (await client.get(f"{ENTRIES}/{entry_id}", headers=admin.headers)).status == 200
+    deleted = await app_client.post(f"/kb/{entry_id}/delete", data=form | {"shown": "v2"},
+                                    allow_redirects=False)
+    assert deleted.status == 303
+    assert (await client.get(f"{ENTRIES}/{entry_id}", headers=admin.headers)).status == 404

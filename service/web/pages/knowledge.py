@@ -138,9 +138,11 @@ async def kb_update(request: web.Request) -> web.StreamResponse:
 
 @page(write=True, roles=WRITERS)
 async def kb_delete(request: web.Request) -> web.StreamResponse:
+    form = await read_form(request)
     async with connection(request) as conn:
         await delete_item(
-            conn, principal(request).account_id, request.match_info["id"], actor=actor(request)
+            conn, principal(request).account_id, request.match_info["id"], actor=actor(request),
+            if_match=shown_version(form),
         )
     entries_written(request.app)
     raise see_other("/kb?done=deleted")

@@ -128,7 +128,8 @@ async def get_item(request: web.Request) -> web.Response:
 async def delete_item(request: web.Request) -> web.Response:
     item_id = request.match_info["id"]
     async with connection(request) as conn:
-        await knowledge.delete_item(conn, principal(request).account_id, item_id, actor=actor(request))
+        await knowledge.delete_item(conn, principal(request).account_id, item_id, actor=actor(request),
+                                    if_match=if_match(request))
     entries_written(request.app)
     return web.Response(status=204)
 
