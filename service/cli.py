@@ -717,11 +717,11 @@ def cmd_audit_export(args: argparse.Namespace, config: Config) -> int:
     if (utc := audit.in_utc(since)) is None:
         raise accounts.OperatorError(f"--since {audit.OUT_OF_RANGE}; got {args.since!r}")
 
-    async def work(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    async def work(conn: asyncpg.Connection) -> tuple[list[dict[str, Any]], datetime]:
         await accounts.require_account(conn, args.account)
         return await audit.export_events(conn, args.account, utc)
 
-    events = run_with_connection(config, work)
+    events, settled = run_with_connection(config, work)
     out = sys.stdout if args.output in (None, "-") else None
     try:
         handle = out or open(args.output, "w", encoding="utf-8")
@@ -733,9 +733,11 @@ def cmd_audit_export(args: argparse.Namespace, config: Config) -> int:
     finally:
         if out is None:
             handle.close()
-    if out is None:
-        print(f"exported {len(events)} audit events of {args.account} to {args.output}",
-              file=sys.stderr)
+    # Where the next export goes on from, to miss nothing and repeat nothing (audit.export_events).
+    until = settled.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    print(f"exported {len(events)} audit events of {args.account}"
+          + (f" to {args.output}" if out is None else "")
+          + f", complete up to {until}: export what follows with --since {until}", file=sys.stderr)
     return 0
 
 

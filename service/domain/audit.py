@@ -183,5 +183,11 @@ async def list_events(
 
 async def export_events(
     conn: asyncpg.Connection, account_id: str, since: datetime
-) -> list[dict[str, Any]]:
-    return [event_json(r) for r in await conn.fetch(db.query("export_audit_events"), account_id, since)]
+) -> tuple[list[dict[str, Any]], datetime]:
+    """An account's events from `since`, oldest first, and the time they are complete up to (its
+    events from then on are the next export's): the events of transactions still writing are
+    left for it rather than missed, as taking everything up to now could (one committed after the
+    export, stamped before its end)."""
+    settled = await conn.fetchval(db.query("audit_export_settled"))
+    rows = await conn.fetch(db.query("export_audit_events"), account_id, since, settled)
+    return [event_json(r) for r in rows], settled

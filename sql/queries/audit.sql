@@ -31,12 +31,18 @@ SELECT count(*)
    AND ($6::timestamptz IS NULL OR occurred_at < $6);
 
 -- export_audit_events --
--- An account's events since $2, oldest first (the operator's JSON-lines export).
+-- An account's events from $2 up to $3 (exclusive; audit_export_settled), oldest first (the
+-- operator's JSON-lines export).
 SELECT id, occurred_at, actor_type, actor_id, actor_label, action, record_id, client_address,
        request_id, before::text AS before, after::text AS after
   FROM audit_events
- WHERE account_id = $1 AND occurred_at >= $2
+ WHERE account_id = $1 AND occurred_at >= $2 AND occurred_at < $3
  ORDER BY id;
+
+-- audit_export_settled --
+-- Where an export ends: every event stamped before it has committed or rolled back (events are
+-- stamped with their write's time, migration 0046), so the next export from it misses none.
+SELECT writes_settled_before();
 
 -- first_account_of_user --
 -- The account of a user's oldest membership (where an event about the user, not one of its

@@ -107,18 +107,13 @@ SELECT id, left(question, 1000) AS question, left(answer, 2000) AS answer, yes_n
 -- Entries stamp updated_at with their write's time (knowledge_item_versioning), so one written
 -- after the claim is later than `seen`; one written before it whose transaction commits after
 -- the run read the entries (an import waiting for an entry another write holds) holds `seen`
--- back instead. As auto_answer_items' `seen` (web_app.sql): pg_stat_activity shows this role's
--- sessions, and a reader, which has no backend_xid, never holds it back.
+-- back instead (writes_settled_before, sql/functions, as auto_answer_items' `seen`).
 INSERT INTO knowledge_duplicate_runs AS r (account_id) VALUES ($1)
 ON CONFLICT (account_id) DO UPDATE SET started_at = now()
  WHERE r.computed_at IS NOT NULL AND r.computed_at >= r.started_at
     OR r.started_at < now() - interval '1 minute'
 RETURNING r.started_at,
-          least(r.started_at,
-                (SELECT min(a.xact_start) - interval '1 microsecond' FROM pg_stat_activity a
-                  WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
-                    AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())))
-              AS seen;
+          least(r.started_at, writes_settled_before()) AS seen;
 
 -- clear_duplicates --
 -- Forget an account's earlier findings (before storing a run's, in one transaction).

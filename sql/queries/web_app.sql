@@ -147,15 +147,14 @@ SELECT i.id, left(i.question, $6) AS question, length(i.question) AS question_ch
 -- stored header, spares counting the characters of all but the longest), and with $7 only those
 -- unchanged since then. `total`, how many; `ids`, the first $9
 -- in questionnaire order; `seen`, the page's time (it sends it back as $7): the statement's, or
--- just before the oldest transaction that has written and not yet committed began. An
+-- just before the oldest transaction that has written and not yet committed began
+-- (writes_settled_before, sql/functions). An
 -- item's updated_at is set before its writer commits (most writes' now(), their transaction's
 -- start): one written before this statement and committed after the page read its items (a long
 -- import) leaves the page showing the old answer with an updated_at before the statement's time,
--- and the bulk approval took it as unchanged. (pg_stat_activity shows the transactions of this role's sessions, which
--- are the service's; a transaction that has written nothing yet has no backend_xid: a reader,
--- such as an export or pg_dump, never holds `seen` back. One that began before the page and
--- writes an item only after it: the writes of an item's answer and state stamp updated_at with
--- the write's time, clock_timestamp(), later than `seen`: answer_rfp_item, review_rfp_item.)
+-- and the bulk approval took it as unchanged. (One that began before the page and writes an
+-- item only after it: the writes of an item's answer and state stamp updated_at with the
+-- write's time, clock_timestamp(), later than `seen`: answer_rfp_item, review_rfp_item.)
 WITH band AS MATERIALIZED (
     SELECT i.id, i.position
       FROM rfp_items i
@@ -172,11 +171,7 @@ WITH band AS MATERIALIZED (
 )
 SELECT (SELECT count(*) FROM band)::integer AS total,
        array(SELECT id FROM band ORDER BY position LIMIT $9) AS ids,
-       least(statement_timestamp(),
-             (SELECT min(a.xact_start) - interval '1 microsecond' FROM pg_stat_activity a
-               WHERE a.backend_xid IS NOT NULL AND a.datid = (SELECT oid FROM pg_database
-                                                               WHERE datname = current_database())))
-           AS seen;
+       writes_settled_before() AS seen;
 
 -- search_knowledge_items --
 -- One page of an account's entries whose question, answer or title matches an ILIKE pattern

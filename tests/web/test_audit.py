@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -198,6 +199,11 @@ async def test_cli__operator_actions_audited_and_exported_as_json_lines(database
     assert lines[0]["record_id"] == member["id"]
     assert lines[2]["after"] == {"amount": 5, "balance": 15}
     assert "rfpk_" not in result.stdout
+    # Where the next export goes on from: it repeats none of these.
+    until = re.search(r"complete up to (\S+Z): export what follows with --since \1$", result.stderr.strip())
+    assert until is not None, result.stderr
+    following = cli(database_url, "audit", "export", "--account", admin.account_id, "--since", until[1])
+    assert following.returncode == 0 and following.stdout == "", following.stderr
     later = cli(database_url, "audit", "export", "--account", admin.account_id,
                 "--since", "2999-01-01T00:00:00Z")
     assert later.returncode == 0 and later.stdout == ""
