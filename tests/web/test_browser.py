@@ -711,6 +711,8 @@ def search_and_approve_flow(base: str, profile: str, email: str, rfp_id: str) ->
         driver.find_element(By.ID, "approve-selected").click()
         wait(driver, lambda d: d.find_elements(By.ID, "bulk-done"))
         seen["done"] = text_of(driver, "#bulk-done")
+        # A status region present at load is not announced: the notice takes the focus instead.
+        seen["focused"] = driver.execute_script("return document.activeElement.id")
         seen["url_after"] = driver.current_url.split("?", 1)[1]
         seen["left"] = [h.text for h in driver.find_elements(By.CSS_SELECTOR, ".item h3")]
         # The search cleared, the filter kept: the band's button approves what the filter
@@ -774,6 +776,7 @@ async def test_browser__search_an_rfp_and_approve_what_it_found_at_once(
     assert seen["found"] == ["Do you encrypt backups?", "How are keys kept?"]
     assert seen["count"] == "2 items matching “encrypt” in this filter."
     assert seen["done"] == "Approved 2 items."
+    assert seen["focused"] == "bulk-done"
     assert seen["url_after"].startswith("state=review&q=encrypt&page=1&bulk=2,0,0,0,0")
     assert seen["left"] == []  # both left the "Review" filter
     assert seen["band_button"] == "Approve the one auto-answer item in this filter"

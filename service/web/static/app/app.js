@@ -1,8 +1,8 @@
 // The web app's progressive enhancement: every page works without it (forms post and reload).
-// With it: "answer all" shows live progress, a question page follows its states, deleting
-// asks first, an item's assign select lists every writer in place, and an error page's way back
-// returns to the form with what was typed in it. Served from the package
-// (no CDN); the pages' CSP allows only this origin's scripts.
+// With it: a notice of what a form did is read out first, "answer all" shows live progress, a
+// question page follows its states, deleting asks first, an item's assign select lists every
+// writer in place, and an error page's way back returns to the form with what was typed in it.
+// Served from the package (no CDN); the pages' CSP allows only this origin's scripts.
 "use strict";
 
 function poll(url, every, onData) {
@@ -19,6 +19,14 @@ function poll(url, every, onData) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  // A notice the page opens with says what the form just sent did ("Approved 2 items."). A status
+  // region present at load is not announced by screen readers (they read its changes), so the
+  // notice takes the focus and is read first, as GOV.UK's notification banner does.
+  const notice = document.querySelector(".notice[role=status]");
+  if (notice) {
+    notice.tabIndex = -1;
+    notice.focus();
+  }
   const box = document.getElementById("progress");
   if (box && Number(box.dataset.inFlight) > 0) {
     const bar = document.getElementById("answer-progress");
