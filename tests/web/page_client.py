@@ -1,5 +1,5 @@
-"""What the web app's page tests share: a test client for pages, a password the tests set, and
-reading a form field off a page. Test modules import the fixtures by name to use them."""
+"""What the web app's page tests share: a test client for pages, a password the tests set,
+reading a form field off a page and an upload form. Test modules import the fixtures by name to use them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+from aiohttp import FormData
 from aiohttp.test_utils import TestClient
 from conftest import with_config
 
@@ -57,3 +58,13 @@ async def sign_in(client: TestClient, email: str, password: str = PASSWORD) -> s
     page = await client.get("/rfps")
     assert page.status == 200
     return field(await page.text(), "csrf_token")
+
+
+def upload_form(csrf: str, content: bytes, filename: str = "upload.csv", **fields: str) -> FormData:
+    """An upload form as a page sends it: its CSRF token, `fields`, then the file (CSV)."""
+    form = FormData()
+    form.add_field("csrf_token", csrf)
+    for name, value in fields.items():
+        form.add_field(name, value)
+    form.add_field("file", content, filename=filename, content_type="text/csv")
+    return form

@@ -149,13 +149,18 @@ async def test_rfp_page__approving_an_answer_another_reviewer_changed_since_is_r
     assert tuple(row) == ("No: backups are not encrypted yet.", "approved")
 
 
-async def test_kb_entry_page__saving_over_an_edit_made_since_the_page_was_shown_is_refused(
-    app_client, client, admin, conn,
-):
+async def _entry_page(app_client: Any, client: Any, admin: Any, conn: Any) -> tuple[str, str, str]:
+    """A new entry, and its page as its signed-in admin sees it: (entry id, CSRF token, page)."""
     await set_password(conn, admin.email)
     entry_id, _ = await _entry(client, admin)
     csrf = await sign_in(app_client, admin.email)
-    page = await (await app_client.get(f"/kb/{entry_id}")).text()
+    return entry_id, csrf, await (await app_client.get(f"/kb/{entry_id}")).text()
+
+
+async def test_kb_entry_page__saving_over_an_edit_made_since_the_page_was_shown_is_refused(
+    app_client, client, admin, conn,
+):
+    entry_id, csrf, page = await _entry_page(app_client, client, admin, conn)
     shown = field(page, "shown")
     assert shown == "v1"
     edited = await client.patch(f"{ENTRIES}/{entry_id}", headers=admin.headers,
@@ -197,10 +202,7 @@ async def test_entry__a_delete_naming_a_version_since_changed_is_412_and_deletes
 async def test_kb_entry_page__deleting_an_entry_edited_since_the_page_was_shown_is_refused(
     app_client, client, admin, conn,
 ):
-    await set_password(conn, admin.email)
-    entry_id, _ = await _entry(client, admin)
-    csrf = await sign_in(app_client, admin.email)
-    page = await (await app_client.get(f"/kb/{entry_id}")).text()
+    entry_id, csrf, page = await _entry_page(app_client, client, admin, conn)
     delete_form = page[page.index(f'action="/kb/{entry_id}/delete"'):]
     shown = field(delete_form, "shown")
     assert shown == "v1"

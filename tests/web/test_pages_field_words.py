@@ -13,7 +13,7 @@ from conftest import with_config
 
 # The shared page fixtures are imported to register them; tests take them as arguments by name.
 # ruff: noqa: F811
-from page_client import aiohttp_client_cls, app_client, field, set_password, sign_in  # noqa: F401
+from page_client import aiohttp_client_cls, app_client, field, set_password, sign_in, upload_form  # noqa: F401
 
 from service import db
 from service.domain.ids import new_id
@@ -32,12 +32,7 @@ def details(page: str) -> list[str]:
 
 
 def upload(csrf: str, content: bytes, **fields: str) -> FormData:
-    form = FormData()
-    form.add_field("csrf_token", csrf)
-    for name, value in fields.items():
-        form.add_field(name, value)
-    form.add_field("file", content, filename="questions.csv", content_type="text/csv")
-    return form
+    return upload_form(csrf, content, "questions.csv", **fields)
 
 
 async def test_forms__refusals_say_the_fields_in_words(app_client, admin, make_member, make_rfp, conn):

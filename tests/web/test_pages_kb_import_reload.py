@@ -14,6 +14,7 @@ from conftest import with_config
 
 # ruff: noqa: F811
 from page_client import aiohttp_client_cls, app_client, set_password, sign_in  # noqa: F401
+from page_client import upload_form as page_upload_form
 
 from service.web.app import create_app
 
@@ -25,12 +26,7 @@ SUMMARY = "3 rows imported (3 new, 0 updated); 1 rejected"
 
 
 def upload_form(csrf: str, body: bytes = CSV, **fields: str) -> FormData:
-    form = FormData()
-    form.add_field("csrf_token", csrf)
-    for name, value in fields.items():
-        form.add_field(name, value)
-    form.add_field("file", body, filename="upload.csv", content_type="text/csv")
-    return form
+    return page_upload_form(csrf, body, **fields)
 
 
 async def reload(client: TestClient, shown: Any, form: FormData):
