@@ -12,8 +12,17 @@ before:
 - no planner statistics and the template's relpages/reltuples (no ANALYZE or VACUUM since, by a
   test or autovacuum), and no relation past the template's size or 10 pages, below which the
   planner takes any never-vacuumed table for 10 pages: a later test plans as on a fresh database;
+- every row of the database's own system catalogs as the template has it: none added, none
+  removed, none rewritten since (a rewritten row has a newer xmin). The digest above names what
+  tests change; this catches what it does not name (a rule, a sequence's increment, a function
+  made STRICT, a trigger's events, a column's collation, a large object, a publication, the
+  `english` text search configuration). Statistics and sizes are updated in place by ANALYZE and
+  VACUUM, xmin kept: those are the checks above;
 - after the rows are deleted, the seeded rows (the global vocabulary, library settings, the
-  migrations' bookkeeping) as the template has them; sequences are set back where it has them.
+  migrations' bookkeeping) as the template has them; sequences are set back where it has them,
+  and the activity counters autovacuum reads (dead rows, rows changed since ANALYZE) are zeroed
+  as a new copy's are, so that autovacuum does not VACUUM or ANALYZE a later test's tables
+  midway for rows earlier tests wrote.
 Rows are deleted rather than truncated (TRUNCATE makes new files for every relation: as costly on
 PostgreSQL 15 as the copy), with triggers and foreign keys off for the deletion
 (session_replication_role = replica, as a restore does), so no audit or versioning trigger fires.
@@ -75,8 +84,12 @@ WITH user_ns AS (
     UNION ALL
     SELECT concat_ws(' ', 'defacl', defaclrole, defaclnamespace, defaclobjtype, defaclacl) FROM pg_default_acl
     UNION ALL
-    SELECT concat_ws(' ', 'db', datacl, datallowconn, datconnlimit, datistemplate) FROM pg_database
+    SELECT concat_ws(' ', 'db', datacl, datallowconn, datconnlimit, datistemplate, datdba) FROM pg_database
     WHERE datname = current_database()
+    UNION ALL
+    SELECT concat_ws(' ', 'dbcomment', md5(description)) FROM pg_shdescription
+    WHERE classoid = 'pg_database'::regclass
+      AND objoid = (SELECT oid FROM pg_database WHERE datname = current_database())
     UNION ALL
     SELECT concat_ws(' ', 'setting', setrole, setconfig) FROM pg_db_role_setting s JOIN pg_database d
         ON d.oid = s.setdatabase WHERE d.datname = current_database()
@@ -104,6 +117,23 @@ SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.re
 WHERE c.relkind = 'S' AND n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1
 """
 
+# One query over the database's own (not shared) system catalogs: per catalog, its row count and
+# the sum of its rows' xmin. A copy's catalogs are the template's pages, xmin and all; a row added
+# or rewritten since has a newer xmin (the session is far from wrapping the XID counter), so the
+# pair stays as the template's only while no row was added, removed or rewritten. Temporary schemas
+# (left for reuse by the sessions that made them) are not counted, nor statistics: autovacuum
+# analyzes the system catalogs of a database used for a while, and the user tables' are the
+# digest's (none but the template's).
+CATALOG_ROWS_QUERY = """
+SELECT string_agg(format(
+    'SELECT %L AS c, count(*) AS n, coalesce(sum(xmin::text::bigint), 0) AS x FROM %s%s',
+    c.relname, c.oid::regclass,
+    CASE c.relname WHEN 'pg_namespace' THEN ' WHERE nspname !~ ''^pg_(toast_)?temp_''' ELSE '' END),
+    ' UNION ALL ' ORDER BY c.relname)
+FROM pg_class c WHERE c.relnamespace = 'pg_catalog'::regnamespace AND c.relkind = 'r' AND NOT c.relisshared
+  AND c.relname NOT IN ('pg_statistic', 'pg_statistic_ext_data')
+"""
+
 SMALL_PAGES = 10  # the planner's floor for a never-vacuumed table (estimate_rel_size)
 
 
@@ -112,6 +142,7 @@ class Template:
     """What a database copied from the template looks like, to check a used one against."""
 
     catalog: str
+    catalog_rows: str
     sizes: dict[str, int]
     tables: tuple[str, ...]  # every user table, to empty
     seeded: dict[str, str]  # table -> digest of its rows
@@ -121,6 +152,11 @@ class Template:
 async def _table_digest(conn: asyncpg.Connection, table: str) -> str:
     return await conn.fetchval(f"SELECT coalesce(md5(string_agg(t::text, E'\\n' ORDER BY t::text)), '') "
                                f"FROM {table} t")
+
+
+async def _catalog_rows(conn: asyncpg.Connection) -> str:
+    rows = await conn.fetch(await conn.fetchval(CATALOG_ROWS_QUERY))
+    return " ".join(f"{r['c']}:{r['n']}:{r['x']}" for r in rows)
 
 
 async def settle(conn: asyncpg.Connection) -> None:
@@ -143,6 +179,7 @@ async def describe(conn: asyncpg.Connection) -> Template:
             seeded[table] = await _table_digest(conn, table)
     return Template(
         catalog=await conn.fetchval(CATALOG_DIGEST),
+        catalog_rows=await _catalog_rows(conn),
         sizes={name: pages for name, pages in await conn.fetch(SIZES)},
         tables=tables,
         seeded=seeded,
@@ -155,9 +192,13 @@ async def reset(conn: asyncpg.Connection, template: Template) -> bool:
     """Empty the database `conn` is on back to the template's rows; False (and it must be dropped)
     when it differs from a fresh copy in anything but rows. Ends every other session on it first,
     as DROP DATABASE … WITH (FORCE) did (PgBouncer's server connections among them)."""
-    await conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    # Waiting (up to 5 s each) for them to be gone: until then one may still hold a session's
+    # advisory lock, its temporary tables' catalog rows, or activity counters it reports as it exits.
+    await conn.execute("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
     if await conn.fetchval(CATALOG_DIGEST) != template.catalog:
+        return False
+    if await _catalog_rows(conn) != template.catalog_rows:
         return False
     for name, pages in await conn.fetch(SIZES):
         if pages > max(template.sizes.get(name, 0), SMALL_PAGES):
@@ -175,4 +216,8 @@ async def reset(conn: asyncpg.Connection, template: Template) -> bool:
     for table, digest in template.seeded.items():
         if await _table_digest(conn, table) != digest:
             return False
+    # This session's own deletions are reported when it next goes idle once told to; then every
+    # counter of the database is zeroed, as a new copy starts with none.
+    await conn.execute("SELECT pg_stat_force_next_flush()")
+    await conn.execute("SELECT pg_stat_reset()")
     return True
