@@ -327,6 +327,10 @@ ANSWER_OPENING = 300  # answers are compared by their opening characters
 # per entry of 10,000-character questions were ~80 s of CPU for 100 MB of questions, in a thread
 # that holds the GIL against the event loop. Questions as written are far shorter than this.
 QUESTION_OPENING = 1_000
+# Trigram sets kept at once for comparing (the oldest made is let go): an entry's set is up to
+# ~100 KB for 1,000 characters of words, and kept for every entry compared, 2,000 entries in pairs
+# sharing two words held 154 MB (30,000: some 2.3 GB). A set let go is made again if needed.
+GRAMS_KEPT = 256
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -386,13 +390,22 @@ def similar_pairs(texts: Mapping[str, str], threshold: float) -> dict[tuple[str,
             candidates.add(first)
         if not candidates:
             continue
-        mine = grams.get(item_id) or grams.setdefault(item_id, trigrams(texts[item_id]))
+        mine = _trigrams_kept(grams, texts, item_id)
         for other in candidates:
-            theirs = grams.get(other) or grams.setdefault(other, trigrams(texts[other]))
+            theirs = _trigrams_kept(grams, texts, other)
             score = similarity(mine, theirs)
             if score >= threshold:
                 pairs[(item_id, other) if item_id < other else (other, item_id)] = score
     return pairs
+
+
+def _trigrams_kept(kept: dict[str, frozenset[str]], texts: Mapping[str, str], item_id: str) -> frozenset[str]:
+    found = kept.get(item_id)
+    if found is None:
+        if len(kept) >= GRAMS_KEPT:
+            del kept[next(iter(kept))]  # the oldest made
+        found = kept[item_id] = trigrams(texts[item_id])
+    return found
 
 
 def classify_library(
