@@ -81,13 +81,17 @@ USER_AGENT = "rfp-service-webhooks/1"
 # and NAT64's local-use prefix, whose translation the network decides (RFC 8215): refused.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+# IPv4-translated addresses (::ffff:0:a.b.c.d, RFC 2765): a stateless translator (SIIT) connects
+# to the IPv4 address. Not IPv4-mapped: Python's ipv4_mapped and is_global miss them.
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """The IPv4 addresses an IPv6 address carries: IPv4-compatible (::a.b.c.d), NAT64
-    (64:ff9b::a.b.c.d), 6to4 (2002:aabb:ccdd::) and Teredo (its server and client)."""
+    (64:ff9b::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d), 6to4 (2002:aabb:ccdd::) and Teredo
+    (its server and client)."""
     found = []
-    if ip.packed[:12] == bytes(12) or ip in _NAT64:
+    if ip.packed[:12] == bytes(12) or ip in _NAT64 or ip in _IPV4_TRANSLATED:
         found.append(ipaddress.IPv4Address(ip.packed[12:]))
     if ip.sixtofour is not None:
         found.append(ip.sixtofour)
@@ -99,7 +103,7 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
 def address_is_public(address: str) -> bool:
     """Whether an IP address is one a tenant's webhook may reach: globally routable, not
     loopback, link-local, private, shared (CGNAT), reserved or multicast; an IPv6 address that
-    carries an IPv4 one (mapped, compatible, NAT64, 6to4, Teredo) only if that one is public
+    carries an IPv4 one (mapped, compatible, NAT64, translated, 6to4, Teredo) only if that one is public
     too, since a gateway may connect to it."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is not part of it
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
