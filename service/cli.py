@@ -836,7 +836,9 @@ def cmd_kb_duplicates(args: argparse.Namespace, config: Config) -> int:
     if run is None:
         raise accounts.OperatorError("a duplicate run for this account is under way; try again shortly")
     report["computed_at"] = report["computed_at"].isoformat() if report["computed_at"] else None
-    lines = [f"{len(report['pairs'])} pair(s) among {run.entries} entries in {run.seconds:.2f} s"]
+    lines = [f"{len(report['pairs'])} pair(s) among {run.entries} entries in {run.seconds:.2f} s"
+             + (f" (a run keeps the first {library.MAX_FINDINGS:,} of the {run.findings:,} found,"
+                " conflicts first)" if run.findings > library.MAX_FINDINGS else "")]
     for pair in report["pairs"]:
         a, b = pair["items"]
         lines.append(f"  {pair['kind']:9}  {a['id']}  {b['id']}  {pair['similarity']:.2f}  {pair['reason']}")

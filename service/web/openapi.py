@@ -649,7 +649,7 @@ def _library_paths() -> dict[str, Any]:
             "different numbers), from the last background run; a run starts when there is none "
             "or entries changed since", {
                 "200": _json(_ref("KnowledgeBaseDuplicates"), "one page of the findings (100 pairs, "
-                             "conflicts first)"),
+                             "conflicts first; a run keeps the first 10,000)"),
                 "400": _error("refresh is not true or false, or page is not a page number of the "
                               "first 10,000 pairs (parameter_invalid)"),
                 "403": _error("the token lacks the read scope; or refresh=true without the write "

@@ -195,9 +195,9 @@ async def get_versions(request: web.Request) -> web.Response:
 # base. A new run costs seconds of CPU at thousands of entries: a reader's GET must not start one
 # at will (entries changing is what starts one otherwise, and takes a writer).
 REFRESH_POLICY = Policy(scope="write", roles=frozenset(("admin", "member")))
-# Pairs a page of findings holds, and how deep pages go (OFFSET reads every pair it skips).
+# Pairs a page of findings holds, and how deep pages go: as deep as a run keeps findings.
 DUPLICATES_PAGE_SIZE = 100
-DUPLICATES_MAX_ROWS = 10_000
+DUPLICATES_MAX_ROWS = library.MAX_FINDINGS
 
 
 @requires("read")
