@@ -509,19 +509,27 @@ def cmd_rfp_export(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_kb_import(args: argparse.Namespace, config: Config) -> int:
-    from .domain.knowledge import import_csv
-    from .domain.uploads import decode
+    from .domain.knowledge import import_csv, parse_upload
+    from .domain.uploads import Limits
 
+    # Read whole, as the API's import is, and so at most as much: a 400 MB file read whole grew
+    # the CLI to 2.4 GB before its rows were refused (on the service's host, sharing its memory).
+    limit = config.server.max_upload_bytes
     try:
         with open(args.file, "rb") as handle:
-            raw = handle.read()
-        text = decode(raw)
+            raw = handle.read(limit + 1)
     except OSError as exc:
         raise accounts.OperatorError(f"cannot read {args.file}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise accounts.OperatorError(
+            f"{args.file} is larger than server.max_upload_bytes ({limit:,} bytes), the limit of "
+            "an import through the API too; split the file, or raise the setting"
+        )
+    parsed = parse_upload(raw, Limits.of(config.uploads))
 
     async def work(conn: asyncpg.Connection) -> Any:
         await accounts.require_account(conn, args.account)
-        return await import_csv(conn, args.account, text, audit.Actor.operator())
+        return await import_csv(conn, args.account, parsed, audit.Actor.operator())
 
     report = run_with_connection(config, work)
     lines = [f"imported {report.imported} ({report.created} new, {report.updated} updated), "
