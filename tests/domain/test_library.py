@@ -521,24 +521,30 @@ def test_classify_library__a_library_of_words_found_once_is_held_in_little_memor
     a list per word, every entry's word set and a copy of its words. 2,000 such entries peaked
     at 61 MB so; now a word of one entry keeps only that entry's id and words are found again
     where needed (19 MB measured)."""
+    letters = random.Random(3)
+    entries = [{"id": f"kb_{i:05d}", "question": _words(letters, 110, 8)[:1000],
+                "answer": _words(letters, 220, 8)[:2000], "yes_no": None} for i in range(2000)]
+    peak = _peak_classifying(entries)
+    assert peak < 30_000_000, peak
+
+
+def _words(letters: random.Random, n: int, k: int) -> str:
+    """`n` random words of `k` letters: words no other entry has."""
+    return " ".join("".join(letters.choices(string.ascii_lowercase, k=k)) for _ in range(n))
+
+
+def _peak_classifying(entries: list[dict]) -> int:
+    """The peak of memory allocated while the library's duplicates are found (none expected)."""
     import tracemalloc
 
     from service.domain.library import classify_library
 
-    letters = random.Random(3)
-
-    def words(n: int) -> str:
-        return " ".join("".join(letters.choices(string.ascii_lowercase, k=8)) for _ in range(n))
-
-    entries = [{"id": f"kb_{i:05d}", "question": words(110)[:1000], "answer": words(220)[:2000],
-                "yes_no": None} for i in range(2000)]
     tracemalloc.start()
     try:
         assert classify_library(entries, 0.9, 0.8) == []
-        peak = tracemalloc.get_traced_memory()[1]
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 30_000_000, peak
 
 
 async def test_duplicate_entries__reads_only_the_opening_of_a_question(conn, admin):
@@ -554,22 +560,9 @@ def test_classify_library__entries_compared_in_pairs_are_held_in_little_memory()
     """Each entry compared kept its trigram set (up to ~100 KB for a question's 1,000 characters)
     until the run ended: 2,000 entries in pairs sharing two words, the rest of their words their
     own, peaked at 154 MB (6,000: 462 MB). At most GRAMS_KEPT sets are kept now (24 MB)."""
-    import tracemalloc
-
-    from service.domain.library import classify_library
-
     letters = random.Random(5)
-
-    def words(n: int) -> str:
-        return " ".join("".join(letters.choices(string.ascii_lowercase, k=6)) for _ in range(n))
-
     entries = [{"id": f"kb_{letters.getrandbits(40):010x}",
-                "question": f"pair{i // 2}a pair{i // 2}b {words(160)}"[:1000], "answer": words(5),
-                "yes_no": None} for i in range(2000)]
-    tracemalloc.start()
-    try:
-        assert classify_library(entries, 0.9, 0.8) == []
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+                "question": f"pair{i // 2}a pair{i // 2}b {_words(letters, 160, 6)}"[:1000],
+                "answer": _words(letters, 5, 6), "yes_no": None} for i in range(2000)]
+    peak = _peak_classifying(entries)
     assert peak < 50_000_000, peak
